@@ -1,0 +1,163 @@
+//! `command`: bring your own harness as a shell command run in the workspace.
+//!
+//! The command runs under `sh -c` with the workspace as its working directory, stdin closed,
+//! in its own process group, and gets the instruction in `$DELTABENCH_INSTRUCTION` and in the
+//! file named by `$DELTABENCH_INSTRUCTION_FILE`. Exit 0 is `completed`, anything else `error`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{
+    CodingAgent, CodingError, CodingHandle, CodingResult, CodingTask, ErrorCode, RunContext,
+    StreamEvent, new_session_id,
+};
+use crate::process::{self, CommandSpec};
+
+/// Characters of the command's output kept as the result's summary text.
+const SUMMARY_CHARS: usize = 2000;
+
+/// How to run a command agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandAgentConfig {
+    /// A shell command line.
+    pub run: String,
+    #[serde(default, with = "crate::suite::duration_opt")]
+    pub timeout: Option<Duration>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// A shell command wearing the [`CodingAgent`] interface.
+#[derive(Debug, Clone)]
+pub struct CommandAgent {
+    name: String,
+    config: CommandAgentConfig,
+    workspace: PathBuf,
+    scratch: PathBuf,
+}
+
+impl CommandAgent {
+    /// `scratch` receives `instruction.md` and `agent.log`; it must exist and lie outside the
+    /// workspace (anything written inside the workspace would show up in the diff).
+    pub fn new(name: &str, config: CommandAgentConfig, workspace: PathBuf, scratch: PathBuf) -> Self {
+        Self {
+            name: name.to_owned(),
+            config,
+            workspace,
+            scratch,
+        }
+    }
+
+    async fn execute_command(self, ctx: RunContext, task: String, session: String) -> CodingResult {
+        let instruction_file = self.scratch.join("instruction.md");
+        if let Err(err) = tokio::fs::write(&instruction_file, &task).await {
+            return CodingResult::failed(
+                session,
+                CodingError::new(
+                    ErrorCode::SdkError,
+                    format!("cannot write {}: {err}", instruction_file.display()),
+                ),
+            );
+        }
+        let mut spec = CommandSpec::shell(&self.config.run, &self.workspace)
+            .env("DELTABENCH_INSTRUCTION", &task)
+            .env("DELTABENCH_INSTRUCTION_FILE", &instruction_file)
+            .env("DELTABENCH_WORKSPACE", &self.workspace)
+            .env("DELTABENCH_SESSION_ID", &session)
+            .timeout(self.config.timeout)
+            .log_path(Some(self.scratch.join("agent.log")));
+        for (key, value) in &self.config.env {
+            spec = spec.env(key, value);
+        }
+        ctx.emit(StreamEvent::System {
+            subtype: "spawn".into(),
+            message: format!("sh -c {:?}", self.config.run),
+            data: None,
+        })
+        .await;
+        let ended = match process::run(&spec, &ctx.cancel).await {
+            Ok(ended) => ended,
+            Err(err) => {
+                return CodingResult::failed(
+                    session,
+                    CodingError::new(
+                        ErrorCode::SdkError,
+                        format!("cannot start `{}`: {err}", self.config.run),
+                    ),
+                );
+            }
+        };
+        ctx.emit(StreamEvent::System {
+            subtype: "exit".into(),
+            message: match (ended.exit_code, ended.signal) {
+                (Some(code), _) => format!("exited with status {code}"),
+                (None, Some(signal)) => format!("killed by signal {signal}"),
+                (None, None) => "ended".into(),
+            },
+            data: Some(serde_json::json!({
+                "exit_code": ended.exit_code,
+                "signal": ended.signal,
+                "timed_out": ended.timed_out,
+                "leaked": ended.leaked,
+                "output_bytes": ended.output.total_bytes(),
+            })),
+        })
+        .await;
+
+        let mut result = if ended.cancelled {
+            CodingResult::aborted(session)
+        } else if ended.timed_out {
+            let limit = self.config.timeout.unwrap_or_default();
+            CodingResult::failed(
+                session,
+                CodingError::new(
+                    ErrorCode::Timeout,
+                    format!("command exceeded its timeout of {}", humantime::format_duration(limit)),
+                ),
+            )
+        } else if ended.exit_code == Some(0) {
+            CodingResult::completed(session)
+        } else {
+            let how = match (ended.exit_code, ended.signal) {
+                (Some(code), _) => format!("exited with status {code}"),
+                (None, Some(signal)) => format!("was killed by signal {signal}"),
+                (None, None) => "ended abnormally".into(),
+            };
+            CodingResult::failed(
+                session,
+                CodingError::new(ErrorCode::SdkError, format!("command {how}")),
+            )
+        };
+        let text = ended.output.text();
+        let start = text
+            .char_indices()
+            .rev()
+            .nth(SUMMARY_CHARS)
+            .map_or(0, |(i, _)| i);
+        result.output.text = Some(text[start..].to_owned()).filter(|t| !t.is_empty());
+        result
+    }
+}
+
+impl CodingAgent for CommandAgent {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        "Runs a shell command in the workspace with the instruction in its environment."
+    }
+
+    fn run(&self, task: CodingTask) -> CodingHandle {
+        let session = task.session_id.clone().unwrap_or_else(new_session_id);
+        let agent = self.clone();
+        let text = task.task.clone();
+        CodingHandle::spawn(&self.name, &task, false, move |ctx| {
+            agent.execute_command(ctx, text, session)
+        })
+    }
+}

@@ -1,0 +1,416 @@
+//! The `deltabench` command line: raw arguments into a typed plan, then one command.
+//!
+//! Exit codes: 0 success; 1 a check failed (a trial could not be scored, validate found bad
+//! tasks); 2 usage or configuration error.
+
+mod reporter;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use indexmap::IndexMap;
+use tokio_util::sync::CancellationToken;
+
+use crate::report;
+use crate::runner::{self, PlanError, RunError, RunRequest};
+use crate::store::{self, Outcome, TrialRecord};
+use crate::suite::{self, AgentSpec, SuiteError};
+
+use reporter::TerminalReporter;
+
+/// Exit code: success.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: a trial could not be scored, or `validate` found bad tasks.
+pub const EXIT_CHECK_FAILED: u8 = 1;
+/// Exit code: usage or configuration error.
+pub const EXIT_USAGE: u8 = 2;
+
+const AFTER_HELP: &str = "\
+Exit codes:
+  0  the run completed and every trial was scored
+  1  a trial could not be scored (infrastructure error), or validate found bad tasks
+  2  usage or configuration error (the suite file, an agents file, a flag)
+
+Start with:
+  deltabench run suites/demo --workdir /dev/shm
+  deltabench validate suites/demo";
+
+/// Evaluate coding agents on task suites, scored only on what the workspace shows.
+#[derive(Debug, Parser)]
+#[command(name = "deltabench", version, about, after_help = AFTER_HELP, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run agents on a suite's tasks and write a run directory.
+    ///
+    /// Each trial is provisioned as a private clone of the suite's repo at the task's base
+    /// commit, the agent runs in it, the diff and the verify command's result are captured,
+    /// the workspace is removed, and the trial is scored on that evidence alone.
+    Run(RunArgs),
+    /// Check that every task is sound: the verify command fails on the untouched base (with
+    /// the hidden tests) and passes with the reference solution, N times in a row.
+    Validate(ValidateArgs),
+    /// Print a report of a run directory.
+    Report(ReportArgs),
+    /// Print the JSON Schema of the suite file.
+    Schema,
+}
+
+#[derive(Debug, clap::Args)]
+struct SuiteArgs {
+    /// A suite file, or a folder holding suite.yaml.
+    #[arg(value_name = "SUITE")]
+    suite: PathBuf,
+    /// A YAML file with a top-level `agents:` map; its agents override the suite's.
+    #[arg(long, value_name = "FILE")]
+    agents: Option<PathBuf>,
+    /// Where workspaces are created (a tmpfs such as /dev/shm makes provisioning fast).
+    #[arg(long, value_name = "DIR", env = "DELTABENCH_WORKDIR")]
+    workdir: Option<PathBuf>,
+    /// Trials at once [default: the number of cores].
+    #[arg(short = 'j', long = "jobs", value_name = "N")]
+    jobs: Option<usize>,
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    #[command(flatten)]
+    suite: SuiteArgs,
+    /// Run only this agent (repeatable) [default: the suite's agents, or oracle and noop].
+    #[arg(long = "agent", value_name = "NAME")]
+    agent: Vec<String>,
+    /// Trials per (task, agent).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    trials: u32,
+    /// Run only this task (repeatable).
+    #[arg(long = "task", value_name = "ID")]
+    task: Vec<String>,
+    /// Run only tasks with this tag (repeatable; any tag matches).
+    #[arg(long = "tag", value_name = "TAG")]
+    tag: Vec<String>,
+    /// The run directory [default: reports/<suite>-<UTC timestamp>].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Keep the workspaces after the run (for inspection).
+    #[arg(long)]
+    keep_workspaces: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ValidateArgs {
+    #[command(flatten)]
+    suite: SuiteArgs,
+    /// Times each check must hold (more catches flaky tasks).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    trials: u32,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Format {
+    Table,
+    Markdown,
+    Csv,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+struct ReportArgs {
+    /// A run directory written by `deltabench run`.
+    #[arg(value_name = "RUN_DIR")]
+    run_dir: PathBuf,
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Write the report to FILE instead of stdout.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+/// An error as the user sees it: a message, maybe a snippet and a hint, and an exit code.
+#[derive(Debug)]
+pub struct CliError {
+    pub code: u8,
+    pub message: String,
+    pub snippet: Option<String>,
+    pub hint: Option<String>,
+}
+
+impl CliError {
+    fn usage(message: impl Into<String>) -> Self {
+        Self {
+            code: EXIT_USAGE,
+            message: message.into(),
+            snippet: None,
+            hint: None,
+        }
+    }
+
+    fn failed(message: impl Into<String>) -> Self {
+        Self {
+            code: EXIT_CHECK_FAILED,
+            message: message.into(),
+            snippet: None,
+            hint: None,
+        }
+    }
+
+    fn hint(mut self, hint: Option<String>) -> Self {
+        self.hint = hint;
+        self
+    }
+}
+
+impl From<SuiteError> for CliError {
+    fn from(err: SuiteError) -> Self {
+        Self {
+            code: EXIT_USAGE,
+            snippet: err.snippet().map(str::to_owned),
+            message: err.to_string(),
+            hint: Some("`deltabench schema` prints every key the suite file accepts".into()),
+        }
+    }
+}
+
+impl From<PlanError> for CliError {
+    fn from(err: PlanError) -> Self {
+        Self::usage(err.message).hint(err.hint)
+    }
+}
+
+impl From<RunError> for CliError {
+    fn from(err: RunError) -> Self {
+        match err {
+            RunError::Config { message, at } => {
+                let message = match at {
+                    Some((path, line, column)) => format!("{}:{line}:{column}: {message}", path.display()),
+                    None => message,
+                };
+                Self::usage(message)
+            }
+            RunError::Io(message) => Self::failed(message),
+        }
+    }
+}
+
+/// Parses the arguments, runs the command, prints any error, and returns the exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let _ = err.print();
+            return ExitCode::from(if err.use_stderr() { EXIT_USAGE } else { EXIT_OK });
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::from(EXIT_CHECK_FAILED);
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("error: {}", err.message);
+            if let Some(snippet) = &err.snippet {
+                eprintln!("{snippet}");
+            }
+            if let Some(hint) = &err.hint {
+                eprintln!("hint: {hint}");
+            }
+            ExitCode::from(err.code)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<u8, CliError> {
+    match cli.command {
+        Command::Run(args) => run(args).await,
+        Command::Validate(args) => validate(args).await,
+        Command::Report(args) => report_cmd(args),
+        Command::Schema => {
+            println!("{}", serde_json::to_string_pretty(&suite::json_schema()).unwrap_or_default());
+            Ok(EXIT_OK)
+        }
+    }
+}
+
+fn default_jobs() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+fn workdir(args: &SuiteArgs) -> Result<PathBuf, CliError> {
+    let dir = args.workdir.clone().unwrap_or_else(std::env::temp_dir);
+    if !dir.is_dir() {
+        return Err(CliError::usage(format!("--workdir {}: no such directory", dir.display())));
+    }
+    Ok(dir.canonicalize().unwrap_or(dir))
+}
+
+fn load_suite(args: &SuiteArgs) -> Result<Arc<suite::Suite>, CliError> {
+    Ok(Arc::new(suite::load(&args.suite, args.agents.as_deref())?))
+}
+
+async fn run(args: RunArgs) -> Result<u8, CliError> {
+    let suite = load_suite(&args.suite)?;
+    let request = RunRequest {
+        agents: args.agent,
+        trials: args.trials,
+        jobs: args.suite.jobs.unwrap_or_else(default_jobs),
+        tasks: args.task,
+        tags: args.tag,
+        workdir: workdir(&args.suite)?,
+        keep_workspaces: args.keep_workspaces,
+    };
+    let plan = runner::plan(suite.clone(), request)?;
+    let out = args.out.unwrap_or_else(|| default_out(&suite.name));
+    let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal());
+    let outcome = runner::execute(&plan, &out, &mut reporter, CancellationToken::new()).await?;
+    reporter.finish();
+
+    let agents: Vec<String> = plan.agents.keys().cloned().collect();
+    let summaries = report::summarize(&outcome.records, &agents);
+    println!("{}", report::table(&summaries));
+    println!("run directory: {}", outcome.run_dir.display());
+    for leftover in &outcome.leftovers {
+        eprintln!("warning: could not clean up {leftover}");
+    }
+    let infra = outcome.records.iter().filter(|r| r.outcome == Outcome::InfraError).count();
+    if outcome.interrupted {
+        eprintln!(
+            "interrupted: {} of {} trials recorded",
+            outcome.records.len(),
+            plan.trials.len()
+        );
+        return Ok(EXIT_CHECK_FAILED);
+    }
+    if infra > 0 {
+        eprintln!("{infra} trial(s) could not be scored (infra_error); see trials.jsonl");
+        return Ok(EXIT_CHECK_FAILED);
+    }
+    Ok(EXIT_OK)
+}
+
+fn default_out(suite: &str) -> PathBuf {
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+    let base = Path::new("reports").join(format!("{}-{stamp}", runner::sanitize(suite)));
+    let mut candidate = base.clone();
+    let mut n = 2;
+    while candidate.exists() {
+        candidate = PathBuf::from(format!("{}-{n}", base.display()));
+        n += 1;
+    }
+    candidate
+}
+
+/// Why a task is unsound, from its noop and oracle trials.
+fn judge(noop: &[&TrialRecord], oracle: &[&TrialRecord]) -> Option<String> {
+    let verify_passed = |r: &&&TrialRecord| r.verify.is_some_and(|v| v.exit_code == Some(0) && !v.timed_out);
+    if let Some(r) = noop.iter().chain(oracle).find(|r| r.outcome == Outcome::InfraError) {
+        return Some(format!("could not be checked: {}", r.infra_error.as_deref().unwrap_or("unknown")));
+    }
+    if let Some(r) = oracle.iter().find(|r| r.status != Some(crate::agent::CodingStatus::Completed)) {
+        let why = r.error.as_ref().map_or("unknown".to_owned(), |e| e.message.clone());
+        return Some(format!("reference solution could not be applied: {why}"));
+    }
+    let base_passes = noop.iter().filter(verify_passed).count();
+    let reference_passes = oracle.iter().filter(|r| r.passed).count();
+    let n = noop.len();
+    if base_passes == n {
+        return Some("passes without change: the verify command succeeds on the untouched base".into());
+    }
+    if reference_passes == 0 {
+        return Some("reference fails: the verify command fails with the solution applied".into());
+    }
+    if base_passes > 0 || reference_passes < oracle.len() {
+        return Some(format!(
+            "flaky: base passed {base_passes} of {n} times, reference passed {reference_passes} of {} times",
+            oracle.len()
+        ));
+    }
+    None
+}
+
+async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
+    let mut loaded = (*load_suite(&args.suite)?).clone();
+    // The checks always use the real built-ins, whatever the suite calls its agents.
+    loaded.agents = IndexMap::from([("noop".to_owned(), AgentSpec::Noop), ("oracle".to_owned(), AgentSpec::Oracle)]);
+    for task in &mut loaded.tasks {
+        task.isolation = crate::workspace::Isolation::Worktree;
+    }
+    let workdir = workdir(&args.suite)?;
+    let request = RunRequest {
+        agents: vec!["noop".into(), "oracle".into()],
+        trials: args.trials,
+        jobs: args.suite.jobs.unwrap_or_else(default_jobs),
+        tasks: Vec::new(),
+        tags: Vec::new(),
+        workdir: workdir.clone(),
+        keep_workspaces: false,
+    };
+    let plan = runner::plan(Arc::new(loaded), request)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("deltabench-validate-")
+        .tempdir_in(&workdir)
+        .map_err(|e| CliError::failed(format!("cannot create a scratch run directory: {e}")))?;
+    let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal());
+    let outcome = runner::execute(&plan, &scratch.path().join("run"), &mut reporter, CancellationToken::new()).await?;
+    reporter.finish();
+
+    let mut bad = 0;
+    for task in &plan.suite.tasks {
+        let of = |agent: &str| -> Vec<&TrialRecord> {
+            outcome.records.iter().filter(|r| r.task == task.id && r.agent == agent).collect()
+        };
+        let verdict = if task.solution.is_none() {
+            Some("has no `solution`: nothing proves the task can be solved".to_owned())
+        } else {
+            judge(&of("noop"), &of("oracle"))
+        };
+        match verdict {
+            Some(reason) => {
+                bad += 1;
+                println!("BAD  {}: {reason}", task.id);
+            }
+            None => println!("ok   {}", task.id),
+        }
+    }
+    let total = plan.suite.tasks.len();
+    if outcome.interrupted {
+        println!("interrupted before every check ran");
+        return Ok(EXIT_CHECK_FAILED);
+    }
+    if bad > 0 {
+        println!("{bad} of {total} tasks are unsound");
+        Ok(EXIT_CHECK_FAILED)
+    } else {
+        println!("all {total} tasks are sound ({} trial(s) each way)", args.trials);
+        Ok(EXIT_OK)
+    }
+}
+
+fn report_cmd(args: ReportArgs) -> Result<u8, CliError> {
+    let run = store::read_run(&args.run_dir).map_err(|e| {
+        CliError::usage(e.to_string()).hint(Some("RUN_DIR is a folder written by `deltabench run`".into()))
+    })?;
+    let agents: Vec<String> = run.manifest.agents.keys().cloned().collect();
+    let summaries = report::summarize(&run.trials, &agents);
+    let text = match args.format {
+        Format::Table => report::table(&summaries) + "\n",
+        Format::Markdown => report::markdown(&run, &summaries),
+        Format::Csv => report::csv(&run.trials).map_err(|e| CliError::failed(e.to_string()))?,
+        Format::Json => report::json(&run, &summaries),
+    };
+    match args.output {
+        Some(path) => std::fs::write(&path, text)
+            .map_err(|e| CliError::failed(format!("cannot write {}: {e}", path.display())))?,
+        None => print!("{text}"),
+    }
+    Ok(EXIT_OK)
+}

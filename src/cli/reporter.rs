@@ -1,0 +1,99 @@
+//! The one reporter that owns the terminal: a progress bar on a TTY, plain lines otherwise.
+
+use std::path::Path;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::runner::{Plan, RunObserver};
+use crate::store::{Outcome, TrialRecord};
+
+pub struct TerminalReporter {
+    tty: bool,
+    bar: Option<ProgressBar>,
+    total: usize,
+    done: usize,
+}
+
+impl TerminalReporter {
+    pub fn new(tty: bool) -> Self {
+        Self {
+            tty,
+            bar: None,
+            total: 0,
+            done: 0,
+        }
+    }
+
+    pub fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+
+    fn line(record: &TrialRecord) -> String {
+        let verdict = match record.outcome {
+            Outcome::Pass => "PASS ",
+            Outcome::Fail => "FAIL ",
+            Outcome::InfraError => "INFRA",
+        };
+        let mut line = format!(
+            "{verdict} {} / {} #{} ({:.2}s)",
+            record.task,
+            record.agent,
+            record.trial,
+            record.duration_ms as f64 / 1000.0
+        );
+        if let Some(status) = record.status.filter(|s| *s != crate::agent::CodingStatus::Completed) {
+            line.push_str(&format!(" agent {status}"));
+        }
+        if let Some(reason) = &record.infra_error {
+            line.push_str(&format!(": {reason}"));
+        }
+        line
+    }
+}
+
+impl RunObserver for TerminalReporter {
+    fn started(&mut self, plan: &Plan, run_dir: &Path) {
+        self.total = plan.trials.len();
+        eprintln!(
+            "running {} trials ({} tasks x {} agents x {} trials, -j {}) into {}",
+            self.total,
+            plan.tasks.len(),
+            plan.agents.len(),
+            plan.request.trials,
+            plan.request.jobs,
+            run_dir.display()
+        );
+        if self.tty {
+            let bar = ProgressBar::new(self.total as u64);
+            bar.set_style(
+                ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar.enable_steady_tick(Duration::from_millis(200));
+            self.bar = Some(bar);
+        }
+    }
+
+    fn trial_finished(&mut self, record: &TrialRecord) {
+        self.done += 1;
+        let line = Self::line(record);
+        match &self.bar {
+            Some(bar) => {
+                bar.println(line);
+                bar.inc(1);
+            }
+            None => eprintln!("[{:>width$}/{}] {line}", self.done, self.total, width = self.total.to_string().len()),
+        }
+    }
+
+    fn interrupted(&mut self) {
+        let message = "interrupt: no new trials start; running ones end and are recorded (press Ctrl-C again to kill everything)";
+        match &self.bar {
+            Some(bar) => bar.println(message),
+            None => eprintln!("{message}"),
+        }
+    }
+}

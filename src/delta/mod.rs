@@ -1,0 +1,107 @@
+//! The environment delta: what the workspace shows after the agent ran, the only scoring surface.
+//!
+//! A [`DeltaProbe`] runs inside the node, before the workspace is disposed. deltabench's own
+//! probe ([`TaskProbe`]) takes the diff against the base (git2, so no agent-planted git config or
+//! hook runs as the harness), lays the hidden tests over the workspace, and runs the verify
+//! command with its own timeout and bounded output.
+
+mod diff;
+mod probe;
+
+use std::path::Path;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::CodingResult;
+
+pub use diff::{DiffStats, capture_diff, snapshot_tree};
+pub use probe::{TaskProbe, VerifySpec};
+
+/// The verify command's result as a metric sees it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CommandResult {
+    pub command: String,
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    /// Combined stdout and stderr, head and tail kept when long.
+    pub output: String,
+    pub duration_ms: u64,
+}
+
+impl CommandResult {
+    /// Exited 0 within its timeout.
+    pub fn succeeded(&self) -> bool {
+        self.exit_code == Some(0) && !self.timed_out
+    }
+}
+
+/// The scoring surface: the diff and the verify command's result. There is no summary field.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EnvironmentDelta {
+    /// The workspace diff against the base; empty when nothing changed.
+    pub diff: String,
+    pub command_result: CommandResult,
+}
+
+/// What a probe knows about the run it inspects.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeContext<'a> {
+    pub workspace: &'a Path,
+    pub task: &'a str,
+    /// The tree-ish the workspace started from.
+    pub base: &'a str,
+    pub signal: Option<&'a CancellationToken>,
+}
+
+/// Gathers the delta before the workspace is disposed.
+pub trait DeltaProbe: Send + Sync {
+    fn probe<'a>(
+        &'a self,
+        result: &'a CodingResult,
+        ctx: &'a ProbeContext<'a>,
+    ) -> BoxFuture<'a, Result<EnvironmentDelta, ProbeError>>;
+}
+
+/// The probe could not gather evidence: the trial cannot be scored.
+#[derive(Debug, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct ProbeError {
+    pub kind: ProbeErrorKind,
+    pub message: String,
+    /// The agent's result, kept so the failure record still says what the agent did.
+    pub result: Option<Box<CodingResult>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeErrorKind {
+    Diff,
+    HiddenTests,
+    Verify,
+}
+
+impl std::fmt::Display for ProbeErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Diff => "cannot diff the workspace",
+            Self::HiddenTests => "cannot copy the hidden tests in",
+            Self::Verify => "cannot run the verify command",
+        })
+    }
+}
+
+impl ProbeError {
+    pub fn new(kind: ProbeErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            result: None,
+        }
+    }
+
+    pub fn with_result(mut self, result: CodingResult) -> Self {
+        self.result = Some(Box::new(result));
+        self
+    }
+}

@@ -1,0 +1,78 @@
+//! deltabench's probe: diff, then hidden tests, then the verify command.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use super::{CommandResult, DeltaProbe, EnvironmentDelta, ProbeContext, ProbeError, ProbeErrorKind, capture_diff};
+use crate::agent::CodingResult;
+use crate::process::{self, CommandSpec};
+use crate::workspace::{Overlay, apply_overlay};
+
+/// A verify command and its own time limit.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct VerifySpec {
+    pub run: String,
+    pub timeout: Option<Duration>,
+}
+
+/// Diff against the base, hidden tests over the workspace, then the verify command.
+#[derive(Debug, Clone)]
+pub struct TaskProbe {
+    pub hidden_tests: Option<Overlay>,
+    pub verify: VerifySpec,
+    /// Where `diff.patch` and `verify.log` go, when set.
+    pub artifacts: Option<PathBuf>,
+}
+
+impl DeltaProbe for TaskProbe {
+    fn probe<'a>(
+        &'a self,
+        _result: &'a CodingResult,
+        ctx: &'a ProbeContext<'a>,
+    ) -> BoxFuture<'a, Result<EnvironmentDelta, ProbeError>> {
+        Box::pin(async move {
+            let workspace = ctx.workspace.to_owned();
+            let base = ctx.base.to_owned();
+            let hidden = self.hidden_tests.clone();
+            let artifacts = self.artifacts.clone();
+            // git2 and file copies block: keep them off the runtime's workers.
+            let diff = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ProbeError> {
+                let patch = capture_diff(&workspace, &base)
+                    .map_err(|e| ProbeError::new(ProbeErrorKind::Diff, e.message()))?;
+                if let Some(dir) = &artifacts {
+                    std::fs::write(dir.join("diff.patch"), &patch)
+                        .map_err(|e| ProbeError::new(ProbeErrorKind::Diff, format!("cannot save diff.patch: {e}")))?;
+                }
+                if let Some(overlay) = &hidden {
+                    apply_overlay(&workspace, &base, overlay)
+                        .map_err(|e| ProbeError::new(ProbeErrorKind::HiddenTests, e.to_string()))?;
+                }
+                Ok(patch)
+            })
+            .await
+            .map_err(|e| ProbeError::new(ProbeErrorKind::Diff, e.to_string()))??;
+
+            // The verify command runs even when the run was cancelled: evidence first.
+            let never = CancellationToken::new();
+            let spec = CommandSpec::shell(&self.verify.run, ctx.workspace)
+                .timeout(self.verify.timeout)
+                .log_path(self.artifacts.as_ref().map(|dir| dir.join("verify.log")));
+            let ended = process::run(&spec, &never)
+                .await
+                .map_err(|e| ProbeError::new(ProbeErrorKind::Verify, format!("`{}`: {e}", self.verify.run)))?;
+            Ok(EnvironmentDelta {
+                diff: String::from_utf8_lossy(&diff).into_owned(),
+                command_result: CommandResult {
+                    command: self.verify.run.clone(),
+                    exit_code: ended.exit_code,
+                    timed_out: ended.timed_out,
+                    output: ended.output.text(),
+                    duration_ms: ended.duration.as_millis() as u64,
+                },
+            })
+        })
+    }
+}

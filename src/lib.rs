@@ -1,0 +1,18 @@
+//! deltabench: evaluate coding agents on real task suites, scored only on the workspace delta.
+//!
+//! A trial is one (task, agent, attempt). It flows: [`suite`] (YAML into a validated suite) →
+//! [`runner`] (plan and schedule) → provision ([`workspace`]) → construct and run ([`agent`]) →
+//! probe ([`delta`]) → dispose → score ([`metric`]) → [`store`] (the run directory) →
+//! [`report`]. The seam types in [`agent`], [`workspace`], [`delta`] and [`metric`] know
+//! nothing of the CLI or the run directory, so the crate is usable as a library.
+
+pub mod agent;
+pub mod cli;
+pub mod delta;
+pub mod metric;
+pub mod process;
+pub mod report;
+pub mod runner;
+pub mod store;
+pub mod suite;
+pub mod workspace;

@@ -1,0 +1,249 @@
+//! Metrics: a verdict computed from the [`EnvironmentDelta`] alone.
+//!
+//! A metric's input has no field for the agent's summary, so no metric, custom ones included,
+//! can score what the agent says about its own work.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::delta::EnvironmentDelta;
+use crate::process::{self, CommandSpec};
+
+/// The names `metric:` accepts besides a grader.
+pub const METRIC_NAMES: [&str; 3] = ["delta", "delta-token", "exit-code"];
+
+/// Tokens whose presence in the verify output fails `delta-token` (the seed's rule).
+pub const FAILURE_TOKENS: [&str; 6] = ["FAILED", "FAIL:", "ERROR:", "Traceback", "panicked", "error:"];
+
+/// A verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Score {
+    pub passed: bool,
+    pub score: f64,
+}
+
+impl Score {
+    pub fn from_passed(passed: bool) -> Self {
+        Self {
+            passed,
+            score: if passed { 1.0 } else { 0.0 },
+        }
+    }
+}
+
+/// The metric could not reach a verdict (a grader failed): the trial cannot be scored.
+#[derive(Debug, thiserror::Error)]
+#[error("metric '{metric}': {message}")]
+pub struct MetricError {
+    pub metric: String,
+    pub message: String,
+}
+
+/// Scores a delta.
+pub trait Metric: Send + Sync {
+    fn name(&self) -> &str;
+    fn score<'a>(&'a self, delta: &'a EnvironmentDelta) -> BoxFuture<'a, Result<Score, MetricError>>;
+}
+
+/// The default: the diff is non-empty AND the verify command exited 0 within its timeout.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeltaMetric;
+
+impl Metric for DeltaMetric {
+    fn name(&self) -> &str {
+        "delta"
+    }
+
+    fn score<'a>(&'a self, delta: &'a EnvironmentDelta) -> BoxFuture<'a, Result<Score, MetricError>> {
+        let passed = !delta.diff.trim().is_empty() && delta.command_result.succeeded();
+        Box::pin(async move { Ok(Score::from_passed(passed)) })
+    }
+}
+
+/// The seed's rule: the diff is non-empty AND the output carries no failure token.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeltaTokenMetric;
+
+impl Metric for DeltaTokenMetric {
+    fn name(&self) -> &str {
+        "delta-token"
+    }
+
+    fn score<'a>(&'a self, delta: &'a EnvironmentDelta) -> BoxFuture<'a, Result<Score, MetricError>> {
+        let output = &delta.command_result.output;
+        let clean = !FAILURE_TOKENS.iter().any(|token| output.contains(token));
+        let passed = !delta.diff.trim().is_empty() && clean;
+        Box::pin(async move { Ok(Score::from_passed(passed)) })
+    }
+}
+
+/// Passed when the verify command exited 0 within its timeout; ignores the diff.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExitCodeMetric;
+
+impl Metric for ExitCodeMetric {
+    fn name(&self) -> &str {
+        "exit-code"
+    }
+
+    fn score<'a>(&'a self, delta: &'a EnvironmentDelta) -> BoxFuture<'a, Result<Score, MetricError>> {
+        let passed = delta.command_result.succeeded();
+        Box::pin(async move { Ok(Score::from_passed(passed)) })
+    }
+}
+
+type Predicate = Box<dyn Fn(&EnvironmentDelta) -> bool + Send + Sync>;
+type Scorer = Box<dyn Fn(&EnvironmentDelta) -> f64 + Send + Sync>;
+
+/// A metric built in code: a name, a pass rule, and optionally a numeric score.
+pub struct CustomMetric {
+    name: String,
+    passed: Predicate,
+    score: Option<Scorer>,
+}
+
+impl CustomMetric {
+    pub fn new(
+        name: impl Into<String>,
+        passed: impl Fn(&EnvironmentDelta) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            passed: Box::new(passed),
+            score: None,
+        }
+    }
+
+    /// Without one, the score is 1.0 when passed, else 0.0.
+    pub fn with_score(mut self, score: impl Fn(&EnvironmentDelta) -> f64 + Send + Sync + 'static) -> Self {
+        self.score = Some(Box::new(score));
+        self
+    }
+}
+
+impl Metric for CustomMetric {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn score<'a>(&'a self, delta: &'a EnvironmentDelta) -> BoxFuture<'a, Result<Score, MetricError>> {
+        let passed = (self.passed)(delta);
+        let score = self
+            .score
+            .as_ref()
+            .map_or(Score::from_passed(passed).score, |f| f(delta));
+        Box::pin(async move { Ok(Score { passed, score }) })
+    }
+}
+
+/// An external grader: a shell command that reads `{"diff", "command_result"}` as JSON on stdin
+/// and prints `{"passed": bool, "score": number}` (the last JSON line of its output counts).
+#[derive(Debug, Clone)]
+pub struct GraderMetric {
+    pub command: String,
+    pub cwd: PathBuf,
+    pub timeout: Duration,
+}
+
+impl Metric for GraderMetric {
+    fn name(&self) -> &str {
+        &self.command
+    }
+
+    fn score<'a>(&'a self, delta: &'a EnvironmentDelta) -> BoxFuture<'a, Result<Score, MetricError>> {
+        Box::pin(async move {
+            let fail = |message: String| MetricError {
+                metric: self.command.clone(),
+                message,
+            };
+            let input = serde_json::to_vec(delta).map_err(|e| fail(e.to_string()))?;
+            let spec = CommandSpec::shell(&self.command, &self.cwd)
+                .timeout(Some(self.timeout))
+                .stdin(input);
+            let ended = process::run(&spec, &CancellationToken::new())
+                .await
+                .map_err(|e| fail(format!("cannot start the grader: {e}")))?;
+            if ended.timed_out {
+                return Err(fail(format!("timed out after {}", humantime::format_duration(self.timeout))));
+            }
+            let output = ended.output.text();
+            if ended.exit_code != Some(0) {
+                return Err(fail(format!(
+                    "exited with {:?}: {}",
+                    ended.exit_code,
+                    output.trim()
+                )));
+            }
+            output
+                .lines()
+                .rev()
+                .find_map(|line| serde_json::from_str::<Score>(line.trim()).ok())
+                .ok_or_else(|| {
+                    fail(format!(
+                        "printed no {{\"passed\": bool, \"score\": number}} line; it printed: {}",
+                        output.trim()
+                    ))
+                })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delta::CommandResult;
+
+    fn delta(diff: &str, exit_code: i32, output: &str) -> EnvironmentDelta {
+        EnvironmentDelta {
+            diff: diff.into(),
+            command_result: CommandResult {
+                command: "t".into(),
+                exit_code: Some(exit_code),
+                output: output.into(),
+                ..CommandResult::default()
+            },
+        }
+    }
+
+    fn verdict(metric: &dyn Metric, delta: &EnvironmentDelta) -> bool {
+        futures::executor::block_on(metric.score(delta)).unwrap().passed
+    }
+
+    #[test]
+    fn delta_needs_a_diff_and_a_green_verify() {
+        assert!(verdict(&DeltaMetric, &delta("+x", 0, "")));
+        assert!(!verdict(&DeltaMetric, &delta("", 0, "ok")));
+        assert!(!verdict(&DeltaMetric, &delta("+x", 1, "")));
+        let mut timed_out = delta("+x", 0, "");
+        timed_out.command_result.timed_out = true;
+        assert!(!verdict(&DeltaMetric, &timed_out));
+    }
+
+    #[test]
+    fn delta_token_looks_for_failure_tokens_only() {
+        assert!(verdict(&DeltaTokenMetric, &delta("+x", 1, "all good")));
+        assert!(!verdict(&DeltaTokenMetric, &delta("+x", 0, "FAILED (failures=1)")));
+        assert!(!verdict(&DeltaTokenMetric, &delta("", 0, "ok")));
+    }
+
+    #[test]
+    fn exit_code_ignores_the_diff() {
+        assert!(verdict(&ExitCodeMetric, &delta("", 0, "")));
+        assert!(!verdict(&ExitCodeMetric, &delta("+x", 2, "")));
+    }
+
+    #[test]
+    fn custom_metric_scores_with_its_own_rule() {
+        let strict = CustomMetric::new("green-tests-only", |d| {
+            !d.diff.trim().is_empty() && d.command_result.output.contains("0 failed")
+        })
+        .with_score(|d| d.diff.len() as f64);
+        let scored = futures::executor::block_on(strict.score(&delta("+abc", 0, "3 passed, 0 failed"))).unwrap();
+        assert_eq!(scored, Score { passed: true, score: 4.0 });
+        assert_eq!(strict.name(), "green-tests-only");
+    }
+}

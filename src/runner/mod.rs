@@ -1,0 +1,351 @@
+//! Plans and runs trials: (task, agent, trial) triples, in parallel, each through the lifecycle.
+//!
+//! [`plan`] validates what the user asked for against the suite (agents exist, filters match,
+//! `session` runs one trial) before anything runs. [`execute`] provisions the source once, runs
+//! every trial with at most `jobs` in flight, and is the only writer of `trials.jsonl`: each
+//! record is appended and fsynced before the observer hears of it.
+
+mod trial;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::store::{Manifest, RunDir, TrialRecord};
+use crate::suite::{AgentSpec, Located, Suite, agent_configs};
+use crate::workspace::{Isolation, PreparedSource, missing_backend_reason, prepare_source, resolve_commit};
+
+pub use trial::TrialInputs;
+
+/// What the user asked to run.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    /// Agent names; empty means the suite's agents (or `oracle` and `noop`).
+    pub agents: Vec<String>,
+    pub trials: u32,
+    pub jobs: usize,
+    pub tasks: Vec<String>,
+    pub tags: Vec<String>,
+    pub workdir: PathBuf,
+    pub keep_workspaces: bool,
+}
+
+/// A plan error: the request does not fit the suite. Exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct PlanError {
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl PlanError {
+    fn new(message: impl Into<String>, hint: Option<String>) -> Self {
+        Self {
+            message: message.into(),
+            hint,
+        }
+    }
+}
+
+/// One planned trial.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrialSpec {
+    pub task: usize,
+    pub agent: String,
+    pub trial: u32,
+}
+
+/// A validated run plan.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub suite: Arc<Suite>,
+    pub agents: IndexMap<String, AgentSpec>,
+    pub tasks: Vec<usize>,
+    pub trials: Vec<TrialSpec>,
+    pub request: RunRequest,
+}
+
+/// Checks `request` against `suite` and expands it into trials (task-major order).
+pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
+    if request.trials == 0 {
+        return Err(PlanError::new("--trials must be at least 1", None));
+    }
+    if request.jobs == 0 {
+        return Err(PlanError::new("-j must be at least 1", None));
+    }
+    let names: Vec<String> = if !request.agents.is_empty() {
+        request.agents.clone()
+    } else if !suite.agents.is_empty() {
+        suite.agents.keys().cloned().collect()
+    } else {
+        vec!["oracle".into(), "noop".into()]
+    };
+    let mut agents = IndexMap::new();
+    for name in names {
+        let Some(spec) = suite.agent(&name) else {
+            let mut known: Vec<String> = suite.agents.keys().cloned().collect();
+            for builtin in crate::suite::BUILTIN_AGENTS {
+                if !known.iter().any(|k| k == builtin) {
+                    known.push(builtin.into());
+                }
+            }
+            return Err(PlanError::new(
+                format!("unknown agent '{name}'. Available agents: {}", known.join(", ")),
+                Some("define it under `agents:` in the suite or in a file passed with --agents".into()),
+            ));
+        };
+        agents.insert(name, spec);
+    }
+    for id in &request.tasks {
+        if !suite.tasks.iter().any(|t| &t.id == id) {
+            let ids: Vec<&str> = suite.tasks.iter().map(|t| t.id.as_str()).collect();
+            return Err(PlanError::new(
+                format!("unknown task '{id}'. Tasks in suite '{}': {}", suite.name, ids.join(", ")),
+                None,
+            ));
+        }
+    }
+    let tasks: Vec<usize> = suite
+        .tasks
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| request.tasks.is_empty() || request.tasks.contains(&t.id))
+        .filter(|(_, t)| request.tags.is_empty() || t.tags.iter().any(|tag| request.tags.contains(tag)))
+        .map(|(i, _)| i)
+        .collect();
+    if tasks.is_empty() {
+        return Err(PlanError::new(
+            format!("no task matches the filters (--tag {})", request.tags.join(", --tag ")),
+            None,
+        ));
+    }
+    let mut trials = Vec::new();
+    for &task in &tasks {
+        for agent in agents.keys() {
+            for trial in 1..=request.trials {
+                trials.push(TrialSpec {
+                    task,
+                    agent: agent.clone(),
+                    trial,
+                });
+            }
+        }
+    }
+    for &task in &tasks {
+        let t = &suite.tasks[task];
+        match t.isolation {
+            Isolation::Sandbox => {
+                return Err(PlanError::new(
+                    format!("task '{}': {}", t.id, missing_backend_reason(Isolation::Sandbox)),
+                    None,
+                ));
+            }
+            Isolation::Session if trials.len() > 1 => {
+                return Err(PlanError::new(
+                    format!(
+                        "task '{}' uses `isolation: session`, which runs a single trial (one task, one agent, one trial), but this plan has {} trials",
+                        t.id,
+                        trials.len()
+                    ),
+                    Some("narrow the run with --task ID --agent NAME --trials 1, or use `worktree`".into()),
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(Plan {
+        suite,
+        agents,
+        tasks,
+        trials,
+        request,
+    })
+}
+
+/// Hears about the run as it goes. Implemented by the terminal reporter.
+pub trait RunObserver: Send {
+    fn started(&mut self, plan: &Plan, run_dir: &Path);
+    fn trial_finished(&mut self, record: &TrialRecord);
+    /// The first interrupt: no new trials start, running ones end.
+    fn interrupted(&mut self);
+}
+
+/// Why a run could not be carried out at all.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The suite's repo or a base commit cannot be used: a configuration error.
+    #[error("{message}")]
+    Config { message: String, at: Option<(PathBuf, u64, u64)> },
+    #[error("{0}")]
+    Io(String),
+}
+
+/// The result of a whole run.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    pub run_dir: PathBuf,
+    pub records: Vec<TrialRecord>,
+    pub interrupted: bool,
+    /// Workspace leftovers that could not be removed.
+    pub leftovers: Vec<String>,
+}
+
+/// Runs every trial of `plan`, writing `run_dir`. `cancel` stops the run gracefully.
+pub async fn execute(
+    plan: &Plan,
+    run_dir: &Path,
+    observer: &mut dyn RunObserver,
+    cancel: CancellationToken,
+) -> Result<RunOutcome, RunError> {
+    let suite = plan.suite.clone();
+    let mut store = RunDir::create(run_dir).map_err(|e| RunError::Io(format!("{}: {e}", run_dir.display())))?;
+    let run_id = run_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "run".into());
+    let root = plan
+        .request
+        .workdir
+        .join(format!("deltabench-{}-{}", sanitize(&run_id), std::process::id()));
+    let mut manifest = Manifest {
+        suite: suite.name.clone(),
+        suite_path: suite.path.display().to_string(),
+        suite_digest: suite.digest.clone(),
+        agents: agent_configs(&plan.agents),
+        tasks: plan.tasks.iter().map(|&i| suite.tasks[i].id.clone()).collect(),
+        trials_per_task: plan.request.trials,
+        jobs: plan.request.jobs,
+        planned_trials: plan.trials.len(),
+        deltabench_version: env!("CARGO_PKG_VERSION").into(),
+        started_at: now(),
+        finished_at: None,
+        host: hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default(),
+        workdir: root.display().to_string(),
+        interrupted: false,
+    };
+    store
+        .write_manifest(&manifest)
+        .map_err(|e| RunError::Io(format!("cannot write the manifest: {e}")))?;
+
+    let (source, commits) = {
+        let suite = suite.clone();
+        let root = root.clone();
+        let tasks = plan.tasks.clone();
+        tokio::task::spawn_blocking(move || prepare(&suite, &root, &tasks))
+            .await
+            .map_err(|e| RunError::Io(e.to_string()))??
+    };
+    observer.started(plan, run_dir);
+
+    let inputs = Arc::new(TrialInputs {
+        suite: suite.clone(),
+        agents: plan.agents.clone(),
+        source,
+        workspaces: root.join("ws"),
+    });
+    let semaphore = Arc::new(Semaphore::new(plan.request.jobs));
+    let (tx, mut rx) = mpsc::unbounded_channel::<TrialRecord>();
+    for spec in plan.trials.clone() {
+        let (inputs, semaphore, tx, cancel) = (inputs.clone(), semaphore.clone(), tx.clone(), cancel.clone());
+        let commit = commits[spec.task].clone();
+        let trial_dir = store
+            .trial_dir(&suite.tasks[spec.task].id, &spec.agent, spec.trial)
+            .map_err(|e| RunError::Io(e.to_string()))?;
+        tokio::spawn(async move {
+            let Ok(_permit) = semaphore.acquire_owned().await else { return };
+            if cancel.is_cancelled() {
+                return;
+            }
+            let record = trial::run_trial(&inputs, &spec, &commit, &trial_dir, cancel).await;
+            let _ = tx.send(record);
+        });
+    }
+    drop(tx);
+
+    let mut records = Vec::with_capacity(plan.trials.len());
+    let mut interrupts = 0;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| RunError::Io(e.to_string()))?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| RunError::Io(e.to_string()))?;
+    loop {
+        tokio::select! {
+            record = rx.recv() => {
+                let Some(record) = record else { break };
+                store.append(&record).map_err(|e| RunError::Io(format!("cannot append to trials.jsonl: {e}")))?;
+                observer.trial_finished(&record);
+                records.push(record);
+            }
+            _ = async { tokio::select! { _ = sigint.recv() => {}, _ = sigterm.recv() => {} } } => {
+                interrupts += 1;
+                if interrupts == 1 {
+                    cancel.cancel();
+                    observer.interrupted();
+                } else {
+                    crate::process::kill_all_live_groups();
+                    std::process::exit(130);
+                }
+            }
+        }
+    }
+
+    let mut leftovers = Vec::new();
+    if !plan.request.keep_workspaces
+        && root.exists()
+        && let Err(err) = std::fs::remove_dir_all(&root)
+    {
+        leftovers.push(format!("{}: {err}", root.display()));
+    }
+    manifest.finished_at = Some(now());
+    manifest.interrupted = cancel.is_cancelled() || records.len() < plan.trials.len();
+    store
+        .write_manifest(&manifest)
+        .map_err(|e| RunError::Io(format!("cannot write the manifest: {e}")))?;
+    Ok(RunOutcome {
+        run_dir: run_dir.to_owned(),
+        records,
+        interrupted: manifest.interrupted,
+        leftovers,
+    })
+}
+
+/// Prepares the source once and resolves every planned task's base commit.
+fn prepare(suite: &Suite, root: &Path, tasks: &[usize]) -> Result<(PreparedSource, Vec<String>), RunError> {
+    std::fs::create_dir_all(root).map_err(|e| RunError::Io(format!("cannot create {}: {e}", root.display())))?;
+    let source = prepare_source(&suite.repo, root).map_err(|message| RunError::Config {
+        message: format!("repo {} ({}): {message}", suite.repo.path.display(), suite.repo.kind),
+        at: None,
+    })?;
+    let mut commits = vec![String::new(); suite.tasks.len()];
+    let mut resolved: IndexMap<String, String> = IndexMap::new();
+    for &i in tasks {
+        let base: &Located<String> = &suite.tasks[i].base;
+        let commit = match resolved.get(&base.value) {
+            Some(commit) => commit.clone(),
+            None => {
+                let commit = resolve_commit(&source.git_dir, &base.value).map_err(|message| RunError::Config {
+                    message: format!("base '{}' of task '{}': {message}", base.value, suite.tasks[i].id),
+                    at: Some((suite.path.clone(), base.line, base.column)),
+                })?;
+                resolved.insert(base.value.clone(), commit.clone());
+                commit
+            }
+        };
+        commits[i] = commit;
+    }
+    Ok((source, commits))
+}
+
+/// A name made safe for a path component.
+pub fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .collect()
+}
+
+/// Now, as RFC 3339 UTC.
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}

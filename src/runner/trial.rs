@@ -1,0 +1,253 @@
+//! One trial: wire the seam types for (task, agent, n), run the lifecycle, write the artifacts.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use indexmap::IndexMap;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{
+    BuildContext, CodingAgent, CodingResult, CodingTask, CommandAgent, FnCodingAgentFactory, MockAgent,
+    NoopAgent, OracleAgent, RunCodingNode, RunNodeError, StreamEvent, run_coding_node,
+};
+use crate::delta::{DiffStats, TaskProbe, snapshot_tree};
+use crate::metric::{DeltaMetric, DeltaTokenMetric, ExitCodeMetric, GraderMetric, Metric};
+use crate::process::{self, CommandSpec};
+use crate::store::{Outcome, TrialRecord, UsageRecord, VerifyRecord, write_json_atomic};
+use crate::suite::{AgentSpec, MetricSpec, Suite, Task};
+use crate::workspace::{
+    BackendProvisioner, Isolation, PreparedSource, ProvisionError, ProvisionedWorkspace, WorkspaceBase,
+    WorkspaceProvisionError, WorkspaceProvisioner,
+};
+
+use super::{TrialSpec, now};
+
+/// What every trial of a run shares.
+pub struct TrialInputs {
+    pub suite: Arc<Suite>,
+    pub agents: IndexMap<String, AgentSpec>,
+    pub source: PreparedSource,
+    /// Parent of every worktree workspace of the run.
+    pub workspaces: PathBuf,
+}
+
+/// Runs one trial to a record. Never fails: what went wrong is in the record.
+pub async fn run_trial(
+    inputs: &TrialInputs,
+    spec: &TrialSpec,
+    commit: &str,
+    dir: &Path,
+    cancel: CancellationToken,
+) -> TrialRecord {
+    let started_at = now();
+    let started = Instant::now();
+    let task = &inputs.suite.tasks[spec.task];
+    let agent_spec = inputs.agents[&spec.agent].clone();
+    let base = WorkspaceBase {
+        repo: match (task.isolation, &inputs.source.work_tree) {
+            (Isolation::Session, Some(tree)) => tree.clone(),
+            _ => inputs.source.git_dir.clone(),
+        },
+        commit: commit.to_owned(),
+        name: format!("{}--{}--{}", task.id, spec.agent, spec.trial),
+    };
+    let provisioner = SetupProvisioner {
+        inner: BackendProvisioner::git(&inputs.workspaces),
+        setup: task.setup.clone(),
+        timeout: task.timeout,
+        log: dir.join("setup.log"),
+    };
+    let probe = Arc::new(TaskProbe {
+        hidden_tests: task.tests.clone(),
+        verify: task.verify.clone(),
+        artifacts: Some(dir.to_owned()),
+    });
+    let (agent_name, scratch, solution) = (spec.agent.clone(), dir.to_owned(), task.solution.clone());
+    let factory = FnCodingAgentFactory::new(
+        move |ctx: &BuildContext| -> Result<Arc<dyn CodingAgent>, anyhow::Error> {
+            Ok(match &agent_spec {
+                AgentSpec::Noop => Arc::new(NoopAgent::named(&agent_name)),
+                AgentSpec::Oracle => Arc::new(OracleAgent::new(ctx.workspace.clone(), ctx.base.clone(), solution.clone())),
+                AgentSpec::Mock(config) => Arc::new(
+                    MockAgent::new(config.clone())
+                        .named(&agent_name)
+                        .in_workspace(ctx.workspace.clone()),
+                ),
+                AgentSpec::Command(config) => Arc::new(CommandAgent::new(
+                    &agent_name,
+                    config.clone(),
+                    ctx.workspace.clone(),
+                    scratch.clone(),
+                )),
+            })
+        },
+        probe,
+    );
+    let metric = metric_for(task, &inputs.suite);
+    let mut events = match File::create(dir.join("events.jsonl")) {
+        Ok(file) => Some(BufWriter::new(file)),
+        Err(_) => None,
+    };
+    let mut on_event = |event: &StreamEvent| {
+        if let Some(out) = events.as_mut()
+            && let Ok(line) = serde_json::to_string(event)
+        {
+            let _ = writeln!(out, "{line}");
+        }
+    };
+    let (ran, lifecycle) = run_coding_node(RunCodingNode {
+        factory: &factory,
+        provisioner: &provisioner,
+        base: &base,
+        isolation: task.isolation.as_str(),
+        task: CodingTask {
+            task: task.instruction.clone(),
+            session_id: None,
+            signal: Some(cancel.clone()),
+            deadline: task.timeout,
+        },
+        signal: Some(cancel),
+        metric: Some(metric.as_ref()),
+        on_event: Some(&mut on_event),
+    })
+    .await;
+    if let Some(mut out) = events.take() {
+        let _ = out.flush();
+    }
+
+    let mut record = TrialRecord {
+        task: task.id.clone(),
+        agent: spec.agent.clone(),
+        trial: spec.trial,
+        outcome: Outcome::InfraError,
+        passed: false,
+        score: None,
+        metric: task.metric.name(),
+        status: None,
+        error: None,
+        infra_error: None,
+        session_id: None,
+        diff: None,
+        verify: None,
+        usage: None,
+        duration_ms: 0,
+        agent_duration_ms: None,
+        phases: lifecycle
+            .steps
+            .iter()
+            .map(|(phase, us)| (format!("{phase:?}").to_lowercase(), *us))
+            .collect(),
+        started_at,
+    };
+    let mut result_json = serde_json::json!({ "lifecycle": lifecycle });
+    match ran {
+        Ok(report) => {
+            let outcome = &report.outcome;
+            record.outcome = if report.score.passed { Outcome::Pass } else { Outcome::Fail };
+            record.passed = report.score.passed;
+            record.score = Some(report.score.score);
+            record.diff = Some(DiffStats::from_patch(&outcome.delta.diff));
+            let verify = &outcome.delta.command_result;
+            record.verify = Some(VerifyRecord {
+                exit_code: verify.exit_code,
+                timed_out: verify.timed_out,
+                duration_ms: verify.duration_ms,
+            });
+            describe_result(&mut record, &outcome.result);
+            result_json["result"] = serde_json::to_value(&outcome.result).unwrap_or_default();
+            result_json["summary"] = serde_json::to_value(&outcome.summary).unwrap_or_default();
+        }
+        Err(err) => {
+            if let RunNodeError::Probe(probe) = &err
+                && let Some(result) = &probe.result
+            {
+                describe_result(&mut record, result);
+                result_json["result"] = serde_json::to_value(result).unwrap_or_default();
+            }
+            record.infra_error = Some(err.to_string());
+        }
+    }
+    record.duration_ms = started.elapsed().as_millis() as u64;
+    result_json["record"] = serde_json::to_value(&record).unwrap_or_default();
+    let _ = write_json_atomic(&dir.join("result.json"), &result_json);
+    record
+}
+
+fn describe_result(record: &mut TrialRecord, result: &CodingResult) {
+    record.status = Some(result.status);
+    record.error = result.error.clone();
+    record.session_id = Some(result.session_id.clone());
+    record.agent_duration_ms = result.duration_ms;
+    record.usage = result.usage.as_ref().map(|u| UsageRecord {
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cost_usd: u.cost_usd,
+    });
+}
+
+fn metric_for(task: &Task, suite: &Suite) -> Box<dyn Metric> {
+    match &task.metric {
+        MetricSpec::Delta => Box::new(DeltaMetric),
+        MetricSpec::DeltaToken => Box::new(DeltaTokenMetric),
+        MetricSpec::ExitCode => Box::new(ExitCodeMetric),
+        MetricSpec::Grader { command, timeout } => Box::new(GraderMetric {
+            command: command.clone(),
+            cwd: suite.path.parent().map(Path::to_owned).unwrap_or_default(),
+            timeout: timeout.unwrap_or(Duration::from_secs(60)),
+        }),
+    }
+}
+
+/// Provisions through `inner`, then runs the task's setup command; the tree it leaves is the
+/// base the probe diffs against.
+struct SetupProvisioner {
+    inner: BackendProvisioner,
+    setup: Option<String>,
+    timeout: Option<Duration>,
+    log: PathBuf,
+}
+
+impl WorkspaceProvisioner for SetupProvisioner {
+    fn provision<'a>(
+        &'a self,
+        base: &'a WorkspaceBase,
+        isolation: &'a str,
+    ) -> BoxFuture<'a, Result<ProvisionedWorkspace, ProvisionError>> {
+        Box::pin(async move {
+            let mut workspace = self.inner.provision(base, isolation).await?;
+            let Some(setup) = &self.setup else {
+                return Ok(workspace);
+            };
+            let fail = |reason: String| WorkspaceProvisionError {
+                isolation: workspace.isolation,
+                base: base.repo.clone(),
+                reason,
+            };
+            let spec = CommandSpec::shell(setup, &workspace.path)
+                .timeout(self.timeout)
+                .log_path(Some(self.log.clone()));
+            let ended = process::run(&spec, &CancellationToken::new())
+                .await
+                .map_err(|e| fail(format!("cannot start the setup command: {e}")))?;
+            if !ended.success() {
+                let how = if ended.timed_out {
+                    "timed out".to_owned()
+                } else {
+                    format!("exited with {:?}", ended.exit_code)
+                };
+                return Err(fail(format!("the setup command `{setup}` {how}; see {}", self.log.display())).into());
+            }
+            let path = workspace.path.clone();
+            let tree = tokio::task::spawn_blocking(move || snapshot_tree(&path))
+                .await
+                .map_err(|e| fail(e.to_string()))?
+                .map_err(|e| fail(format!("cannot snapshot the tree after setup: {}", e.message())))?;
+            workspace.rebase(tree);
+            Ok(workspace)
+        })
+    }
+}

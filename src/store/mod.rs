@@ -1,0 +1,228 @@
+//! The run directory: the contract later features and users read.
+//!
+//! ```text
+//! RUN_DIR/
+//!   manifest.json      suite name and digest, agents and configs, version, times, host
+//!   trials.jsonl       one line per finished trial, appended and fsynced before it is reported
+//!   trials/<task>/<agent>/<n>/
+//!     events.jsonl  diff.patch  verify.log  agent.log  result.json  (instruction.md, setup.log)
+//! ```
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{CodingError, CodingStatus};
+use crate::delta::DiffStats;
+
+/// A trial's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Pass,
+    Fail,
+    /// Not scored: provisioning, the probe, or the harness failed.
+    InfraError,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pass => "pass",
+            Self::Fail => "fail",
+            Self::InfraError => "infra_error",
+        }
+    }
+}
+
+/// The verify command's result as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyRecord {
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+}
+
+/// Usage as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct UsageRecord {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: Option<f64>,
+}
+
+/// One line of `trials.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialRecord {
+    pub task: String,
+    pub agent: String,
+    /// 1-based.
+    pub trial: u32,
+    pub outcome: Outcome,
+    pub passed: bool,
+    /// Null when the trial was not scored.
+    pub score: Option<f64>,
+    pub metric: String,
+    /// The agent's `CodingResult` status; null when no agent ran.
+    pub status: Option<CodingStatus>,
+    pub error: Option<CodingError>,
+    /// Why the trial could not be scored.
+    pub infra_error: Option<String>,
+    pub session_id: Option<String>,
+    pub diff: Option<DiffStats>,
+    pub verify: Option<VerifyRecord>,
+    pub usage: Option<UsageRecord>,
+    /// Wall time of the whole trial.
+    pub duration_ms: u64,
+    /// Wall time of the agent's run.
+    pub agent_duration_ms: Option<u64>,
+    /// Microseconds per lifecycle phase, in the order they ran.
+    pub phases: Vec<(String, u64)>,
+    pub started_at: String,
+}
+
+/// The manifest of a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub suite: String,
+    pub suite_path: String,
+    pub suite_digest: String,
+    pub agents: BTreeMap<String, serde_json::Value>,
+    pub tasks: Vec<String>,
+    pub trials_per_task: u32,
+    pub jobs: usize,
+    pub planned_trials: usize,
+    pub deltabench_version: String,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub host: String,
+    pub workdir: String,
+    /// True when the run was interrupted before every planned trial ran.
+    #[serde(default)]
+    pub interrupted: bool,
+}
+
+/// A run directory being written.
+#[derive(Debug)]
+pub struct RunDir {
+    path: PathBuf,
+    trials: File,
+}
+
+impl RunDir {
+    /// Creates the directory; refuses one that already holds a run.
+    pub fn create(path: &Path) -> io::Result<Self> {
+        if path.join("trials.jsonl").exists() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} already holds a run; choose another --out", path.display()),
+            ));
+        }
+        fs::create_dir_all(path.join("trials"))?;
+        let trials = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path.join("trials.jsonl"))?;
+        Ok(Self {
+            path: path.to_owned(),
+            trials,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `trials/<task>/<agent>/<n>/`, created.
+    pub fn trial_dir(&self, task: &str, agent: &str, trial: u32) -> io::Result<PathBuf> {
+        let dir = self.path.join("trials").join(task).join(agent).join(trial.to_string());
+        fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+
+    /// Writes the manifest atomically (temp file + rename).
+    pub fn write_manifest(&self, manifest: &Manifest) -> io::Result<()> {
+        write_json_atomic(&self.path.join("manifest.json"), manifest)
+    }
+
+    /// Appends one record and fsyncs it, so a crash never loses a reported trial.
+    pub fn append(&mut self, record: &TrialRecord) -> io::Result<()> {
+        let mut line = serde_json::to_vec(record).map_err(io::Error::other)?;
+        line.push(b'\n');
+        self.trials.write_all(&line)?;
+        self.trials.sync_data()
+    }
+}
+
+/// Writes pretty JSON through a temp file and a rename.
+pub fn write_json_atomic(path: &Path, value: &impl Serialize) -> io::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    bytes.push(b'\n');
+    fs::write(&tmp, bytes)?;
+    fs::rename(tmp, path)
+}
+
+/// A finished (or interrupted) run read back from disk.
+#[derive(Debug, Clone)]
+pub struct StoredRun {
+    pub path: PathBuf,
+    pub manifest: Manifest,
+    pub trials: Vec<TrialRecord>,
+}
+
+/// Why a run directory cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadRunError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{}:{line}: {message}", path.display())]
+    Parse { path: PathBuf, line: usize, message: String },
+}
+
+/// Reads `manifest.json` and `trials.jsonl`. A torn last line (a crash mid-write) is skipped.
+pub fn read_run(path: &Path) -> Result<StoredRun, ReadRunError> {
+    let manifest_path = path.join("manifest.json");
+    let io_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| ReadRunError::Io { path, source }
+    };
+    let manifest_text = fs::read_to_string(&manifest_path).map_err(io_err(&manifest_path))?;
+    let manifest = serde_json::from_str(&manifest_text).map_err(|e| ReadRunError::Parse {
+        path: manifest_path.clone(),
+        line: e.line(),
+        message: e.to_string(),
+    })?;
+    let trials_path = path.join("trials.jsonl");
+    let file = File::open(&trials_path).map_err(io_err(&trials_path))?;
+    let lines: Vec<String> = BufReader::new(file)
+        .lines()
+        .collect::<Result<_, _>>()
+        .map_err(io_err(&trials_path))?;
+    let mut trials = Vec::with_capacity(lines.len());
+    let last = lines.len();
+    for (index, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str(line) {
+            Ok(record) => trials.push(record),
+            Err(_) if index + 1 == last => {}
+            Err(e) => {
+                return Err(ReadRunError::Parse {
+                    path: trials_path.clone(),
+                    line: index + 1,
+                    message: e.to_string(),
+                });
+            }
+        }
+    }
+    Ok(StoredRun {
+        path: path.to_owned(),
+        manifest,
+        trials,
+    })
+}

@@ -1,0 +1,656 @@
+//! Suite files: YAML in, a validated [`Suite`] out, or an error with file, line and column.
+//!
+//! Loading is two steps, as in ripgrep's low/high argument split: [`raw`] records the YAML as
+//! written (with locations), and [`load`] checks every value (paths exist, durations parse,
+//! strategies and kinds are known, ids are unique) before anything runs.
+
+mod raw;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use serde::Serialize;
+use serde_saphyr::Spanned;
+use sha2::{Digest, Sha256};
+
+use crate::agent::{CommandAgentConfig, MockConfig};
+use crate::delta::VerifySpec;
+use crate::metric::METRIC_NAMES;
+use crate::workspace::{Isolation, Overlay};
+
+pub use raw::{RawAgent, RawAgentsFile, RawSuite};
+use raw::{RawDefaults, RawMetric, RawTask, RawVerify, loc};
+
+/// The agent kinds a configuration may name.
+pub const AGENT_KINDS: [&str; 4] = ["noop", "oracle", "mock", "command"];
+/// Agents that exist without being configured.
+pub const BUILTIN_AGENTS: [&str; 2] = ["oracle", "noop"];
+/// The default grader timeout.
+const GRADER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A suite file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SuiteError {
+    #[error("cannot read {}: {message}", path.display())]
+    Read { path: PathBuf, message: String },
+    #[error("{}:{line}:{column}: {message}", path.display())]
+    At {
+        path: PathBuf,
+        line: u64,
+        column: u64,
+        message: String,
+        /// The offending line with a caret under the column.
+        snippet: String,
+    },
+}
+
+impl SuiteError {
+    pub fn snippet(&self) -> Option<&str> {
+        match self {
+            Self::At { snippet, .. } => Some(snippet),
+            Self::Read { .. } => None,
+        }
+    }
+}
+
+/// A value with the place in the suite file it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located<T> {
+    pub value: T,
+    pub line: u64,
+    pub column: u64,
+}
+
+/// What kind of repository `repo:` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RepoKind {
+    WorkTree,
+    Bare,
+    Bundle,
+    PlainDir,
+}
+
+/// The suite's repository.
+#[derive(Debug, Clone, Serialize)]
+pub struct RepoSource {
+    pub path: PathBuf,
+    pub kind: RepoKind,
+}
+
+/// How a task is scored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MetricSpec {
+    Delta,
+    DeltaToken,
+    ExitCode,
+    Grader {
+        command: String,
+        #[serde(with = "duration_opt")]
+        timeout: Option<Duration>,
+    },
+}
+
+impl MetricSpec {
+    pub fn name(&self) -> String {
+        match self {
+            Self::Delta => "delta".into(),
+            Self::DeltaToken => "delta-token".into(),
+            Self::ExitCode => "exit-code".into(),
+            Self::Grader { command, .. } => format!("grader:{command}"),
+        }
+    }
+}
+
+/// A configured agent.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AgentSpec {
+    Noop,
+    Oracle,
+    Mock(MockConfig),
+    Command(CommandAgentConfig),
+}
+
+/// A validated task.
+#[derive(Debug, Clone, Serialize)]
+pub struct Task {
+    pub id: String,
+    pub instruction: String,
+    #[serde(serialize_with = "located_value")]
+    pub base: Located<String>,
+    pub setup: Option<String>,
+    pub tests: Option<Overlay>,
+    pub verify: VerifySpec,
+    pub solution: Option<Overlay>,
+    pub metric: MetricSpec,
+    pub tags: Vec<String>,
+    #[serde(with = "duration_opt")]
+    pub timeout: Option<Duration>,
+    pub isolation: Isolation,
+}
+
+fn located_value<S: serde::Serializer>(v: &Located<String>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&v.value)
+}
+
+/// A validated suite.
+#[derive(Debug, Clone, Serialize)]
+pub struct Suite {
+    pub name: String,
+    pub description: Option<String>,
+    /// The suite file.
+    pub path: PathBuf,
+    /// sha256 of the suite file and the agents file, if any.
+    pub digest: String,
+    pub repo: RepoSource,
+    pub agents: IndexMap<String, AgentSpec>,
+    pub tasks: Vec<Task>,
+}
+
+impl Suite {
+    /// A configured agent, or one of the built-ins (`oracle`, `noop`).
+    pub fn agent(&self, name: &str) -> Option<AgentSpec> {
+        self.agents.get(name).cloned().or(match name {
+            "oracle" => Some(AgentSpec::Oracle),
+            "noop" => Some(AgentSpec::Noop),
+            _ => None,
+        })
+    }
+}
+
+/// Where the source text of one file is, for error messages.
+struct Source<'a> {
+    path: &'a Path,
+    text: &'a str,
+    dir: PathBuf,
+}
+
+impl Source<'_> {
+    fn error(&self, (line, column): (u64, u64), message: impl Into<String>) -> SuiteError {
+        SuiteError::At {
+            path: self.path.to_owned(),
+            line,
+            column,
+            message: message.into(),
+            snippet: snippet(self.text, line, column),
+        }
+    }
+
+    fn at<T>(&self, spanned: &Spanned<T>, message: impl Into<String>) -> SuiteError {
+        self.error(loc(spanned), message)
+    }
+
+    /// A path relative to this file that must exist.
+    fn existing_path(&self, spanned: &Spanned<String>, what: &str) -> Result<PathBuf, SuiteError> {
+        let path = self.dir.join(&spanned.value);
+        if path.exists() {
+            Ok(path)
+        } else {
+            Err(self.at(spanned, format!("{what} '{}' does not exist ({})", spanned.value, path.display())))
+        }
+    }
+
+    fn duration(&self, spanned: &Spanned<String>) -> Result<Duration, SuiteError> {
+        parse_duration(&spanned.value).map_err(|message| self.at(spanned, message))
+    }
+
+    fn parse<T: for<'de> serde::Deserialize<'de>>(&self) -> Result<T, SuiteError> {
+        serde_saphyr::from_str(self.text).map_err(|err| {
+            let (line, column) = err
+                .location()
+                .map(|l| (l.line(), l.column()))
+                .unwrap_or((1, 1));
+            self.error((line, column), yaml_message(&err))
+        })
+    }
+}
+
+/// The message of a YAML error without its "at line N, column M" tail.
+fn yaml_message(err: &serde_saphyr::Error) -> String {
+    let text = err.without_snippet().to_string();
+    let text = match text.find(" at line ") {
+        Some(i) => text[..i].to_owned(),
+        None => text,
+    };
+    if text.starts_with("budget breached") {
+        format!("the document expands beyond the parser's limits (an alias bomb?): {text}")
+    } else {
+        text
+    }
+}
+
+fn snippet(text: &str, line: u64, column: u64) -> String {
+    let Some(content) = text.lines().nth(line.saturating_sub(1) as usize) else {
+        return String::new();
+    };
+    let gutter = line.to_string().len();
+    let pad = " ".repeat(gutter);
+    let caret = " ".repeat(column.saturating_sub(1) as usize);
+    format!("{pad} |\n{line} | {content}\n{pad} | {caret}^")
+}
+
+/// Parses `500ms`, `90s`, `10m`, `1h30m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let parsed = humantime::parse_duration(text.trim()).map_err(|err| {
+        format!("invalid duration '{text}': {err}; write a number and a unit, e.g. 500ms, 90s, 10m or 1h")
+    })?;
+    if parsed.is_zero() {
+        return Err(format!("invalid duration '{text}': it must be greater than zero"));
+    }
+    Ok(parsed)
+}
+
+/// Serde for `Option<Duration>` as a human string (`90s`).
+pub mod duration_opt {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(d) => s.serialize_str(&humantime::format_duration(*d).to_string()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|text| super::parse_duration(&text).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+fn is_safe_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// Finds the suite file: `path` itself, or `suite.yaml` / `suite.yml` inside it.
+pub fn suite_file(path: &Path) -> Result<PathBuf, SuiteError> {
+    if path.is_dir() {
+        for name in ["suite.yaml", "suite.yml"] {
+            let candidate = path.join(name);
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+        return Err(SuiteError::Read {
+            path: path.to_owned(),
+            message: "the folder has no suite.yaml".into(),
+        });
+    }
+    if path.is_file() {
+        Ok(path.to_owned())
+    } else {
+        Err(SuiteError::Read {
+            path: path.to_owned(),
+            message: "no such file or folder".into(),
+        })
+    }
+}
+
+fn read(path: &Path) -> Result<String, SuiteError> {
+    std::fs::read_to_string(path).map_err(|err| SuiteError::Read {
+        path: path.to_owned(),
+        message: err.to_string(),
+    })
+}
+
+/// Loads and validates a suite (a file, or a folder holding `suite.yaml`) and an optional agents
+/// file whose agents override the suite's.
+pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteError> {
+    let path = suite_file(suite)?;
+    let text = read(&path)?;
+    let source = Source {
+        path: &path,
+        text: &text,
+        dir: path.parent().map(Path::to_owned).unwrap_or_default(),
+    };
+    let raw: RawSuite = source.parse()?;
+    let mut digest = Sha256::new();
+    digest.update(text.as_bytes());
+
+    let mut agents = IndexMap::new();
+    for (name, agent) in &raw.agents {
+        agents.insert(name.clone(), agent_spec(&source, name, agent)?);
+    }
+    if let Some(agents_path) = agents_file {
+        let agents_text = read(agents_path)?;
+        digest.update(agents_text.as_bytes());
+        let agents_source = Source {
+            path: agents_path,
+            text: &agents_text,
+            dir: agents_path.parent().map(Path::to_owned).unwrap_or_default(),
+        };
+        let file: RawAgentsFile = agents_source.parse()?;
+        for (name, agent) in &file.agents {
+            agents.insert(name.clone(), agent_spec(&agents_source, name, agent)?);
+        }
+    }
+
+    let name = raw.name.value.trim().to_owned();
+    if name.is_empty() {
+        return Err(source.at(&raw.name, "the suite `name` is empty"));
+    }
+    let repo = repo_source(&source, &raw.repo)?;
+    let mut tasks = Vec::with_capacity(raw.tasks.len());
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    for raw_task in &raw.tasks {
+        let task = task(&source, &raw, &raw.defaults, raw_task)?;
+        if let Some(first) = seen.insert(task.id.clone(), loc(&raw_task.id).0) {
+            return Err(source.at(
+                &raw_task.id,
+                format!("duplicate task id '{}' (first defined on line {first})", task.id),
+            ));
+        }
+        tasks.push(task);
+    }
+    if tasks.is_empty() {
+        return Err(source.at(&raw.name, "the suite has no tasks; add at least one under `tasks:`"));
+    }
+    Ok(Suite {
+        name,
+        description: raw.description.clone(),
+        path: path.clone(),
+        digest: format!("sha256:{:x}", digest.finalize()),
+        repo,
+        agents,
+        tasks,
+    })
+}
+
+fn repo_source(source: &Source, repo: &Spanned<String>) -> Result<RepoSource, SuiteError> {
+    let path = source.existing_path(repo, "repo")?;
+    let path = path.canonicalize().unwrap_or(path);
+    let kind = if path.is_file() {
+        let mut head = [0u8; 16];
+        let n = std::fs::File::open(&path)
+            .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+            .unwrap_or(0);
+        if head[..n].starts_with(b"# v2 git bundle") || head[..n].starts_with(b"# v3 git bundle") {
+            RepoKind::Bundle
+        } else {
+            return Err(source.at(
+                repo,
+                format!("repo '{}' is a file but not a git bundle", repo.value),
+            ));
+        }
+    } else if path.join(".git").exists() {
+        RepoKind::WorkTree
+    } else if path.join("HEAD").is_file() && path.join("objects").is_dir() {
+        RepoKind::Bare
+    } else {
+        RepoKind::PlainDir
+    };
+    Ok(RepoSource { path, kind })
+}
+
+fn agent_spec(source: &Source, name: &str, agent: &RawAgent) -> Result<AgentSpec, SuiteError> {
+    if !is_safe_name(name) {
+        return Err(source.at(
+            &agent.kind,
+            format!("agent name '{name}' is not allowed: use letters, digits, '.', '_' and '-'"),
+        ));
+    }
+    let kind = agent.kind.value.as_str();
+    let allowed: &[&str] = match kind {
+        "noop" | "oracle" => &[],
+        "mock" => &["responses", "artifacts", "delay", "simulate_error", "simulate_panic", "apply_writes"],
+        "command" => &["run", "timeout", "env"],
+        other => {
+            return Err(source.at(
+                &agent.kind,
+                format!(
+                    "unknown agent kind '{other}' for agent '{name}'. Valid kinds: {}",
+                    AGENT_KINDS.join(", ")
+                ),
+            ));
+        }
+    };
+    for (key, location) in agent.keys_set() {
+        if !allowed.contains(&key) {
+            let valid = if allowed.is_empty() {
+                "none".to_owned()
+            } else {
+                allowed.join(", ")
+            };
+            return Err(source.error(
+                location.unwrap_or(loc(&agent.kind)),
+                format!("`{key}` does not apply to agent '{name}' of kind '{kind}'. Valid keys for it: {valid}"),
+            ));
+        }
+    }
+    Ok(match kind {
+        "noop" => AgentSpec::Noop,
+        "oracle" => AgentSpec::Oracle,
+        "mock" => AgentSpec::Mock(MockConfig {
+            responses: agent.responses.clone().unwrap_or_default(),
+            artifacts: agent.artifacts.clone().unwrap_or_default(),
+            delay: agent.delay.as_ref().map(|d| source.duration(d)).transpose()?,
+            simulate_error: agent.simulate_error.clone(),
+            simulate_panic: agent.simulate_panic,
+            apply_writes: agent.apply_writes.unwrap_or(false),
+        }),
+        _ => {
+            let Some(run) = &agent.run else {
+                return Err(source.at(
+                    &agent.kind,
+                    format!("agent '{name}' of kind 'command' needs `run`: the shell command to start"),
+                ));
+            };
+            AgentSpec::Command(CommandAgentConfig {
+                run: resolve_command(source, run)?,
+                timeout: agent.timeout.as_ref().map(|t| source.duration(t)).transpose()?,
+                env: agent.env.clone().unwrap_or_default(),
+            })
+        }
+    })
+}
+
+/// Makes a leading `./x` or `../x` in a command line absolute, relative to the defining file:
+/// the command runs in the workspace, not next to the suite.
+fn resolve_command(source: &Source, run: &Spanned<String>) -> Result<String, SuiteError> {
+    let line = run.value.trim();
+    if line.is_empty() {
+        return Err(source.at(run, "`run` is empty"));
+    }
+    let (first, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+    if !(first.starts_with("./") || first.starts_with("../")) {
+        return Ok(line.to_owned());
+    }
+    let path = source.dir.join(first);
+    if !path.is_file() {
+        return Err(source.at(run, format!("agent script '{first}' does not exist ({})", path.display())));
+    }
+    let path = path.canonicalize().unwrap_or(path);
+    let quoted = shell_quote(&path.to_string_lossy());
+    Ok(if rest.is_empty() {
+        quoted
+    } else {
+        format!("{quoted} {rest}")
+    })
+}
+
+fn shell_quote(text: &str) -> String {
+    if text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@".contains(c))
+    {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+fn task(source: &Source, raw: &RawSuite, defaults: &RawDefaults, t: &RawTask) -> Result<Task, SuiteError> {
+    let id = t.id.value.clone();
+    if !is_safe_name(&id) {
+        return Err(source.at(
+            &t.id,
+            format!("task id '{id}' is not allowed: use letters, digits, '.', '_' and '-'"),
+        ));
+    }
+    let instruction = match (&t.instruction, &t.instruction_file) {
+        (Some(text), None) => text.value.clone(),
+        (None, Some(file)) => {
+            let path = source.existing_path(file, "instruction_file")?;
+            std::fs::read_to_string(&path).map_err(|err| source.at(file, format!("cannot read {}: {err}", path.display())))?
+        }
+        (Some(_), Some(file)) => {
+            return Err(source.at(file, format!("task '{id}' sets both `instruction` and `instruction_file`; keep one")));
+        }
+        (None, None) => {
+            return Err(source.at(&t.id, format!("task '{id}' has no `instruction` or `instruction_file`")));
+        }
+    };
+    if instruction.trim().is_empty() {
+        return Err(source.at(&t.id, format!("task '{id}' has an empty instruction")));
+    }
+    let base = t
+        .base
+        .as_ref()
+        .or(defaults.base.as_ref())
+        .or(raw.base.as_ref())
+        .map(|b| Located {
+            value: b.value.clone(),
+            line: loc(b).0,
+            column: loc(b).1,
+        })
+        .unwrap_or_else(|| Located {
+            value: "HEAD".into(),
+            line: loc(&raw.repo).0,
+            column: loc(&raw.repo).1,
+        });
+    let overlay = |field: &Option<Spanned<String>>, what: &str| -> Result<Option<Overlay>, SuiteError> {
+        field
+            .as_ref()
+            .map(|p| source.existing_path(p, what).map(Overlay::from_path))
+            .transpose()
+    };
+    let verify = match t.verify.as_ref().or(defaults.verify.as_ref()) {
+        Some(v) => verify_spec(source, v)?,
+        None => {
+            return Err(source.at(
+                &t.id,
+                format!("task '{id}' has no `verify` command; set it on the task or under `defaults:`"),
+            ));
+        }
+    };
+    let metric = match t.metric.as_ref().or(defaults.metric.as_ref()) {
+        Some(m) => metric_spec(source, m)?,
+        None => MetricSpec::Delta,
+    };
+    let isolation = match t.isolation.as_ref().or(defaults.isolation.as_ref()) {
+        Some(s) => s.value.parse().map_err(|err| source.at(s, format!("{err}")))?,
+        None => Isolation::Worktree,
+    };
+    let timeout = t
+        .timeout
+        .as_ref()
+        .or(defaults.timeout.as_ref())
+        .map(|d| source.duration(d))
+        .transpose()?;
+    let setup = t.setup.as_ref().or(defaults.setup.as_ref()).map(|s| s.value.clone());
+    let mut tags = defaults.tags.clone().unwrap_or_default();
+    for tag in t.tags.iter().flatten() {
+        if !tags.contains(tag) {
+            tags.push(tag.clone());
+        }
+    }
+    Ok(Task {
+        id,
+        instruction,
+        base,
+        setup,
+        tests: overlay(&t.tests, "tests")?,
+        verify,
+        solution: overlay(&t.solution, "solution")?,
+        metric,
+        tags,
+        timeout,
+        isolation,
+    })
+}
+
+fn verify_spec(source: &Source, v: &Spanned<RawVerify>) -> Result<VerifySpec, SuiteError> {
+    if v.value.run.trim().is_empty() {
+        return Err(source.at(v, "the verify command is empty"));
+    }
+    let timeout = v
+        .value
+        .timeout
+        .as_deref()
+        .map(|t| parse_duration(t).map_err(|message| source.at(v, message)))
+        .transpose()?;
+    Ok(VerifySpec {
+        run: v.value.run.clone(),
+        timeout,
+    })
+}
+
+fn metric_spec(source: &Source, m: &Spanned<RawMetric>) -> Result<MetricSpec, SuiteError> {
+    match &m.value {
+        RawMetric::Named(name) => match name.as_str() {
+            "delta" => Ok(MetricSpec::Delta),
+            "delta-token" => Ok(MetricSpec::DeltaToken),
+            "exit-code" => Ok(MetricSpec::ExitCode),
+            other => Err(source.at(
+                m,
+                format!(
+                    "unknown metric '{other}'. Valid metrics: {}, or {{grader: COMMAND}}",
+                    METRIC_NAMES.join(", ")
+                ),
+            )),
+        },
+        RawMetric::Grader { command, timeout } => {
+            let spanned = Spanned {
+                value: command.clone(),
+                referenced: m.referenced,
+                defined: m.defined,
+            };
+            Ok(MetricSpec::Grader {
+                command: resolve_command(source, &spanned)?,
+                timeout: Some(
+                    timeout
+                        .as_deref()
+                        .map(|t| parse_duration(t).map_err(|message| source.at(m, message)))
+                        .transpose()?
+                        .unwrap_or(GRADER_TIMEOUT),
+                ),
+            })
+        }
+    }
+}
+
+/// The JSON Schema of the suite file.
+pub fn json_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(RawSuite)).unwrap_or_default()
+}
+
+impl fmt::Display for RepoKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::WorkTree => "git work tree",
+            Self::Bare => "bare git repository",
+            Self::Bundle => "git bundle",
+            Self::PlainDir => "plain directory",
+        })
+    }
+}
+
+/// Agent configurations as recorded in a manifest.
+pub fn agent_configs(agents: &IndexMap<String, AgentSpec>) -> BTreeMap<String, serde_json::Value> {
+    agents
+        .iter()
+        .map(|(name, spec)| (name.clone(), serde_json::to_value(spec).unwrap_or_default()))
+        .collect()
+}

@@ -1,0 +1,290 @@
+//! The suite file as written: a direct record of the YAML, with source locations.
+//!
+//! Nothing here is validated beyond its shape; [`super::load`] turns these into a [`super::Suite`].
+
+use std::collections::BTreeMap;
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_saphyr::Spanned;
+
+use crate::agent::{MockArtifact, SimulatedError, StreamEvent};
+
+/// A deltabench suite: a repository, agents, and tasks to run them on.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "deltabench suite")]
+pub struct RawSuite {
+    /// Suite name; names the default output folder.
+    #[schemars(with = "String")]
+    pub name: Spanned<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// A git repo (bare or not), a git bundle file, or a plain directory; relative to this file.
+    #[schemars(with = "String")]
+    pub repo: Spanned<String>,
+    /// Default commit-ish for every task (default `HEAD`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub base: Option<Spanned<String>>,
+    /// Named agent configurations, merged with `--agents FILE`.
+    #[serde(default)]
+    pub agents: IndexMap<String, RawAgent>,
+    /// Defaults for every task.
+    #[serde(default)]
+    pub defaults: RawDefaults,
+    pub tasks: Vec<RawTask>,
+}
+
+/// A `--agents FILE`: a top-level `agents:` map.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawAgentsFile {
+    pub agents: IndexMap<String, RawAgent>,
+}
+
+/// One agent configuration. `kind` decides which other keys apply.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawAgent {
+    /// `noop`, `oracle`, `mock` or `command`.
+    #[schemars(with = "String")]
+    pub kind: Spanned<String>,
+    /// command: the shell command line; a leading `./` or `../` path is relative to this file.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub run: Option<Spanned<String>>,
+    /// command: wall-clock limit, e.g. `60s`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub timeout: Option<Spanned<String>>,
+    /// command: extra environment variables.
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// mock: the scripted events.
+    #[serde(default)]
+    pub responses: Option<Vec<StreamEvent>>,
+    /// mock: named texts returned in the result's metadata.
+    #[serde(default)]
+    pub artifacts: Option<Vec<MockArtifact>>,
+    /// mock: pause before each event, e.g. `10ms`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub delay: Option<Spanned<String>>,
+    /// mock: fail after N events with this message and code.
+    #[serde(default)]
+    pub simulate_error: Option<SimulatedError>,
+    /// mock: panic after N events (tests the harness, not an agent).
+    #[serde(default)]
+    pub simulate_panic: Option<usize>,
+    /// mock: perform scripted `write` calls in the workspace.
+    #[serde(default)]
+    pub apply_writes: Option<bool>,
+}
+
+impl RawAgent {
+    /// The keys set on this agent, with the location to blame when they do not fit the kind.
+    pub fn keys_set(&self) -> Vec<(&'static str, Option<(u64, u64)>)> {
+        let at = |s: &Option<Spanned<String>>| s.as_ref().map(|s| loc(s));
+        let mut keys = Vec::new();
+        let mut add = |name, set: bool, location| {
+            if set {
+                keys.push((name, location));
+            }
+        };
+        add("run", self.run.is_some(), at(&self.run));
+        add("timeout", self.timeout.is_some(), at(&self.timeout));
+        add("env", self.env.is_some(), None);
+        add("responses", self.responses.is_some(), None);
+        add("artifacts", self.artifacts.is_some(), None);
+        add("delay", self.delay.is_some(), at(&self.delay));
+        add("simulate_error", self.simulate_error.is_some(), None);
+        add("simulate_panic", self.simulate_panic.is_some(), None);
+        add("apply_writes", self.apply_writes.is_some(), None);
+        keys
+    }
+}
+
+/// Line and column of a spanned value.
+pub fn loc<T>(spanned: &Spanned<T>) -> (u64, u64) {
+    (spanned.referenced.line(), spanned.referenced.column())
+}
+
+/// Task fields that `defaults:` may set.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawDefaults {
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub base: Option<Spanned<String>>,
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub setup: Option<Spanned<String>>,
+    #[serde(default)]
+    #[schemars(with = "Option<VerifySchema>")]
+    pub verify: Option<Spanned<RawVerify>>,
+    #[serde(default)]
+    #[schemars(with = "Option<MetricSchema>")]
+    pub metric: Option<Spanned<RawMetric>>,
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub timeout: Option<Spanned<String>>,
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub isolation: Option<Spanned<String>>,
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+}
+
+/// One task.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawTask {
+    /// Unique within the suite, `[A-Za-z0-9._-]+`.
+    #[schemars(with = "String")]
+    pub id: Spanned<String>,
+    /// The instruction given to the agent (or `instruction_file`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub instruction: Option<Spanned<String>>,
+    /// A file holding the instruction, relative to the suite file.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub instruction_file: Option<Spanned<String>>,
+    /// Commit-ish the workspace starts from.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub base: Option<Spanned<String>>,
+    /// Shell command run in the workspace before the agent; its result is part of the base.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub setup: Option<Spanned<String>>,
+    /// Hidden tests: a directory copied over the workspace after the agent, or a `.patch`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub tests: Option<Spanned<String>>,
+    /// The verify command: a string, or `{run, timeout}`.
+    #[serde(default)]
+    #[schemars(with = "Option<VerifySchema>")]
+    pub verify: Option<Spanned<RawVerify>>,
+    /// Reference solution: a `.patch` or a directory.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub solution: Option<Spanned<String>>,
+    /// `delta` (default), `delta-token`, `exit-code`, or `{grader: COMMAND, timeout}`.
+    #[serde(default)]
+    #[schemars(with = "Option<MetricSchema>")]
+    pub metric: Option<Spanned<RawMetric>>,
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    /// The agent's wall-clock limit, e.g. `10m`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub timeout: Option<Spanned<String>>,
+    /// `session`, `worktree` (default) or `sandbox`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub isolation: Option<Spanned<String>>,
+}
+
+/// `verify:` as written: a command, or a map with `run` and `timeout`.
+#[derive(Debug, Clone)]
+pub struct RawVerify {
+    pub run: String,
+    pub timeout: Option<String>,
+}
+
+/// `metric:` as written: a name, or a grader command.
+#[derive(Debug, Clone)]
+pub enum RawMetric {
+    Named(String),
+    Grader { command: String, timeout: Option<String> },
+}
+
+/// Schema-only mirror of [`RawVerify`].
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[expect(dead_code, reason = "only describes the schema")]
+enum VerifySchema {
+    Command(String),
+    Full { run: String, timeout: Option<String> },
+}
+
+/// Schema-only mirror of [`RawMetric`].
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[expect(dead_code, reason = "only describes the schema")]
+enum MetricSchema {
+    /// `delta`, `delta-token` or `exit-code`.
+    Named(String),
+    Grader { grader: String, timeout: Option<String> },
+}
+
+/// Reads a map of string keys to string values, rejecting keys outside `allowed`.
+fn string_map<'de, A: MapAccess<'de>>(
+    mut map: A,
+    allowed: &'static [&'static str],
+) -> Result<BTreeMap<String, String>, A::Error> {
+    let mut fields = BTreeMap::new();
+    while let Some(key) = map.next_key::<String>()? {
+        if !allowed.contains(&key.as_str()) {
+            return Err(de::Error::unknown_field(&key, allowed));
+        }
+        let value: String = map.next_value()?;
+        fields.insert(key, value);
+    }
+    Ok(fields)
+}
+
+impl<'de> Deserialize<'de> for RawVerify {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawVerify;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a command string or a map with `run` and optional `timeout`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawVerify, E> {
+                Ok(RawVerify {
+                    run: v.to_owned(),
+                    timeout: None,
+                })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawVerify, A::Error> {
+                let mut fields = string_map(map, &["run", "timeout"])?;
+                Ok(RawVerify {
+                    run: fields.remove("run").ok_or_else(|| de::Error::missing_field("run"))?,
+                    timeout: fields.remove("timeout"),
+                })
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawMetric {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawMetric;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a metric name or a map with `grader` and optional `timeout`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawMetric, E> {
+                Ok(RawMetric::Named(v.to_owned()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawMetric, A::Error> {
+                let mut fields = string_map(map, &["grader", "timeout"])?;
+                Ok(RawMetric::Grader {
+                    command: fields
+                        .remove("grader")
+                        .ok_or_else(|| de::Error::missing_field("grader"))?,
+                    timeout: fields.remove("timeout"),
+                })
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}

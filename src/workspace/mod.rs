@@ -1,0 +1,262 @@
+//! Isolated workspaces: one directory per trial, made from the base repo at the base commit.
+//!
+//! [`WorkspaceProvisioner`] validates the strategy string before any backend runs, then hands
+//! the request to the backend registered for that strategy. There is never a fallback to a
+//! shared directory: an unknown strategy, or one with no backend, is an error.
+
+mod clone;
+mod git;
+mod overlay;
+mod session;
+mod source;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+pub use clone::CloneBackend;
+pub use git::{git_command, resolve_commit};
+pub use overlay::{Overlay, OverlayError, apply_overlay};
+pub use session::SessionBackend;
+pub use source::{PreparedSource, prepare_source};
+
+/// The valid isolation strategies, in the order error messages list them.
+pub const ISOLATION_STRATEGIES: [&str; 3] = ["session", "worktree", "sandbox"];
+
+/// True when `value` names an isolation strategy.
+pub fn is_isolation_strategy(value: &str) -> bool {
+    ISOLATION_STRATEGIES.contains(&value)
+}
+
+/// Where a trial's agent works.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// The suite's own work tree (one trial only; changes are left for the user).
+    Session,
+    /// A private clone at the base commit (the default).
+    Worktree,
+    /// A private clone run inside a sandbox.
+    Sandbox,
+}
+
+impl Isolation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Session => "session",
+            Self::Worktree => "worktree",
+            Self::Sandbox => "sandbox",
+        }
+    }
+}
+
+impl fmt::Display for Isolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Isolation {
+    type Err = UnknownIsolationStrategyError;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value {
+            "session" => Ok(Self::Session),
+            "worktree" => Ok(Self::Worktree),
+            "sandbox" => Ok(Self::Sandbox),
+            _ => Err(UnknownIsolationStrategyError {
+                value: value.to_owned(),
+            }),
+        }
+    }
+}
+
+/// A strategy string that is not one of [`ISOLATION_STRATEGIES`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown isolation strategy: '{value}'. Valid strategies: session, worktree, sandbox")]
+pub struct UnknownIsolationStrategyError {
+    pub value: String,
+}
+
+/// A backend could not materialise the workspace.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("cannot provision a {isolation} workspace from {}: {reason}", base.display())]
+pub struct WorkspaceProvisionError {
+    pub isolation: Isolation,
+    pub base: PathBuf,
+    pub reason: String,
+}
+
+/// Why `provision` failed: a bad strategy, or the backend's own failure.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProvisionError {
+    #[error(transparent)]
+    UnknownStrategy(#[from] UnknownIsolationStrategyError),
+    #[error(transparent)]
+    Provision(#[from] WorkspaceProvisionError),
+}
+
+/// What to provision: a repository, a commit in it, and a deterministic workspace name.
+#[derive(Debug, Clone)]
+pub struct WorkspaceBase {
+    /// A git repository (bare or not) holding `commit`.
+    pub repo: PathBuf,
+    /// A full commit id.
+    pub commit: String,
+    /// Unique within a run; names the workspace directory.
+    pub name: String,
+}
+
+type Dispose = Box<dyn FnOnce() -> std::io::Result<()> + Send>;
+
+/// A workspace that exists until it is disposed.
+///
+/// `dispose` runs exactly once: explicitly through [`ProvisionedWorkspace::dispose`], or, if the
+/// owner never got that far (a dropped future, a panic), when the value is dropped.
+pub struct ProvisionedWorkspace {
+    pub path: PathBuf,
+    pub isolation: Isolation,
+    /// The tree-ish the workspace started from; the probe diffs against it.
+    pub base: String,
+    dispose: Option<Dispose>,
+}
+
+impl ProvisionedWorkspace {
+    pub fn new(
+        path: PathBuf,
+        isolation: Isolation,
+        base: String,
+        dispose: impl FnOnce() -> std::io::Result<()> + Send + 'static,
+    ) -> Self {
+        Self {
+            path,
+            isolation,
+            base,
+            dispose: Some(Box::new(dispose)),
+        }
+    }
+
+    /// Replaces the base the probe diffs against (after a setup step changed the tree).
+    pub fn rebase(&mut self, base: String) {
+        self.base = base;
+    }
+
+    pub fn dispose(mut self) -> std::io::Result<()> {
+        self.dispose.take().map_or(Ok(()), |dispose| dispose())
+    }
+}
+
+impl Drop for ProvisionedWorkspace {
+    fn drop(&mut self) {
+        if let Some(dispose) = self.dispose.take() {
+            let _ = dispose();
+        }
+    }
+}
+
+impl fmt::Debug for ProvisionedWorkspace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProvisionedWorkspace")
+            .field("path", &self.path)
+            .field("isolation", &self.isolation)
+            .field("base", &self.base)
+            .field("disposed", &self.dispose.is_none())
+            .finish()
+    }
+}
+
+/// Materialises workspaces for one strategy. Blocking: the provisioner runs it off the runtime.
+pub trait WorkspaceBackend: Send + Sync {
+    fn provision(&self, base: &WorkspaceBase) -> Result<ProvisionedWorkspace, WorkspaceProvisionError>;
+}
+
+/// One method in, a disposable workspace out.
+pub trait WorkspaceProvisioner: Send + Sync {
+    fn provision<'a>(
+        &'a self,
+        base: &'a WorkspaceBase,
+        isolation: &'a str,
+    ) -> BoxFuture<'a, Result<ProvisionedWorkspace, ProvisionError>>;
+}
+
+/// A provisioner with a backend per strategy.
+#[derive(Clone, Default)]
+pub struct BackendProvisioner {
+    session: Option<Arc<dyn WorkspaceBackend>>,
+    worktree: Option<Arc<dyn WorkspaceBackend>>,
+    sandbox: Option<Arc<dyn WorkspaceBackend>>,
+}
+
+impl BackendProvisioner {
+    /// No backends: every strategy is an error until one is registered.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// deltabench's own backends, with worktrees created under `root`.
+    pub fn git(root: &Path) -> Self {
+        Self::new()
+            .with(Isolation::Session, SessionBackend)
+            .with(Isolation::Worktree, CloneBackend::new(root))
+    }
+
+    pub fn with(mut self, isolation: Isolation, backend: impl WorkspaceBackend + 'static) -> Self {
+        let backend: Arc<dyn WorkspaceBackend> = Arc::new(backend);
+        match isolation {
+            Isolation::Session => self.session = Some(backend),
+            Isolation::Worktree => self.worktree = Some(backend),
+            Isolation::Sandbox => self.sandbox = Some(backend),
+        }
+        self
+    }
+
+    fn backend(&self, isolation: Isolation) -> Option<Arc<dyn WorkspaceBackend>> {
+        match isolation {
+            Isolation::Session => self.session.clone(),
+            Isolation::Worktree => self.worktree.clone(),
+            Isolation::Sandbox => self.sandbox.clone(),
+        }
+    }
+}
+
+/// Why a strategy without a backend cannot run.
+pub fn missing_backend_reason(isolation: Isolation) -> String {
+    match isolation {
+        Isolation::Sandbox => "the `sandbox` isolation strategy is not available yet in this \
+            version of deltabench; use `worktree` (a private clone per trial)"
+            .to_owned(),
+        other => format!("no backend is registered for the `{other}` strategy"),
+    }
+}
+
+impl WorkspaceProvisioner for BackendProvisioner {
+    fn provision<'a>(
+        &'a self,
+        base: &'a WorkspaceBase,
+        isolation: &'a str,
+    ) -> BoxFuture<'a, Result<ProvisionedWorkspace, ProvisionError>> {
+        Box::pin(async move {
+            let strategy: Isolation = isolation.parse()?;
+            let Some(backend) = self.backend(strategy) else {
+                return Err(WorkspaceProvisionError {
+                    isolation: strategy,
+                    base: base.repo.clone(),
+                    reason: missing_backend_reason(strategy),
+                }
+                .into());
+            };
+            let request = base.clone();
+            let provisioned = tokio::task::spawn_blocking(move || backend.provision(&request))
+                .await
+                .map_err(|err| WorkspaceProvisionError {
+                    isolation: strategy,
+                    base: base.repo.clone(),
+                    reason: format!("the backend failed: {err}"),
+                })??;
+            Ok(provisioned)
+        })
+    }
+}
