@@ -390,7 +390,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("survivor");
         let script = format!("(sleep 2; touch {}) & sleep 30", marker.display());
-        let spec = CommandSpec::shell(&script, dir.path()).timeout(Some(Duration::from_millis(200)));
+        let spec =
+            CommandSpec::shell(&script, dir.path()).timeout(Some(Duration::from_millis(200)));
         let out = run(&spec, &CancellationToken::new()).await.unwrap();
         assert!(out.timed_out);
         assert!(!out.success());

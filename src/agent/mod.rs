@@ -47,7 +47,10 @@ pub trait CodingAgent: Send + Sync {
     fn run(&self, task: CodingTask) -> CodingHandle;
 
     /// The tool form: drains the run and fails with `Err` when it ended in `error`.
-    fn execute(&self, input: CodingToolInput) -> BoxFuture<'static, Result<CodingResult, CodingError>> {
+    fn execute(
+        &self,
+        input: CodingToolInput,
+    ) -> BoxFuture<'static, Result<CodingResult, CodingError>> {
         let handle = self.run(CodingTask {
             task: input.task,
             session_id: input.session_id,

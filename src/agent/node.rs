@@ -227,13 +227,18 @@ pub enum RunNodeError {
 /// Provision, construct, run, probe, dispose (exactly once, on every path), then score.
 ///
 /// Returns the lifecycle trace beside the result so callers can see what ran and for how long.
-pub async fn run_coding_node(opts: RunCodingNode<'_>) -> (Result<NodeReport, RunNodeError>, Lifecycle) {
+pub async fn run_coding_node(
+    opts: RunCodingNode<'_>,
+) -> (Result<NodeReport, RunNodeError>, Lifecycle) {
     let mut lifecycle = Lifecycle::default();
     let result = run_inner(opts, &mut lifecycle).await;
     (result, lifecycle)
 }
 
-async fn run_inner(opts: RunCodingNode<'_>, lifecycle: &mut Lifecycle) -> Result<NodeReport, RunNodeError> {
+async fn run_inner(
+    opts: RunCodingNode<'_>,
+    lifecycle: &mut Lifecycle,
+) -> Result<NodeReport, RunNodeError> {
     let RunCodingNode {
         factory,
         provisioner,
@@ -291,4 +296,3 @@ async fn run_inner(opts: RunCodingNode<'_>, lifecycle: &mut Lifecycle) -> Result
         score: score?,
     })
 }
-

@@ -188,7 +188,9 @@ impl From<RunError> for CliError {
         match err {
             RunError::Config { message, at } => {
                 let message = match at {
-                    Some((path, line, column)) => format!("{}:{line}:{column}: {message}", path.display()),
+                    Some((path, line, column)) => {
+                        format!("{}:{line}:{column}: {message}", path.display())
+                    }
                     None => message,
                 };
                 Self::usage(message)
@@ -204,10 +206,17 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => {
             let _ = err.print();
-            return ExitCode::from(if err.use_stderr() { EXIT_USAGE } else { EXIT_OK });
+            return ExitCode::from(if err.use_stderr() {
+                EXIT_USAGE
+            } else {
+                EXIT_OK
+            });
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("error: cannot start the async runtime: {err}");
@@ -235,7 +244,10 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Validate(args) => validate(args).await,
         Command::Report(args) => report_cmd(args),
         Command::Schema => {
-            println!("{}", serde_json::to_string_pretty(&suite::json_schema()).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&suite::json_schema()).unwrap_or_default()
+            );
             Ok(EXIT_OK)
         }
     }
@@ -248,7 +260,10 @@ fn default_jobs() -> usize {
 fn workdir(args: &SuiteArgs) -> Result<PathBuf, CliError> {
     let dir = args.workdir.clone().unwrap_or_else(std::env::temp_dir);
     if !dir.is_dir() {
-        return Err(CliError::usage(format!("--workdir {}: no such directory", dir.display())));
+        return Err(CliError::usage(format!(
+            "--workdir {}: no such directory",
+            dir.display()
+        )));
     }
     Ok(dir.canonicalize().unwrap_or(dir))
 }
@@ -281,7 +296,11 @@ async fn run(args: RunArgs) -> Result<u8, CliError> {
     for leftover in &outcome.leftovers {
         eprintln!("warning: could not clean up {leftover}");
     }
-    let infra = outcome.records.iter().filter(|r| r.outcome == Outcome::InfraError).count();
+    let infra = outcome
+        .records
+        .iter()
+        .filter(|r| r.outcome == Outcome::InfraError)
+        .count();
     if outcome.interrupted {
         eprintln!(
             "interrupted: {} of {} trials recorded",
@@ -311,19 +330,37 @@ fn default_out(suite: &str) -> PathBuf {
 
 /// Why a task is unsound, from its noop and oracle trials.
 fn judge(noop: &[&TrialRecord], oracle: &[&TrialRecord]) -> Option<String> {
-    let verify_passed = |r: &&&TrialRecord| r.verify.is_some_and(|v| v.exit_code == Some(0) && !v.timed_out);
-    if let Some(r) = noop.iter().chain(oracle).find(|r| r.outcome == Outcome::InfraError) {
-        return Some(format!("could not be checked: {}", r.infra_error.as_deref().unwrap_or("unknown")));
+    let verify_passed = |r: &&&TrialRecord| {
+        r.verify
+            .is_some_and(|v| v.exit_code == Some(0) && !v.timed_out)
+    };
+    if let Some(r) = noop
+        .iter()
+        .chain(oracle)
+        .find(|r| r.outcome == Outcome::InfraError)
+    {
+        return Some(format!(
+            "could not be checked: {}",
+            r.infra_error.as_deref().unwrap_or("unknown")
+        ));
     }
-    if let Some(r) = oracle.iter().find(|r| r.status != Some(crate::agent::CodingStatus::Completed)) {
-        let why = r.error.as_ref().map_or("unknown".to_owned(), |e| e.message.clone());
+    if let Some(r) = oracle
+        .iter()
+        .find(|r| r.status != Some(crate::agent::CodingStatus::Completed))
+    {
+        let why = r
+            .error
+            .as_ref()
+            .map_or("unknown".to_owned(), |e| e.message.clone());
         return Some(format!("reference solution could not be applied: {why}"));
     }
     let base_passes = noop.iter().filter(verify_passed).count();
     let reference_passes = oracle.iter().filter(|r| r.passed).count();
     let n = noop.len();
     if base_passes == n {
-        return Some("passes without change: the verify command succeeds on the untouched base".into());
+        return Some(
+            "passes without change: the verify command succeeds on the untouched base".into(),
+        );
     }
     if reference_passes == 0 {
         return Some("reference fails: the verify command fails with the solution applied".into());
@@ -340,7 +377,10 @@ fn judge(noop: &[&TrialRecord], oracle: &[&TrialRecord]) -> Option<String> {
 async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
     let mut loaded = (*load_suite(&args.suite)?).clone();
     // The checks always use the real built-ins, whatever the suite calls its agents.
-    loaded.agents = IndexMap::from([("noop".to_owned(), AgentSpec::Noop), ("oracle".to_owned(), AgentSpec::Oracle)]);
+    loaded.agents = IndexMap::from([
+        ("noop".to_owned(), AgentSpec::Noop),
+        ("oracle".to_owned(), AgentSpec::Oracle),
+    ]);
     for task in &mut loaded.tasks {
         task.isolation = crate::workspace::Isolation::Worktree;
     }
@@ -360,13 +400,23 @@ async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
         .tempdir_in(&workdir)
         .map_err(|e| CliError::failed(format!("cannot create a scratch run directory: {e}")))?;
     let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal());
-    let outcome = runner::execute(&plan, &scratch.path().join("run"), &mut reporter, CancellationToken::new()).await?;
+    let outcome = runner::execute(
+        &plan,
+        &scratch.path().join("run"),
+        &mut reporter,
+        CancellationToken::new(),
+    )
+    .await?;
     reporter.finish();
 
     let mut bad = 0;
     for task in &plan.suite.tasks {
         let of = |agent: &str| -> Vec<&TrialRecord> {
-            outcome.records.iter().filter(|r| r.task == task.id && r.agent == agent).collect()
+            outcome
+                .records
+                .iter()
+                .filter(|r| r.task == task.id && r.agent == agent)
+                .collect()
         };
         let verdict = if task.solution.is_none() {
             Some("has no `solution`: nothing proves the task can be solved".to_owned())
@@ -390,14 +440,19 @@ async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
         println!("{bad} of {total} tasks are unsound");
         Ok(EXIT_CHECK_FAILED)
     } else {
-        println!("all {total} tasks are sound ({} trial(s) each way)", args.trials);
+        println!(
+            "all {total} tasks are sound ({} trial(s) each way)",
+            args.trials
+        );
         Ok(EXIT_OK)
     }
 }
 
 fn report_cmd(args: ReportArgs) -> Result<u8, CliError> {
     let run = store::read_run(&args.run_dir).map_err(|e| {
-        CliError::usage(e.to_string()).hint(Some("RUN_DIR is a folder written by `deltabench run`".into()))
+        CliError::usage(e.to_string()).hint(Some(
+            "RUN_DIR is a folder written by `deltabench run`".into(),
+        ))
     })?;
     let agents: Vec<String> = run.manifest.agents.keys().cloned().collect();
     let summaries = report::summarize(&run.trials, &agents);

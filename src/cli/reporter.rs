@@ -44,7 +44,10 @@ impl TerminalReporter {
             record.trial,
             record.duration_ms as f64 / 1000.0
         );
-        if let Some(status) = record.status.filter(|s| *s != crate::agent::CodingStatus::Completed) {
+        if let Some(status) = record
+            .status
+            .filter(|s| *s != crate::agent::CodingStatus::Completed)
+        {
             line.push_str(&format!(" agent {status}"));
         }
         if let Some(reason) = &record.infra_error {
@@ -85,7 +88,12 @@ impl RunObserver for TerminalReporter {
                 bar.println(line);
                 bar.inc(1);
             }
-            None => eprintln!("[{:>width$}/{}] {line}", self.done, self.total, width = self.total.to_string().len()),
+            None => eprintln!(
+                "[{:>width$}/{}] {line}",
+                self.done,
+                self.total,
+                width = self.total.to_string().len()
+            ),
         }
     }
 

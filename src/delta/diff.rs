@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use git2::{DiffFindOptions, DiffFormat, DiffOptions, IndexAddOption, Oid, Repository};
+use git2::{
+    DiffFindOptions, DiffFormat, DiffOptions, IndexAddOption, Oid, Repository, Signature, Time,
+};
 use serde::{Deserialize, Serialize};
 
 /// The size of a diff.
@@ -43,7 +45,9 @@ impl DiffStats {
 /// files, renames detected. Applies with `git apply --binary`.
 pub fn capture_diff(workspace: &Path, base: &str) -> Result<Vec<u8>, git2::Error> {
     let repo = Repository::open(workspace)?;
-    let tree = repo.find_object(Oid::from_str(base)?, None)?.peel_to_tree()?;
+    let tree = repo
+        .find_object(Oid::from_str(base)?, None)?
+        .peel_to_tree()?;
     let mut options = DiffOptions::new();
     options
         .include_untracked(true)
@@ -66,18 +70,32 @@ pub fn capture_diff(workspace: &Path, base: &str) -> Result<Vec<u8>, git2::Error
     Ok(patch)
 }
 
-/// Writes the workspace's current files (ignored ones excepted) as a tree and returns its id,
-/// without touching the workspace's own index. Used as the base after a setup step.
-pub fn snapshot_tree(workspace: &Path) -> Result<String, git2::Error> {
+/// Commits the workspace's current files (ignored ones excepted) on a detached HEAD and returns
+/// the commit id: the base after a setup step. The agent then finds a clean status, and the
+/// index's stat cache keeps the later diff fast.
+pub fn commit_setup(workspace: &Path) -> Result<String, git2::Error> {
     let repo = Repository::open(workspace)?;
-    // An in-memory index: the workspace's own index stays as the agent will find it.
-    let mut index = git2::Index::new()?;
-    repo.set_index(&mut index)?;
     let mut index = repo.index()?;
     index.add_all(["*"], IndexAddOption::DEFAULT, None)?;
     index.update_all(["*"], None)?;
-    let tree = index.write_tree_to(&repo)?;
-    Ok(tree.to_string())
+    index.write()?;
+    let tree = repo.find_tree(index.write_tree()?)?;
+    let parent = repo.head()?.peel_to_commit()?;
+    let signature = Signature::new(
+        "deltabench",
+        "deltabench@localhost",
+        &Time::new(946_684_800, 0),
+    )?;
+    let commit = repo.commit(
+        None,
+        &signature,
+        &signature,
+        "deltabench: task setup",
+        &tree,
+        &[&parent],
+    )?;
+    repo.set_head_detached(commit)?;
+    Ok(commit.to_string())
 }
 
 #[cfg(test)]

@@ -6,7 +6,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use super::{CommandResult, DeltaProbe, EnvironmentDelta, ProbeContext, ProbeError, ProbeErrorKind, capture_diff};
+use super::{
+    CommandResult, DeltaProbe, EnvironmentDelta, ProbeContext, ProbeError, ProbeErrorKind,
+    capture_diff,
+};
 use crate::agent::CodingResult;
 use crate::process::{self, CommandSpec};
 use crate::workspace::{Overlay, apply_overlay};
@@ -43,8 +46,12 @@ impl DeltaProbe for TaskProbe {
                 let patch = capture_diff(&workspace, &base)
                     .map_err(|e| ProbeError::new(ProbeErrorKind::Diff, e.message()))?;
                 if let Some(dir) = &artifacts {
-                    std::fs::write(dir.join("diff.patch"), &patch)
-                        .map_err(|e| ProbeError::new(ProbeErrorKind::Diff, format!("cannot save diff.patch: {e}")))?;
+                    std::fs::write(dir.join("diff.patch"), &patch).map_err(|e| {
+                        ProbeError::new(
+                            ProbeErrorKind::Diff,
+                            format!("cannot save diff.patch: {e}"),
+                        )
+                    })?;
                 }
                 if let Some(overlay) = &hidden {
                     apply_overlay(&workspace, &base, overlay)
@@ -60,9 +67,12 @@ impl DeltaProbe for TaskProbe {
             let spec = CommandSpec::shell(&self.verify.run, ctx.workspace)
                 .timeout(self.verify.timeout)
                 .log_path(self.artifacts.as_ref().map(|dir| dir.join("verify.log")));
-            let ended = process::run(&spec, &never)
-                .await
-                .map_err(|e| ProbeError::new(ProbeErrorKind::Verify, format!("`{}`: {e}", self.verify.run)))?;
+            let ended = process::run(&spec, &never).await.map_err(|e| {
+                ProbeError::new(
+                    ProbeErrorKind::Verify,
+                    format!("`{}`: {e}", self.verify.run),
+                )
+            })?;
             Ok(EnvironmentDelta {
                 diff: String::from_utf8_lossy(&diff).into_owned(),
                 command_result: CommandResult {

@@ -17,7 +17,14 @@ use crate::process::{self, CommandSpec};
 pub const METRIC_NAMES: [&str; 3] = ["delta", "delta-token", "exit-code"];
 
 /// Tokens whose presence in the verify output fails `delta-token` (the seed's rule).
-pub const FAILURE_TOKENS: [&str; 6] = ["FAILED", "FAIL:", "ERROR:", "Traceback", "panicked", "error:"];
+pub const FAILURE_TOKENS: [&str; 6] = [
+    "FAILED",
+    "FAIL:",
+    "ERROR:",
+    "Traceback",
+    "panicked",
+    "error:",
+];
 
 /// A verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -46,7 +53,10 @@ pub struct MetricError {
 /// Scores a delta.
 pub trait Metric: Send + Sync {
     fn name(&self) -> &str;
-    fn score<'a>(&'a self, delta: &'a EnvironmentDelta) -> BoxFuture<'a, Result<Score, MetricError>>;
+    fn score<'a>(
+        &'a self,
+        delta: &'a EnvironmentDelta,
+    ) -> BoxFuture<'a, Result<Score, MetricError>>;
 }
 
 /// The default: the diff is non-empty AND the verify command exited 0 within its timeout.
@@ -58,7 +68,10 @@ impl Metric for DeltaMetric {
         "delta"
     }
 
-    fn score<'a>(&'a self, delta: &'a EnvironmentDelta) -> BoxFuture<'a, Result<Score, MetricError>> {
+    fn score<'a>(
+        &'a self,
+        delta: &'a EnvironmentDelta,
+    ) -> BoxFuture<'a, Result<Score, MetricError>> {
         let passed = !delta.diff.trim().is_empty() && delta.command_result.succeeded();
         Box::pin(async move { Ok(Score::from_passed(passed)) })
     }
@@ -73,7 +86,10 @@ impl Metric for DeltaTokenMetric {
         "delta-token"
     }
 
-    fn score<'a>(&'a self, delta: &'a EnvironmentDelta) -> BoxFuture<'a, Result<Score, MetricError>> {
+    fn score<'a>(
+        &'a self,
+        delta: &'a EnvironmentDelta,
+    ) -> BoxFuture<'a, Result<Score, MetricError>> {
         let output = &delta.command_result.output;
         let clean = !FAILURE_TOKENS.iter().any(|token| output.contains(token));
         let passed = !delta.diff.trim().is_empty() && clean;
@@ -90,7 +106,10 @@ impl Metric for ExitCodeMetric {
         "exit-code"
     }
 
-    fn score<'a>(&'a self, delta: &'a EnvironmentDelta) -> BoxFuture<'a, Result<Score, MetricError>> {
+    fn score<'a>(
+        &'a self,
+        delta: &'a EnvironmentDelta,
+    ) -> BoxFuture<'a, Result<Score, MetricError>> {
         let passed = delta.command_result.succeeded();
         Box::pin(async move { Ok(Score::from_passed(passed)) })
     }
@@ -119,7 +138,10 @@ impl CustomMetric {
     }
 
     /// Without one, the score is 1.0 when passed, else 0.0.
-    pub fn with_score(mut self, score: impl Fn(&EnvironmentDelta) -> f64 + Send + Sync + 'static) -> Self {
+    pub fn with_score(
+        mut self,
+        score: impl Fn(&EnvironmentDelta) -> f64 + Send + Sync + 'static,
+    ) -> Self {
         self.score = Some(Box::new(score));
         self
     }
@@ -130,7 +152,10 @@ impl Metric for CustomMetric {
         &self.name
     }
 
-    fn score<'a>(&'a self, delta: &'a EnvironmentDelta) -> BoxFuture<'a, Result<Score, MetricError>> {
+    fn score<'a>(
+        &'a self,
+        delta: &'a EnvironmentDelta,
+    ) -> BoxFuture<'a, Result<Score, MetricError>> {
         let passed = (self.passed)(delta);
         let score = self
             .score
@@ -154,7 +179,10 @@ impl Metric for GraderMetric {
         &self.command
     }
 
-    fn score<'a>(&'a self, delta: &'a EnvironmentDelta) -> BoxFuture<'a, Result<Score, MetricError>> {
+    fn score<'a>(
+        &'a self,
+        delta: &'a EnvironmentDelta,
+    ) -> BoxFuture<'a, Result<Score, MetricError>> {
         Box::pin(async move {
             let fail = |message: String| MetricError {
                 metric: self.command.clone(),
@@ -168,7 +196,10 @@ impl Metric for GraderMetric {
                 .await
                 .map_err(|e| fail(format!("cannot start the grader: {e}")))?;
             if ended.timed_out {
-                return Err(fail(format!("timed out after {}", humantime::format_duration(self.timeout))));
+                return Err(fail(format!(
+                    "timed out after {}",
+                    humantime::format_duration(self.timeout)
+                )));
             }
             let output = ended.output.text();
             if ended.exit_code != Some(0) {
@@ -210,7 +241,9 @@ mod tests {
     }
 
     fn verdict(metric: &dyn Metric, delta: &EnvironmentDelta) -> bool {
-        futures::executor::block_on(metric.score(delta)).unwrap().passed
+        futures::executor::block_on(metric.score(delta))
+            .unwrap()
+            .passed
     }
 
     #[test]
@@ -226,7 +259,10 @@ mod tests {
     #[test]
     fn delta_token_looks_for_failure_tokens_only() {
         assert!(verdict(&DeltaTokenMetric, &delta("+x", 1, "all good")));
-        assert!(!verdict(&DeltaTokenMetric, &delta("+x", 0, "FAILED (failures=1)")));
+        assert!(!verdict(
+            &DeltaTokenMetric,
+            &delta("+x", 0, "FAILED (failures=1)")
+        ));
         assert!(!verdict(&DeltaTokenMetric, &delta("", 0, "ok")));
     }
 
@@ -242,8 +278,16 @@ mod tests {
             !d.diff.trim().is_empty() && d.command_result.output.contains("0 failed")
         })
         .with_score(|d| d.diff.len() as f64);
-        let scored = futures::executor::block_on(strict.score(&delta("+abc", 0, "3 passed, 0 failed"))).unwrap();
-        assert_eq!(scored, Score { passed: true, score: 4.0 });
+        let scored =
+            futures::executor::block_on(strict.score(&delta("+abc", 0, "3 passed, 0 failed")))
+                .unwrap();
+        assert_eq!(
+            scored,
+            Score {
+                passed: true,
+                score: 4.0
+            }
+        );
         assert_eq!(strict.name(), "green-tests-only");
     }
 }

@@ -47,7 +47,7 @@ fn median(mut values: Vec<u64>) -> Option<u64> {
     }
     values.sort_unstable();
     let mid = values.len() / 2;
-    Some(if values.len() % 2 == 0 {
+    Some(if values.len().is_multiple_of(2) {
         (values[mid - 1] + values[mid]) / 2
     } else {
         values[mid]
@@ -66,7 +66,10 @@ pub fn summarize(records: &[TrialRecord], agents: &[String]) -> Vec<AgentSummary
         .into_iter()
         .map(|agent| {
             let mine: Vec<&TrialRecord> = records.iter().filter(|r| r.agent == agent).collect();
-            let scored = mine.iter().filter(|r| r.outcome != Outcome::InfraError).count();
+            let scored = mine
+                .iter()
+                .filter(|r| r.outcome != Outcome::InfraError)
+                .count();
             let passed = mine.iter().filter(|r| r.outcome == Outcome::Pass).count();
             AgentSummary {
                 trials: mine.len(),
@@ -87,7 +90,9 @@ fn percent(value: Option<f64>) -> String {
 }
 
 fn interval_text(interval: Option<(f64, f64)>) -> String {
-    interval.map_or("-".into(), |(lo, hi)| format!("{:.1}-{:.1}%", lo * 100.0, hi * 100.0))
+    interval.map_or("-".into(), |(lo, hi)| {
+        format!("{:.1}-{:.1}%", lo * 100.0, hi * 100.0)
+    })
 }
 
 fn seconds(ms: Option<u64>) -> String {
@@ -126,7 +131,9 @@ fn rows(summaries: &[AgentSummary]) -> Vec<Row> {
 
 /// The terminal summary table.
 pub fn table(summaries: &[AgentSummary]) -> String {
-    Table::new(rows(summaries)).with(Style::rounded()).to_string()
+    Table::new(rows(summaries))
+        .with(Style::rounded())
+        .to_string()
 }
 
 /// A markdown report fit for `$GITHUB_STEP_SUMMARY`.
@@ -140,9 +147,17 @@ pub fn markdown(run: &StoredRun, summaries: &[AgentSummary]) -> String {
         run.manifest.trials_per_task,
         run.manifest.deltabench_version
     );
-    out.push_str(&Table::new(rows(summaries)).with(Style::markdown()).to_string());
+    out.push_str(
+        &Table::new(rows(summaries))
+            .with(Style::markdown())
+            .to_string(),
+    );
     out.push('\n');
-    let failures: Vec<&TrialRecord> = run.trials.iter().filter(|r| r.outcome == Outcome::InfraError).collect();
+    let failures: Vec<&TrialRecord> = run
+        .trials
+        .iter()
+        .filter(|r| r.outcome == Outcome::InfraError)
+        .collect();
     if !failures.is_empty() {
         let _ = writeln!(out, "\n### Not scored (infrastructure errors)\n");
         for record in failures {
@@ -163,9 +178,23 @@ pub fn markdown(run: &StoredRun, summaries: &[AgentSummary]) -> String {
 pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
     let mut writer = csv::Writer::from_writer(Vec::new());
     writer.write_record([
-        "task", "agent", "trial", "outcome", "passed", "score", "status", "error_code", "diff_files",
-        "insertions", "deletions", "verify_exit_code", "verify_timed_out", "duration_ms", "input_tokens",
-        "output_tokens", "cost_usd",
+        "task",
+        "agent",
+        "trial",
+        "outcome",
+        "passed",
+        "score",
+        "status",
+        "error_code",
+        "diff_files",
+        "insertions",
+        "deletions",
+        "verify_exit_code",
+        "verify_timed_out",
+        "duration_ms",
+        "input_tokens",
+        "output_tokens",
+        "cost_usd",
     ])?;
     let opt = |v: Option<String>| v.unwrap_or_default();
     for r in records {
@@ -219,8 +248,9 @@ mod tests {
         let (lo, hi) = wilson_interval(6, 6).unwrap();
         assert!((lo - 0.6097).abs() < 1e-3, "{lo}");
         assert_eq!(hi, 1.0);
-        let (lo, _) = wilson_interval(0, 6).unwrap();
-        assert_eq!(lo, 0.0);
+        let (lo, hi) = wilson_interval(0, 6).unwrap();
+        assert!(lo.abs() < 1e-12, "{lo}");
+        assert!((hi - 0.3903).abs() < 1e-3, "{hi}");
         assert_eq!(wilson_interval(0, 0), None);
     }
 

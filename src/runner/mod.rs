@@ -17,7 +17,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::store::{Manifest, RunDir, TrialRecord};
 use crate::suite::{AgentSpec, Located, Suite, agent_configs};
-use crate::workspace::{Isolation, PreparedSource, missing_backend_reason, prepare_source, resolve_commit};
+use crate::workspace::{
+    Isolation, PreparedSource, missing_backend_reason, prepare_source, resolve_commit,
+};
 
 pub use trial::TrialInputs;
 
@@ -94,8 +96,14 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
                 }
             }
             return Err(PlanError::new(
-                format!("unknown agent '{name}'. Available agents: {}", known.join(", ")),
-                Some("define it under `agents:` in the suite or in a file passed with --agents".into()),
+                format!(
+                    "unknown agent '{name}'. Available agents: {}",
+                    known.join(", ")
+                ),
+                Some(
+                    "define it under `agents:` in the suite or in a file passed with --agents"
+                        .into(),
+                ),
             ));
         };
         agents.insert(name, spec);
@@ -104,7 +112,11 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
         if !suite.tasks.iter().any(|t| &t.id == id) {
             let ids: Vec<&str> = suite.tasks.iter().map(|t| t.id.as_str()).collect();
             return Err(PlanError::new(
-                format!("unknown task '{id}'. Tasks in suite '{}': {}", suite.name, ids.join(", ")),
+                format!(
+                    "unknown task '{id}'. Tasks in suite '{}': {}",
+                    suite.name,
+                    ids.join(", ")
+                ),
                 None,
             ));
         }
@@ -114,12 +126,17 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
         .iter()
         .enumerate()
         .filter(|(_, t)| request.tasks.is_empty() || request.tasks.contains(&t.id))
-        .filter(|(_, t)| request.tags.is_empty() || t.tags.iter().any(|tag| request.tags.contains(tag)))
+        .filter(|(_, t)| {
+            request.tags.is_empty() || t.tags.iter().any(|tag| request.tags.contains(tag))
+        })
         .map(|(i, _)| i)
         .collect();
     if tasks.is_empty() {
         return Err(PlanError::new(
-            format!("no task matches the filters (--tag {})", request.tags.join(", --tag ")),
+            format!(
+                "no task matches the filters (--tag {})",
+                request.tags.join(", --tag ")
+            ),
             None,
         ));
     }
@@ -140,7 +157,11 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
         match t.isolation {
             Isolation::Sandbox => {
                 return Err(PlanError::new(
-                    format!("task '{}': {}", t.id, missing_backend_reason(Isolation::Sandbox)),
+                    format!(
+                        "task '{}': {}",
+                        t.id,
+                        missing_backend_reason(Isolation::Sandbox)
+                    ),
                     None,
                 ));
             }
@@ -151,7 +172,10 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
                         t.id,
                         trials.len()
                     ),
-                    Some("narrow the run with --task ID --agent NAME --trials 1, or use `worktree`".into()),
+                    Some(
+                        "narrow the run with --task ID --agent NAME --trials 1, or use `worktree`"
+                            .into(),
+                    ),
                 ));
             }
             _ => {}
@@ -179,7 +203,10 @@ pub trait RunObserver: Send {
 pub enum RunError {
     /// The suite's repo or a base commit cannot be used: a configuration error.
     #[error("{message}")]
-    Config { message: String, at: Option<(PathBuf, u64, u64)> },
+    Config {
+        message: String,
+        at: Option<(PathBuf, u64, u64)>,
+    },
     #[error("{0}")]
     Io(String),
 }
@@ -202,28 +229,36 @@ pub async fn execute(
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
     let suite = plan.suite.clone();
-    let mut store = RunDir::create(run_dir).map_err(|e| RunError::Io(format!("{}: {e}", run_dir.display())))?;
+    let mut store =
+        RunDir::create(run_dir).map_err(|e| RunError::Io(format!("{}: {e}", run_dir.display())))?;
     let run_id = run_dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "run".into());
-    let root = plan
-        .request
-        .workdir
-        .join(format!("deltabench-{}-{}", sanitize(&run_id), std::process::id()));
+    let root = plan.request.workdir.join(format!(
+        "deltabench-{}-{}",
+        sanitize(&run_id),
+        std::process::id()
+    ));
     let mut manifest = Manifest {
         suite: suite.name.clone(),
         suite_path: suite.path.display().to_string(),
         suite_digest: suite.digest.clone(),
         agents: agent_configs(&plan.agents),
-        tasks: plan.tasks.iter().map(|&i| suite.tasks[i].id.clone()).collect(),
+        tasks: plan
+            .tasks
+            .iter()
+            .map(|&i| suite.tasks[i].id.clone())
+            .collect(),
         trials_per_task: plan.request.trials,
         jobs: plan.request.jobs,
         planned_trials: plan.trials.len(),
         deltabench_version: env!("CARGO_PKG_VERSION").into(),
         started_at: now(),
         finished_at: None,
-        host: hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default(),
+        host: hostname::get()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         workdir: root.display().to_string(),
         interrupted: false,
     };
@@ -246,17 +281,25 @@ pub async fn execute(
         agents: plan.agents.clone(),
         source,
         workspaces: root.join("ws"),
+        keep_workspaces: plan.request.keep_workspaces,
     });
     let semaphore = Arc::new(Semaphore::new(plan.request.jobs));
     let (tx, mut rx) = mpsc::unbounded_channel::<TrialRecord>();
     for spec in plan.trials.clone() {
-        let (inputs, semaphore, tx, cancel) = (inputs.clone(), semaphore.clone(), tx.clone(), cancel.clone());
+        let (inputs, semaphore, tx, cancel) = (
+            inputs.clone(),
+            semaphore.clone(),
+            tx.clone(),
+            cancel.clone(),
+        );
         let commit = commits[spec.task].clone();
         let trial_dir = store
             .trial_dir(&suite.tasks[spec.task].id, &spec.agent, spec.trial)
             .map_err(|e| RunError::Io(e.to_string()))?;
         tokio::spawn(async move {
-            let Ok(_permit) = semaphore.acquire_owned().await else { return };
+            let Ok(_permit) = semaphore.acquire_owned().await else {
+                return;
+            };
             if cancel.is_cancelled() {
                 return;
             }
@@ -312,10 +355,19 @@ pub async fn execute(
 }
 
 /// Prepares the source once and resolves every planned task's base commit.
-fn prepare(suite: &Suite, root: &Path, tasks: &[usize]) -> Result<(PreparedSource, Vec<String>), RunError> {
-    std::fs::create_dir_all(root).map_err(|e| RunError::Io(format!("cannot create {}: {e}", root.display())))?;
+fn prepare(
+    suite: &Suite,
+    root: &Path,
+    tasks: &[usize],
+) -> Result<(PreparedSource, Vec<String>), RunError> {
+    std::fs::create_dir_all(root)
+        .map_err(|e| RunError::Io(format!("cannot create {}: {e}", root.display())))?;
     let source = prepare_source(&suite.repo, root).map_err(|message| RunError::Config {
-        message: format!("repo {} ({}): {message}", suite.repo.path.display(), suite.repo.kind),
+        message: format!(
+            "repo {} ({}): {message}",
+            suite.repo.path.display(),
+            suite.repo.kind
+        ),
         at: None,
     })?;
     let mut commits = vec![String::new(); suite.tasks.len()];
@@ -325,9 +377,14 @@ fn prepare(suite: &Suite, root: &Path, tasks: &[usize]) -> Result<(PreparedSourc
         let commit = match resolved.get(&base.value) {
             Some(commit) => commit.clone(),
             None => {
-                let commit = resolve_commit(&source.git_dir, &base.value).map_err(|message| RunError::Config {
-                    message: format!("base '{}' of task '{}': {message}", base.value, suite.tasks[i].id),
-                    at: Some((suite.path.clone(), base.line, base.column)),
+                let commit = resolve_commit(&source.git_dir, &base.value).map_err(|message| {
+                    RunError::Config {
+                        message: format!(
+                            "base '{}' of task '{}': {message}",
+                            base.value, suite.tasks[i].id
+                        ),
+                        at: Some((suite.path.clone(), base.line, base.column)),
+                    }
                 })?;
                 resolved.insert(base.value.clone(), commit.clone());
                 commit
@@ -341,7 +398,13 @@ fn prepare(suite: &Suite, root: &Path, tasks: &[usize]) -> Result<(PreparedSourc
 /// A name made safe for a path component.
 pub fn sanitize(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 

@@ -11,17 +11,17 @@ use indexmap::IndexMap;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{
-    BuildContext, CodingAgent, CodingResult, CodingTask, CommandAgent, FnCodingAgentFactory, MockAgent,
-    NoopAgent, OracleAgent, RunCodingNode, RunNodeError, StreamEvent, run_coding_node,
+    BuildContext, CodingAgent, CodingResult, CodingTask, CommandAgent, FnCodingAgentFactory,
+    MockAgent, NoopAgent, OracleAgent, RunCodingNode, RunNodeError, StreamEvent, run_coding_node,
 };
-use crate::delta::{DiffStats, TaskProbe, snapshot_tree};
+use crate::delta::{DiffStats, TaskProbe, commit_setup};
 use crate::metric::{DeltaMetric, DeltaTokenMetric, ExitCodeMetric, GraderMetric, Metric};
 use crate::process::{self, CommandSpec};
 use crate::store::{Outcome, TrialRecord, UsageRecord, VerifyRecord, write_json_atomic};
 use crate::suite::{AgentSpec, MetricSpec, Suite, Task};
 use crate::workspace::{
-    BackendProvisioner, Isolation, PreparedSource, ProvisionError, ProvisionedWorkspace, WorkspaceBase,
-    WorkspaceProvisionError, WorkspaceProvisioner,
+    BackendProvisioner, Isolation, PreparedSource, ProvisionError, ProvisionedWorkspace,
+    WorkspaceBase, WorkspaceProvisionError, WorkspaceProvisioner,
 };
 
 use super::{TrialSpec, now};
@@ -33,6 +33,7 @@ pub struct TrialInputs {
     pub source: PreparedSource,
     /// Parent of every worktree workspace of the run.
     pub workspaces: PathBuf,
+    pub keep_workspaces: bool,
 }
 
 /// Runs one trial to a record. Never fails: what went wrong is in the record.
@@ -56,7 +57,7 @@ pub async fn run_trial(
         name: format!("{}--{}--{}", task.id, spec.agent, spec.trial),
     };
     let provisioner = SetupProvisioner {
-        inner: BackendProvisioner::git(&inputs.workspaces),
+        inner: BackendProvisioner::git(&inputs.workspaces, inputs.keep_workspaces),
         setup: task.setup.clone(),
         timeout: task.timeout,
         log: dir.join("setup.log"),
@@ -66,12 +67,17 @@ pub async fn run_trial(
         verify: task.verify.clone(),
         artifacts: Some(dir.to_owned()),
     });
-    let (agent_name, scratch, solution) = (spec.agent.clone(), dir.to_owned(), task.solution.clone());
+    let (agent_name, scratch, solution) =
+        (spec.agent.clone(), dir.to_owned(), task.solution.clone());
     let factory = FnCodingAgentFactory::new(
         move |ctx: &BuildContext| -> Result<Arc<dyn CodingAgent>, anyhow::Error> {
             Ok(match &agent_spec {
                 AgentSpec::Noop => Arc::new(NoopAgent::named(&agent_name)),
-                AgentSpec::Oracle => Arc::new(OracleAgent::new(ctx.workspace.clone(), ctx.base.clone(), solution.clone())),
+                AgentSpec::Oracle => Arc::new(OracleAgent::new(
+                    ctx.workspace.clone(),
+                    ctx.base.clone(),
+                    solution.clone(),
+                )),
                 AgentSpec::Mock(config) => Arc::new(
                     MockAgent::new(config.clone())
                         .named(&agent_name)
@@ -92,7 +98,9 @@ pub async fn run_trial(
         Ok(file) => Some(BufWriter::new(file)),
         Err(_) => None,
     };
+    let mut transcript: Vec<String> = Vec::new();
     let mut on_event = |event: &StreamEvent| {
+        transcript.push(describe_event(event));
         if let Some(out) = events.as_mut()
             && let Ok(line) = serde_json::to_string(event)
         {
@@ -117,6 +125,10 @@ pub async fn run_trial(
     .await;
     if let Some(mut out) = events.take() {
         let _ = out.flush();
+    }
+    if !dir.join("agent.log").exists() {
+        // In-process agents have no output of their own: their log is their event stream.
+        let _ = std::fs::write(dir.join("agent.log"), transcript.join(""));
     }
 
     let mut record = TrialRecord {
@@ -147,7 +159,11 @@ pub async fn run_trial(
     match ran {
         Ok(report) => {
             let outcome = &report.outcome;
-            record.outcome = if report.score.passed { Outcome::Pass } else { Outcome::Fail };
+            record.outcome = if report.score.passed {
+                Outcome::Pass
+            } else {
+                Outcome::Fail
+            };
             record.passed = report.score.passed;
             record.score = Some(report.score.score);
             record.diff = Some(DiffStats::from_patch(&outcome.delta.diff));
@@ -175,6 +191,27 @@ pub async fn run_trial(
     result_json["record"] = serde_json::to_value(&record).unwrap_or_default();
     let _ = write_json_atomic(&dir.join("result.json"), &result_json);
     record
+}
+
+/// One human-readable line per event, for `agent.log`.
+fn describe_event(event: &StreamEvent) -> String {
+    match event {
+        StreamEvent::System {
+            subtype, message, ..
+        } => format!("[{subtype}] {message}\n"),
+        StreamEvent::Assistant { text } => format!("{text}\n"),
+        StreamEvent::Thinking { text } => format!("(thinking) {text}\n"),
+        StreamEvent::ToolCall { name, args, .. } => format!("-> {name} {args}\n"),
+        StreamEvent::ToolResult { name, result, .. } => {
+            format!("<- {} {result}\n", name.as_deref().unwrap_or("tool"))
+        }
+        StreamEvent::Usage { usage } => format!(
+            "[usage] {} in / {} out\n",
+            usage.input_tokens, usage.output_tokens
+        ),
+        StreamEvent::Result { status, .. } => format!("[result] {status}\n"),
+        StreamEvent::Unknown { raw } => format!("[unknown] {raw}\n"),
+    }
 }
 
 fn describe_result(record: &mut TrialRecord, result: &CodingResult) {
@@ -239,13 +276,22 @@ impl WorkspaceProvisioner for SetupProvisioner {
                 } else {
                     format!("exited with {:?}", ended.exit_code)
                 };
-                return Err(fail(format!("the setup command `{setup}` {how}; see {}", self.log.display())).into());
+                return Err(fail(format!(
+                    "the setup command `{setup}` {how}; see {}",
+                    self.log.display()
+                ))
+                .into());
             }
             let path = workspace.path.clone();
-            let tree = tokio::task::spawn_blocking(move || snapshot_tree(&path))
+            let tree = tokio::task::spawn_blocking(move || commit_setup(&path))
                 .await
                 .map_err(|e| fail(e.to_string()))?
-                .map_err(|e| fail(format!("cannot snapshot the tree after setup: {}", e.message())))?;
+                .map_err(|e| {
+                    fail(format!(
+                        "cannot record the tree after setup: {}",
+                        e.message()
+                    ))
+                })?;
             workspace.rebase(tree);
             Ok(workspace)
         })

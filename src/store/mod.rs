@@ -118,7 +118,10 @@ impl RunDir {
         if path.join("trials.jsonl").exists() {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
-                format!("{} already holds a run; choose another --out", path.display()),
+                format!(
+                    "{} already holds a run; choose another --out",
+                    path.display()
+                ),
             ));
         }
         fs::create_dir_all(path.join("trials"))?;
@@ -138,7 +141,12 @@ impl RunDir {
 
     /// `trials/<task>/<agent>/<n>/`, created.
     pub fn trial_dir(&self, task: &str, agent: &str, trial: u32) -> io::Result<PathBuf> {
-        let dir = self.path.join("trials").join(task).join(agent).join(trial.to_string());
+        let dir = self
+            .path
+            .join("trials")
+            .join(task)
+            .join(agent)
+            .join(trial.to_string());
         fs::create_dir_all(&dir)?;
         Ok(dir)
     }
@@ -180,7 +188,11 @@ pub enum ReadRunError {
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: io::Error },
     #[error("{}:{line}: {message}", path.display())]
-    Parse { path: PathBuf, line: usize, message: String },
+    Parse {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
 }
 
 /// Reads `manifest.json` and `trials.jsonl`. A torn last line (a crash mid-write) is skipped.

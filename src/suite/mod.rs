@@ -191,7 +191,14 @@ impl Source<'_> {
         if path.exists() {
             Ok(path)
         } else {
-            Err(self.at(spanned, format!("{what} '{}' does not exist ({})", spanned.value, path.display())))
+            Err(self.at(
+                spanned,
+                format!(
+                    "{what} '{}' does not exist ({})",
+                    spanned.value,
+                    path.display()
+                ),
+            ))
         }
     }
 
@@ -210,15 +217,26 @@ impl Source<'_> {
     }
 }
 
-/// The message of a YAML error without its "at line N, column M" tail.
+/// The message of a YAML error without its own "at line N, column M" (the location is printed
+/// in front); a "(defined at line ...)" note about an alias stays.
 fn yaml_message(err: &serde_saphyr::Error) -> String {
     let text = err.without_snippet().to_string();
-    let text = match text.find(" at line ") {
-        Some(i) => text[..i].to_owned(),
+    let own_location = regex::Regex::new(r" at line \d+, column \d+")
+        .ok()
+        .and_then(|re| {
+            re.find_iter(&text).find(|m| {
+                let before = &text[..m.start()];
+                !before.ends_with("(defined") && !before.ends_with("(used")
+            })
+        });
+    let text = match own_location {
+        Some(m) => format!("{}{}", &text[..m.start()], &text[m.end()..]),
         None => text,
     };
     if text.starts_with("budget breached") {
-        format!("the document expands beyond the parser's limits (an alias bomb?): {text}")
+        format!(
+            "the document exceeds the parser's limits (too deeply nested, or an alias bomb): {text}"
+        )
     } else {
         text
     }
@@ -228,10 +246,25 @@ fn snippet(text: &str, line: u64, column: u64) -> String {
     let Some(content) = text.lines().nth(line.saturating_sub(1) as usize) else {
         return String::new();
     };
+    // Long lines (a 5 MB value) are cut to a window around the column.
+    const WINDOW: usize = 120;
+    let chars: Vec<char> = content.chars().collect();
+    let col = (column.saturating_sub(1) as usize).min(chars.len());
+    let start = col.saturating_sub(WINDOW / 2);
+    let end = (start + WINDOW).min(chars.len());
+    let mut shown: String = chars[start..end].iter().collect();
+    let mut offset = col - start;
+    if start > 0 {
+        shown.insert_str(0, "...");
+        offset += 3;
+    }
+    if end < chars.len() {
+        shown.push_str("...");
+    }
     let gutter = line.to_string().len();
     let pad = " ".repeat(gutter);
-    let caret = " ".repeat(column.saturating_sub(1) as usize);
-    format!("{pad} |\n{line} | {content}\n{pad} | {caret}^")
+    let caret = " ".repeat(offset);
+    format!("{pad} |\n{line} | {shown}\n{pad} | {caret}^")
 }
 
 /// Parses `500ms`, `90s`, `10m`, `1h30m`.
@@ -240,7 +273,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         format!("invalid duration '{text}': {err}; write a number and a unit, e.g. 500ms, 90s, 10m or 1h")
     })?;
     if parsed.is_zero() {
-        return Err(format!("invalid duration '{text}': it must be greater than zero"));
+        return Err(format!(
+            "invalid duration '{text}': it must be greater than zero"
+        ));
     }
     Ok(parsed)
 }
@@ -309,6 +344,8 @@ fn read(path: &Path) -> Result<String, SuiteError> {
 /// file whose agents override the suite's.
 pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteError> {
     let path = suite_file(suite)?;
+    // Absolute, so relative paths resolve the same whatever the working directory.
+    let path = path.canonicalize().unwrap_or(path);
     let text = read(&path)?;
     let source = Source {
         path: &path,
@@ -349,13 +386,19 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
         if let Some(first) = seen.insert(task.id.clone(), loc(&raw_task.id).0) {
             return Err(source.at(
                 &raw_task.id,
-                format!("duplicate task id '{}' (first defined on line {first})", task.id),
+                format!(
+                    "duplicate task id '{}' (first defined on line {first})",
+                    task.id
+                ),
             ));
         }
         tasks.push(task);
     }
     if tasks.is_empty() {
-        return Err(source.at(&raw.name, "the suite has no tasks; add at least one under `tasks:`"));
+        return Err(source.at(
+            &raw.name,
+            "the suite has no tasks; add at least one under `tasks:`",
+        ));
     }
     Ok(Suite {
         name,
@@ -404,7 +447,14 @@ fn agent_spec(source: &Source, name: &str, agent: &RawAgent) -> Result<AgentSpec
     let kind = agent.kind.value.as_str();
     let allowed: &[&str] = match kind {
         "noop" | "oracle" => &[],
-        "mock" => &["responses", "artifacts", "delay", "simulate_error", "simulate_panic", "apply_writes"],
+        "mock" => &[
+            "responses",
+            "artifacts",
+            "delay",
+            "simulate_error",
+            "simulate_panic",
+            "apply_writes",
+        ],
         "command" => &["run", "timeout", "env"],
         other => {
             return Err(source.at(
@@ -435,7 +485,11 @@ fn agent_spec(source: &Source, name: &str, agent: &RawAgent) -> Result<AgentSpec
         "mock" => AgentSpec::Mock(MockConfig {
             responses: agent.responses.clone().unwrap_or_default(),
             artifacts: agent.artifacts.clone().unwrap_or_default(),
-            delay: agent.delay.as_ref().map(|d| source.duration(d)).transpose()?,
+            delay: agent
+                .delay
+                .as_ref()
+                .map(|d| source.duration(d))
+                .transpose()?,
             simulate_error: agent.simulate_error.clone(),
             simulate_panic: agent.simulate_panic,
             apply_writes: agent.apply_writes.unwrap_or(false),
@@ -444,12 +498,18 @@ fn agent_spec(source: &Source, name: &str, agent: &RawAgent) -> Result<AgentSpec
             let Some(run) = &agent.run else {
                 return Err(source.at(
                     &agent.kind,
-                    format!("agent '{name}' of kind 'command' needs `run`: the shell command to start"),
+                    format!(
+                        "agent '{name}' of kind 'command' needs `run`: the shell command to start"
+                    ),
                 ));
             };
             AgentSpec::Command(CommandAgentConfig {
                 run: resolve_command(source, run)?,
-                timeout: agent.timeout.as_ref().map(|t| source.duration(t)).transpose()?,
+                timeout: agent
+                    .timeout
+                    .as_ref()
+                    .map(|t| source.duration(t))
+                    .transpose()?,
                 env: agent.env.clone().unwrap_or_default(),
             })
         }
@@ -469,7 +529,10 @@ fn resolve_command(source: &Source, run: &Spanned<String>) -> Result<String, Sui
     }
     let path = source.dir.join(first);
     if !path.is_file() {
-        return Err(source.at(run, format!("agent script '{first}' does not exist ({})", path.display())));
+        return Err(source.at(
+            run,
+            format!("agent script '{first}' does not exist ({})", path.display()),
+        ));
     }
     let path = path.canonicalize().unwrap_or(path);
     let quoted = shell_quote(&path.to_string_lossy());
@@ -491,7 +554,12 @@ fn shell_quote(text: &str) -> String {
     }
 }
 
-fn task(source: &Source, raw: &RawSuite, defaults: &RawDefaults, t: &RawTask) -> Result<Task, SuiteError> {
+fn task(
+    source: &Source,
+    raw: &RawSuite,
+    defaults: &RawDefaults,
+    t: &RawTask,
+) -> Result<Task, SuiteError> {
     let id = t.id.value.clone();
     if !is_safe_name(&id) {
         return Err(source.at(
@@ -503,13 +571,20 @@ fn task(source: &Source, raw: &RawSuite, defaults: &RawDefaults, t: &RawTask) ->
         (Some(text), None) => text.value.clone(),
         (None, Some(file)) => {
             let path = source.existing_path(file, "instruction_file")?;
-            std::fs::read_to_string(&path).map_err(|err| source.at(file, format!("cannot read {}: {err}", path.display())))?
+            std::fs::read_to_string(&path)
+                .map_err(|err| source.at(file, format!("cannot read {}: {err}", path.display())))?
         }
         (Some(_), Some(file)) => {
-            return Err(source.at(file, format!("task '{id}' sets both `instruction` and `instruction_file`; keep one")));
+            return Err(source.at(
+                file,
+                format!("task '{id}' sets both `instruction` and `instruction_file`; keep one"),
+            ));
         }
         (None, None) => {
-            return Err(source.at(&t.id, format!("task '{id}' has no `instruction` or `instruction_file`")));
+            return Err(source.at(
+                &t.id,
+                format!("task '{id}' has no `instruction` or `instruction_file`"),
+            ));
         }
     };
     if instruction.trim().is_empty() {
@@ -530,18 +605,21 @@ fn task(source: &Source, raw: &RawSuite, defaults: &RawDefaults, t: &RawTask) ->
             line: loc(&raw.repo).0,
             column: loc(&raw.repo).1,
         });
-    let overlay = |field: &Option<Spanned<String>>, what: &str| -> Result<Option<Overlay>, SuiteError> {
-        field
-            .as_ref()
-            .map(|p| source.existing_path(p, what).map(Overlay::from_path))
-            .transpose()
-    };
+    let overlay =
+        |field: &Option<Spanned<String>>, what: &str| -> Result<Option<Overlay>, SuiteError> {
+            field
+                .as_ref()
+                .map(|p| source.existing_path(p, what).map(Overlay::from_path))
+                .transpose()
+        };
     let verify = match t.verify.as_ref().or(defaults.verify.as_ref()) {
         Some(v) => verify_spec(source, v)?,
         None => {
             return Err(source.at(
                 &t.id,
-                format!("task '{id}' has no `verify` command; set it on the task or under `defaults:`"),
+                format!(
+                    "task '{id}' has no `verify` command; set it on the task or under `defaults:`"
+                ),
             ));
         }
     };
@@ -550,7 +628,10 @@ fn task(source: &Source, raw: &RawSuite, defaults: &RawDefaults, t: &RawTask) ->
         None => MetricSpec::Delta,
     };
     let isolation = match t.isolation.as_ref().or(defaults.isolation.as_ref()) {
-        Some(s) => s.value.parse().map_err(|err| source.at(s, format!("{err}")))?,
+        Some(s) => s
+            .value
+            .parse()
+            .map_err(|err| source.at(s, format!("{err}")))?,
         None => Isolation::Worktree,
     };
     let timeout = t
@@ -559,7 +640,11 @@ fn task(source: &Source, raw: &RawSuite, defaults: &RawDefaults, t: &RawTask) ->
         .or(defaults.timeout.as_ref())
         .map(|d| source.duration(d))
         .transpose()?;
-    let setup = t.setup.as_ref().or(defaults.setup.as_ref()).map(|s| s.value.clone());
+    let setup = t
+        .setup
+        .as_ref()
+        .or(defaults.setup.as_ref())
+        .map(|s| s.value.clone());
     let mut tags = defaults.tags.clone().unwrap_or_default();
     for tag in t.tags.iter().flatten() {
         if !tags.contains(tag) {

@@ -87,7 +87,7 @@ pub struct RawAgent {
 impl RawAgent {
     /// The keys set on this agent, with the location to blame when they do not fit the kind.
     pub fn keys_set(&self) -> Vec<(&'static str, Option<(u64, u64)>)> {
-        let at = |s: &Option<Spanned<String>>| s.as_ref().map(|s| loc(s));
+        let at = |s: &Option<Spanned<String>>| s.as_ref().map(loc);
         let mut keys = Vec::new();
         let mut add = |name, set: bool, location| {
             if set {
@@ -200,7 +200,10 @@ pub struct RawVerify {
 #[derive(Debug, Clone)]
 pub enum RawMetric {
     Named(String),
-    Grader { command: String, timeout: Option<String> },
+    Grader {
+        command: String,
+        timeout: Option<String>,
+    },
 }
 
 /// Schema-only mirror of [`RawVerify`].
@@ -209,7 +212,10 @@ pub enum RawMetric {
 #[expect(dead_code, reason = "only describes the schema")]
 enum VerifySchema {
     Command(String),
-    Full { run: String, timeout: Option<String> },
+    Full {
+        run: String,
+        timeout: Option<String>,
+    },
 }
 
 /// Schema-only mirror of [`RawMetric`].
@@ -219,7 +225,10 @@ enum VerifySchema {
 enum MetricSchema {
     /// `delta`, `delta-token` or `exit-code`.
     Named(String),
-    Grader { grader: String, timeout: Option<String> },
+    Grader {
+        grader: String,
+        timeout: Option<String>,
+    },
 }
 
 /// Reads a map of string keys to string values, rejecting keys outside `allowed`.
@@ -255,7 +264,9 @@ impl<'de> Deserialize<'de> for RawVerify {
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawVerify, A::Error> {
                 let mut fields = string_map(map, &["run", "timeout"])?;
                 Ok(RawVerify {
-                    run: fields.remove("run").ok_or_else(|| de::Error::missing_field("run"))?,
+                    run: fields
+                        .remove("run")
+                        .ok_or_else(|| de::Error::missing_field("run"))?,
                     timeout: fields.remove("timeout"),
                 })
             }

@@ -9,24 +9,37 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::git::run_git;
-use super::{Isolation, ProvisionedWorkspace, WorkspaceBackend, WorkspaceBase, WorkspaceProvisionError};
+use super::{
+    Isolation, ProvisionedWorkspace, WorkspaceBackend, WorkspaceBase, WorkspaceProvisionError,
+};
 
 /// Creates workspaces as `<root>/<name>`.
 #[derive(Debug, Clone)]
 pub struct CloneBackend {
     root: PathBuf,
+    keep: bool,
 }
 
 impl CloneBackend {
     pub fn new(root: &Path) -> Self {
         Self {
             root: root.to_owned(),
+            keep: false,
         }
+    }
+
+    /// Dispose leaves the workspace on disk, for inspection.
+    pub fn keeping(mut self, keep: bool) -> Self {
+        self.keep = keep;
+        self
     }
 }
 
 impl WorkspaceBackend for CloneBackend {
-    fn provision(&self, base: &WorkspaceBase) -> Result<ProvisionedWorkspace, WorkspaceProvisionError> {
+    fn provision(
+        &self,
+        base: &WorkspaceBase,
+    ) -> Result<ProvisionedWorkspace, WorkspaceProvisionError> {
         let fail = |reason: String| WorkspaceProvisionError {
             isolation: Isolation::Worktree,
             base: base.repo.clone(),
@@ -47,6 +60,14 @@ impl WorkspaceBackend for CloneBackend {
             return Err(fail(reason));
         }
         let dispose_path = path.clone();
+        if self.keep {
+            return Ok(ProvisionedWorkspace::new(
+                path,
+                Isolation::Worktree,
+                base.commit.clone(),
+                || Ok(()),
+            ));
+        }
         Ok(ProvisionedWorkspace::new(
             path,
             Isolation::Worktree,
@@ -64,7 +85,14 @@ fn make_clone(source: &Path, path: &Path, commit: &str) -> Result<(), String> {
     let (source, target) = (source.to_string_lossy(), path.to_string_lossy());
     run_git(
         parent,
-        &["clone", "--shared", "--no-checkout", "--quiet", &source, &target],
+        &[
+            "clone",
+            "--shared",
+            "--no-checkout",
+            "--quiet",
+            &source,
+            &target,
+        ],
     )?;
     strip_refs(path).map_err(|err| format!("cannot clean refs of {}: {err}", path.display()))?;
     run_git(path, &["checkout", "--quiet", "--detach", commit])?;
@@ -86,6 +114,7 @@ fn strip_refs(path: &Path) -> std::io::Result<()> {
     for file in ["packed-refs", "FETCH_HEAD", "ORIG_HEAD"] {
         let _ = fs::remove_file(git_dir.join(file));
     }
-    run_git(path, &["config", "--remove-section", "remote.origin"]).map_err(std::io::Error::other)?;
+    run_git(path, &["config", "--remove-section", "remote.origin"])
+        .map_err(std::io::Error::other)?;
     Ok(())
 }

@@ -170,7 +170,10 @@ impl fmt::Debug for ProvisionedWorkspace {
 
 /// Materialises workspaces for one strategy. Blocking: the provisioner runs it off the runtime.
 pub trait WorkspaceBackend: Send + Sync {
-    fn provision(&self, base: &WorkspaceBase) -> Result<ProvisionedWorkspace, WorkspaceProvisionError>;
+    fn provision(
+        &self,
+        base: &WorkspaceBase,
+    ) -> Result<ProvisionedWorkspace, WorkspaceProvisionError>;
 }
 
 /// One method in, a disposable workspace out.
@@ -196,11 +199,12 @@ impl BackendProvisioner {
         Self::default()
     }
 
-    /// deltabench's own backends, with worktrees created under `root`.
-    pub fn git(root: &Path) -> Self {
+    /// deltabench's own backends, with worktrees created under `root` (and left there on
+    /// dispose when `keep` is set).
+    pub fn git(root: &Path, keep: bool) -> Self {
         Self::new()
             .with(Isolation::Session, SessionBackend)
-            .with(Isolation::Worktree, CloneBackend::new(root))
+            .with(Isolation::Worktree, CloneBackend::new(root).keeping(keep))
     }
 
     pub fn with(mut self, isolation: Isolation, backend: impl WorkspaceBackend + 'static) -> Self {

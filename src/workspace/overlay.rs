@@ -57,7 +57,11 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> OverlayError + '_ {
 
 /// Lays `overlay` over `workspace`; `base` is the tree-ish a patch applies to. Returns the
 /// workspace-relative paths written or removed.
-pub fn apply_overlay(workspace: &Path, base: &str, overlay: &Overlay) -> Result<Vec<String>, OverlayError> {
+pub fn apply_overlay(
+    workspace: &Path,
+    base: &str,
+    overlay: &Overlay,
+) -> Result<Vec<String>, OverlayError> {
     match overlay {
         Overlay::Dir(dir) => copy_dir(workspace, dir),
         Overlay::Patch(patch) => apply_patch(workspace, base, patch),
@@ -81,7 +85,11 @@ fn copy_dir(workspace: &Path, source: &Path) -> Result<Vec<String>, OverlayError
                 stack.push(rel);
             } else {
                 let content = fs::read(entry.path()).map_err(io_err(&entry.path()))?;
-                let mode = entry.metadata().map_err(io_err(&entry.path()))?.permissions().mode();
+                let mode = entry
+                    .metadata()
+                    .map_err(io_err(&entry.path()))?
+                    .permissions()
+                    .mode();
                 write_file(workspace, &rel, &content, mode & 0o111 != 0)?;
                 written.push(rel.to_string_lossy().into_owned());
             }
@@ -98,7 +106,8 @@ fn apply_patch(workspace: &Path, base: &str, patch: &Path) -> Result<Vec<String>
     };
     let bytes = fs::read(patch).map_err(io_err(patch))?;
     let repo = Repository::open(workspace).map_err(|e| perr(e.message().to_owned()))?;
-    let diff = Diff::from_buffer(&bytes).map_err(|e| perr(format!("not a patch: {}", e.message())))?;
+    let diff =
+        Diff::from_buffer(&bytes).map_err(|e| perr(format!("not a patch: {}", e.message())))?;
     let oid = Oid::from_str(base).map_err(|e| perr(e.message().to_owned()))?;
     let tree = repo
         .find_object(oid, None)
@@ -116,9 +125,15 @@ fn apply_patch(workspace: &Path, base: &str, patch: &Path) -> Result<Vec<String>
             remove_file(workspace, old)?;
             touched.push(old.to_string_lossy().into_owned());
         }
-        let Some(new) = delta.new_file().path() else { continue };
-        let Some(entry) = index.get_path(new, 0) else { continue };
-        let blob = repo.find_blob(entry.id).map_err(|e| perr(e.message().to_owned()))?;
+        let Some(new) = delta.new_file().path() else {
+            continue;
+        };
+        let Some(entry) = index.get_path(new, 0) else {
+            continue;
+        };
+        let blob = repo
+            .find_blob(entry.id)
+            .map_err(|e| perr(e.message().to_owned()))?;
         write_file(workspace, new, blob.content(), entry.mode & 0o111 != 0)?;
         touched.push(new.to_string_lossy().into_owned());
     }
@@ -138,7 +153,10 @@ fn prepare_parent(workspace: &Path, relative: &Path) -> Result<PathBuf, OverlayE
         });
     }
     let mut dir = workspace.to_owned();
-    let parents: Vec<_> = relative.parent().map(|p| p.components().collect()).unwrap_or_default();
+    let parents: Vec<_> = relative
+        .parent()
+        .map(|p| p.components().collect())
+        .unwrap_or_default();
     for component in parents {
         dir.push(component);
         match fs::symlink_metadata(&dir) {
@@ -151,7 +169,12 @@ fn prepare_parent(workspace: &Path, relative: &Path) -> Result<PathBuf, OverlayE
     Ok(workspace.join(relative))
 }
 
-fn write_file(workspace: &Path, relative: &Path, content: &[u8], executable: bool) -> Result<(), OverlayError> {
+fn write_file(
+    workspace: &Path,
+    relative: &Path,
+    content: &[u8],
+    executable: bool,
+) -> Result<(), OverlayError> {
     let target = prepare_parent(workspace, relative)?;
     match fs::symlink_metadata(&target) {
         Ok(meta) if meta.is_dir() => fs::remove_dir_all(&target).map_err(io_err(&target))?,

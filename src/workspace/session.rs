@@ -5,14 +5,19 @@
 
 use git2::{Repository, StatusOptions};
 
-use super::{Isolation, ProvisionedWorkspace, WorkspaceBackend, WorkspaceBase, WorkspaceProvisionError};
+use super::{
+    Isolation, ProvisionedWorkspace, WorkspaceBackend, WorkspaceBase, WorkspaceProvisionError,
+};
 
 /// Hands out the base repository's own work tree.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SessionBackend;
 
 impl WorkspaceBackend for SessionBackend {
-    fn provision(&self, base: &WorkspaceBase) -> Result<ProvisionedWorkspace, WorkspaceProvisionError> {
+    fn provision(
+        &self,
+        base: &WorkspaceBase,
+    ) -> Result<ProvisionedWorkspace, WorkspaceProvisionError> {
         let fail = |reason: String| WorkspaceProvisionError {
             isolation: Isolation::Session,
             base: base.repo.clone(),
@@ -20,7 +25,9 @@ impl WorkspaceBackend for SessionBackend {
         };
         let repo = Repository::open(&base.repo).map_err(|err| fail(err.message().to_owned()))?;
         let Some(workdir) = repo.workdir().map(ToOwned::to_owned) else {
-            return Err(fail("it is a bare repository; `session` needs a work tree".into()));
+            return Err(fail(
+                "it is a bare repository; `session` needs a work tree".into(),
+            ));
         };
         let head = repo
             .head()

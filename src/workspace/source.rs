@@ -33,7 +33,13 @@ pub fn prepare_source(repo: &RepoSource, scratch: &Path) -> Result<PreparedSourc
             std::fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
             run_git(
                 scratch,
-                &["clone", "--bare", "--quiet", &repo.path.to_string_lossy(), &target.to_string_lossy()],
+                &[
+                    "clone",
+                    "--bare",
+                    "--quiet",
+                    &repo.path.to_string_lossy(),
+                    &target.to_string_lossy(),
+                ],
             )?;
             Ok(PreparedSource {
                 git_dir: target,
@@ -42,7 +48,8 @@ pub fn prepare_source(repo: &RepoSource, scratch: &Path) -> Result<PreparedSourc
         }
         RepoKind::PlainDir => {
             let target = scratch.join("source.git");
-            snapshot_dir(&repo.path, &target).map_err(|e| format!("cannot snapshot {}: {}", repo.path.display(), e.message()))?;
+            snapshot_dir(&repo.path, &target)
+                .map_err(|e| format!("cannot snapshot {}: {}", repo.path.display(), e.message()))?;
             Ok(PreparedSource {
                 git_dir: target,
                 work_tree: None,
@@ -59,7 +66,11 @@ fn snapshot_dir(dir: &Path, target: &Path) -> Result<(), git2::Error> {
     let mut index = repo.index()?;
     index.add_all(["*"], IndexAddOption::DEFAULT, None)?;
     let tree = repo.find_tree(index.write_tree()?)?;
-    let signature = Signature::new("deltabench", "deltabench@localhost", &Time::new(946_684_800, 0))?;
+    let signature = Signature::new(
+        "deltabench",
+        "deltabench@localhost",
+        &Time::new(946_684_800, 0),
+    )?;
     repo.commit(
         Some("refs/heads/main"),
         &signature,

@@ -43,7 +43,12 @@ pub struct CommandAgent {
 impl CommandAgent {
     /// `scratch` receives `instruction.md` and `agent.log`; it must exist and lie outside the
     /// workspace (anything written inside the workspace would show up in the diff).
-    pub fn new(name: &str, config: CommandAgentConfig, workspace: PathBuf, scratch: PathBuf) -> Self {
+    pub fn new(
+        name: &str,
+        config: CommandAgentConfig,
+        workspace: PathBuf,
+        scratch: PathBuf,
+    ) -> Self {
         Self {
             name: name.to_owned(),
             config,
@@ -116,7 +121,10 @@ impl CommandAgent {
                 session,
                 CodingError::new(
                     ErrorCode::Timeout,
-                    format!("command exceeded its timeout of {}", humantime::format_duration(limit)),
+                    format!(
+                        "command exceeded its timeout of {}",
+                        humantime::format_duration(limit)
+                    ),
                 ),
             )
         } else if ended.exit_code == Some(0) {

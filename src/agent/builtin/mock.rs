@@ -180,6 +180,8 @@ impl CodingAgent for MockAgent {
     fn run(&self, task: CodingTask) -> CodingHandle {
         let session = task.session_id.clone().unwrap_or_else(new_session_id);
         let agent = self.clone();
-        CodingHandle::spawn(&self.name, &task, false, move |ctx| agent.replay(ctx, session))
+        CodingHandle::spawn(&self.name, &task, false, move |ctx| {
+            agent.replay(ctx, session)
+        })
     }
 }

@@ -46,10 +46,9 @@ impl CodingAgent for OracleAgent {
                 );
             };
             let (workspace, base) = (agent.workspace.clone(), agent.base.clone());
-            let applied = tokio::task::spawn_blocking(move || {
-                apply_overlay(&workspace, &base, &solution)
-            })
-            .await;
+            let applied =
+                tokio::task::spawn_blocking(move || apply_overlay(&workspace, &base, &solution))
+                    .await;
             match applied {
                 Ok(Ok(files)) => {
                     for path in &files {
@@ -61,17 +60,26 @@ impl CodingAgent for OracleAgent {
                         .await;
                     }
                     let mut result = CodingResult::completed(session);
-                    result.output.text = Some(format!("applied the reference solution ({} files)", files.len()));
+                    result.output.text = Some(format!(
+                        "applied the reference solution ({} files)",
+                        files.len()
+                    ));
                     result.output.modified_files = files;
                     result
                 }
                 Ok(Err(err)) => CodingResult::failed(
                     session,
-                    CodingError::new(ErrorCode::SdkError, format!("cannot apply the solution: {err}")),
+                    CodingError::new(
+                        ErrorCode::SdkError,
+                        format!("cannot apply the solution: {err}"),
+                    ),
                 ),
                 Err(err) => CodingResult::failed(
                     session,
-                    CodingError::new(ErrorCode::SdkError, format!("cannot apply the solution: {err}")),
+                    CodingError::new(
+                        ErrorCode::SdkError,
+                        format!("cannot apply the solution: {err}"),
+                    ),
                 ),
             }
         })

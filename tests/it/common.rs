@@ -1,0 +1,128 @@
+//! Shared fixtures: temp dirs on tmpfs, real git repos, and the real binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A temp dir on `/dev/shm` when it exists (this VM's root disk creates files slowly).
+pub fn temp_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::Builder::new()
+            .prefix("deltabench-test-")
+            .tempdir_in(shm)
+            .unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    }
+}
+
+/// The `deltabench` binary under test, run in `cwd`.
+pub fn deltabench(cwd: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_deltabench"));
+    command.current_dir(cwd).env_remove("DELTABENCH_WORKDIR");
+    command
+}
+
+/// Runs git in `dir` with a fixed identity and no user config; panics on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "test")
+        .env("GIT_AUTHOR_EMAIL", "test@example.com")
+        .env("GIT_COMMITTER_NAME", "test")
+        .env("GIT_COMMITTER_EMAIL", "test@example.com")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// Writes `files` (path, content) under `root`, creating parents.
+pub fn write_files(root: &Path, files: &[(&str, &str)]) {
+    for (path, content) in files {
+        let target = root.join(path);
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::write(target, content).unwrap();
+    }
+}
+
+/// A git repo at `<root>/repo` with one commit of `files`, branch `main`. Returns the commit id.
+pub fn git_repo(root: &Path, files: &[(&str, &str)]) -> (PathBuf, String) {
+    let repo = root.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    write_files(&repo, files);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "base"]);
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    (repo, head)
+}
+
+/// Writes `suite.yaml` under `root` and returns its path.
+pub fn write_suite(root: &Path, yaml: &str) -> PathBuf {
+    let path = root.join("suite.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// Runs `deltabench run SUITE --workdir WORK --out OUT` plus `extra` args.
+pub fn run_suite(root: &Path, extra: &[&str]) -> (Output, PathBuf, PathBuf) {
+    let work = root.join("work");
+    let out = root.join("out");
+    std::fs::create_dir_all(&work).unwrap();
+    let output = deltabench(root)
+        .args(["run", "suite.yaml", "--workdir"])
+        .arg(&work)
+        .arg("--out")
+        .arg(&out)
+        .args(extra)
+        .output()
+        .unwrap();
+    (output, work, out)
+}
+
+/// The records of `trials.jsonl` as JSON values.
+pub fn trials(out: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(out.join("trials.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// Every file or directory left under `work` (recursively), relative.
+pub fn leftovers(work: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![work.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            found.push(
+                entry
+                    .path()
+                    .strip_prefix(work)
+                    .unwrap()
+                    .display()
+                    .to_string(),
+            );
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    found
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}

@@ -1,0 +1,216 @@
+//! Dispose exactly once on every path, through the real binary with real subprocesses.
+
+use std::time::Duration;
+
+use crate::common::{git_repo, leftovers, run_suite, stderr, temp_dir, trials, write_suite};
+
+const AGENTS: &str = r#"
+agents:
+  ok:
+    kind: mock
+    apply_writes: true
+    responses:
+      - {type: assistant, text: "fixing"}
+      - {type: tool_call, name: write, args: {path: a.txt, content: "fixed\n"}}
+  failing:
+    kind: mock
+    apply_writes: true
+    responses:
+      - {type: tool_call, name: write, args: {path: a.txt, content: "fixed\n"}}
+      - {type: assistant, text: "never sent"}
+    simulate_error: {after: 1, message: "harness died", code: sdk_error}
+  slow: {kind: command, run: "echo started; sleep 30", timeout: 1s}
+  panicking:
+    kind: mock
+    responses: [{type: assistant, text: "about to panic"}]
+    simulate_panic: 0
+"#;
+
+fn suite(extra: &str) -> String {
+    format!(
+        "name: lifecycle\nrepo: repo\n{AGENTS}\ntasks:\n  - id: fix\n    instruction: write fixed into a.txt\n    verify: \"grep -q fixed a.txt\"\n{extra}"
+    )
+}
+
+fn dispose_count(out: &std::path::Path, agent: &str) -> usize {
+    let text =
+        std::fs::read_to_string(out.join(format!("trials/fix/{agent}/1/result.json"))).unwrap();
+    let result: serde_json::Value = serde_json::from_str(&text).unwrap();
+    result["lifecycle"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|step| step[0] == "dispose")
+        .count()
+}
+
+#[test]
+fn every_path_disposes_once_and_scores_on_the_delta() {
+    let tmp = temp_dir();
+    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    write_suite(tmp.path(), &suite(""));
+    let (output, work, out) = run_suite(tmp.path(), &["-j", "4"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+
+    let records = trials(&out);
+    let by_agent = |name: &str| records.iter().find(|r| r["agent"] == name).unwrap().clone();
+    let ok = by_agent("ok");
+    assert_eq!(
+        (ok["status"].as_str(), ok["outcome"].as_str()),
+        (Some("completed"), Some("pass"))
+    );
+
+    // The agent failed, but what it wrote is still there: scored on the delta, status says error.
+    let failing = by_agent("failing");
+    assert_eq!(failing["status"], "error");
+    assert_eq!(failing["error"]["code"], "sdk_error");
+    assert_eq!(failing["error"]["message"], "harness died");
+    assert_eq!(failing["outcome"], "pass");
+
+    let slow = by_agent("slow");
+    assert_eq!(slow["status"], "max_duration");
+    assert_eq!(slow["error"]["code"], "timeout");
+    assert_eq!(slow["outcome"], "fail");
+
+    let panicking = by_agent("panicking");
+    assert_eq!(panicking["status"], "error");
+    assert!(
+        panicking["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("panicked")
+    );
+    assert_eq!(panicking["outcome"], "fail");
+
+    for agent in ["ok", "failing", "slow", "panicking"] {
+        assert_eq!(dispose_count(&out, agent), 1, "{agent}");
+    }
+    assert!(
+        leftovers(&work).is_empty(),
+        "left behind: {:?}",
+        leftovers(&work)
+    );
+}
+
+#[test]
+fn interrupt_aborts_running_trials_and_still_disposes() {
+    let tmp = temp_dir();
+    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    write_suite(
+        tmp.path(),
+        "name: abort\nrepo: repo\nagents:\n  sleeper: {kind: command, run: \"sleep 60\"}\ntasks:\n  - id: fix\n    instruction: x\n    verify: \"true\"\n",
+    );
+    let work = tmp.path().join("work");
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&work).unwrap();
+    let mut child = crate::common::deltabench(tmp.path())
+        .args(["run", "suite.yaml", "--workdir"])
+        .arg(&work)
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the agent is running: its instruction file appears when it starts.
+    let instruction = out.join("trials/fix/sleeper/1/instruction.md");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !instruction.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "an interrupted run is not a complete run"
+    );
+    let records = trials(&out);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0]["status"], "aborted");
+    assert_eq!(records[0]["error"]["code"], "aborted");
+    assert_eq!(dispose_count(&out, "sleeper"), 1);
+    assert!(
+        leftovers(&work).is_empty(),
+        "left behind: {:?}",
+        leftovers(&work)
+    );
+}
+
+#[test]
+fn forty_trials_at_four_jobs_are_each_recorded_once() {
+    let tmp = temp_dir();
+    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    let mut yaml = String::from(
+        "name: many\nrepo: repo\nagents:\n  ok:\n    kind: mock\n    apply_writes: true\n    responses: [{type: tool_call, name: write, args: {path: a.txt, content: \"fixed\\n\"}}]\ntasks:\n",
+    );
+    for i in 0..4 {
+        yaml.push_str(&format!(
+            "  - {{id: t{i}, instruction: x, verify: \"grep -q fixed a.txt\"}}\n"
+        ));
+    }
+    write_suite(tmp.path(), &yaml);
+    let (output, work, out) = run_suite(tmp.path(), &["--trials", "10", "-j", "4"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let records = trials(&out);
+    assert_eq!(records.len(), 40);
+    let mut keys: Vec<String> = records
+        .iter()
+        .map(|r| format!("{}/{}/{}", r["task"], r["agent"], r["trial"]))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 40, "a trial was recorded twice");
+    assert!(records.iter().all(|r| r["outcome"] == "pass"));
+    assert!(leftovers(&work).is_empty());
+}
+
+#[test]
+fn an_external_grader_scores_from_the_delta_json() {
+    let tmp = temp_dir();
+    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    let grader = concat!(env!("CARGO_MANIFEST_DIR"), "/graders/test-ratio.py");
+    write_suite(
+        tmp.path(),
+        &format!(
+            "name: graded\nrepo: repo\nagents:\n  ok:\n    kind: mock\n    apply_writes: true\n    responses: [{{type: tool_call, name: write, args: {{path: a.txt, content: \"fixed\\n\"}}}}]\n\
+             tasks:\n  - id: fix\n    instruction: x\n    verify: \"echo 'Ran 4 tests'; grep -q fixed a.txt\"\n    metric: {{grader: \"python3 {grader}\"}}\n  \
+             - id: broken\n    instruction: x\n    verify: \"echo 'Ran 4 tests'\"\n    metric: {{grader: \"exit 3\"}}\n"
+        ),
+    );
+    let (output, _, out) = run_suite(tmp.path(), &["--agent", "ok", "--agent", "noop"]);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "a failing grader is an infra error: {}",
+        stderr(&output)
+    );
+    let records = trials(&out);
+    let find = |task: &str, agent: &str| {
+        records
+            .iter()
+            .find(|r| r["task"] == task && r["agent"] == agent)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(find("fix", "ok")["outcome"], "pass");
+    assert_eq!(find("fix", "ok")["score"], 1.0);
+    assert_eq!(find("fix", "noop")["outcome"], "fail");
+    let broken = find("broken", "ok");
+    assert_eq!(broken["outcome"], "infra_error");
+    assert!(
+        broken["infra_error"]
+            .as_str()
+            .unwrap()
+            .contains("exited with"),
+        "{broken}"
+    );
+}

@@ -1,0 +1,261 @@
+//! Workspaces: isolation from the rest of the history, exact diffs, session and sandbox rules.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::{
+    git, git_repo, leftovers, run_suite, stderr, temp_dir, trials, write_files, write_suite,
+};
+
+#[test]
+fn workspace_shows_nothing_past_the_base() {
+    let tmp = temp_dir();
+    let (repo, base) = git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    git(&repo, &["tag", "v1"]);
+    write_files(&repo, &[("a.txt", "the answer\n")]);
+    git(&repo, &["commit", "-qam", "the fix"]);
+    let later = git(&repo, &["rev-parse", "HEAD"]);
+    git(&repo, &["tag", "v2"]);
+    git(&repo, &["checkout", "-qb", "feature"]);
+    write_files(&repo, &[("b.txt", "b\n")]);
+    git(&repo, &["add", "b.txt"]);
+    git(&repo, &["commit", "-qm", "feature work"]);
+    let feature = git(&repo, &["rev-parse", "HEAD"]);
+    git(&repo, &["checkout", "-q", "main"]);
+    write_suite(
+        tmp.path(),
+        "name: history\nrepo: repo\nbase: v1\nagents:\n  peek: {kind: command, run: \"git log --all --format=%H; echo TAGS; git tag; echo BRANCHES; git branch -a; echo REMOTES; git remote\"}\ntasks:\n  - {id: look, instruction: look around, verify: \"true\"}\n",
+    );
+    let (output, _, out) = run_suite(tmp.path(), &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let log = std::fs::read_to_string(out.join("trials/look/peek/1/agent.log")).unwrap();
+    assert!(log.contains(&base), "{log}");
+    assert!(
+        !log.contains(&later) && !log.contains(&feature),
+        "later history leaked:\n{log}"
+    );
+    let after_tags = log.split("TAGS").nth(1).unwrap();
+    for name in ["v1", "v2", "feature", "main", "origin"] {
+        assert!(
+            !after_tags.contains(name),
+            "'{name}' visible in the workspace:\n{log}"
+        );
+    }
+}
+
+/// The single workspace kept under `work` by `--keep-workspaces`.
+fn kept_workspace(work: &Path) -> PathBuf {
+    let run = std::fs::read_dir(work)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::read_dir(run.join("ws"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+}
+
+fn tree_of(dir: &Path) -> String {
+    git(dir, &["add", "-A"]);
+    git(dir, &["write-tree"])
+}
+
+#[test]
+fn diff_round_trips_binary_untracked_renames_and_commits() {
+    let tmp = temp_dir();
+    let (_, base) = git_repo(
+        tmp.path(),
+        &[
+            ("a.txt", "a\nb\nc\n"),
+            ("gone.txt", "bye\n"),
+            ("old/name.txt", "moving\n"),
+            ("run.sh", "echo\n"),
+            ("keep.txt", "k\n"),
+        ],
+    );
+    // The agent edits, deletes, renames, adds untracked, binary and nested files, and commits half.
+    let script = tmp.path().join("agent.sh");
+    std::fs::write(
+        &script,
+        r#"set -e
+git -c user.name=a -c user.email=a@a mv old/name.txt new-name.txt
+printf 'a\nB\nc' > a.txt
+rm gone.txt
+chmod +x run.sh
+git add -A
+git -c user.name=a -c user.email=a@a commit -qm "agent commit"
+mkdir -p deep/nested
+echo untracked > deep/nested/new.txt
+head -c 4096 /dev/urandom > blob.bin
+printf 'k2\n' >> keep.txt
+"#,
+    )
+    .unwrap();
+    write_suite(
+        tmp.path(),
+        &format!(
+            "name: roundtrip\nrepo: repo\nagents:\n  editor: {{kind: command, run: \"sh {}\"}}\ntasks:\n  - {{id: edit, instruction: edit, verify: \"true\"}}\n",
+            script.display()
+        ),
+    );
+    let (output, work, out) = run_suite(tmp.path(), &["--keep-workspaces"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let record = &trials(&out)[0];
+    assert_eq!(
+        record["outcome"], "pass",
+        "an agent that commits is still diffed against the base"
+    );
+    assert!(record["diff"]["files"].as_u64().unwrap() >= 6, "{record}");
+
+    let workspace = kept_workspace(&work);
+    let fresh = tmp.path().join("fresh");
+    git(
+        tmp.path(),
+        &["clone", "-q", "repo", fresh.to_str().unwrap()],
+    );
+    git(&fresh, &["checkout", "-q", "--detach", &base]);
+    let patch = out.join("trials/edit/editor/1/diff.patch");
+    git(&fresh, &["apply", "--binary", patch.to_str().unwrap()]);
+    assert_eq!(
+        tree_of(&fresh),
+        tree_of(&workspace),
+        "applying diff.patch to the base must give the workspace tree"
+    );
+    std::fs::remove_dir_all(&work).unwrap();
+}
+
+#[test]
+fn hidden_tests_land_over_what_the_agent_wrote() {
+    let tmp = temp_dir();
+    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    write_files(tmp.path(), &[("hidden/check.sh", "grep -q fixed a.txt\n")]);
+    write_suite(
+        tmp.path(),
+        "name: hidden\nrepo: repo\nagents:\n  cheat: {kind: command, run: \"echo exit 0 > check.sh; echo touched >> a.txt\"}\ntasks:\n  - {id: t, instruction: x, tests: hidden/, verify: \"sh check.sh\"}\n",
+    );
+    let (output, work, out) = run_suite(tmp.path(), &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let record = &trials(&out)[0];
+    assert_eq!(
+        record["outcome"], "fail",
+        "the agent's check.sh must be replaced by the hidden one"
+    );
+    assert_eq!(record["verify"]["exit_code"], 1);
+    assert!(leftovers(&work).is_empty());
+}
+
+#[test]
+fn setup_output_is_part_of_the_base() {
+    let tmp = temp_dir();
+    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    write_suite(
+        tmp.path(),
+        "name: setup\nrepo: repo\ntasks:\n  - {id: t, instruction: x, setup: \"echo generated > gen.txt\", verify: \"test -f gen.txt\"}\n",
+    );
+    let (output, _, out) = run_suite(tmp.path(), &["--agent", "noop"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let record = &trials(&out)[0];
+    assert_eq!(
+        record["diff"]["files"], 0,
+        "setup's files are not the agent's change: {record}"
+    );
+    assert_eq!(record["verify"]["exit_code"], 0);
+}
+
+#[test]
+fn bundle_and_plain_directory_repos_work() {
+    for kind in ["bundle", "plain"] {
+        let tmp = temp_dir();
+        let (repo, _) = git_repo(tmp.path(), &[("a.txt", "a\n")]);
+        let repo_field = if kind == "bundle" {
+            git(
+                &repo,
+                &["bundle", "create", "-q", "../repo.bundle", "--all"],
+            );
+            "repo.bundle"
+        } else {
+            write_files(tmp.path(), &[("plain/a.txt", "a\n")]);
+            "plain"
+        };
+        write_files(tmp.path(), &[("sol/a.txt", "fixed\n")]);
+        write_suite(
+            tmp.path(),
+            &format!(
+                "name: {kind}\nrepo: {repo_field}\ntasks:\n  - {{id: t, instruction: x, solution: sol/, verify: \"grep -q fixed a.txt\"}}\n"
+            ),
+        );
+        let (output, work, out) = run_suite(tmp.path(), &[]);
+        assert_eq!(output.status.code(), Some(0), "{kind}: {}", stderr(&output));
+        let records = trials(&out);
+        let outcome =
+            |agent: &str| records.iter().find(|r| r["agent"] == agent).unwrap()["outcome"].clone();
+        assert_eq!(outcome("oracle"), "pass", "{kind}");
+        assert_eq!(outcome("noop"), "fail", "{kind}");
+        assert!(leftovers(&work).is_empty(), "{kind}");
+    }
+}
+
+#[test]
+fn session_works_in_place_for_one_trial_only() {
+    let tmp = temp_dir();
+    let (repo, _) = git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    write_suite(
+        tmp.path(),
+        "name: session\nrepo: repo\nagents:\n  edit: {kind: command, run: \"echo fixed > a.txt\"}\ntasks:\n  - {id: t, instruction: x, isolation: session, verify: \"grep -q fixed a.txt\"}\n",
+    );
+    let (output, _, _) = run_suite(tmp.path(), &["--trials", "2"]);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "two trials on a session task"
+    );
+    assert!(
+        stderr(&output).contains("runs a single trial"),
+        "{}",
+        stderr(&output)
+    );
+
+    let (output, _, out) = run_suite(tmp.path(), &["--agent", "edit"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(trials(&out)[0]["outcome"], "pass");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("a.txt")).unwrap(),
+        "fixed\n",
+        "session leaves the change"
+    );
+
+    // Now the work tree is dirty: a second session run refuses it instead of mixing changes.
+    std::fs::remove_dir_all(&out).unwrap();
+    let (output, _, out) = run_suite(tmp.path(), &["--agent", "edit"]);
+    assert_eq!(output.status.code(), Some(1));
+    let record = &trials(&out)[0];
+    assert_eq!(record["outcome"], "infra_error");
+    assert!(
+        record["infra_error"]
+            .as_str()
+            .unwrap()
+            .contains("uncommitted"),
+        "{record}"
+    );
+}
+
+#[test]
+fn sandbox_is_a_clear_error_not_a_fallback() {
+    let tmp = temp_dir();
+    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    write_suite(
+        tmp.path(),
+        "name: sandbox\nrepo: repo\ntasks:\n  - {id: t, instruction: x, isolation: sandbox, verify: \"true\"}\n",
+    );
+    let (output, _, out) = run_suite(tmp.path(), &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("`sandbox` isolation strategy is not available yet"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!out.join("trials.jsonl").exists());
+}
