@@ -121,6 +121,17 @@ impl ProcessOutput {
     pub fn success(&self) -> bool {
         self.exit_code == Some(0) && !self.timed_out && !self.cancelled
     }
+
+    /// How it ended, for messages: "exited with status 1", "was killed by signal 9", ...
+    pub fn ending(&self) -> String {
+        match (self.timed_out, self.cancelled, self.exit_code, self.signal) {
+            (true, ..) => "timed out".to_owned(),
+            (_, true, ..) => "was cancelled".to_owned(),
+            (_, _, Some(code), _) => format!("exited with status {code}"),
+            (_, _, None, Some(signal)) => format!("was killed by signal {signal}"),
+            _ => "ended abnormally".to_owned(),
+        }
+    }
 }
 
 /// The head and tail of a stream, plus how many bytes it had in all.

@@ -253,6 +253,13 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
     }
 }
 
+/// Writes to stdout; a closed pipe (`| head`) is not an error, as in ripgrep.
+fn print_stdout(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
 fn default_jobs() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
 }
@@ -291,8 +298,11 @@ async fn run(args: RunArgs) -> Result<u8, CliError> {
 
     let agents: Vec<String> = plan.agents.keys().cloned().collect();
     let summaries = report::summarize(&outcome.records, &agents);
-    println!("{}", report::table(&summaries));
-    println!("run directory: {}", outcome.run_dir.display());
+    print_stdout(&format!(
+        "{}\nrun directory: {}\n",
+        report::table(&summaries),
+        outcome.run_dir.display()
+    ));
     for leftover in &outcome.leftovers {
         eprintln!("warning: could not clean up {leftover}");
     }
@@ -465,7 +475,7 @@ fn report_cmd(args: ReportArgs) -> Result<u8, CliError> {
     match args.output {
         Some(path) => std::fs::write(&path, text)
             .map_err(|e| CliError::failed(format!("cannot write {}: {e}", path.display())))?,
-        None => print!("{text}"),
+        None => print_stdout(&text),
     }
     Ok(EXIT_OK)
 }

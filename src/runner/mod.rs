@@ -165,6 +165,15 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
                     None,
                 ));
             }
+            Isolation::Session if t.setup.is_some() => {
+                return Err(PlanError::new(
+                    format!(
+                        "task '{}' combines `isolation: session` with `setup`: the setup's result would be committed into your own work tree",
+                        t.id
+                    ),
+                    Some("run the setup yourself before a session run, or use `worktree`".into()),
+                ));
+            }
             Isolation::Session if trials.len() > 1 => {
                 return Err(PlanError::new(
                     format!(

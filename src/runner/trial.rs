@@ -271,11 +271,7 @@ impl WorkspaceProvisioner for SetupProvisioner {
                 .await
                 .map_err(|e| fail(format!("cannot start the setup command: {e}")))?;
             if !ended.success() {
-                let how = if ended.timed_out {
-                    "timed out".to_owned()
-                } else {
-                    format!("exited with {:?}", ended.exit_code)
-                };
+                let how = ended.ending();
                 return Err(fail(format!(
                     "the setup command `{setup}` {how}; see {}",
                     self.log.display()

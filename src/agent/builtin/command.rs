@@ -98,11 +98,7 @@ impl CommandAgent {
         };
         ctx.emit(StreamEvent::System {
             subtype: "exit".into(),
-            message: match (ended.exit_code, ended.signal) {
-                (Some(code), _) => format!("exited with status {code}"),
-                (None, Some(signal)) => format!("killed by signal {signal}"),
-                (None, None) => "ended".into(),
-            },
+            message: ended.ending(),
             data: Some(serde_json::json!({
                 "exit_code": ended.exit_code,
                 "signal": ended.signal,
@@ -130,14 +126,9 @@ impl CommandAgent {
         } else if ended.exit_code == Some(0) {
             CodingResult::completed(session)
         } else {
-            let how = match (ended.exit_code, ended.signal) {
-                (Some(code), _) => format!("exited with status {code}"),
-                (None, Some(signal)) => format!("was killed by signal {signal}"),
-                (None, None) => "ended abnormally".into(),
-            };
             CodingResult::failed(
                 session,
-                CodingError::new(ErrorCode::SdkError, format!("command {how}")),
+                CodingError::new(ErrorCode::SdkError, format!("command {}", ended.ending())),
             )
         };
         let text = ended.output.text();
