@@ -126,3 +126,20 @@ pub fn stderr(output: &Output) -> String {
 pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// Fails the test if any file or directory is left under `work`.
+pub fn assert_no_leftovers(work: &Path) {
+    let left = leftovers(work);
+    assert!(
+        left.is_empty(),
+        "left behind under {}: {left:?}",
+        work.display()
+    );
+}
+
+/// A temp dir holding `repo/` with one commit of `a.txt` ("a\n").
+pub fn one_file_repo() -> tempfile::TempDir {
+    let tmp = temp_dir();
+    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    tmp
+}

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::common::{git_repo, leftovers, run_suite, stderr, temp_dir, trials, write_suite};
+use crate::common::{assert_no_leftovers, one_file_repo, run_suite, stderr, trials, write_suite};
 
 const AGENTS: &str = r#"
 agents:
@@ -46,8 +46,7 @@ fn dispose_count(out: &std::path::Path, agent: &str) -> usize {
 
 #[test]
 fn every_path_disposes_once_and_scores_on_the_delta() {
-    let tmp = temp_dir();
-    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    let tmp = one_file_repo();
     write_suite(tmp.path(), &suite(""));
     let (output, work, out) = run_suite(tmp.path(), &["-j", "4"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
@@ -85,17 +84,12 @@ fn every_path_disposes_once_and_scores_on_the_delta() {
     for agent in ["ok", "failing", "slow", "panicking"] {
         assert_eq!(dispose_count(&out, agent), 1, "{agent}");
     }
-    assert!(
-        leftovers(&work).is_empty(),
-        "left behind: {:?}",
-        leftovers(&work)
-    );
+    assert_no_leftovers(&work);
 }
 
 #[test]
 fn interrupt_aborts_running_trials_and_still_disposes() {
-    let tmp = temp_dir();
-    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    let tmp = one_file_repo();
     write_suite(
         tmp.path(),
         "name: abort\nrepo: repo\nagents:\n  sleeper: {kind: command, run: \"sleep 60\"}\ntasks:\n  - id: fix\n    instruction: x\n    verify: \"true\"\n",
@@ -138,17 +132,12 @@ fn interrupt_aborts_running_trials_and_still_disposes() {
     assert_eq!(records[0]["status"], "aborted");
     assert_eq!(records[0]["error"]["code"], "aborted");
     assert_eq!(dispose_count(&out, "sleeper"), 1);
-    assert!(
-        leftovers(&work).is_empty(),
-        "left behind: {:?}",
-        leftovers(&work)
-    );
+    assert_no_leftovers(&work);
 }
 
 #[test]
 fn forty_trials_at_four_jobs_are_each_recorded_once() {
-    let tmp = temp_dir();
-    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    let tmp = one_file_repo();
     let mut yaml = String::from(
         "name: many\nrepo: repo\nagents:\n  ok:\n    kind: mock\n    apply_writes: true\n    responses: [{type: tool_call, name: write, args: {path: a.txt, content: \"fixed\\n\"}}]\ntasks:\n",
     );
@@ -170,13 +159,12 @@ fn forty_trials_at_four_jobs_are_each_recorded_once() {
     keys.dedup();
     assert_eq!(keys.len(), 40, "a trial was recorded twice");
     assert!(records.iter().all(|r| r["outcome"] == "pass"));
-    assert!(leftovers(&work).is_empty());
+    assert_no_leftovers(&work);
 }
 
 #[test]
 fn an_external_grader_scores_from_the_delta_json() {
-    let tmp = temp_dir();
-    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    let tmp = one_file_repo();
     let grader = concat!(env!("CARGO_MANIFEST_DIR"), "/graders/test-ratio.py");
     write_suite(
         tmp.path(),

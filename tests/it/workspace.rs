@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::common::{
-    git, git_repo, leftovers, run_suite, stderr, temp_dir, trials, write_files, write_suite,
+    assert_no_leftovers, git, git_repo, one_file_repo, run_suite, stderr, temp_dir, trials,
+    write_files, write_suite,
 };
 
 #[test]
@@ -129,8 +130,7 @@ printf 'k2\n' >> keep.txt
 
 #[test]
 fn hidden_tests_land_over_what_the_agent_wrote() {
-    let tmp = temp_dir();
-    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    let tmp = one_file_repo();
     write_files(tmp.path(), &[("hidden/check.sh", "grep -q fixed a.txt\n")]);
     write_suite(
         tmp.path(),
@@ -144,13 +144,12 @@ fn hidden_tests_land_over_what_the_agent_wrote() {
         "the agent's check.sh must be replaced by the hidden one"
     );
     assert_eq!(record["verify"]["exit_code"], 1);
-    assert!(leftovers(&work).is_empty());
+    assert_no_leftovers(&work);
 }
 
 #[test]
 fn setup_output_is_part_of_the_base() {
-    let tmp = temp_dir();
-    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    let tmp = one_file_repo();
     write_suite(
         tmp.path(),
         "name: setup\nrepo: repo\ntasks:\n  - {id: t, instruction: x, setup: \"echo generated > gen.txt\", verify: \"test -f gen.txt\"}\n",
@@ -194,7 +193,7 @@ fn bundle_and_plain_directory_repos_work() {
             |agent: &str| records.iter().find(|r| r["agent"] == agent).unwrap()["outcome"].clone();
         assert_eq!(outcome("oracle"), "pass", "{kind}");
         assert_eq!(outcome("noop"), "fail", "{kind}");
-        assert!(leftovers(&work).is_empty(), "{kind}");
+        assert_no_leftovers(&work);
     }
 }
 
@@ -244,8 +243,7 @@ fn session_works_in_place_for_one_trial_only() {
 
 #[test]
 fn sandbox_is_a_clear_error_not_a_fallback() {
-    let tmp = temp_dir();
-    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    let tmp = one_file_repo();
     write_suite(
         tmp.path(),
         "name: sandbox\nrepo: repo\ntasks:\n  - {id: t, instruction: x, isolation: sandbox, verify: \"true\"}\n",
