@@ -13,6 +13,7 @@ pub mod metric;
 pub mod process;
 pub mod report;
 pub mod runner;
+pub mod stats;
 pub mod store;
 pub mod suite;
 pub mod workspace;

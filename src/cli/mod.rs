@@ -3,6 +3,7 @@
 //! Exit codes: 0 success; 1 a check failed (a trial could not be scored, validate found bad
 //! tasks); 2 usage or configuration error.
 
+mod compare;
 mod reporter;
 
 use std::io::IsTerminal;
@@ -19,6 +20,7 @@ use crate::runner::{self, PlanError, RunError, RunRequest};
 use crate::store::{self, Outcome, TrialRecord};
 use crate::suite::{self, AgentSpec, SuiteError};
 
+use compare::{compare, plan_cmd};
 use reporter::TerminalReporter;
 
 /// Exit code: success.
@@ -61,6 +63,58 @@ enum Command {
     Report(ReportArgs),
     /// Print the JSON Schema of the suite file.
     Schema,
+    /// Compare a candidate with a baseline, task by task, and say whether it regressed.
+    ///
+    /// Either two run directories (BASE CANDIDATE; `--agent` picks the agent when a run holds
+    /// several), or one run directory and two agent names (RUN_DIR BASE_AGENT CANDIDATE_AGENT).
+    /// Only tasks both ran count. One trial per task uses an exact McNemar test; several use a
+    /// paired permutation test on per-task pass fractions.
+    Compare(CompareArgs),
+    /// Say how many tasks x trials a comparison needs to detect a given effect.
+    Plan(PlanArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct GateArgs {
+    /// Exit 1 when the candidate is worse than the baseline by more than --max-drop.
+    #[arg(long)]
+    gate: bool,
+    /// The drop in pass rate (0..1) tolerated by --gate.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.0)]
+    max_drop: f64,
+    /// Confidence of the intervals and the test.
+    #[arg(long, value_name = "LEVEL", default_value_t = 0.95)]
+    confidence: f64,
+}
+
+#[derive(Debug, clap::Args)]
+struct CompareArgs {
+    /// BASE_RUN CANDIDATE_RUN, or RUN_DIR BASE_AGENT CANDIDATE_AGENT.
+    #[arg(value_name = "TARGET", num_args = 2..=3, required = true)]
+    targets: Vec<String>,
+    /// The agent to compare when a run directory holds several.
+    #[arg(long, value_name = "NAME")]
+    agent: Option<String>,
+    #[command(flatten)]
+    gate: GateArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct PlanArgs {
+    /// A run directory whose per-task variance the plan uses.
+    #[arg(value_name = "RUN_DIR")]
+    run_dir: PathBuf,
+    /// The difference in pass rate (0..1) to detect, e.g. 0.05 for five points.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.05)]
+    effect: f64,
+    /// The chance of detecting an effect of that size.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.8)]
+    power: f64,
+    #[arg(long, value_name = "LEVEL", default_value_t = 0.95)]
+    confidence: f64,
+    /// The agent whose results the plan uses [default: all agents of the run].
+    #[arg(long, value_name = "NAME")]
+    agent: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -101,6 +155,11 @@ struct RunArgs {
     /// Keep the workspaces after the run (for inspection).
     #[arg(long)]
     keep_workspaces: bool,
+    /// After the run, compare each agent with the same agent in this earlier run directory.
+    #[arg(long, value_name = "RUN_DIR")]
+    baseline: Option<PathBuf>,
+    #[command(flatten)]
+    gate: GateArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -118,6 +177,10 @@ enum Format {
     Markdown,
     Csv,
     Json,
+    /// JUnit XML: one testsuite per agent, one testcase per trial.
+    Junit,
+    /// One self-contained HTML page: charts, heat map and per-trial drill-down.
+    Html,
 }
 
 #[derive(Debug, clap::Args)]
@@ -130,6 +193,13 @@ struct ReportArgs {
     /// Write the report to FILE instead of stdout.
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Instead of the summary: each `matrix:` factor's main effect on pass rate, cost and time,
+    /// the two-factor interaction, and the Pareto front.
+    #[arg(long, conflicts_with = "format")]
+    ablation: bool,
+    /// Confidence of the intervals in --ablation.
+    #[arg(long, value_name = "LEVEL", default_value_t = 0.95)]
+    confidence: f64,
 }
 
 /// An error as the user sees it: a message, maybe a snippet and a hint, and an exit code.
@@ -244,12 +314,12 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Validate(args) => validate(args).await,
         Command::Report(args) => report_cmd(args),
         Command::Schema => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&suite::json_schema()).unwrap_or_default()
-            );
+            let schema = serde_json::to_string_pretty(&suite::json_schema()).unwrap_or_default();
+            print_stdout(&format!("{schema}\n"));
             Ok(EXIT_OK)
         }
+        Command::Compare(args) => compare(args),
+        Command::Plan(args) => plan_cmd(args),
     }
 }
 
@@ -291,6 +361,11 @@ async fn run(args: RunArgs) -> Result<u8, CliError> {
         keep_workspaces: args.keep_workspaces,
     };
     let plan = runner::plan(suite.clone(), request)?;
+    let baseline = args
+        .baseline
+        .as_deref()
+        .map(compare::read_run_arg)
+        .transpose()?;
     let out = args.out.unwrap_or_else(|| default_out(&suite.name));
     let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal());
     let outcome = runner::execute(&plan, &out, &mut reporter, CancellationToken::new()).await?;
@@ -306,6 +381,13 @@ async fn run(args: RunArgs) -> Result<u8, CliError> {
     for leftover in &outcome.leftovers {
         eprintln!("warning: could not clean up {leftover}");
     }
+    let gate_failed = match &baseline {
+        Some(baseline) => {
+            let current = compare::read_run_arg(&outcome.run_dir)?;
+            compare::against_baseline(baseline, &current, &args.gate)?
+        }
+        None => false,
+    };
     let infra = outcome
         .records
         .iter()
@@ -323,12 +405,16 @@ async fn run(args: RunArgs) -> Result<u8, CliError> {
         eprintln!("{infra} trial(s) could not be scored (infra_error); see trials.jsonl");
         return Ok(EXIT_CHECK_FAILED);
     }
-    Ok(EXIT_OK)
+    Ok(if gate_failed {
+        EXIT_CHECK_FAILED
+    } else {
+        EXIT_OK
+    })
 }
 
 fn default_out(suite: &str) -> PathBuf {
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
-    let base = Path::new("reports").join(format!("{}-{stamp}", runner::sanitize(suite)));
+    let base = Path::new("reports").join(format!("{}-{stamp}", crate::store::sanitize(suite)));
     let mut candidate = base.clone();
     let mut n = 2;
     while candidate.exists() {
@@ -466,11 +552,24 @@ fn report_cmd(args: ReportArgs) -> Result<u8, CliError> {
     })?;
     let agents: Vec<String> = run.manifest.agents.keys().cloned().collect();
     let summaries = report::summarize(&run.trials, &agents);
+    if !(0.5..1.0).contains(&args.confidence) {
+        return Err(CliError::usage(format!(
+            "--confidence {} is out of range: use a level in [0.5, 1), e.g. 0.95",
+            args.confidence
+        )));
+    }
     let text = match args.format {
+        _ if args.ablation => report::ablation(&run, args.confidence),
         Format::Table => report::table(&summaries) + "\n",
         Format::Markdown => report::markdown(&run, &summaries),
         Format::Csv => report::csv(&run.trials).map_err(|e| CliError::failed(e.to_string()))?,
         Format::Json => report::json(&run, &summaries),
+        Format::Junit => {
+            report::junit(&run, &summaries).map_err(|e| CliError::failed(e.to_string()))?
+        }
+        Format::Html => {
+            report::html(&run, &summaries).map_err(|e| CliError::failed(e.to_string()))?
+        }
     };
     match args.output {
         Some(path) => std::fs::write(&path, text)

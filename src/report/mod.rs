@@ -8,8 +8,15 @@ use tabled::{Table, Tabled};
 
 use crate::store::{Outcome, StoredRun, TrialRecord};
 
+mod ablation;
+mod html;
+mod junit;
+pub use ablation::ablation;
+pub use html::html;
+pub use junit::junit;
+
 /// Output formats of `deltabench report`.
-pub const FORMATS: [&str; 4] = ["table", "markdown", "csv", "json"];
+pub const FORMATS: [&str; 6] = ["table", "markdown", "csv", "json", "junit", "html"];
 
 /// One agent's results.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -15,7 +15,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{Manifest, RunDir, TrialRecord};
+use crate::store::{Manifest, RunDir, TrialRecord, sanitize};
 use crate::suite::{AgentSpec, Located, Suite, agent_configs};
 use crate::workspace::{
     Isolation, PreparedSource, missing_backend_reason, prepare_source, resolve_commit,
@@ -88,8 +88,16 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
     };
     let mut agents = IndexMap::new();
     for name in names {
-        let Some(spec) = suite.agent(&name) else {
-            let mut known: Vec<String> = suite.agents.keys().cloned().collect();
+        let selected = suite.select(&name);
+        if selected.is_empty() {
+            let mut known: Vec<String> = suite
+                .agents
+                .keys()
+                .filter(|agent| !suite.variants.contains_key(*agent))
+                .cloned()
+                .collect();
+            known.extend(suite.variants.values().map(|v| v.base.clone()));
+            known.dedup();
             for builtin in crate::suite::BUILTIN_AGENTS {
                 if !known.iter().any(|k| k == builtin) {
                     known.push(builtin.into());
@@ -105,8 +113,20 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
                         .into(),
                 ),
             ));
-        };
-        agents.insert(name, spec);
+        }
+        agents.extend(selected);
+    }
+    let mut dirs: IndexMap<String, &str> = IndexMap::new();
+    for name in agents.keys() {
+        if let Some(other) = dirs.insert(sanitize(name), name) {
+            return Err(PlanError::new(
+                format!(
+                    "agents '{other}' and '{name}' would share the folder '{}' in the run directory",
+                    sanitize(name)
+                ),
+                Some("rename one of them".into()),
+            ));
+        }
     }
     for id in &request.tasks {
         if !suite.tasks.iter().any(|t| &t.id == id) {
@@ -254,6 +274,11 @@ pub async fn execute(
         suite_path: suite.path.display().to_string(),
         suite_digest: suite.digest.clone(),
         agents: agent_configs(&plan.agents),
+        variants: plan
+            .agents
+            .keys()
+            .filter_map(|name| Some((name.clone(), suite.variants.get(name)?.clone())))
+            .collect(),
         tasks: plan
             .tasks
             .iter()
@@ -402,19 +427,6 @@ fn prepare(
         commits[i] = commit;
     }
     Ok((source, commits))
-}
-
-/// A name made safe for a path component.
-pub fn sanitize(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// Now, as RFC 3339 UTC.

@@ -54,7 +54,12 @@ pub async fn run_trial(
             _ => inputs.source.git_dir.clone(),
         },
         commit: commit.to_owned(),
-        name: format!("{}--{}--{}", task.id, spec.agent, spec.trial),
+        name: format!(
+            "{}--{}--{}",
+            task.id,
+            crate::store::sanitize(&spec.agent),
+            spec.trial
+        ),
     };
     let provisioner = SetupProvisioner {
         inner: BackendProvisioner::git(&inputs.workspaces, inputs.keep_workspaces),

@@ -8,7 +8,6 @@
 //!     events.jsonl  diff.patch  verify.log  agent.log  result.json  (instruction.md, setup.log)
 //! ```
 
-use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -90,7 +89,11 @@ pub struct Manifest {
     pub suite: String,
     pub suite_path: String,
     pub suite_digest: String,
-    pub agents: BTreeMap<String, serde_json::Value>,
+    /// Agent configurations, in the run's order.
+    pub agents: indexmap::IndexMap<String, serde_json::Value>,
+    /// Agents expanded from an ablation `matrix:`, with their base and factor levels.
+    #[serde(default)]
+    pub variants: indexmap::IndexMap<String, crate::suite::AgentVariant>,
     pub tasks: Vec<String>,
     pub trials_per_task: u32,
     pub jobs: usize,
@@ -141,11 +144,12 @@ impl RunDir {
 
     /// `trials/<task>/<agent>/<n>/`, created.
     pub fn trial_dir(&self, task: &str, agent: &str, trial: u32) -> io::Result<PathBuf> {
+        // Records keep the real agent name; the folder gets a file-safe one.
         let dir = self
             .path
             .join("trials")
             .join(task)
-            .join(agent)
+            .join(sanitize(agent))
             .join(trial.to_string());
         fs::create_dir_all(&dir)?;
         Ok(dir)
@@ -163,6 +167,19 @@ impl RunDir {
         self.trials.write_all(&line)?;
         self.trials.sync_data()
     }
+}
+
+/// A name made safe for a path component: anything but `[A-Za-z0-9._-]` becomes `_`.
+pub fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// Writes pretty JSON through a temp file and a rename.

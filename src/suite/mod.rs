@@ -6,7 +6,7 @@
 
 mod raw;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -149,10 +149,32 @@ pub struct Suite {
     pub digest: String,
     pub repo: RepoSource,
     pub agents: IndexMap<String, AgentSpec>,
+    /// The agents a `matrix:` expanded into, with their base name and factor levels.
+    pub variants: IndexMap<String, AgentVariant>,
     pub tasks: Vec<Task>,
 }
 
+/// One combination of an ablation matrix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct AgentVariant {
+    pub base: String,
+    /// Factor to level label, in the matrix's order.
+    pub factors: IndexMap<String, String>,
+}
+
 impl Suite {
+    /// The agents `name` selects: itself, or every combination of a matrix named `name`.
+    pub fn select(&self, name: &str) -> Vec<(String, AgentSpec)> {
+        if let Some(spec) = self.agent(name) {
+            return vec![(name.to_owned(), spec)];
+        }
+        self.variants
+            .iter()
+            .filter(|(_, variant)| variant.base == name)
+            .filter_map(|(full, _)| Some((full.clone(), self.agents.get(full)?.clone())))
+            .collect()
+    }
+
     /// A configured agent, or one of the built-ins (`oracle`, `noop`).
     pub fn agent(&self, name: &str) -> Option<AgentSpec> {
         self.agents.get(name).cloned().or(match name {
@@ -357,9 +379,8 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
     digest.update(text.as_bytes());
 
     let mut agents = IndexMap::new();
-    for (name, agent) in &raw.agents {
-        agents.insert(name.clone(), agent_spec(&source, name, agent)?);
-    }
+    let mut variants = IndexMap::new();
+    add_agents(&source, &raw.agents, &mut agents, &mut variants)?;
     if let Some(agents_path) = agents_file {
         let agents_text = read(agents_path)?;
         digest.update(agents_text.as_bytes());
@@ -369,9 +390,7 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
             dir: agents_path.parent().map(Path::to_owned).unwrap_or_default(),
         };
         let file: RawAgentsFile = agents_source.parse()?;
-        for (name, agent) in &file.agents {
-            agents.insert(name.clone(), agent_spec(&agents_source, name, agent)?);
-        }
+        add_agents(&agents_source, &file.agents, &mut agents, &mut variants)?;
     }
 
     let name = raw.name.value.trim().to_owned();
@@ -407,8 +426,122 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
         digest: format!("sha256:{:x}", digest.finalize()),
         repo,
         agents,
+        variants,
         tasks,
     })
+}
+
+/// Validates `raw` agents into `agents`, expanding each `matrix:` into one agent per combination.
+fn add_agents(
+    source: &Source,
+    raw: &IndexMap<String, RawAgent>,
+    agents: &mut IndexMap<String, AgentSpec>,
+    variants: &mut IndexMap<String, AgentVariant>,
+) -> Result<(), SuiteError> {
+    for (name, agent) in raw {
+        if !is_safe_name(name) {
+            return Err(source.at(
+                &agent.kind,
+                format!(
+                    "agent name '{name}' is not allowed: use letters, digits, '.', '_' and '-'"
+                ),
+            ));
+        }
+        let Some(matrix) = &agent.matrix else {
+            agents.insert(name.clone(), agent_spec(source, name, agent)?);
+            continue;
+        };
+        let mut combinations: Vec<Vec<(&str, &str, &str)>> = vec![Vec::new()];
+        for (factor, levels) in matrix {
+            if levels.value.0.is_empty() {
+                return Err(source.at(
+                    levels,
+                    format!("factor '{factor}' of agent '{name}' has no levels"),
+                ));
+            }
+            combinations = combinations
+                .into_iter()
+                .flat_map(|combo| {
+                    levels.value.0.iter().map(move |(label, value)| {
+                        let mut next = combo.clone();
+                        next.push((factor.as_str(), label.as_str(), value.as_str()));
+                        next
+                    })
+                })
+                .collect();
+        }
+        for combo in combinations {
+            let mut variant = agent.clone();
+            variant.matrix = None;
+            for (factor, _, value) in &combo {
+                set_factor(source, name, &mut variant, factor, value, &matrix[*factor])?;
+            }
+            let labels: Vec<String> = combo
+                .iter()
+                .map(|(f, label, _)| format!("{f}={label}"))
+                .collect();
+            let full = format!("{name}[{}]", labels.join(","));
+            if agents.contains_key(&full) {
+                return Err(source.at(
+                    &agent.kind,
+                    format!("agent '{full}' is defined twice (repeated level labels?)"),
+                ));
+            }
+            agents.insert(full.clone(), agent_spec(source, &full, &variant)?);
+            variants.insert(
+                full,
+                AgentVariant {
+                    base: name.clone(),
+                    factors: combo
+                        .iter()
+                        .map(|(f, label, _)| ((*f).to_owned(), (*label).to_owned()))
+                        .collect(),
+                },
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The keys a `matrix:` factor may vary.
+pub const MATRIX_FACTORS: [&str; 4] = ["run", "timeout", "delay", "env.NAME"];
+
+fn set_factor(
+    source: &Source,
+    name: &str,
+    agent: &mut RawAgent,
+    factor: &str,
+    value: &str,
+    at: &Spanned<raw::RawLevels>,
+) -> Result<(), SuiteError> {
+    let spanned = Spanned {
+        value: value.to_owned(),
+        referenced: at.referenced,
+        defined: at.defined,
+    };
+    match factor {
+        "run" => agent.run = Some(spanned),
+        "timeout" => agent.timeout = Some(spanned),
+        "delay" => agent.delay = Some(spanned),
+        _ => match factor.strip_prefix("env.") {
+            Some(key) if !key.is_empty() => {
+                agent
+                    .env
+                    .get_or_insert_default()
+                    .insert(key.to_owned(), value.to_owned());
+            }
+            _ => {
+                return Err(source.at(
+                    at,
+                    format!(
+                        "factor '{factor}' of agent '{name}' is not a key an ablation can vary. Valid factors: {}",
+                        MATRIX_FACTORS.join(", ")
+                    ),
+                ));
+            }
+        },
+    }
+    Ok(())
 }
 
 fn repo_source(source: &Source, repo: &Spanned<String>) -> Result<RepoSource, SuiteError> {
@@ -438,12 +571,6 @@ fn repo_source(source: &Source, repo: &Spanned<String>) -> Result<RepoSource, Su
 }
 
 fn agent_spec(source: &Source, name: &str, agent: &RawAgent) -> Result<AgentSpec, SuiteError> {
-    if !is_safe_name(name) {
-        return Err(source.at(
-            &agent.kind,
-            format!("agent name '{name}' is not allowed: use letters, digits, '.', '_' and '-'"),
-        ));
-    }
     let kind = agent.kind.value.as_str();
     let allowed: &[&str] = match kind {
         "noop" | "oracle" => &[],
@@ -733,7 +860,7 @@ impl fmt::Display for RepoKind {
 }
 
 /// Agent configurations as recorded in a manifest.
-pub fn agent_configs(agents: &IndexMap<String, AgentSpec>) -> BTreeMap<String, serde_json::Value> {
+pub fn agent_configs(agents: &IndexMap<String, AgentSpec>) -> IndexMap<String, serde_json::Value> {
     agents
         .iter()
         .map(|(name, spec)| (name.clone(), serde_json::to_value(spec).unwrap_or_default()))

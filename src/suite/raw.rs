@@ -46,7 +46,7 @@ pub struct RawAgentsFile {
 }
 
 /// One agent configuration. `kind` decides which other keys apply.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawAgent {
     /// `noop`, `oracle`, `mock` or `command`.
@@ -82,6 +82,12 @@ pub struct RawAgent {
     /// mock: perform scripted `write` calls in the workspace.
     #[serde(default)]
     pub apply_writes: Option<bool>,
+    /// Ablation: factor (a config key such as `timeout`, or `env.NAME`) to its levels (a list
+    /// of values, or a map of label to value). Expands into one agent per combination, named
+    /// `name[factor=level,...]`.
+    #[serde(default)]
+    #[schemars(with = "Option<IndexMap<String, LevelsSchema>>")]
+    pub matrix: Option<IndexMap<String, Spanned<RawLevels>>>,
 }
 
 impl RawAgent {
@@ -189,6 +195,10 @@ pub struct RawTask {
     pub isolation: Option<Spanned<String>>,
 }
 
+/// A factor's levels as written: `[a, b]` (each value its own label) or `{label: value}`.
+#[derive(Debug, Clone)]
+pub struct RawLevels(pub Vec<(String, String)>);
+
 /// `verify:` as written: a command, or a map with `run` and `timeout`.
 #[derive(Debug, Clone)]
 pub struct RawVerify {
@@ -216,6 +226,15 @@ enum VerifySchema {
         run: String,
         timeout: Option<String>,
     },
+}
+
+/// Schema-only mirror of [`RawLevels`].
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[expect(dead_code, reason = "only describes the schema")]
+enum LevelsSchema {
+    List(Vec<String>),
+    Labelled(IndexMap<String, String>),
 }
 
 /// Schema-only mirror of [`RawMetric`].
@@ -269,6 +288,33 @@ impl<'de> Deserialize<'de> for RawVerify {
                         .ok_or_else(|| de::Error::missing_field("run"))?,
                     timeout: fields.remove("timeout"),
                 })
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawLevels {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawLevels;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of levels, or a map of level label to value")
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<RawLevels, A::Error> {
+                let mut levels = Vec::new();
+                while let Some(value) = seq.next_element::<String>()? {
+                    levels.push((value.clone(), value));
+                }
+                Ok(RawLevels(levels))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawLevels, A::Error> {
+                let mut levels = Vec::new();
+                while let Some((label, value)) = map.next_entry::<String, String>()? {
+                    levels.push((label, value));
+                }
+                Ok(RawLevels(levels))
             }
         }
         deserializer.deserialize_any(V)

@@ -1,6 +1,7 @@
 //! One integration-test binary (one link instead of many), as in jj and uv.
 
 mod common;
+mod compare;
 mod demo;
 mod lifecycle;
 mod reports;

@@ -1,5 +1,6 @@
-//! `deltabench report` reads a run directory alone: every format from a hand-written run, the
-//! error paths, a torn last line, and one real run end to end.
+//! `deltabench report` reads a run directory alone: every format from a hand-written run (with
+//! the trial files JUnit and HTML read), the error paths, a torn last line, one real run end to
+//! end, and the HTML page rendered by headless Chromium.
 
 use std::path::Path;
 use std::process::Output;
@@ -150,7 +151,64 @@ fn write_run(root: &Path) -> std::path::PathBuf {
     )
     .unwrap();
     std::fs::write(run.join("trials.jsonl"), jsonl(&records())).unwrap();
+    write_artifacts(&run);
     run
+}
+
+/// A verify.log of 50 lines whose tail holds markup, an ANSI colour, a NUL and U+FFFE.
+fn long_verify_log() -> String {
+    let mut log: String = (1..=45).map(|n| format!("collecting line {n}\n")).collect();
+    log.push_str("E   assert parse(\"<a & b>\") == ']]>'\n");
+    log.push_str("\u{1b}[31mFAILED\u{1b}[0m test_parse.py::test_markup\n");
+    log.push_str("bad bytes: [\u{0}] [\u{fffe}] [\u{7}]\n");
+    log.push_str("see https://example.com/ci?a=1&b=2\n");
+    log.push_str("1 failed, 3 passed\n");
+    log
+}
+
+/// Trial files for some trials: verify.log for the failed ones (but t3/beta/2, to exercise a
+/// missing file), a diff and an event stream with hostile text, and a result.json.
+fn write_artifacts(run: &Path) {
+    let trial = |task: &str, agent: &str, n: u32| format!("trials/{task}/{agent}/{n}/");
+    let file = |dir: String, name: &str, text: &str| {
+        write_files(run, &[(format!("{dir}{name}").as_str(), text)]);
+    };
+    file(trial("t2", "alpha", 2), "verify.log", &long_verify_log());
+    file(
+        trial("t1", "beta", 1),
+        "verify.log",
+        "E   assert 429 == 200\nFAILED test_api.py::test_call\n",
+    );
+    file(
+        trial("t2", "beta", 2),
+        "verify.log",
+        "Traceback (most recent call last):\nValueError: </script><script>alert(1)</script>\n",
+    );
+    file(
+        trial("t1", "beta", 1),
+        "diff.patch",
+        "diff --git a/api.py b/api.py\n--- a/api.py\n+++ b/api.py\n@@ -1 +1,2 @@\n-URL = 'http://old.example'\n+URL = 'https://new.example'\n+# </script><!-- <script>\n",
+    );
+    file(
+        trial("t1", "beta", 1),
+        "events.jsonl",
+        concat!(
+            r#"{"type":"system","subtype":"spawn","message":"sh -c ./agent.sh"}"#,
+            "\n",
+            r#"{"type":"assistant","text":"Fetching https://docs.example/api </script><!--"}"#,
+            "\n",
+            r#"{"type":"tool_call","id":"c1","name":"edit","args":{"path":"api.py"}}"#,
+            "\n",
+            "not json at all\n",
+            r#"{"type":"result","status":"error","text":"rate limited"}"#,
+            "\n",
+        ),
+    );
+    file(
+        trial("t1", "beta", 1),
+        "result.json",
+        r#"{"result":{"status":"error","output":{"text":"I fixed it (trust me)","modified_files":[]}}}"#,
+    );
 }
 
 fn report(cwd: &Path, run: &Path, extra: &[&str]) -> Output {
@@ -280,7 +338,7 @@ fn unknown_format_is_a_usage_error() {
 
 #[test]
 fn output_flag_writes_the_file() {
-    for format in ["table", "markdown", "csv", "json"] {
+    for format in ["table", "markdown", "csv", "json", "junit", "html"] {
         let tmp = temp_dir();
         let run = write_run(tmp.path());
         let file = tmp.path().join(format!("report.{format}"));
@@ -398,4 +456,341 @@ fn real_run_reports_oracle_at_one_and_noop_at_zero() {
         (noop["passed"].as_u64(), noop["infra_errors"].as_u64()),
         (Some(0), Some(0))
     );
+}
+
+/// A minimal XML 1.0 well-formedness check, independent of the serializer: only legal
+/// characters, every `&` a known entity, and tags balanced (quick-junit escapes `>` in
+/// attributes, so a tag ends at the first `>`).
+fn assert_well_formed(xml: &str) {
+    for c in xml.chars() {
+        assert!(
+            matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..),
+            "character {c:?} is not allowed in XML 1.0"
+        );
+    }
+    let entities = regex::Regex::new(r"&(amp|lt|gt|quot|apos|#[0-9]+|#x[0-9a-fA-F]+);").unwrap();
+    let check_text = |text: &str| {
+        assert_eq!(
+            text.matches('&').count(),
+            entities.find_iter(text).count(),
+            "bare & in {text:?}"
+        );
+    };
+    let mut open: Vec<&str> = Vec::new();
+    let mut rest = xml;
+    while let Some(start) = rest.find('<') {
+        check_text(&rest[..start]);
+        let end = start + rest[start..].find('>').expect("unclosed tag");
+        let tag = &rest[start + 1..end];
+        check_text(tag);
+        if tag.starts_with('?') {
+            assert!(tag.ends_with('?'), "{tag}");
+        } else if let Some(name) = tag.strip_prefix('/') {
+            assert_eq!(open.pop(), Some(name.trim()), "mismatched </{name}>");
+        } else if !tag.ends_with('/') {
+            open.push(tag.split_whitespace().next().unwrap());
+        }
+        rest = &rest[end + 1..];
+    }
+    check_text(rest);
+    assert!(open.is_empty(), "unclosed: {open:?}");
+}
+
+#[test]
+fn report_junit() {
+    let text = formatted("junit");
+    assert_well_formed(&text);
+    let report = quick_junit::Report::deserialize_from_str(&text).unwrap();
+    assert_eq!(
+        (report.tests, report.failures, report.errors),
+        (12, 4, 1),
+        "{text}"
+    );
+    let suites: Vec<(&str, usize, usize, usize)> = report
+        .test_suites
+        .iter()
+        .map(|s| (s.name.as_str(), s.tests, s.failures, s.errors))
+        .collect();
+    assert_eq!(suites, [("alpha", 6, 1, 0), ("beta", 6, 3, 1)]);
+    let case = |agent: &str, name: &str| {
+        report
+            .test_suites
+            .iter()
+            .find(|s| s.name.as_str() == agent)
+            .and_then(|s| s.test_cases.iter().find(|c| c.name.as_str() == name))
+            .unwrap_or_else(|| panic!("no {agent} {name}"))
+            .clone()
+    };
+    let failed = case("alpha", "t2 #2");
+    assert_eq!(failed.classname.as_deref(), Some("alpha"));
+    assert_eq!(failed.time, Some(std::time::Duration::from_millis(2_250)));
+    let quick_junit::TestCaseStatus::NonSuccess {
+        message,
+        description,
+        ..
+    } = &failed.status
+    else {
+        panic!("{failed:?}")
+    };
+    assert_eq!(
+        message.as_deref(),
+        Some("fail: verify exited 1; agent completed")
+    );
+    let description = description.as_deref().unwrap();
+    // The last 40 of 50 lines, markup intact after unescaping, control characters dropped.
+    assert!(
+        description
+            .starts_with("[... 10 earlier lines of verify.log not shown]\ncollecting line 11\n"),
+        "{description}"
+    );
+    assert!(
+        description.contains("E   assert parse(\"<a & b>\") == ']]>'\nFAILED test_parse.py"),
+        "{description}"
+    );
+    assert!(description.contains("bad bytes: [] [] []"), "{description}");
+    let missing = format!("{:?}", case("beta", "t3 #2").status);
+    assert!(
+        missing.contains("(trials/t3/beta/2/verify.log is missing)"),
+        "{missing}"
+    );
+    let infra = format!("{:?}", case("beta", "t2 #1").status);
+    assert!(infra.contains("no space left on device"), "{infra}");
+    insta::assert_snapshot!(text);
+}
+
+/// The JSON blob of an HTML report, which must end at the first `</script>`.
+fn data_blob(html: &str) -> Value {
+    let open = "<script type=\"application/json\" id=\"deltabench-data\">";
+    let start = html.find(open).expect("no data blob") + open.len();
+    let end = start + html[start..].find("</script>").unwrap();
+    let blob = &html[start..end];
+    assert!(!blob.contains('<'), "raw < in the data blob");
+    serde_json::from_str(blob).unwrap()
+}
+
+#[test]
+fn report_html_is_self_contained_and_embeds_the_run() {
+    let html = formatted("html");
+    for id in [
+        "pass-rate-chart",
+        "heatmap",
+        "cost-scatter",
+        "trial-detail",
+        "trial-list",
+        "deltabench-data",
+    ] {
+        assert!(html.contains(&format!("id=\"{id}\"")), "no #{id}");
+    }
+    // Nothing to fetch: the run's URLs are escaped, and the page names none of its own.
+    let lower = html.to_lowercase();
+    assert!(!lower.contains("http://") && !lower.contains("https://"));
+    assert!(!lower.contains(" src=") && !lower.contains(" href="));
+    // Only the page's own two scripts: the run's `</script><script>` stayed text.
+    assert_eq!(html.matches("<script").count(), 2);
+    assert!(html.contains("<title>deltabench: fixed, 2025-01-02 03:04 UTC</title>"));
+    // Static charts: one bar per agent, one cell per (task, agent), beta t2's infra error marked.
+    assert_eq!(html.matches("class=\"bar\"").count(), 2);
+    assert_eq!(html.matches("<g class=\"cell\"").count(), 6);
+    assert_eq!(html.matches("class=\"infra-mark\"").count(), 1);
+    assert_eq!(html.matches("<tr data-task=").count(), 12);
+    assert!(
+        html.contains("no cost reported, plotted at $0 (beta)"),
+        "cost note"
+    );
+
+    let data = data_blob(&html);
+    assert_eq!(data["suite"], "fixed");
+    assert_eq!(data["tasks"], json!(["t1", "t2", "t3"]));
+    let agents = data["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 2);
+    assert_eq!(
+        (
+            &agents[0]["agent"],
+            &agents[0]["passed"],
+            &agents[0]["mean_cost_usd"]
+        ),
+        (&json!("alpha"), &json!(5), &json!(0.0125))
+    );
+    assert_eq!(
+        (
+            &agents[1]["agent"],
+            &agents[1]["infra_errors"],
+            &agents[1]["mean_cost_usd"]
+        ),
+        (&json!("beta"), &json!(1), &Value::Null)
+    );
+    let trials = data["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 12);
+    let trial = |task: &str, agent: &str, n: u64| {
+        trials
+            .iter()
+            .find(|t| t["task"] == task && t["agent"] == agent && t["trial"] == n)
+            .unwrap()
+    };
+    let rate_limited = trial("t1", "beta", 1);
+    assert_eq!(rate_limited["error"]["code"], "rate_limited");
+    assert_eq!(rate_limited["agent_text"], "I fixed it (trust me)");
+    assert!(
+        rate_limited["diff_patch"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("+URL = 'https://new.example'\n+# </script><!-- <script>")
+    );
+    let events: Vec<(&str, &str)> = rate_limited["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["type"].as_str().unwrap(), e["summary"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ("system", "spawn: sh -c ./agent.sh"),
+            (
+                "assistant",
+                "Fetching https://docs.example/api </script><!--"
+            ),
+            ("tool_call", "edit({\"path\":\"api.py\"})"),
+            ("unparsed", "not json at all"),
+            ("result", "error: rate limited"),
+        ]
+    );
+    let missing = trial("t3", "beta", 2);
+    assert_eq!(missing["verify_log"]["text"], Value::Null);
+    assert!(
+        missing["verify_log"]["note"]
+            .as_str()
+            .unwrap()
+            .contains("trials/t3/beta/2/verify.log is missing"),
+        "{missing}"
+    );
+    assert_eq!(
+        trial("t2", "beta", 1)["infra_error"],
+        "cannot provision a worktree workspace: no space left on device"
+    );
+}
+
+#[test]
+fn report_html_cuts_a_huge_diff_with_a_note() {
+    let tmp = temp_dir();
+    let run = write_run(tmp.path());
+    let line = "+".to_owned() + &"x".repeat(99) + "\n";
+    write_files(
+        &run,
+        &[("trials/t1/alpha/1/diff.patch", &line.repeat(3_000))],
+    );
+    let output = report(tmp.path(), &run, &["--format", "html"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let data = data_blob(&stdout(&output));
+    let diff = &data["trials"][0]["diff_patch"];
+    assert_eq!(diff["text"].as_str().unwrap().len(), 200 * 1024);
+    let note = diff["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("Truncated: the first 200 KB of 296 KB"),
+        "{note}"
+    );
+}
+
+/// `/usr/bin/chromium`, or `chromium` on PATH.
+fn chromium() -> Option<std::path::PathBuf> {
+    let fixed = Path::new("/usr/bin/chromium");
+    if fixed.exists() {
+        return Some(fixed.to_owned());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join("chromium"))
+        .find(|path| path.exists())
+}
+
+/// Runs `command` in its own process group; kills the group if it outlives `limit`.
+fn output_within(mut command: std::process::Command, limit: std::time::Duration) -> Output {
+    use std::os::unix::process::CommandExt;
+    let child = command
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let group = nix::unistd::Pid::from_raw(child.id() as i32);
+    let (done, wait) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    match wait.recv_timeout(limit) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            panic!("{command:?} did not finish within {limit:?}");
+        }
+    }
+}
+
+#[test]
+fn report_html_renders_in_headless_chromium() {
+    let Some(chromium) = chromium() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "chromium is missing; CI must install it (.ci/run does)"
+        );
+        eprintln!("skipped: chromium is not installed (apt-get install chromium)");
+        return;
+    };
+    let tmp = temp_dir();
+    let run = write_run(tmp.path());
+    let page = tmp.path().join("report.html");
+    let output = report(
+        tmp.path(),
+        &run,
+        &["--format", "html", "-o", page.to_str().unwrap()],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+
+    let mut command = std::process::Command::new(chromium);
+    command
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            tmp.path().join("profile").display()
+        ))
+        .args(["--virtual-time-budget=5000", "--dump-dom"])
+        .arg(format!("file://{}", page.display()))
+        .stdin(std::process::Stdio::null());
+    let output = output_within(command, std::time::Duration::from_secs(120));
+    let dom = stdout(&output);
+    assert!(output.status.success(), "{}", stderr(&output));
+
+    // The script ran: every heat-map cell and list row was made interactive...
+    let hydrated = |pattern: &str| regex::Regex::new(pattern).unwrap().find_iter(&dom).count();
+    assert_eq!(
+        hydrated(r#"<g class="cell[^"]*"[^>]*data-rendered="true""#),
+        6,
+        "{dom}"
+    );
+    assert_eq!(hydrated(r#"<tr [^>]*data-rendered="true""#), 12);
+    assert_eq!(dom.matches("class=\"bar\"").count(), 2);
+    // ...and opened the first cell that did not fully pass: t1 x beta, with its two trials.
+    let detail_start = dom.find("id=\"trial-detail\"").unwrap();
+    let detail = &dom[detail_start..dom[detail_start..].find("</section>").unwrap() + detail_start];
+    assert!(
+        detail.contains("data-rendered=\"true\""),
+        "drill-down not rendered: {detail}"
+    );
+    assert!(detail.contains("Trial details: t1 × beta"), "{detail}");
+    assert_eq!(detail.matches("class=\"trial-card").count(), 2, "{detail}");
+    assert!(detail.contains("429 from the provider (rate_limited)"));
+    assert!(detail.contains("FAILED test_api.py::test_call"));
+    assert!(detail.contains("<span class=\"add\">+URL = 'https:"));
+    assert!(detail.contains("<span class=\"etype\">tool_call</span>"));
+    // The run's hostile text stayed text.
+    assert!(detail.contains("&lt;/script&gt;&lt;!--"), "{detail}");
+    assert_eq!(dom.matches("<script").count(), 2);
 }

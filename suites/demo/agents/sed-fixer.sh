@@ -3,7 +3,14 @@
 # It greps the task instruction for a keyword and applies one canned `sed`
 # edit. It knows three one-line bug fixes; for anything else it gives up
 # (exit 1, files untouched), so it scores roughly half the suite.
+#
+# Two switches turn rule groups off, for the ablation example (ablation.yaml):
+#   SED_FIXER_CALC=off  skips the calc.py rules (divide, range_sum)
+#   SED_FIXER_TEXT=off  skips the text.py rule (word_count)
 set -euo pipefail
+
+calc="${SED_FIXER_CALC:-on}"
+text="${SED_FIXER_TEXT:-on}"
 
 instruction="${DELTABENCH_INSTRUCTION:-}"
 if [[ -z "$instruction" && -n "${DELTABENCH_INSTRUCTION_FILE:-}" ]]; then
@@ -22,15 +29,15 @@ fix() {
     echo "sed-fixer: edited $file"
 }
 
-if grep -qi 'divid.*zero' <<<"$instruction"; then
+if [[ "$calc" == on ]] && grep -qi 'divid.*zero' <<<"$instruction"; then
     fix textkit/calc.py 'return 0\.0$' \
         's/return 0\.0$/raise ValueError("cannot divide by zero")/' \
         "divide() now raises ValueError on a zero divisor"
-elif grep -q 'range_sum' <<<"$instruction"; then
+elif [[ "$calc" == on ]] && grep -q 'range_sum' <<<"$instruction"; then
     fix textkit/calc.py 'range(start, end))' \
         's/range(start, end))/range(start, end + 1))/' \
         "range_sum() now includes its end point"
-elif grep -q 'word_count' <<<"$instruction"; then
+elif [[ "$text" == on ]] && grep -q 'word_count' <<<"$instruction"; then
     fix textkit/text.py 'text\.split(" ")' \
         's/text\.split(" ")/text.split()/' \
         "word_count() now splits on any run of whitespace"

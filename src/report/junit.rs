@@ -1,0 +1,229 @@
+//! `report --format junit`: JUnit XML for CI test tabs, from the run directory alone.
+//!
+//! One `<testsuite>` per agent, one `<testcase>` per trial (`<task> #<trial>`, classname the
+//! agent). A `fail` carries the tail of that trial's `verify.log` as its failure text; an
+//! `infra_error` becomes an `<error>`. The XML is written by quick-junit (nextest's serializer),
+//! which escapes markup and drops ANSI escapes and control characters.
+//!
+//! The helpers that read a trial's artifacts live here and are shared with the HTML report.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::DateTime;
+use quick_junit::{NonSuccessKind, Report, SerializeError, TestCase, TestCaseStatus, TestSuite};
+
+use super::AgentSummary;
+use crate::store::{self, Outcome, StoredRun, TrialRecord};
+
+/// Lines of `verify.log` a failure shows: enough for a traceback, short enough for a CI tab.
+pub(super) const LOG_TAIL_LINES: usize = 40;
+
+/// A log line longer than this is cut, so one runaway line cannot swamp the report.
+const MAX_LINE_CHARS: usize = 2_000;
+
+/// The JUnit XML of a run, agents in the order of `summaries`.
+pub fn junit(run: &StoredRun, summaries: &[AgentSummary]) -> Result<String, SerializeError> {
+    let mut report = Report::new(xml_safe(&run.manifest.suite));
+    if let Some(started) = parse_time(&run.manifest.started_at) {
+        report.set_timestamp(started);
+        if let Some(finished) = run.manifest.finished_at.as_deref().and_then(parse_time) {
+            report.set_time((finished - started).to_std().unwrap_or_default());
+        }
+    }
+    for summary in summaries {
+        let mut trials: Vec<&TrialRecord> = run
+            .trials
+            .iter()
+            .filter(|r| r.agent == summary.agent)
+            .collect();
+        // trials.jsonl is in finishing order; CI tabs read better in plan order.
+        trials.sort_by_key(|r| (task_position(run, &r.task), r.task.as_str(), r.trial));
+        let mut suite = TestSuite::new(xml_safe(&summary.agent));
+        suite.set_time(Duration::from_millis(
+            trials.iter().map(|r| r.duration_ms).sum(),
+        ));
+        suite.add_test_cases(trials.into_iter().map(|r| test_case(run, r)));
+        report.add_test_suite(suite);
+    }
+    report.to_string()
+}
+
+fn test_case(run: &StoredRun, record: &TrialRecord) -> TestCase {
+    let status = match record.outcome {
+        Outcome::Pass => TestCaseStatus::success(),
+        Outcome::Fail => {
+            let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            let text = match verify_log_tail(run, record) {
+                Ok(tail) => tail,
+                Err(why) => why,
+            };
+            status
+                .set_message(xml_safe(&failure_message(record)))
+                .set_type("fail")
+                .set_description(xml_safe(&text));
+            status
+        }
+        Outcome::InfraError => {
+            let why = record.infra_error.as_deref().unwrap_or("unknown");
+            let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
+            status
+                .set_message(xml_safe(why.lines().next().unwrap_or(why)))
+                .set_type("infra_error")
+                .set_description(xml_safe(why));
+            status
+        }
+    };
+    let mut case = TestCase::new(
+        xml_safe(&format!("{} #{}", record.task, record.trial)),
+        status,
+    );
+    case.set_classname(xml_safe(&record.agent))
+        .set_time(Duration::from_millis(record.duration_ms));
+    if let Some(started) = parse_time(&record.started_at) {
+        case.set_timestamp(started);
+    }
+    case
+}
+
+/// One line saying why a scored trial failed: the verify result, an empty diff, the agent's end.
+fn failure_message(record: &TrialRecord) -> String {
+    let mut message = String::from("fail: ");
+    match record.verify {
+        Some(v) if v.timed_out => {
+            let _ = write!(
+                message,
+                "verify timed out after {:.1}s",
+                v.duration_ms as f64 / 1000.0
+            );
+        }
+        Some(v) => match v.exit_code {
+            Some(code) => {
+                let _ = write!(message, "verify exited {code}");
+            }
+            None => message.push_str("verify ended without an exit code"),
+        },
+        None => message.push_str("verify did not run"),
+    }
+    if record.diff.is_some_and(|d| d.files == 0) {
+        message.push_str("; empty diff");
+    }
+    if let Some(status) = record.status {
+        let _ = write!(message, "; agent {status}");
+    }
+    if let Some(error) = &record.error {
+        let _ = write!(message, ": {error}");
+    }
+    message
+}
+
+/// `trials/<task>/<agent>/<n>/` of a record, as `RunDir::trial_dir` names it.
+pub(super) fn trial_dir(run: &StoredRun, record: &TrialRecord) -> PathBuf {
+    run.path
+        .join("trials")
+        .join(&record.task)
+        .join(store::sanitize(&record.agent))
+        .join(record.trial.to_string())
+}
+
+/// The run-relative path of one of a trial's files, for notes that must not leak the machine.
+pub(super) fn relative(run: &StoredRun, path: &Path) -> String {
+    path.strip_prefix(&run.path)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+/// The last `LOG_TAIL_LINES` lines of the trial's `verify.log`, or a sentence saying why not.
+pub(super) fn verify_log_tail(run: &StoredRun, record: &TrialRecord) -> Result<String, String> {
+    let path = trial_dir(run, record).join("verify.log");
+    let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("({} is missing)", relative(run, &path)),
+        _ => format!("(cannot read {}: {e})", relative(run, &path)),
+    })?;
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    let skipped = lines.len().saturating_sub(LOG_TAIL_LINES);
+    let mut tail = String::new();
+    if skipped > 0 {
+        let _ = writeln!(
+            tail,
+            "[... {skipped} earlier lines of verify.log not shown]"
+        );
+    }
+    for line in &lines[skipped..] {
+        match line.char_indices().nth(MAX_LINE_CHARS) {
+            Some((cut, _)) => {
+                let _ = writeln!(tail, "{} [... line cut]", &line[..cut]);
+            }
+            None => {
+                let _ = writeln!(tail, "{line}");
+            }
+        }
+    }
+    Ok(tail)
+}
+
+/// Drops the two characters XML 1.0 forbids that quick-junit keeps (it strips C0 controls).
+fn xml_safe(text: &str) -> String {
+    text.replace(['\u{FFFE}', '\u{FFFF}'], "")
+}
+
+fn parse_time(text: &str) -> Option<DateTime<chrono::FixedOffset>> {
+    DateTime::parse_from_rfc3339(text).ok()
+}
+
+/// A task's index in the manifest; tasks it does not list sort last.
+pub(super) fn task_position(run: &StoredRun, task: &str) -> usize {
+    run.manifest
+        .tasks
+        .iter()
+        .position(|t| t == task)
+        .unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::VerifyRecord;
+
+    /// A failed record; built from JSON so fields added to `TrialRecord` later keep defaults.
+    fn record(verify: Option<VerifyRecord>) -> TrialRecord {
+        serde_json::from_value(serde_json::json!({
+            "task": "t", "agent": "a", "trial": 1, "outcome": "fail", "passed": false,
+            "score": 0.0, "metric": "delta", "status": "completed", "error": null,
+            "infra_error": null, "session_id": null, "diff": null, "verify": verify,
+            "usage": null, "duration_ms": 1, "agent_duration_ms": null, "phases": [],
+            "started_at": "",
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn failure_message_says_exit_code_or_timeout() {
+        let exited = VerifyRecord {
+            exit_code: Some(3),
+            timed_out: false,
+            duration_ms: 10,
+        };
+        assert_eq!(
+            failure_message(&record(Some(exited))),
+            "fail: verify exited 3; agent completed"
+        );
+        let timed_out = VerifyRecord {
+            exit_code: None,
+            timed_out: true,
+            duration_ms: 2500,
+        };
+        assert_eq!(
+            failure_message(&record(Some(timed_out))),
+            "fail: verify timed out after 2.5s; agent completed"
+        );
+    }
+
+    #[test]
+    fn xml_safe_drops_noncharacters() {
+        assert_eq!(xml_safe("a\u{FFFE}b\u{FFFF}c"), "abc");
+    }
+}
