@@ -107,12 +107,12 @@ pub(super) fn compare(args: CompareArgs) -> Result<u8, CliError> {
 }
 
 /// Compares every agent of `current` with the same agent in `baseline` (or the two runs' only
-/// agents). Prints the comparisons; returns whether the gate failed.
+/// agents). Returns the comparisons as text and whether the gate failed.
 pub(super) fn against_baseline(
     baseline: &StoredRun,
     current: &StoredRun,
     gate: &GateArgs,
-) -> Result<bool, CliError> {
+) -> Result<(String, bool), CliError> {
     check_levels(gate)?;
     let (base_agents, current_agents) = (agents_of(baseline), agents_of(current));
     let pairs: Vec<(String, String)> = if base_agents.len() == 1 && current_agents.len() == 1 {
@@ -132,23 +132,24 @@ pub(super) fn against_baseline(
         )));
     }
     let mut failed = false;
+    let mut text = String::new();
     for (base_agent, agent) in pairs {
         let base = stats::outcomes_of(&baseline.trials, &base_agent);
         let now = stats::outcomes_of(&current.trials, &agent);
         let Some(comparison) = stats::compare(&base, &now, gate.confidence, SEED) else {
-            print_stdout(&format!("'{agent}': no task in common with the baseline\n"));
+            let _ = writeln!(text, "'{agent}': no task in common with the baseline");
             continue;
         };
-        let (text, this_failed) = describe(
+        let (described, this_failed) = describe(
             &format!("baseline '{base_agent}'"),
             &format!("'{agent}'"),
             &comparison,
             gate,
         );
-        print_stdout(&format!("\n{text}"));
+        let _ = writeln!(text, "{described}");
         failed |= this_failed;
     }
-    Ok(failed)
+    Ok((text, failed))
 }
 
 fn pct(v: f64) -> String {

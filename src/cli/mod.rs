@@ -197,9 +197,12 @@ struct ReportArgs {
     /// the two-factor interaction, and the Pareto front.
     #[arg(long, conflicts_with = "format")]
     ablation: bool,
-    /// Confidence of the intervals in --ablation.
+    /// Confidence of the intervals in --ablation and of the comparison with --baseline.
     #[arg(long, value_name = "LEVEL", default_value_t = 0.95)]
     confidence: f64,
+    /// Markdown: add each agent's per-task flips and verdict against this earlier run.
+    #[arg(long, value_name = "RUN_DIR")]
+    baseline: Option<PathBuf>,
 }
 
 /// An error as the user sees it: a message, maybe a snippet and a hint, and an exit code.
@@ -384,7 +387,9 @@ async fn run(args: RunArgs) -> Result<u8, CliError> {
     let gate_failed = match &baseline {
         Some(baseline) => {
             let current = compare::read_run_arg(&outcome.run_dir)?;
-            compare::against_baseline(baseline, &current, &args.gate)?
+            let (text, failed) = compare::against_baseline(baseline, &current, &args.gate)?;
+            print_stdout(&format!("\n{text}"));
+            failed
         }
         None => false,
     };
@@ -561,7 +566,24 @@ fn report_cmd(args: ReportArgs) -> Result<u8, CliError> {
     let text = match args.format {
         _ if args.ablation => report::ablation(&run, args.confidence),
         Format::Table => report::table(&summaries) + "\n",
-        Format::Markdown => report::markdown(&run, &summaries),
+        Format::Markdown => {
+            let mut text = report::markdown(&run, &summaries);
+            if let Some(path) = &args.baseline {
+                let gate = GateArgs {
+                    gate: false,
+                    max_drop: 0.0,
+                    confidence: args.confidence,
+                };
+                let (flips, _) =
+                    compare::against_baseline(&compare::read_run_arg(path)?, &run, &gate)?;
+                text.push_str(&format!(
+                    "\n### Against the baseline `{}`\n\n```\n{}```\n",
+                    path.display(),
+                    flips
+                ));
+            }
+            text
+        }
         Format::Csv => report::csv(&run.trials).map_err(|e| CliError::failed(e.to_string()))?,
         Format::Json => report::json(&run, &summaries),
         Format::Junit => {

@@ -98,7 +98,7 @@ pub fn html(run: &StoredRun, summaries: &[AgentSummary]) -> Result<String, serde
     let _ = write!(
         out,
         "<section class=\"panel\">\n<h2>Pass rate per agent</h2>\n<p class=\"note\">Scored \
-         trials only; whiskers are 95% Wilson intervals.</p>\n{}</section>\n",
+         trials only; whiskers are 95% intervals (Wilson for one trial per task, task-clustered for several).</p>\n{}</section>\n",
         pass_rate_chart(summaries)
     );
     let (scatter, scatter_note) = cost_scatter(&data.agents);
@@ -432,7 +432,7 @@ const INK: &str = "#1f2933";
 const MUTED: &str = "#52606d";
 const GRID: &str = "#d9e2ec";
 
-/// Horizontal bars of the pass rate per agent, each with a 95% Wilson interval whisker.
+/// Horizontal bars of the pass rate per agent, each with its 95% interval as a whisker.
 fn pass_rate_chart(summaries: &[AgentSummary]) -> String {
     let label_w = label_width(summaries.iter().map(|s| s.agent.as_str()), 64.0, 200.0);
     let (plot_w, value_w, row_h, top, axis_h) = (300.0, 150.0, 36.0, 8.0, 24.0);
@@ -445,7 +445,7 @@ fn pass_rate_chart(summaries: &[AgentSummary]) -> String {
         svg,
         "<svg id=\"pass-rate-chart\" viewBox=\"0 0 {width:.0} {height:.0}\" width=\"{width:.0}\" \
          height=\"{height:.0}\" role=\"img\" aria-labelledby=\"pass-rate-title\">\n\
-         <title id=\"pass-rate-title\">Pass rate per agent with 95% Wilson intervals</title>\n"
+         <title id=\"pass-rate-title\">Pass rate per agent with 95% intervals</title>\n"
     );
     for tick in [0.0, 0.25, 0.5, 0.75, 1.0] {
         let _ = writeln!(

@@ -6,6 +6,7 @@ use serde::Serialize;
 use tabled::settings::Style;
 use tabled::{Table, Tabled};
 
+use crate::stats;
 use crate::store::{Outcome, StoredRun, TrialRecord};
 
 mod ablation;
@@ -27,25 +28,20 @@ pub struct AgentSummary {
     pub scored: usize,
     pub passed: usize,
     pub infra_errors: usize,
-    /// passed / scored; None when nothing was scored.
+    /// Mean of the per-task pass fractions; None when nothing was scored.
     pub pass_rate: Option<f64>,
-    /// 95% Wilson score interval of the pass rate.
+    /// 95% interval of the pass rate: Wilson with one trial per task, task-clustered otherwise.
     pub interval: Option<(f64, f64)>,
+    pub interval_method: Option<&'static str>,
+    /// Trials per task when every task has several (the k of pass@k and pass^k).
+    pub k: Option<usize>,
+    /// Unbiased pass@k averaged over tasks: at least one of k trials passes.
+    pub pass_at_k: Option<f64>,
+    /// pass^k averaged over tasks: all k trials pass.
+    pub pass_hat_k: Option<f64>,
+    /// Mean cost per trial over the trials that reported one.
+    pub mean_cost_usd: Option<f64>,
     pub median_duration_ms: Option<u64>,
-}
-
-/// The 95% Wilson score interval for `passed` out of `n`.
-pub fn wilson_interval(passed: usize, n: usize) -> Option<(f64, f64)> {
-    if n == 0 {
-        return None;
-    }
-    let z = 1.959_963_984_540_054_f64;
-    let n = n as f64;
-    let p = passed as f64 / n;
-    let denominator = 1.0 + z * z / n;
-    let centre = (p + z * z / (2.0 * n)) / denominator;
-    let half = z * ((p * (1.0 - p) / n) + z * z / (4.0 * n * n)).sqrt() / denominator;
-    Some(((centre - half).max(0.0), (centre + half).min(1.0)))
 }
 
 fn median(mut values: Vec<u64>) -> Option<u64> {
@@ -73,18 +69,27 @@ pub fn summarize(records: &[TrialRecord], agents: &[String]) -> Vec<AgentSummary
         .into_iter()
         .map(|agent| {
             let mine: Vec<&TrialRecord> = records.iter().filter(|r| r.agent == agent).collect();
-            let scored = mine
+            let outcomes = stats::outcomes_of(records, &agent);
+            let estimate = stats::pass_rate(&outcomes, 0.95);
+            let scored = outcomes.iter().map(|o| o.trials).sum();
+            let k = outcomes.iter().map(|o| o.trials).min().filter(|k| *k > 1);
+            let costs: Vec<f64> = mine
                 .iter()
-                .filter(|r| r.outcome != Outcome::InfraError)
-                .count();
-            let passed = mine.iter().filter(|r| r.outcome == Outcome::Pass).count();
+                .filter_map(|r| r.usage.and_then(|u| u.cost_usd))
+                .collect();
             AgentSummary {
                 trials: mine.len(),
                 scored,
-                passed,
+                passed: outcomes.iter().map(|o| o.passed).sum(),
                 infra_errors: mine.len() - scored,
-                pass_rate: (scored > 0).then(|| passed as f64 / scored as f64),
-                interval: wilson_interval(passed, scored),
+                pass_rate: estimate.as_ref().map(|e| e.rate),
+                interval: estimate.as_ref().map(|e| (e.interval.lo, e.interval.hi)),
+                interval_method: estimate.as_ref().map(|e| e.method),
+                k,
+                pass_at_k: k.and_then(|k| stats::mean_pass_at_k(&outcomes, k)),
+                pass_hat_k: k.and_then(|k| stats::mean_pass_hat_k(&outcomes, k)),
+                mean_cost_usd: (!costs.is_empty())
+                    .then(|| costs.iter().sum::<f64>() / costs.len() as f64),
                 median_duration_ms: median(mine.iter().map(|r| r.duration_ms).collect()),
                 agent,
             }
@@ -115,8 +120,12 @@ struct Row {
     pass_rate: String,
     #[tabled(rename = "95% CI")]
     interval: String,
+    #[tabled(rename = "pass@k / pass^k")]
+    at_k: String,
     #[tabled(rename = "infra errors")]
     infra_errors: usize,
+    #[tabled(rename = "mean cost")]
+    cost: String,
     #[tabled(rename = "median time")]
     median: String,
 }
@@ -130,7 +139,14 @@ fn rows(summaries: &[AgentSummary]) -> Vec<Row> {
             passed: s.passed,
             pass_rate: percent(s.pass_rate),
             interval: interval_text(s.interval),
+            at_k: match (s.k, s.pass_at_k, s.pass_hat_k) {
+                (Some(k), Some(at), Some(all)) => {
+                    format!("k={k}: {} / {}", percent(Some(at)), percent(Some(all)))
+                }
+                _ => "-".into(),
+            },
             infra_errors: s.infra_errors,
+            cost: s.mean_cost_usd.map_or("-".into(), |c| format!("${c:.4}")),
             median: seconds(s.median_duration_ms),
         })
         .collect()
@@ -245,21 +261,6 @@ pub fn json(run: &StoredRun, summaries: &[AgentSummary]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn wilson_matches_hand_computed_values() {
-        // 3 of 6: centre 0.5, half-width 1.96*sqrt(0.25/6 + 1.96^2/144)/(1 + 1.96^2/6).
-        let (lo, hi) = wilson_interval(3, 6).unwrap();
-        assert!((lo - 0.1876).abs() < 1e-3, "{lo}");
-        assert!((hi - 0.8124).abs() < 1e-3, "{hi}");
-        let (lo, hi) = wilson_interval(6, 6).unwrap();
-        assert!((lo - 0.6097).abs() < 1e-3, "{lo}");
-        assert_eq!(hi, 1.0);
-        let (lo, hi) = wilson_interval(0, 6).unwrap();
-        assert!(lo.abs() < 1e-12, "{lo}");
-        assert!((hi - 0.3903).abs() < 1e-3, "{hi}");
-        assert_eq!(wilson_interval(0, 0), None);
-    }
 
     #[test]
     fn median_of_even_and_odd() {
