@@ -9,6 +9,7 @@
 pub mod agent;
 pub mod cli;
 pub mod delta;
+pub mod import;
 pub mod metric;
 pub mod process;
 pub mod report;

@@ -64,6 +64,7 @@ where
         Ok(CodingNode {
             workspace: workspace.to_owned(),
             base: base.to_owned(),
+            changes: None,
             agent,
             probe: self.probe.clone(),
             signal,
@@ -75,6 +76,8 @@ where
 pub struct CodingNode {
     workspace: PathBuf,
     base: String,
+    /// Where the workspace records its changes, when it knows (an overlay's upper dir).
+    changes: Option<PathBuf>,
     agent: Arc<dyn CodingAgent>,
     probe: Arc<dyn DeltaProbe>,
     signal: Option<CancellationToken>,
@@ -133,6 +136,7 @@ impl CodingNode {
             task: &text,
             base: &self.base,
             signal: signal.as_ref(),
+            changes: self.changes.as_deref(),
         };
         let delta = self.probe.probe(&result, &ctx).await;
         lifecycle.record(Phase::Probe, started.elapsed());
@@ -267,7 +271,8 @@ async fn run_inner(
         // Construction is never cancelled; the run is.
         let node = factory.create(&workspace.path, &workspace.base, signal);
         lifecycle.record(Phase::Construct, started.elapsed());
-        let node = node.map_err(RunNodeError::Construct)?;
+        let mut node = node.map_err(RunNodeError::Construct)?;
+        node.changes = workspace.changes.clone();
         node.run_observed(task, on_event, lifecycle)
             .await
             .map_err(RunNodeError::from)

@@ -4,6 +4,8 @@
 //! tasks); 2 usage or configuration error.
 
 mod compare;
+mod import;
+mod merge;
 mod reporter;
 
 use std::io::IsTerminal;
@@ -61,6 +63,11 @@ enum Command {
     Validate(ValidateArgs),
     /// Print a report of a run directory.
     Report(ReportArgs),
+    /// Combine the run directories of `run --shard I/N` into one run directory.
+    ///
+    /// The inputs must be shards of the same plan (same suite, agent configs, trials per task
+    /// and tasks), each shard once; the result reads like the unsharded run.
+    Merge(MergeArgs),
     /// Print the JSON Schema of the suite file.
     Schema,
     /// Compare a candidate with a baseline, task by task, and say whether it regressed.
@@ -72,6 +79,40 @@ enum Command {
     Compare(CompareArgs),
     /// Say how many tasks x trials a comparison needs to detect a given effect.
     Plan(PlanArgs),
+    /// Turn a task set in another format into a ready suite folder.
+    ///
+    /// FORMAT is swebench (JSON or JSONL rows; one suite per repository), harbor or
+    /// terminal-bench (a folder of task folders), or exercism (a folder of exercises). Prints
+    /// what was imported, what was skipped and why, and the `deltabench validate` to run next.
+    Import(ImportArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ImportArgs {
+    /// swebench, harbor, terminal-bench or exercism.
+    #[arg(value_name = "FORMAT")]
+    format: String,
+    /// A rows file (swebench), or a folder of tasks or exercises.
+    #[arg(value_name = "SOURCE")]
+    source: PathBuf,
+    /// The suite folder to write.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// swebench: the folder of local clones, each named owner__name or owner/name
+    /// [default: DIR/repos, cloned into from GitHub when missing].
+    #[arg(long, value_name = "DIR")]
+    repos: Option<PathBuf>,
+    /// swebench: a YAML map of owner/name (or owner/name@version) to {setup, test_command,
+    /// timeout}; {tests} and {test_files} in test_command stand for the instance's tests.
+    #[arg(long, value_name = "FILE")]
+    env: Option<PathBuf>,
+    /// Replace the suite already in DIR.
+    #[arg(long)]
+    force: bool,
+    /// harbor, terminal-bench: run each task's solution script once, here (in a scratch copy),
+    /// and keep the change it makes as the task's reference patch.
+    #[arg(long)]
+    run_solutions: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -128,6 +169,9 @@ struct SuiteArgs {
     /// Where workspaces are created (a tmpfs such as /dev/shm makes provisioning fast).
     #[arg(long, value_name = "DIR", env = "DELTABENCH_WORKDIR")]
     workdir: Option<PathBuf>,
+    /// Prepared sources and workspace templates, reused across runs [default: WORKDIR/deltabench-cache].
+    #[arg(long, value_name = "DIR", env = "DELTABENCH_CACHE")]
+    cache: Option<PathBuf>,
     /// Trials at once [default: the number of cores].
     #[arg(short = 'j', long = "jobs", value_name = "N")]
     jobs: Option<usize>,
@@ -149,6 +193,10 @@ struct RunArgs {
     /// Run only tasks with this tag (repeatable; any tag matches).
     #[arg(long = "tag", value_name = "TAG")]
     tag: Vec<String>,
+    /// Run only shard I of N (1-based): a fixed slice of the trials, chosen by a hash of
+    /// (task, agent, trial). Combine the shards with `deltabench merge`.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<runner::Shard>,
     /// The run directory [default: reports/<suite>-<UTC timestamp>].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -169,6 +217,16 @@ struct ValidateArgs {
     /// Times each check must hold (more catches flaky tasks).
     #[arg(long, value_name = "N", default_value_t = 1)]
     trials: u32,
+}
+
+#[derive(Debug, clap::Args)]
+struct MergeArgs {
+    /// Run directories written by `deltabench run --shard I/N`.
+    #[arg(value_name = "RUN_DIR", required = true)]
+    inputs: Vec<PathBuf>,
+    /// The merged run directory (must not hold a run yet).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -316,6 +374,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Run(args) => run(args).await,
         Command::Validate(args) => validate(args).await,
         Command::Report(args) => report_cmd(args),
+        Command::Merge(args) => merge::merge(args),
         Command::Schema => {
             let schema = serde_json::to_string_pretty(&suite::json_schema()).unwrap_or_default();
             print_stdout(&format!("{schema}\n"));
@@ -323,6 +382,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         }
         Command::Compare(args) => compare(args),
         Command::Plan(args) => plan_cmd(args),
+        Command::Import(args) => import::import_cmd(args).await,
     }
 }
 
@@ -348,22 +408,43 @@ fn workdir(args: &SuiteArgs) -> Result<PathBuf, CliError> {
     Ok(dir.canonicalize().unwrap_or(dir))
 }
 
+fn cache_dir(args: &SuiteArgs, workdir: &Path) -> PathBuf {
+    args.cache
+        .clone()
+        .unwrap_or_else(|| workdir.join("deltabench-cache"))
+}
+
 fn load_suite(args: &SuiteArgs) -> Result<Arc<suite::Suite>, CliError> {
     Ok(Arc::new(suite::load(&args.suite, args.agents.as_deref())?))
 }
 
 async fn run(args: RunArgs) -> Result<u8, CliError> {
     let suite = load_suite(&args.suite)?;
+    let workdir = workdir(&args.suite)?;
     let request = RunRequest {
         agents: args.agent,
         trials: args.trials,
         jobs: args.suite.jobs.unwrap_or_else(default_jobs),
         tasks: args.task,
         tags: args.tag,
-        workdir: workdir(&args.suite)?,
+        cache: cache_dir(&args.suite, &workdir),
+        workdir,
         keep_workspaces: args.keep_workspaces,
+        shard: args.shard,
     };
     let plan = runner::plan(suite.clone(), request)?;
+    if let Some(shard) = args.shard {
+        match plan.trials.len() {
+            0 => eprintln!(
+                "shard {shard} holds none of the plan's {} trials: writing an empty run directory",
+                plan.unsharded_trials
+            ),
+            n => eprintln!(
+                "shard {shard}: {n} of the plan's {} trials",
+                plan.unsharded_trials
+            ),
+        }
+    }
     let baseline = args
         .baseline
         .as_deref()
@@ -492,8 +573,10 @@ async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
         jobs: args.suite.jobs.unwrap_or_else(default_jobs),
         tasks: Vec::new(),
         tags: Vec::new(),
+        cache: cache_dir(&args.suite, &workdir),
         workdir: workdir.clone(),
         keep_workspaces: false,
+        shard: None,
     };
     let plan = runner::plan(Arc::new(loaded), request)?;
     let scratch = tempfile::Builder::new()

@@ -43,7 +43,18 @@ impl DiffStats {
 
 /// The patch that turns `base` into the workspace: tracked, untracked (not ignored) and binary
 /// files, renames detected. Applies with `git apply --binary`.
-pub fn capture_diff(workspace: &Path, base: &str) -> Result<Vec<u8>, git2::Error> {
+///
+/// `only`, when given, lists the workspace-relative paths that can differ from the base (an
+/// overlay's upper dir knows them); the diff then looks at nothing else, which keeps it cheap on
+/// large trees.
+pub fn capture_diff(
+    workspace: &Path,
+    base: &str,
+    only: Option<&[String]>,
+) -> Result<Vec<u8>, git2::Error> {
+    if only.is_some_and(|paths| paths.is_empty()) {
+        return Ok(Vec::new());
+    }
     let repo = Repository::open(workspace)?;
     let tree = repo
         .find_object(Oid::from_str(base)?, None)?
@@ -55,6 +66,12 @@ pub fn capture_diff(workspace: &Path, base: &str) -> Result<Vec<u8>, git2::Error
         .show_untracked_content(true)
         .show_binary(true)
         .include_typechange(true);
+    if let Some(paths) = only {
+        options.disable_pathspec_match(true);
+        for path in paths {
+            options.pathspec(path);
+        }
+    }
     let mut diff = repo.diff_tree_to_workdir_with_index(Some(&tree), Some(&mut options))?;
     let mut find = DiffFindOptions::new();
     find.renames(true).for_untracked(true);

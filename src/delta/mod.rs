@@ -53,6 +53,8 @@ pub struct ProbeContext<'a> {
     /// The tree-ish the workspace started from.
     pub base: &'a str,
     pub signal: Option<&'a CancellationToken>,
+    /// An overlay's upper dir: only paths under it can differ from the base.
+    pub changes: Option<&'a Path>,
 }
 
 /// Gathers the delta before the workspace is disposed.

@@ -41,9 +41,19 @@ impl DeltaProbe for TaskProbe {
             let base = ctx.base.to_owned();
             let hidden = self.hidden_tests.clone();
             let artifacts = self.artifacts.clone();
+            let upper = ctx.changes.map(|p| p.to_owned());
             // git2 and file copies block: keep them off the runtime's workers.
             let diff = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ProbeError> {
-                let patch = capture_diff(&workspace, &base)
+                let changed = upper
+                    .map(|dir| crate::workspace::overlay_changes(&dir))
+                    .transpose()
+                    .map_err(|e| {
+                        ProbeError::new(
+                            ProbeErrorKind::Diff,
+                            format!("cannot list the overlay's changes: {e}"),
+                        )
+                    })?;
+                let patch = capture_diff(&workspace, &base, changed.as_deref())
                     .map_err(|e| ProbeError::new(ProbeErrorKind::Diff, e.message()))?;
                 if let Some(dir) = &artifacts {
                     std::fs::write(dir.join("diff.patch"), &patch).map_err(|e| {

@@ -52,7 +52,9 @@ impl Parser {
     }
 
     fn starts_with(&self, text: &str) -> bool {
-        text.chars().enumerate().all(|(i, c)| self.peek_at(i) == Some(c))
+        text.chars()
+            .enumerate()
+            .all(|(i, c)| self.peek_at(i) == Some(c))
     }
 
     fn expect(&mut self, c: char) -> Result<(), TomlError> {
@@ -323,10 +325,7 @@ impl Parser {
         }
         let text: String = self.chars[start..self.pos].iter().collect();
         if text.is_empty() {
-            return Err(self.error(format!(
-                "unexpected '{}'",
-                self.peek().unwrap_or(' ')
-            )));
+            return Err(self.error(format!("unexpected '{}'", self.peek().unwrap_or(' '))));
         }
         number(&text)
             .or_else(|| is_date_time(&text).then(|| Value::String(text.clone())))
@@ -571,6 +570,9 @@ built = 1979-05-27T07:32:00Z
         assert_eq!(err.line, 1, "{err}");
         let err = parse("[a]\nb = 1 2\n").unwrap_err();
         assert_eq!(err.line, 2, "{err}");
-        assert!(parse("a = 1\na.b = 2\n").is_err(), "a is a value, not a table");
+        assert!(
+            parse("a = 1\na.b = 2\n").is_err(),
+            "a is a value, not a table"
+        );
     }
 }

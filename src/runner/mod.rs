@@ -4,13 +4,21 @@
 //! `session` runs one trial) before anything runs. [`execute`] provisions the source once, runs
 //! every trial with at most `jobs` in flight, and is the only writer of `trials.jsonl`: each
 //! record is appended and fsynced before the observer hears of it.
+//!
+//! A [`Shard`] (`--shard I/N`) keeps a deterministic 1/N slice of the planned trials, so shards
+//! run on different machines and later merged (`store::merge_runs`) give the unsharded run.
 
 mod trial;
 
+use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::Arc;
 
 use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -18,7 +26,8 @@ use tokio_util::sync::CancellationToken;
 use crate::store::{Manifest, RunDir, TrialRecord, sanitize};
 use crate::suite::{AgentSpec, Located, Suite, agent_configs};
 use crate::workspace::{
-    Isolation, PreparedSource, missing_backend_reason, prepare_source, resolve_commit,
+    BackendProvisioner, CloneBackend, Isolation, OverlayBackend, PreparedSource, SessionBackend,
+    WorkspaceBackend, missing_backend_reason, prepare_source, resolve_commit,
 };
 
 pub use trial::TrialInputs;
@@ -33,7 +42,75 @@ pub struct RunRequest {
     pub tasks: Vec<String>,
     pub tags: Vec<String>,
     pub workdir: PathBuf,
+    /// Prepared sources and workspace templates, reused across runs.
+    pub cache: PathBuf,
     pub keep_workspaces: bool,
+    /// Run only this slice of the plan.
+    pub shard: Option<Shard>,
+}
+
+/// Slice `index` (1-based) of `total` of a plan: the trials whose key hashes to it.
+///
+/// Membership hashes the trial's `task\0agent\0trial` key, never its position in the plan, so
+/// every machine computes the same slices and adding a task or an agent moves no other trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Shard {
+    pub index: u32,
+    pub total: u32,
+}
+
+impl Shard {
+    /// Whether the trial (task id, agent name, 1-based trial) belongs to this shard.
+    pub fn contains(self, task: &str, agent: &str, trial: u32) -> bool {
+        let digest = Sha256::digest(format!("{task}\0{agent}\0{trial}"));
+        let mut head = [0u8; 8];
+        head.copy_from_slice(&digest[..8]);
+        u64::from_be_bytes(head) % u64::from(self.total) == u64::from(self.index - 1)
+    }
+}
+
+impl fmt::Display for Shard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.index, self.total)
+    }
+}
+
+/// Why a `--shard` value is not `I/N` with `1 <= I <= N`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardParseError {
+    #[error("'{0}' is not of the form I/N (e.g. --shard 2/4)")]
+    Form(String),
+    #[error("'{0}': I and N must be whole numbers (e.g. --shard 2/4)")]
+    Number(String),
+    #[error("'{0}': the shard count N must be at least 1 (e.g. --shard 2/4)")]
+    ZeroTotal(String),
+    #[error("'{value}': the shard index must be between 1 and {total} (e.g. --shard 2/4)")]
+    Index { value: String, total: u32 },
+}
+
+impl FromStr for Shard {
+    type Err = ShardParseError;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        let (index, total) = value
+            .split_once('/')
+            .ok_or_else(|| ShardParseError::Form(value.into()))?;
+        let number = |part: &str| {
+            part.parse::<u32>()
+                .map_err(|_| ShardParseError::Number(value.into()))
+        };
+        let (index, total) = (number(index)?, number(total)?);
+        if total == 0 {
+            return Err(ShardParseError::ZeroTotal(value.into()));
+        }
+        if !(1..=total).contains(&index) {
+            return Err(ShardParseError::Index {
+                value: value.into(),
+                total,
+            });
+        }
+        Ok(Self { index, total })
+    }
 }
 
 /// A plan error: the request does not fit the suite. Exit code 2.
@@ -67,11 +144,15 @@ pub struct Plan {
     pub suite: Arc<Suite>,
     pub agents: IndexMap<String, AgentSpec>,
     pub tasks: Vec<usize>,
+    /// The trials to run: the whole plan, or the shard's slice of it.
     pub trials: Vec<TrialSpec>,
+    /// Trials in the whole plan, before `--shard` took its slice.
+    pub unsharded_trials: usize,
     pub request: RunRequest,
 }
 
-/// Checks `request` against `suite` and expands it into trials (task-major order).
+/// Checks `request` against `suite` and expands it into trials (task-major order), keeping only
+/// the request's shard, if any.
 pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
     if request.trials == 0 {
         return Err(PlanError::new("--trials must be at least 1", None));
@@ -210,11 +291,17 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
             _ => {}
         }
     }
+    // Sliced after the checks above, so a plan is valid or not whatever the shard.
+    let unsharded_trials = trials.len();
+    if let Some(shard) = request.shard {
+        trials.retain(|t| shard.contains(&suite.tasks[t.task].id, &t.agent, t.trial));
+    }
     Ok(Plan {
         suite,
         agents,
         tasks,
         trials,
+        unsharded_trials,
         request,
     })
 }
@@ -287,6 +374,8 @@ pub async fn execute(
         trials_per_task: plan.request.trials,
         jobs: plan.request.jobs,
         planned_trials: plan.trials.len(),
+        shard: plan.request.shard,
+        merged_from: Vec::new(),
         deltabench_version: env!("CARGO_PKG_VERSION").into(),
         started_at: now(),
         finished_at: None,
@@ -294,6 +383,7 @@ pub async fn execute(
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_default(),
         workdir: root.display().to_string(),
+        provisioning: String::new(),
         interrupted: false,
     };
     store
@@ -303,19 +393,23 @@ pub async fn execute(
     let (source, commits) = {
         let suite = suite.clone();
         let root = root.clone();
+        let cache = plan.request.cache.join("sources");
         let tasks = plan.tasks.clone();
-        tokio::task::spawn_blocking(move || prepare(&suite, &root, &tasks))
+        tokio::task::spawn_blocking(move || prepare(&suite, &root, &cache, &tasks))
             .await
             .map_err(|e| RunError::Io(e.to_string()))??
     };
+    let (worktree, provisioning) = worktree_backend(plan, &commits, &root.join("ws"));
+    manifest.provisioning = provisioning;
     observer.started(plan, run_dir);
 
     let inputs = Arc::new(TrialInputs {
         suite: suite.clone(),
         agents: plan.agents.clone(),
         source,
-        workspaces: root.join("ws"),
-        keep_workspaces: plan.request.keep_workspaces,
+        provisioner: BackendProvisioner::new()
+            .with(Isolation::Session, SessionBackend)
+            .with_shared(Isolation::Worktree, worktree),
     });
     let semaphore = Arc::new(Semaphore::new(plan.request.jobs));
     let (tx, mut rx) = mpsc::unbounded_channel::<TrialRecord>();
@@ -389,14 +483,59 @@ pub async fn execute(
 }
 
 /// Prepares the source once and resolves every planned task's base commit.
+/// The `worktree` backend for this plan, and how the manifest describes it: overlay mounts over
+/// cached templates for the base commits provisioned more than once, when the machine allows
+/// mounting; plain clones otherwise.
+fn worktree_backend(
+    plan: &Plan,
+    commits: &[String],
+    workspaces: &Path,
+) -> (Arc<dyn WorkspaceBackend>, String) {
+    let keep = plan.request.keep_workspaces;
+    let clone =
+        || Arc::new(CloneBackend::new(workspaces).keeping(keep)) as Arc<dyn WorkspaceBackend>;
+    let mut uses: HashMap<&str, usize> = HashMap::new();
+    for trial in &plan.trials {
+        *uses.entry(commits[trial.task].as_str()).or_default() += 1;
+    }
+    let reused: HashSet<String> = uses
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(commit, _)| (*commit).to_owned())
+        .collect();
+    if reused.is_empty() {
+        return (
+            clone(),
+            "clone (every base commit is provisioned once)".into(),
+        );
+    }
+    match OverlayBackend::probe(workspaces) {
+        Ok(()) => {
+            let templates = plan.request.cache.join("templates");
+            let described = format!(
+                "overlay over cached templates for {} of {} base commits ({}), clone for the rest",
+                reused.len(),
+                uses.len(),
+                templates.display()
+            );
+            (
+                Arc::new(OverlayBackend::new(workspaces, &templates, reused, keep)),
+                described,
+            )
+        }
+        Err(reason) => (clone(), format!("clone (overlay unavailable: {reason})")),
+    }
+}
+
 fn prepare(
     suite: &Suite,
     root: &Path,
+    cache: &Path,
     tasks: &[usize],
 ) -> Result<(PreparedSource, Vec<String>), RunError> {
     std::fs::create_dir_all(root)
         .map_err(|e| RunError::Io(format!("cannot create {}: {e}", root.display())))?;
-    let source = prepare_source(&suite.repo, root).map_err(|message| RunError::Config {
+    let source = prepare_source(&suite.repo, cache).map_err(|message| RunError::Config {
         message: format!(
             "repo {} ({}): {message}",
             suite.repo.path.display(),
@@ -432,4 +571,45 @@ fn prepare(
 /// Now, as RFC 3339 UTC.
 pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_parses_i_of_n_and_names_bad_values() {
+        assert_eq!("2/4".parse(), Ok(Shard { index: 2, total: 4 }));
+        assert_eq!("1/1".parse(), Ok(Shard { index: 1, total: 1 }));
+        for bad in ["0/3", "4/3", "x", "1/0", "1/", "-1/3", "1/3/5", ""] {
+            let err = bad.parse::<Shard>().unwrap_err().to_string();
+            assert!(err.contains(&format!("'{bad}'")), "{bad}: {err}");
+            assert!(err.contains("--shard 2/4"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn each_trial_is_in_exactly_one_shard_and_the_slices_are_pinned() {
+        let shards: Vec<Shard> = (1..=3).map(|index| Shard { index, total: 3 }).collect();
+        for task in ["t0", "t1", "add-subtract"] {
+            for trial in 1..=5 {
+                let owners = shards
+                    .iter()
+                    .filter(|s| s.contains(task, "oracle", trial))
+                    .count();
+                assert_eq!(owners, 1, "{task} #{trial}");
+            }
+        }
+        // Pinned: a change here reshuffles every user's shards between versions.
+        let slice: Vec<u32> = (1..=6)
+            .map(|trial| {
+                shards
+                    .iter()
+                    .find(|s| s.contains("t0", "noop", trial))
+                    .unwrap()
+                    .index
+            })
+            .collect();
+        assert_eq!(slice, [2, 2, 1, 1, 3, 1]);
+    }
 }

@@ -31,9 +31,8 @@ pub struct TrialInputs {
     pub suite: Arc<Suite>,
     pub agents: IndexMap<String, AgentSpec>,
     pub source: PreparedSource,
-    /// Parent of every worktree workspace of the run.
-    pub workspaces: PathBuf,
-    pub keep_workspaces: bool,
+    /// Shared by every trial, so backends can share their caches.
+    pub provisioner: BackendProvisioner,
 }
 
 /// Runs one trial to a record. Never fails: what went wrong is in the record.
@@ -62,7 +61,7 @@ pub async fn run_trial(
         ),
     };
     let provisioner = SetupProvisioner {
-        inner: BackendProvisioner::git(&inputs.workspaces, inputs.keep_workspaces),
+        inner: inputs.provisioner.clone(),
         setup: task.setup.clone(),
         timeout: task.timeout,
         log: dir.join("setup.log"),

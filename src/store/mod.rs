@@ -7,6 +7,10 @@
 //!   trials/<task>/<agent>/<n>/
 //!     events.jsonl  diff.patch  verify.log  agent.log  result.json  (instruction.md, setup.log)
 //! ```
+//!
+//! [`merge_runs`] combines the run directories of a sharded run into one.
+
+mod merge;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
@@ -16,6 +20,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::{CodingError, CodingStatus};
 use crate::delta::DiffStats;
+use crate::runner::Shard;
+
+pub use merge::{MergeError, Merged, merge_runs};
 
 /// A trial's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,12 +104,22 @@ pub struct Manifest {
     pub tasks: Vec<String>,
     pub trials_per_task: u32,
     pub jobs: usize,
+    /// Trials this run directory was meant to hold: its shard's slice when sharded.
     pub planned_trials: usize,
+    /// The slice of the plan this run holds (`--shard I/N`); null for a whole plan.
+    #[serde(default)]
+    pub shard: Option<Shard>,
+    /// The run directories `deltabench merge` combined into this one, as given.
+    #[serde(default)]
+    pub merged_from: Vec<String>,
     pub deltabench_version: String,
     pub started_at: String,
     pub finished_at: Option<String>,
     pub host: String,
     pub workdir: String,
+    /// How `worktree` workspaces were made: overlay mounts or clones, and why.
+    #[serde(default)]
+    pub provisioning: String,
     /// True when the run was interrupted before every planned trial ran.
     #[serde(default)]
     pub interrupted: bool,

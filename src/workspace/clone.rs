@@ -80,7 +80,8 @@ impl WorkspaceBackend for CloneBackend {
     }
 }
 
-fn make_clone(source: &Path, path: &Path, commit: &str) -> Result<(), String> {
+/// A `--shared` clone of `source` at `commit` in `path`, with every ref and the remote removed.
+pub(super) fn make_clone(source: &Path, path: &Path, commit: &str) -> Result<(), String> {
     let parent = path.parent().unwrap_or(Path::new("/"));
     let (source, target) = (source.to_string_lossy(), path.to_string_lossy());
     run_git(

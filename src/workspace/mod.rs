@@ -7,6 +7,7 @@
 mod clone;
 mod git;
 mod overlay;
+mod overlayfs;
 mod session;
 mod source;
 
@@ -20,6 +21,7 @@ use futures::future::BoxFuture;
 pub use clone::CloneBackend;
 pub use git::{git_command, resolve_commit};
 pub use overlay::{Overlay, OverlayError, apply_overlay};
+pub use overlayfs::{OverlayBackend, overlay_changes};
 pub use session::SessionBackend;
 pub use source::{PreparedSource, prepare_source};
 
@@ -121,6 +123,8 @@ pub struct ProvisionedWorkspace {
     pub isolation: Isolation,
     /// The tree-ish the workspace started from; the probe diffs against it.
     pub base: String,
+    /// A directory holding every path that can differ from the base (an overlay's upper dir).
+    pub changes: Option<PathBuf>,
     dispose: Option<Dispose>,
 }
 
@@ -135,8 +139,15 @@ impl ProvisionedWorkspace {
             path,
             isolation,
             base,
+            changes: None,
             dispose: Some(Box::new(dispose)),
         }
+    }
+
+    /// Records where the workspace's changes are kept (see [`overlay_changes`]).
+    pub fn with_changes(mut self, dir: PathBuf) -> Self {
+        self.changes = Some(dir);
+        self
     }
 
     /// Replaces the base the probe diffs against (after a setup step changed the tree).
@@ -207,8 +218,12 @@ impl BackendProvisioner {
             .with(Isolation::Worktree, CloneBackend::new(root).keeping(keep))
     }
 
-    pub fn with(mut self, isolation: Isolation, backend: impl WorkspaceBackend + 'static) -> Self {
-        let backend: Arc<dyn WorkspaceBackend> = Arc::new(backend);
+    pub fn with(self, isolation: Isolation, backend: impl WorkspaceBackend + 'static) -> Self {
+        self.with_shared(isolation, Arc::new(backend))
+    }
+
+    /// Registers a backend that other provisioners share (e.g. one that caches templates).
+    pub fn with_shared(mut self, isolation: Isolation, backend: Arc<dyn WorkspaceBackend>) -> Self {
         match isolation {
             Isolation::Session => self.session = Some(backend),
             Isolation::Worktree => self.worktree = Some(backend),

@@ -19,7 +19,11 @@ pub fn temp_dir() -> tempfile::TempDir {
 /// The `deltabench` binary under test, run in `cwd`.
 pub fn deltabench(cwd: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_deltabench"));
-    command.current_dir(cwd).env_remove("DELTABENCH_WORKDIR");
+    // The cache lives beside the workdir, so "nothing left under the workdir" stays checkable.
+    command
+        .current_dir(cwd)
+        .env_remove("DELTABENCH_WORKDIR")
+        .env("DELTABENCH_CACHE", cwd.join("cache"));
     command
 }
 

@@ -117,13 +117,23 @@ fn run_with_a_baseline_gates_in_one_step() {
         stdout(&regressed)
     );
     let markdown = deltabench(tmp.path())
-        .args(["report", "candidate", "--format", "markdown", "--baseline", "base"])
+        .args([
+            "report",
+            "candidate",
+            "--format",
+            "markdown",
+            "--baseline",
+            "base",
+        ])
         .output()
         .unwrap();
     assert_eq!(markdown.status.code(), Some(0), "{}", stderr(&markdown));
     let text = stdout(&markdown);
     assert!(text.contains("### Against the baseline `base`"), "{text}");
-    assert!(text.contains("broken (pass -> fail)   8") && text.contains("verdict: regressed"), "{text}");
+    assert!(
+        text.contains("broken (pass -> fail)   8") && text.contains("verdict: regressed"),
+        "{text}"
+    );
     let fine = run("same", "same", &["--baseline", "base", "--gate"]);
     assert_eq!(fine.status.code(), Some(0), "{}", stdout(&fine));
     assert!(stdout(&fine).contains("gate: passed"), "{}", stdout(&fine));

@@ -3,8 +3,10 @@
 mod common;
 mod compare;
 mod demo;
+mod import;
 mod lifecycle;
 mod reports;
 mod seam;
+mod shard;
 mod suite_errors;
 mod workspace;

@@ -43,20 +43,17 @@ fn workspace_shows_nothing_past_the_base() {
     }
 }
 
-/// The single workspace kept under `work` by `--keep-workspaces`.
+/// Trial 1's workspace kept under `work` by `--keep-workspaces` (an overlay's merged view, or a
+/// clone).
 fn kept_workspace(work: &Path) -> PathBuf {
     let run = std::fs::read_dir(work)
         .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    std::fs::read_dir(run.join("ws"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.join("ws").is_dir())
+        .unwrap();
+    let trial = run.join("ws").join("edit--editor--1");
+    let merged = trial.join("merged");
+    if merged.is_dir() { merged } else { trial }
 }
 
 fn tree_of(dir: &Path) -> String {
@@ -64,8 +61,10 @@ fn tree_of(dir: &Path) -> String {
     git(dir, &["write-tree"])
 }
 
-#[test]
-fn diff_round_trips_binary_untracked_renames_and_commits() {
+/// The agent edits, deletes a file and a whole folder, renames, changes a mode, adds untracked,
+/// binary and nested files, and commits half of it; applying `diff.patch` to the base must give
+/// the workspace's tree. With two trials the commit is provisioned twice: the overlay path.
+fn diff_round_trip(trial_count: &str) {
     let tmp = temp_dir();
     let (_, base) = git_repo(
         tmp.path(),
@@ -73,11 +72,12 @@ fn diff_round_trips_binary_untracked_renames_and_commits() {
             ("a.txt", "a\nb\nc\n"),
             ("gone.txt", "bye\n"),
             ("old/name.txt", "moving\n"),
+            ("olddir/x.txt", "x\n"),
+            ("olddir/y.txt", "y\n"),
             ("run.sh", "echo\n"),
             ("keep.txt", "k\n"),
         ],
     );
-    // The agent edits, deletes, renames, adds untracked, binary and nested files, and commits half.
     let script = tmp.path().join("agent.sh");
     std::fs::write(
         &script,
@@ -88,6 +88,7 @@ rm gone.txt
 chmod +x run.sh
 git add -A
 git -c user.name=a -c user.email=a@a commit -qm "agent commit"
+rm -rf olddir
 mkdir -p deep/nested
 echo untracked > deep/nested/new.txt
 head -c 4096 /dev/urandom > blob.bin
@@ -102,14 +103,15 @@ printf 'k2\n' >> keep.txt
             script.display()
         ),
     );
-    let (output, work, out) = run_suite(tmp.path(), &["--keep-workspaces"]);
+    let (output, work, out) =
+        run_suite(tmp.path(), &["--keep-workspaces", "--trials", trial_count]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let record = &trials(&out)[0];
     assert_eq!(
         record["outcome"], "pass",
         "an agent that commits is still diffed against the base"
     );
-    assert!(record["diff"]["files"].as_u64().unwrap() >= 6, "{record}");
+    assert!(record["diff"]["files"].as_u64().unwrap() >= 8, "{record}");
 
     let workspace = kept_workspace(&work);
     let fresh = tmp.path().join("fresh");
@@ -120,12 +122,34 @@ printf 'k2\n' >> keep.txt
     git(&fresh, &["checkout", "-q", "--detach", &base]);
     let patch = out.join("trials/edit/editor/1/diff.patch");
     git(&fresh, &["apply", "--binary", patch.to_str().unwrap()]);
+    let (expected, actual) = (tree_of(&fresh), tree_of(&workspace));
+    // Kept overlay workspaces stay mounted: release them before the temp dir goes.
+    for trial in ["1", "2"] {
+        let merged = workspace
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join(format!("edit--editor--{trial}/merged"));
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(merged)
+            .status();
+    }
     assert_eq!(
-        tree_of(&fresh),
-        tree_of(&workspace),
+        expected, actual,
         "applying diff.patch to the base must give the workspace tree"
     );
-    std::fs::remove_dir_all(&work).unwrap();
+}
+
+#[test]
+fn diff_round_trips_binary_untracked_renames_and_commits() {
+    diff_round_trip("1");
+}
+
+#[test]
+fn diff_round_trips_in_overlay_workspaces() {
+    diff_round_trip("2");
 }
 
 #[test]
@@ -256,4 +280,86 @@ fn sandbox_is_a_clear_error_not_a_fallback() {
         stderr(&output)
     );
     assert!(!out.join("trials.jsonl").exists());
+}
+
+/// Two agents on one commit: the commit is provisioned twice, so it gets a template and overlays.
+const OVERLAY_SUITE: &str = "name: overlay\nrepo: repo\nagents:\n  committer: {kind: command, run: \"echo fixed > a.txt && git -c user.name=a -c user.email=a@a commit -qam fix && git status --porcelain > ../status.txt; git log --oneline | wc -l\"}\ntasks:\n  - {id: t, instruction: x, verify: \"grep -q fixed a.txt\"}\n";
+
+fn manifest(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn overlay_workspaces_behave_as_checkouts() {
+    let tmp = one_file_repo();
+    write_suite(tmp.path(), OVERLAY_SUITE);
+    let (output, work, out) = run_suite(
+        tmp.path(),
+        &["--agent", "committer", "--agent", "noop", "--trials", "2"],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let provisioning = manifest(&out)["provisioning"].as_str().unwrap().to_owned();
+    assert!(provisioning.starts_with("overlay"), "{provisioning}");
+    for record in trials(&out) {
+        let expected = if record["agent"] == "committer" {
+            "pass"
+        } else {
+            "fail"
+        };
+        assert_eq!(record["outcome"], expected, "{record}");
+    }
+    // The agent committed inside the overlay; the diff is still against the base.
+    let diff = std::fs::read_to_string(out.join("trials/t/committer/2/diff.patch")).unwrap();
+    assert!(diff.contains("+fixed"), "{diff}");
+    let log = std::fs::read_to_string(out.join("trials/t/committer/1/agent.log")).unwrap();
+    assert_eq!(log.trim(), "2", "base + the agent's commit: {log}");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(
+        !mounts.contains(work.to_str().unwrap()),
+        "an overlay stayed mounted"
+    );
+    assert_no_leftovers(&work);
+}
+
+#[test]
+fn without_mount_rights_it_falls_back_to_clones_and_says_so() {
+    let tmp = one_file_repo();
+    write_suite(tmp.path(), OVERLAY_SUITE);
+    let work = tmp.path().join("work");
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&work).unwrap();
+    // The same machine without CAP_SYS_ADMIN: mounting fails, so deltabench must clone.
+    let output = std::process::Command::new("setpriv")
+        .args([
+            "--bounding-set",
+            "-sys_admin",
+            "--inh-caps",
+            "-sys_admin",
+            "--",
+        ])
+        .arg(env!("CARGO_BIN_EXE_deltabench"))
+        .args([
+            "run",
+            "suite.yaml",
+            "--agent",
+            "committer",
+            "--trials",
+            "2",
+            "--cache",
+            "cache",
+            "--workdir",
+        ])
+        .arg(&work)
+        .arg("--out")
+        .arg(&out)
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let provisioning = manifest(&out)["provisioning"].as_str().unwrap().to_owned();
+    assert!(
+        provisioning.starts_with("clone (overlay unavailable: cannot mount"),
+        "{provisioning}"
+    );
+    assert!(trials(&out).iter().all(|r| r["outcome"] == "pass"));
 }

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""deltabench grader for Harbor and Terminal-Bench tasks: the reward the task's tests wrote.
+
+Reads {"diff": "...", "command_result": {"command", "exit_code", "timed_out", "output",
+"duration_ms"}} on stdin and prints {"passed": bool, "score": number}.
+
+The verify command (`.deltabench/verify.sh`, written by `deltabench import`) prints the reward
+file the task's test script wrote, on a line of its own:
+  DELTABENCH_REWARD=<the content of reward.txt>
+  DELTABENCH_REWARD_JSON=<the content of reward.json>
+The reward is reward.txt's number, or reward.json's "reward" (when it has none: the mean of its
+numbers). passed = the diff is non-empty, the command did not time out, and the reward is at
+least 1; score = the reward. With no reward line (the task writes no reward file), passed = the
+diff is non-empty and the command exited 0; score = 1 or 0. A reward that is not a number makes
+the grader exit 3: the trial is then an infra_error, not a silent failure.
+"""
+import json
+import re
+import sys
+
+MARK = re.compile(r"^DELTABENCH_REWARD(_JSON)?=(.*)$")
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def reward(output):
+    """The last reported reward, or None when there is none."""
+    found = None
+    for line in output.splitlines():
+        m = MARK.match(line.rstrip("\r"))
+        if m:
+            found = m.groups()
+    if found is None:
+        return None
+    is_json, text = found
+    if not is_json:
+        return float(text)
+    data = json.loads(text)
+    if is_number(data):
+        return float(data)
+    if isinstance(data, dict):
+        if is_number(data.get("reward")):
+            return float(data["reward"])
+        numbers = [v for v in data.values() if is_number(v)]
+        if numbers:
+            return sum(numbers) / len(numbers)
+    raise ValueError("reward.json holds no number: %s" % text)
+
+
+def main():
+    delta = json.load(sys.stdin)
+    result = delta["command_result"]
+    changed = bool(delta["diff"].strip())
+    try:
+        value = reward(result.get("output") or "")
+    except ValueError as err:
+        sys.stderr.write("cannot read the reward: %s\n" % err)
+        sys.exit(3)
+    if value is None:
+        passed = changed and result.get("exit_code") == 0 and not result.get("timed_out")
+        score = 1.0 if passed else 0.0
+    else:
+        passed = changed and not result.get("timed_out") and value >= 1
+        score = value
+        print("reward: %s" % value)
+    print(json.dumps({"passed": bool(passed), "score": score}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,680 @@
+//! Harbor and Terminal-Bench task folders into one suite.
+//!
+//! Both formats describe a container: a Dockerfile whose working directory (`/app`) the agent
+//! works in, a test script run afterwards (`tests/test.sh` or `run-tests.sh`, with the tests at
+//! `/tests`), and a solution script. Without Docker:
+//! - the working directory's files (what the Dockerfile COPYs) become one root commit per task
+//!   in a bare repo `repo.git` in the suite folder, and the task's `base` is that commit, so
+//!   each task starts from its own files and sees no other task's;
+//! - the test files become hidden tests under `.deltabench/tests/`, run by a small wrapper
+//!   (`.deltabench/verify.sh`) that prints the reward file the tests wrote for
+//!   `graders/reward.py`;
+//! - container paths in the copied files are rewritten to the workspace ([`ContainerPaths`]).
+//!
+//! A solution script cannot be a `solution:` (that is a patch or a directory to lay over the
+//! workspace), so it is copied to `solutions/<id>/` for reference. With `--run-solutions` it is
+//! run once here, in a scratch copy of the task's files, and the change it makes becomes the
+//! task's reference patch.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use git2::{DiffFormat, DiffOptions, FileMode, Oid, Repository, Signature, Time};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::docker::{self, ContainerPaths, SOLUTION_DIR, StageError, TESTS_DIR};
+use super::write::{SuiteFile, TaskEntry, write_file};
+use super::{Format, Ids, ImportError, ImportOptions, Imported, seconds};
+use crate::process::{self, CommandSpec};
+
+const GRADER: &str = include_str!("../../graders/reward.py");
+const GRADER_PATH: &str = "graders/reward.py";
+const REPO: &str = "repo.git";
+const VERIFY: &str = ".deltabench/verify.sh";
+/// The verify timeout when the task file gives none.
+const VERIFY_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a solution script may run under `--run-solutions` when the task gives no agent
+/// timeout.
+const SOLVE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Names at the top of a build context that are the harness's, never the image's.
+const HARNESS: [&str; 12] = [
+    "task.toml",
+    "task.yaml",
+    "instruction.md",
+    "tests",
+    "solution",
+    "solution.sh",
+    "solution.yaml",
+    "run-tests.sh",
+    "Dockerfile",
+    "docker-compose.yaml",
+    "docker-compose.yml",
+    "environment",
+];
+/// How deep under SOURCE task folders are looked for.
+const MAX_DEPTH: usize = 4;
+
+/// One task folder, read.
+#[derive(Debug)]
+struct ContainerTask {
+    name: String,
+    instruction: String,
+    dockerfile: Option<PathBuf>,
+    /// The Docker build context (COPY sources are relative to it).
+    context: PathBuf,
+    /// Files and folders copied into the hidden tests folder: (source, name there; "" for a
+    /// folder's contents).
+    tests: Vec<(PathBuf, String)>,
+    /// The test script's name in the tests folder.
+    test_entry: &'static str,
+    /// The solution script's file or folder, and the script's name.
+    solution: Option<(PathBuf, &'static str)>,
+    agent_timeout: Option<Duration>,
+    verify_timeout: Option<Duration>,
+    tags: Vec<String>,
+}
+
+/// Terminal-Bench's `task.yaml`, the keys the importer uses.
+#[derive(Debug, Deserialize)]
+struct TaskYaml {
+    #[serde(default)]
+    instruction: Option<String>,
+    /// Older tasks: a list of `{key, description}`, the instruction under key `base`.
+    #[serde(default)]
+    descriptions: Option<Vec<Description>>,
+    #[serde(default)]
+    max_agent_timeout_sec: Option<f64>,
+    #[serde(default)]
+    max_test_timeout_sec: Option<f64>,
+    #[serde(default)]
+    tags: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Description {
+    key: String,
+    description: String,
+}
+
+/// A compose file: only how many services it starts matters.
+#[derive(Debug, Deserialize)]
+struct Compose {
+    #[serde(default)]
+    services: Map<String, Value>,
+}
+
+pub async fn import(
+    options: &ImportOptions,
+    staging: &Path,
+    name: &str,
+) -> Result<Imported, ImportError> {
+    let marker = match options.format {
+        Format::Harbor => "task.toml",
+        _ => "task.yaml",
+    };
+    let dirs = task_dirs(&options.source, marker);
+    if dirs.is_empty() {
+        return Err(ImportError::Usage(format!(
+            "{}: no task folder (one holding {marker}) found, {MAX_DEPTH} levels deep",
+            options.source.display()
+        )));
+    }
+    let scratch = tempfile::tempdir().map_err(|source| ImportError::Write {
+        path: std::env::temp_dir(),
+        source,
+    })?;
+    let mut imported = Imported::default();
+    let mut repo = BaseRepo::create(&staging.join(REPO))?;
+    let mut ids = Ids::default();
+    let mut suite = SuiteFile {
+        name: name.to_owned(),
+        description: format!(
+            "{} tasks imported from {}",
+            options.format,
+            options.source.display()
+        ),
+        repo: REPO.to_owned(),
+        origin: format!(
+            "deltabench import {} {}",
+            options.format,
+            options.source.display()
+        ),
+        tasks: Vec::new(),
+    };
+    let mut without_reference = 0;
+    for dir in dirs {
+        let read = match options.format {
+            Format::Harbor => read_harbor(&dir)?,
+            _ => read_terminal_bench(&dir)?,
+        };
+        let task = match read {
+            Ok(task) => task,
+            Err((name, reason)) => {
+                imported.skip(name, reason);
+                continue;
+            }
+        };
+        let env = match environment(&task)? {
+            Ok(env) => env,
+            Err(reason) => {
+                imported.skip(&task.name, reason);
+                continue;
+            }
+        };
+        let app = scratch.path().join(&task.name);
+        match docker::stage(&env, &task.context, &app, &HARNESS) {
+            Ok(()) => {}
+            Err(StageError::Unsupported(reason)) => {
+                imported.skip(&task.name, reason);
+                continue;
+            }
+            Err(StageError::Io { path, source }) => return Err(ImportError::Read { path, source }),
+        }
+        let id = ids.claim(&task.name);
+        let base = repo.add(&id, &app, &env.workdir)?;
+        let paths = ContainerPaths::new(&env.workdir);
+        let mut entry = write_task(&task, &id, &paths, staging)?;
+        entry.base = Some(base);
+        match &task.solution {
+            Some((_, script)) if options.run_solutions => {
+                (options.progress)(&format!("running {script} of {id}"));
+                let timeout = task.agent_timeout.unwrap_or(SOLVE_TIMEOUT);
+                let solution = staging.join("solutions").join(&id);
+                match bake(&app, &solution, script, timeout).await {
+                    Ok(patch) => {
+                        let path = format!("solutions/{id}.patch");
+                        write_file(&staging.join(&path), patch, false)?;
+                        entry.solution = Some(path);
+                    }
+                    Err(why) => imported
+                        .notes
+                        .push(format!("{id}: no reference solution: {why}")),
+                }
+            }
+            Some(_) => without_reference += 1,
+            None => imported.notes.push(format!(
+                "{id}: no solution script, so no reference solution"
+            )),
+        }
+        suite.tasks.push(entry);
+    }
+    if suite.tasks.is_empty() {
+        return Ok(imported);
+    }
+    if without_reference > 0 {
+        imported.notes.push(format!(
+            "{without_reference} task(s) have a solution script (copied to solutions/<id>/) but no reference patch yet: \
+             rerun with --run-solutions to run each script here once and keep the change it makes"
+        ));
+    }
+    repo.finish()?;
+    write_file(&staging.join(GRADER_PATH), GRADER, true)?;
+    suite.write(staging)?;
+    imported.suites.push((PathBuf::new(), suite.tasks.len()));
+    Ok(imported)
+}
+
+/// Task folders under `source` (or `source` itself), sorted; hidden folders are left out.
+fn task_dirs(source: &Path, marker: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![(source.to_owned(), 0)];
+    while let Some((dir, depth)) = stack.pop() {
+        if dir.join(marker).is_file() {
+            found.push(dir);
+            continue;
+        }
+        if depth == MAX_DEPTH {
+            continue;
+        }
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let hidden = entry.file_name().to_string_lossy().starts_with('.');
+            if !hidden && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push((entry.path(), depth + 1));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// A task folder's name, or the reason it cannot be imported.
+type Read = Result<ContainerTask, (String, String)>;
+
+fn folder_name(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| dir.display().to_string())
+}
+
+fn read_text(path: &Path) -> Result<String, ImportError> {
+    std::fs::read_to_string(path).map_err(|source| ImportError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn read_harbor(dir: &Path) -> Result<Read, ImportError> {
+    let name = folder_name(dir);
+    let toml_path = dir.join("task.toml");
+    let config = super::toml::parse(&read_text(&toml_path)?).map_err(|err| ImportError::Parse {
+        path: toml_path.clone(),
+        at: format!(":{}", err.line),
+        message: err.message,
+    })?;
+    let skip = |reason: &str| Ok(Err((name.clone(), reason.to_owned())));
+    let instruction_path = dir.join("instruction.md");
+    if !instruction_path.is_file() {
+        return skip("no instruction.md");
+    }
+    if !dir.join("tests/test.sh").is_file() {
+        return skip("no tests/test.sh");
+    }
+    let table = |key: &str| config.get(key).and_then(Value::as_object);
+    let number = |section: &str, key: &str| table(section).and_then(|t| t.get(key)?.as_f64());
+    let environment = dir.join("environment");
+    let dockerfile = environment.join("Dockerfile");
+    let image = table("environment")
+        .and_then(|t| t.get("docker_image")?.as_str())
+        .map(str::to_owned);
+    if !dockerfile.is_file()
+        && let Some(image) = image
+    {
+        return skip(&format!(
+            "runs in the prebuilt image {image}: what it holds is unknown here"
+        ));
+    }
+    let mut tags = Vec::new();
+    for list in [
+        table("metadata").and_then(|t| t.get("tags")),
+        table("task").and_then(|t| t.get("keywords")),
+    ] {
+        for tag in list.and_then(Value::as_array).into_iter().flatten() {
+            if let Some(tag) = tag.as_str().filter(|t| !tags.iter().any(|x| x == t)) {
+                tags.push(tag.to_owned());
+            }
+        }
+    }
+    let solution = dir.join("solution");
+    Ok(Ok(ContainerTask {
+        instruction: read_text(&instruction_path)?,
+        dockerfile: dockerfile.is_file().then_some(dockerfile),
+        context: environment,
+        tests: vec![(dir.join("tests"), String::new())],
+        test_entry: "test.sh",
+        solution: solution
+            .join("solve.sh")
+            .is_file()
+            .then_some((solution, "solve.sh")),
+        agent_timeout: seconds(number("agent", "timeout_sec")),
+        verify_timeout: seconds(number("verifier", "timeout_sec")),
+        tags,
+        name,
+    }))
+}
+
+fn read_terminal_bench(dir: &Path) -> Result<Read, ImportError> {
+    let name = folder_name(dir);
+    let yaml_path = dir.join("task.yaml");
+    let config: TaskYaml = serde_saphyr::from_str(&read_text(&yaml_path)?)
+        .map_err(|err| ImportError::yaml(&yaml_path, &err))?;
+    let skip = |reason: &str| Ok(Err((name.clone(), reason.to_owned())));
+    let instruction = config.instruction.clone().or_else(|| {
+        config
+            .descriptions
+            .iter()
+            .flatten()
+            .find(|d| d.key == "base")
+            .map(|d| d.description.clone())
+    });
+    let Some(instruction) = instruction.filter(|i| !i.trim().is_empty()) else {
+        return skip("task.yaml has no instruction");
+    };
+    let run_tests = dir.join("run-tests.sh");
+    if !run_tests.is_file() {
+        return skip("no run-tests.sh");
+    }
+    let mut tests = vec![(run_tests, "run-tests.sh".to_owned())];
+    if dir.join("tests").is_dir() {
+        tests.push((dir.join("tests"), String::new()));
+    }
+    let dockerfile = dir.join("Dockerfile");
+    let script = dir.join("solution.sh");
+    Ok(Ok(ContainerTask {
+        instruction,
+        dockerfile: dockerfile.is_file().then_some(dockerfile),
+        context: dir.to_owned(),
+        tests,
+        test_entry: "run-tests.sh",
+        solution: script.is_file().then_some((script, "solution.sh")),
+        agent_timeout: seconds(config.max_agent_timeout_sec),
+        verify_timeout: seconds(config.max_test_timeout_sec),
+        tags: config.tags.unwrap_or_default(),
+        name,
+    }))
+}
+
+/// The task's environment as files, or why it needs Docker. A compose file or Dockerfile that
+/// cannot be read is an error, like any task file.
+fn environment(task: &ContainerTask) -> Result<Result<docker::Environment, String>, ImportError> {
+    for name in ["docker-compose.yaml", "docker-compose.yml"] {
+        let path = task.context.join(name);
+        if !path.is_file() {
+            continue;
+        }
+        let compose: Compose =
+            serde_saphyr::from_str(&read_text(&path)?).map_err(|e| ImportError::yaml(&path, &e))?;
+        if compose.services.len() > 1 {
+            let names: Vec<&String> = compose.services.keys().collect();
+            return Ok(Err(format!(
+                "needs several containers ({name} starts {names:?})"
+            )));
+        }
+    }
+    Ok(match &task.dockerfile {
+        Some(path) => docker::parse_dockerfile(&read_text(path)?),
+        None => docker::parse_dockerfile(""),
+    })
+}
+
+/// Writes the task's instruction, hidden tests (with the verify wrapper) and solution script;
+/// returns its entry without `base`.
+fn write_task(
+    task: &ContainerTask,
+    id: &str,
+    paths: &ContainerPaths,
+    staging: &Path,
+) -> Result<TaskEntry, ImportError> {
+    let instruction = format!("instructions/{id}.md");
+    write_file(
+        &staging.join(&instruction),
+        paths.relative(&task.instruction),
+        false,
+    )?;
+    let tests = format!("tests/{id}");
+    let tests_dir = staging.join(&tests);
+    for (source, name) in &task.tests {
+        copy_rewritten(source, &tests_dir.join(TESTS_DIR).join(name), paths)?;
+    }
+    write_file(&tests_dir.join(VERIFY), wrapper(task.test_entry), true)?;
+    if let Some((source, script)) = &task.solution {
+        let target = staging.join("solutions").join(id);
+        let target = if source.is_dir() {
+            target
+        } else {
+            target.join(script)
+        };
+        copy_rewritten(source, &target, paths)?;
+    }
+    Ok(TaskEntry {
+        id: id.to_owned(),
+        instruction_file: instruction,
+        tests: Some(tests),
+        verify: format!("sh {VERIFY}"),
+        verify_timeout: Some(task.verify_timeout.unwrap_or(VERIFY_TIMEOUT)),
+        grader: Some(format!("./{GRADER_PATH}")),
+        timeout: task.agent_timeout,
+        tags: task.tags.clone(),
+        ..TaskEntry::default()
+    })
+}
+
+/// Copies a file, or a folder's contents, rewriting container paths in text files: shell
+/// scripts through `$DELTABENCH_WORKSPACE`, everything else relative to the workspace root.
+fn copy_rewritten(source: &Path, target: &Path, paths: &ContainerPaths) -> Result<(), ImportError> {
+    let read_err = |source: std::io::Error, path: &Path| ImportError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    if source.is_dir() {
+        let mut entries: Vec<_> = std::fs::read_dir(source)
+            .map_err(|e| read_err(e, source))?
+            .flatten()
+            .collect();
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            copy_rewritten(&entry.path(), &target.join(entry.file_name()), paths)?;
+        }
+        return Ok(());
+    }
+    let bytes = std::fs::read(source).map_err(|e| read_err(e, source))?;
+    let executable = std::fs::metadata(source)
+        .is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0);
+    let content = match String::from_utf8(bytes) {
+        Ok(text) if !text.contains('\0') => {
+            let shell = source.extension().is_some_and(|e| e == "sh")
+                || text.lines().next().is_some_and(|l| {
+                    l.starts_with("#!") && (l.contains("sh") || l.contains("bash"))
+                });
+            if shell {
+                paths.in_shell(&text)
+            } else {
+                paths.relative(&text)
+            }
+            .into_bytes()
+        }
+        Ok(text) => text.into_bytes(),
+        Err(err) => err.into_bytes(),
+    };
+    write_file(target, content, executable)
+}
+
+/// The verify command's wrapper: runs the task's test script from the workspace root, as the
+/// container would, and reports the reward file it wrote. It exits 0 only for a full reward
+/// (or, with no reward file, when the test script did), so `validate` sees the base fail.
+fn wrapper(entry: &str) -> String {
+    format!(
+        r#"#!/bin/sh
+# Written by `deltabench import`: runs the task's test script the way its container would, from
+# the workspace root, then prints the reward file it wrote for graders/reward.py.
+DELTABENCH_WORKSPACE=$(pwd)
+TEST_DIR="$DELTABENCH_WORKSPACE/{TESTS_DIR}"
+export DELTABENCH_WORKSPACE TEST_DIR
+logs="$DELTABENCH_WORKSPACE/.deltabench/logs/verifier"
+# A reward file the agent left there must not count.
+rm -rf "$logs" && mkdir -p "$logs" || exit 2
+bash "$TEST_DIR/{entry}"
+status=$?
+reward=
+if [ -s "$logs/reward.json" ]; then
+  json=$(tr -d '\r\n' < "$logs/reward.json")
+  printf '\nDELTABENCH_REWARD_JSON=%s\n' "$json"
+  reward=$(printf '%s' "$json" | sed -n 's/.*"reward"[[:space:]]*:[[:space:]]*\([-+.0-9eE]*\).*/\1/p')
+elif [ -s "$logs/reward.txt" ]; then
+  reward=$(tr -d ' \t\r\n' < "$logs/reward.txt")
+  printf '\nDELTABENCH_REWARD=%s\n' "$reward"
+fi
+if [ -n "$reward" ]; then
+  awk -v r="$reward" 'BEGIN {{ exit !(r + 0 >= 1) }}'
+  exit $?
+fi
+exit $status
+"#
+    )
+}
+
+/// Runs the solution script (from `solution`, the folder it was copied to) in a scratch copy of
+/// the task's files and returns the patch of what it changed there, or why there is none.
+async fn bake(
+    app: &Path,
+    solution: &Path,
+    script: &str,
+    timeout: Duration,
+) -> Result<Vec<u8>, String> {
+    let scratch = tempfile::tempdir().map_err(|e| format!("no scratch folder: {e}"))?;
+    let ws = scratch.path().join("ws");
+    docker::copy_tree(app, &ws, &[]).map_err(|e| e.to_string())?;
+    docker::copy_tree(solution, &ws.join(SOLUTION_DIR), &[]).map_err(|e| e.to_string())?;
+    let spec = CommandSpec::argv(["bash".to_owned(), format!("{SOLUTION_DIR}/{script}")], &ws)
+        .env("DELTABENCH_WORKSPACE", &ws)
+        .timeout(Some(timeout));
+    let ended = process::run(&spec, &CancellationToken::new())
+        .await
+        .map_err(|e| format!("cannot run {script}: {e}"))?;
+    if !ended.success() {
+        let text = ended.output.text();
+        let tail: Vec<&str> = text.lines().rev().take(5).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        return Err(format!("{script} {}: {}", ended.ending(), tail.join(" | ")));
+    }
+    let _ = std::fs::remove_dir_all(ws.join(".deltabench"));
+    let patch = diff_dirs(scratch.path(), app, &ws).map_err(|e| e.message().to_owned())?;
+    if patch.is_empty() {
+        return Err(format!("{script} changed nothing in the working directory"));
+    }
+    Ok(patch)
+}
+
+/// The patch from `before` to `after`, computed in a throwaway repo under `scratch` (not in
+/// `repo.git`: the solution's objects must not be reachable from a workspace by hash).
+fn diff_dirs(scratch: &Path, before: &Path, after: &Path) -> Result<Vec<u8>, git2::Error> {
+    let repo = Repository::init_bare(scratch.join("diff.git"))?;
+    let old = repo.find_tree(tree_of(&repo, before)?)?;
+    let new = repo.find_tree(tree_of(&repo, after)?)?;
+    let mut options = DiffOptions::new();
+    options.show_binary(true).include_typechange(true);
+    let diff = repo.diff_tree_to_tree(Some(&old), Some(&new), Some(&mut options))?;
+    let mut patch = Vec::new();
+    diff.print(DiffFormat::Patch, |_, _, line| {
+        if matches!(line.origin(), '+' | '-' | ' ') {
+            patch.push(line.origin() as u8);
+        }
+        patch.extend_from_slice(line.content());
+        true
+    })?;
+    Ok(patch)
+}
+
+/// Writes `dir` as a tree (every file, no ignore rules: COPY has none; `.git` left out).
+fn tree_of(repo: &Repository, dir: &Path) -> Result<Oid, git2::Error> {
+    let io = |e: std::io::Error| git2::Error::from_str(&format!("{}: {e}", dir.display()));
+    let mut builder = repo.treebuilder(None)?;
+    let mut entries: Vec<_> = std::fs::read_dir(dir).map_err(io)?.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let name = entry.file_name();
+        if name == ".git" {
+            continue;
+        }
+        let path = entry.path();
+        let meta = std::fs::symlink_metadata(&path).map_err(io)?;
+        let (oid, mode) = if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&path).map_err(io)?;
+            let blob = repo.blob(target.as_os_str().as_encoded_bytes())?;
+            (blob, FileMode::Link)
+        } else if meta.is_dir() {
+            let tree = tree_of(repo, &path)?;
+            // Git keeps no empty folders.
+            if repo.find_tree(tree)?.is_empty() {
+                continue;
+            }
+            (tree, FileMode::Tree)
+        } else {
+            let executable = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111;
+            let blob = repo.blob(&std::fs::read(&path).map_err(io)?)?;
+            let mode = if executable != 0 {
+                FileMode::BlobExecutable
+            } else {
+                FileMode::Blob
+            };
+            (blob, mode)
+        };
+        builder.insert(&name, oid, mode.into())?;
+    }
+    builder.write()
+}
+
+/// `repo.git`: one root commit per task, tagged with the task id.
+struct BaseRepo {
+    path: PathBuf,
+    repo: Repository,
+    tags: usize,
+}
+
+impl BaseRepo {
+    fn create(path: &Path) -> Result<Self, ImportError> {
+        let repo = Repository::init_bare(path).map_err(|e| ImportError::Git {
+            path: path.to_owned(),
+            message: e.message().to_owned(),
+        })?;
+        Ok(Self {
+            path: path.to_owned(),
+            repo,
+            tags: 0,
+        })
+    }
+
+    fn git_err(&self, e: git2::Error) -> ImportError {
+        ImportError::Git {
+            path: self.path.clone(),
+            message: e.message().to_owned(),
+        }
+    }
+
+    /// Fixed author and date: the same files always give the same commit id.
+    fn signature(&self) -> Result<Signature<'static>, ImportError> {
+        Signature::new(
+            "deltabench import",
+            "deltabench@localhost",
+            &Time::new(946_684_800, 0),
+        )
+        .map_err(|e| self.git_err(e))
+    }
+
+    /// Commits `dir` as task `id`'s base and returns the commit id.
+    fn add(&mut self, id: &str, dir: &Path, workdir: &str) -> Result<String, ImportError> {
+        let tree = tree_of(&self.repo, dir).map_err(|e| self.git_err(e))?;
+        let tree = self.repo.find_tree(tree).map_err(|e| self.git_err(e))?;
+        let signature = self.signature()?;
+        let commit = self
+            .repo
+            .commit(
+                None,
+                &signature,
+                &signature,
+                &format!("{id}: the files of {workdir}"),
+                &tree,
+                &[],
+            )
+            .map_err(|e| self.git_err(e))?;
+        // The tag keeps the commit reachable (and findable by id); a task id may hold what a
+        // ref name may not (`a..b`), so those get a numbered tag.
+        self.tags += 1;
+        let mut tag = format!("refs/tags/{id}");
+        if !git2::Reference::is_valid_name(&tag) {
+            tag = format!("refs/tags/task-{}", self.tags);
+        }
+        self.repo
+            .reference(&tag, commit, true, "import")
+            .map_err(|e| self.git_err(e))?;
+        Ok(commit.to_string())
+    }
+
+    /// Points `HEAD` at a `main` branch whose one commit explains the layout.
+    fn finish(self) -> Result<(), ImportError> {
+        let readme = b"One root commit per task, tagged with the task id: the files the task's \
+Dockerfile puts in its working directory. suite.yaml names each as the task's base.\n";
+        let blob = self.repo.blob(readme).map_err(|e| self.git_err(e))?;
+        let mut builder = self.repo.treebuilder(None).map_err(|e| self.git_err(e))?;
+        builder
+            .insert("README", blob, FileMode::Blob.into())
+            .map_err(|e| self.git_err(e))?;
+        let tree = builder.write().map_err(|e| self.git_err(e))?;
+        let tree = self.repo.find_tree(tree).map_err(|e| self.git_err(e))?;
+        let signature = self.signature()?;
+        self.repo
+            .commit(
+                Some("refs/heads/main"),
+                &signature,
+                &signature,
+                "deltabench import: task bases",
+                &tree,
+                &[],
+            )
+            .map_err(|e| self.git_err(e))?;
+        self.repo
+            .set_head("refs/heads/main")
+            .map_err(|e| self.git_err(e))
+    }
+}

@@ -1,0 +1,534 @@
+//! Container tasks without a container: what a simple Dockerfile puts in the working directory,
+//! and the container paths in task files rewritten to the workspace.
+//!
+//! A Dockerfile made only of `FROM`, `WORKDIR`, `COPY` (and metadata such as `LABEL` or `CMD`)
+//! describes files, which we can lay out in a directory. Anything else (`RUN`, `ADD`, `ENV`,
+//! `USER`, a multi-stage build, `COPY --from`) changes the image in ways only a build can, so the
+//! task is skipped with that line as the reason.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Component, Path, PathBuf};
+
+/// Where an image's working directory is when the Dockerfile sets none (Harbor's convention).
+const DEFAULT_WORKDIR: &str = "/app";
+
+/// Instructions that only describe the image, never its files.
+const METADATA: [&str; 8] = [
+    "LABEL",
+    "MAINTAINER",
+    "EXPOSE",
+    "CMD",
+    "ENTRYPOINT",
+    "STOPSIGNAL",
+    "HEALTHCHECK",
+    "ARG",
+];
+
+/// Where the workspace keeps what a container would have at its fixed paths.
+pub const TESTS_DIR: &str = ".deltabench/tests";
+pub const LOGS_DIR: &str = ".deltabench/logs";
+pub const SOLUTION_DIR: &str = ".deltabench/solution";
+
+/// The files a Dockerfile lays out, and the directory the task works in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Environment {
+    /// The final `WORKDIR`, absolute: the workspace root.
+    pub workdir: String,
+    pub copies: Vec<CopyStep>,
+}
+
+/// One `COPY SRC... DEST`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyStep {
+    /// Paths in the build context; the last component may hold `*` or `?`.
+    pub sources: Vec<String>,
+    /// Absolute in the container; a trailing `/` is kept (it makes DEST a directory).
+    pub dest: String,
+    /// The instruction as written, for messages.
+    pub line: String,
+}
+
+/// Why an environment cannot be laid out as files.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    /// The task needs a real image build; the text is the skip reason.
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("cannot copy {}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+}
+
+fn needs_build(line: &str, why: Option<&str>) -> String {
+    let line = shorten(line);
+    match why {
+        Some(why) => format!("needs its Dockerfile built: {line} ({why})"),
+        None => format!("needs its Dockerfile built: {line}"),
+    }
+}
+
+fn shorten(line: &str) -> String {
+    const MAX: usize = 100;
+    let line = line.trim();
+    match line.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}...", &line[..cut]),
+        None => line.to_owned(),
+    }
+}
+
+/// Reads a Dockerfile; `Err` is the skip reason when it does more than lay out files.
+pub fn parse_dockerfile(text: &str) -> Result<Environment, String> {
+    let mut workdir: Option<String> = None;
+    let mut copies = Vec::new();
+    let mut images = 0;
+    for line in instructions(text) {
+        let (keyword, rest) = line
+            .split_once(char::is_whitespace)
+            .map_or((line.as_str(), ""), |(k, r)| (k, r.trim()));
+        let current = workdir.as_deref().unwrap_or("/");
+        match keyword.to_ascii_uppercase().as_str() {
+            "FROM" => {
+                images += 1;
+                if images > 1 {
+                    return Err(needs_build(&line, Some("a multi-stage build")));
+                }
+            }
+            "WORKDIR" => {
+                if rest.contains('$') {
+                    return Err(needs_build(&line, Some("a variable in the path")));
+                }
+                workdir = Some(join_container(current, rest));
+            }
+            "COPY" => copies.push(copy_step(&line, rest, current)?),
+            k if METADATA.contains(&k) => {}
+            _ => return Err(needs_build(&line, None)),
+        }
+    }
+    let workdir = workdir.unwrap_or_else(|| DEFAULT_WORKDIR.to_owned());
+    if workdir == "/" {
+        return Err(
+            "works in / (WORKDIR /): the workspace root cannot stand for the whole filesystem"
+                .into(),
+        );
+    }
+    Ok(Environment { workdir, copies })
+}
+
+/// The Dockerfile's instructions, continuation lines joined, comments and blanks dropped.
+fn instructions(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut pending = String::new();
+    for raw in text.lines() {
+        let trimmed = raw.trim();
+        if trimmed.starts_with('#') || (trimmed.is_empty() && pending.is_empty()) {
+            continue;
+        }
+        match trimmed.strip_suffix('\\') {
+            Some(head) => {
+                pending.push_str(head.trim_end());
+                pending.push(' ');
+            }
+            None => {
+                pending.push_str(trimmed);
+                out.push(std::mem::take(&mut pending).trim().to_owned());
+            }
+        }
+    }
+    if !pending.trim().is_empty() {
+        out.push(pending.trim().to_owned());
+    }
+    out
+}
+
+fn copy_step(line: &str, rest: &str, workdir: &str) -> Result<CopyStep, String> {
+    let mut words: Vec<String> = if rest.starts_with('[') {
+        serde_json::from_str(rest).map_err(|_| needs_build(line, Some("unreadable JSON form")))?
+    } else {
+        rest.split_whitespace().map(str::to_owned).collect()
+    };
+    while words.first().is_some_and(|w| w.starts_with("--")) {
+        let flag = words.remove(0);
+        let name = flag.split('=').next().unwrap_or_default();
+        if !matches!(name, "--chown" | "--chmod" | "--link") {
+            return Err(needs_build(line, Some(&format!("{name} needs a build"))));
+        }
+    }
+    if words.iter().any(|w| w.contains('$') || w.starts_with("<<")) {
+        return Err(needs_build(
+            line,
+            Some("a variable or here-document needs a build"),
+        ));
+    }
+    let Some(dest) = words.pop().filter(|_| !words.is_empty()) else {
+        return Err(needs_build(
+            line,
+            Some("COPY needs a source and a destination"),
+        ));
+    };
+    let trailing = if dest.ends_with('/') { "/" } else { "" };
+    let absolute = join_container(workdir, &dest);
+    Ok(CopyStep {
+        sources: words,
+        dest: format!("{}{trailing}", absolute.trim_end_matches('/')),
+        line: line.to_owned(),
+    })
+}
+
+/// `path` made absolute against `dir`, with `.` and `..` resolved (as the container would).
+fn join_container(dir: &str, path: &str) -> String {
+    let joined = if path.starts_with('/') {
+        path.to_owned()
+    } else {
+        format!("{dir}/{path}")
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for part in joined.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+/// Lays the environment's files out under `root` (the working directory), reading sources from
+/// `context`. `harness` names files at the top of the context that are the task's own harness
+/// (tests, solution, task file): a `COPY . DEST` leaves them out.
+pub fn stage(
+    env: &Environment,
+    context: &Path,
+    root: &Path,
+    harness: &[&str],
+) -> Result<(), StageError> {
+    fs::create_dir_all(root).map_err(io_at(root))?;
+    for step in &env.copies {
+        let dest = step.dest.trim_end_matches('/');
+        let inside = if dest == env.workdir {
+            Some("")
+        } else {
+            dest.strip_prefix(&env.workdir)
+                .and_then(|rest| rest.strip_prefix('/'))
+        };
+        let Some(relative) = inside else {
+            return Err(StageError::Unsupported(needs_build(
+                &step.line,
+                Some(&format!(
+                    "copies outside the working directory {}",
+                    env.workdir
+                )),
+            )));
+        };
+        let target = root.join(relative);
+        let into_dir = step.dest.ends_with('/')
+            || step.sources.len() > 1
+            || relative.is_empty()
+            || target.is_dir();
+        for source in &step.sources {
+            let matches = expand(context, source)
+                .map_err(|why| StageError::Unsupported(needs_build(&step.line, Some(&why))))?;
+            for path in matches {
+                let from = context.join(&path);
+                let top = path.as_os_str().is_empty();
+                if from.is_dir() {
+                    copy_tree(&from, &target, if top { harness } else { &[] })?;
+                } else if into_dir {
+                    let name = from.file_name().unwrap_or_default();
+                    copy_entry(&from, &target.join(name))?;
+                } else {
+                    copy_entry(&from, &target)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StageError + '_ {
+    move |source| StageError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// The context paths a COPY source names: itself, or the matches of a wildcard in its last
+/// component. Paths leaving the context are refused.
+fn expand(context: &Path, source: &str) -> Result<Vec<PathBuf>, String> {
+    let mut clean = PathBuf::new();
+    for component in Path::new(source.trim_start_matches('/')).components() {
+        match component {
+            Component::Normal(part) => clean.push(part),
+            Component::CurDir | Component::RootDir => {}
+            _ => return Err(format!("source '{source}' leaves the build context")),
+        }
+    }
+    let name = clean
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if !name.contains(['*', '?']) {
+        return if context.join(&clean).exists() {
+            Ok(vec![clean])
+        } else {
+            Err(format!("source '{source}' is not in the build context"))
+        };
+    }
+    let dir = clean.parent().map(Path::to_owned).unwrap_or_default();
+    let mut found: Vec<PathBuf> = fs::read_dir(context.join(&dir))
+        .map_err(|e| format!("source '{source}': {e}"))?
+        .flatten()
+        .filter(|entry| wildcard(&name, &entry.file_name().to_string_lossy()))
+        .map(|entry| dir.join(entry.file_name()))
+        .collect();
+    found.sort();
+    if found.is_empty() {
+        return Err(format!(
+            "source '{source}' matches nothing in the build context"
+        ));
+    }
+    Ok(found)
+}
+
+/// Matches `*` (any run) and `?` (one character).
+fn wildcard(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    let (mut pi, mut ni, mut star, mut mark) = (0, 0, None, 0);
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ni;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ni = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// Copies the contents of `from` into `to`, leaving out the top-level names in `skip`.
+pub fn copy_tree(from: &Path, to: &Path, skip: &[&str]) -> Result<(), StageError> {
+    fs::create_dir_all(to).map_err(io_at(to))?;
+    let mut entries: Vec<_> = fs::read_dir(from)
+        .map_err(io_at(from))?
+        .collect::<Result<_, _>>()
+        .map_err(io_at(from))?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let name = entry.file_name();
+        if skip.iter().any(|s| name == *s) {
+            continue;
+        }
+        let path = entry.path();
+        if entry.file_type().map_err(io_at(&path))?.is_dir() {
+            copy_tree(&path, &to.join(&name), &[])?;
+        } else {
+            copy_entry(&path, &to.join(&name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Copies a file (with its mode) or a symlink (as a link).
+fn copy_entry(from: &Path, to: &Path) -> Result<(), StageError> {
+    if let Some(parent) = to.parent() {
+        fs::create_dir_all(parent).map_err(io_at(parent))?;
+    }
+    let meta = fs::symlink_metadata(from).map_err(io_at(from))?;
+    if meta.file_type().is_symlink() {
+        let target = fs::read_link(from).map_err(io_at(from))?;
+        let _ = fs::remove_file(to);
+        std::os::unix::fs::symlink(target, to).map_err(io_at(to))?;
+    } else {
+        fs::copy(from, to).map_err(io_at(to))?;
+        fs::set_permissions(to, fs::Permissions::from_mode(meta.permissions().mode()))
+            .map_err(io_at(to))?;
+    }
+    Ok(())
+}
+
+/// The container paths a task's files use, and where they are in the workspace.
+#[derive(Debug, Clone)]
+pub struct ContainerPaths {
+    /// (container path, workspace-relative path), longest container path first.
+    mappings: Vec<(String, &'static str)>,
+}
+
+impl ContainerPaths {
+    pub fn new(workdir: &str) -> Self {
+        let mut mappings = vec![
+            (workdir.to_owned(), ""),
+            ("/tests".to_owned(), TESTS_DIR),
+            ("/logs".to_owned(), LOGS_DIR),
+            ("/solution".to_owned(), SOLUTION_DIR),
+        ];
+        mappings.sort_by_key(|(path, _)| std::cmp::Reverse(path.len()));
+        Self { mappings }
+    }
+
+    /// For shell scripts: absolute at run time, through `$DELTABENCH_WORKSPACE`, so a `cd`
+    /// inside the script does not break them.
+    pub fn in_shell(&self, text: &str) -> String {
+        self.rewrite(text, |relative, _| match relative {
+            "" => "${DELTABENCH_WORKSPACE}".to_owned(),
+            rel => format!("${{DELTABENCH_WORKSPACE}}/{rel}"),
+        })
+    }
+
+    /// For everything else (Python tests, the instruction): relative to the workspace root,
+    /// where the verify command starts. The root alone is `./` (a bare `.` would read as the
+    /// end of a sentence), or `.` before a slash.
+    pub fn relative(&self, text: &str) -> String {
+        self.rewrite(text, |relative, before_slash| match relative {
+            "" if before_slash => ".".to_owned(),
+            "" => "./".to_owned(),
+            rel => format!("./{rel}"),
+        })
+    }
+
+    /// Replaces each container path with `replace(workspace-relative path, a '/' follows)`.
+    fn rewrite(&self, text: &str, replace: impl Fn(&str, bool) -> String) -> String {
+        let bytes = text.as_bytes();
+        let mut out = String::with_capacity(text.len());
+        let mut i = 0;
+        'scan: while i < text.len() {
+            // A container path starts a word: not `$HOME/app`, `/usr/app` or `x/tests`.
+            let starts_word = i == 0
+                || (!b"_.~/$})-".contains(&bytes[i - 1]) && !bytes[i - 1].is_ascii_alphanumeric());
+            if bytes[i] == b'/' && starts_word {
+                for (path, relative) in &self.mappings {
+                    let end = i + path.len();
+                    if text[i..].starts_with(path.as_str()) && ends_word(bytes, end) {
+                        out.push_str(&replace(relative, bytes.get(end) == Some(&b'/')));
+                        i = end;
+                        continue 'scan;
+                    }
+                }
+            }
+            let c = text[i..].chars().next().unwrap_or_default();
+            out.push(c);
+            i += c.len_utf8().max(1);
+        }
+        out
+    }
+}
+
+/// True when a path ending at `end` is a whole component: `/app` in `/app/x`, `"/app"` or
+/// `/app.` at the end of a sentence, but not in `/application` or `/app.py`.
+fn ends_word(bytes: &[u8], end: usize) -> bool {
+    match bytes.get(end) {
+        None => true,
+        Some(b'.') => !bytes.get(end + 1).is_some_and(u8::is_ascii_alphanumeric),
+        Some(&c) => !(c.is_ascii_alphanumeric() || c == b'_' || c == b'-'),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_files_only_dockerfile_is_read() {
+        let env = parse_dockerfile(
+            "# syntax=docker/dockerfile:1\nFROM python:3.12-slim\nLABEL a=b\nWORKDIR /app\nCOPY data/ ./data/\nCOPY [\"run.py\", \"helper.py\", \"/app/bin/\"]\nCOPY --chown=1000 notes.txt \\\n  /app/notes.txt\nCMD [\"bash\"]\n",
+        )
+        .unwrap();
+        assert_eq!(env.workdir, "/app");
+        assert_eq!(env.copies.len(), 3);
+        assert_eq!(env.copies[0].dest, "/app/data/");
+        assert_eq!(env.copies[1].sources, ["run.py", "helper.py"]);
+        assert_eq!(env.copies[2].dest, "/app/notes.txt");
+    }
+
+    #[test]
+    fn anything_that_builds_is_a_skip_reason() {
+        let reason = parse_dockerfile(
+            "FROM ubuntu\nWORKDIR /app\nRUN apt-get update && \\\n  apt-get install -y jq\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            reason,
+            "needs its Dockerfile built: RUN apt-get update && apt-get install -y jq"
+        );
+        for (text, why) in [
+            ("FROM a\nFROM b\n", "multi-stage"),
+            ("FROM a\nCOPY --from=build /x /app/x\n", "--from"),
+            ("FROM a\nENV X=1\n", "ENV X=1"),
+            ("FROM a\nADD https://example.com/x /app/\n", "ADD"),
+            ("FROM a\nWORKDIR /\n", "WORKDIR /"),
+        ] {
+            let reason = parse_dockerfile(text).unwrap_err();
+            assert!(reason.contains(why), "{text:?}: {reason}");
+        }
+        assert_eq!(parse_dockerfile("FROM a\n").unwrap().workdir, "/app");
+    }
+
+    #[test]
+    fn staging_follows_copy_rules() {
+        let tmp = tempfile::tempdir().unwrap();
+        let context = tmp.path().join("ctx");
+        for (path, text) in [
+            ("a.txt", "a"),
+            ("src/m.py", "m"),
+            ("src/n.py", "n"),
+            ("tests/hidden.py", "h"),
+        ] {
+            fs::create_dir_all(context.join(path).parent().unwrap()).unwrap();
+            fs::write(context.join(path), text).unwrap();
+        }
+        let env = parse_dockerfile(
+            "FROM x\nWORKDIR /app\nCOPY a.txt renamed.txt\nCOPY src/*.py lib/\nCOPY . /app/all\n",
+        )
+        .unwrap();
+        let root = tmp.path().join("root");
+        stage(&env, &context, &root, &["tests"]).unwrap();
+        assert_eq!(fs::read_to_string(root.join("renamed.txt")).unwrap(), "a");
+        assert_eq!(fs::read_to_string(root.join("lib/n.py")).unwrap(), "n");
+        assert!(root.join("all/src/m.py").is_file());
+        assert!(!root.join("all/tests").exists(), "harness files stay out");
+
+        let outside = parse_dockerfile("FROM x\nWORKDIR /app\nCOPY a.txt /etc/a.txt\n").unwrap();
+        let err = stage(&outside, &context, &root, &[]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("outside the working directory /app"),
+            "{err}"
+        );
+        let escape = parse_dockerfile("FROM x\nCOPY ../secret /app/\n").unwrap();
+        let err = stage(&escape, &context, &root, &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("leaves the build context"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn container_paths_become_workspace_paths() {
+        let paths = ContainerPaths::new("/app");
+        assert_eq!(
+            paths.relative(
+                "open('/app/out.txt'); cd /app; ls /tests/data /logs/verifier/reward.txt"
+            ),
+            "open('./out.txt'); cd ./; ls ./.deltabench/tests/data ./.deltabench/logs/verifier/reward.txt"
+        );
+        assert_eq!(
+            paths.in_shell("echo 1 > /logs/verifier/reward.txt\nbash /solution/x.sh \"/app\""),
+            "echo 1 > ${DELTABENCH_WORKSPACE}/.deltabench/logs/verifier/reward.txt\nbash ${DELTABENCH_WORKSPACE}/.deltabench/solution/x.sh \"${DELTABENCH_WORKSPACE}\""
+        );
+        let untouched = "/application /app.py $HOME/app /usr/tests https://x/app #!/bin/bash";
+        assert_eq!(paths.relative(untouched), untouched);
+        assert_eq!(
+            paths.relative("Write to /app. Or /app/."),
+            "Write to ./. Or ./."
+        );
+    }
+}

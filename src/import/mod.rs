@@ -1,0 +1,435 @@
+//! `deltabench import`: task sets in the formats people already have, into ready suite folders.
+//!
+//! Each importer reads its format and writes a suite folder (`suite.yaml`, instruction files,
+//! hidden tests, solutions, graders) into a staging folder inside `--out`. Every suite written
+//! is then loaded with the real loader ([`crate::suite::load`]), and only then are the files
+//! moved into place: a failed import leaves `--out` as it was.
+//!
+//! Input that is not the format (an unparseable row or file, a missing required field) is an
+//! error naming the file, the row or line, and the field. A task that is well formed but cannot
+//! run here (its Dockerfile must be built, its language has no known test command, its base
+//! commit is not in the local clone) is skipped with the reason. Keys an importer does not use
+//! are ignored: published rows carry many columns (`hints_text`, `created_at`, ...) that
+//! deltabench has no use for.
+
+mod container;
+mod docker;
+mod exercism;
+mod swebench;
+mod toml;
+mod write;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// The formats `deltabench import` reads, as named on the command line.
+pub const FORMATS: [&str; 4] = ["swebench", "harbor", "terminal-bench", "exercism"];
+
+/// A task-set format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// SWE-bench and Multi-SWE-bench rows (JSON or JSONL).
+    Swebench,
+    /// Harbor task folders (`task.toml`, `instruction.md`, `tests/`, `solution/`).
+    Harbor,
+    /// Terminal-Bench task folders (`task.yaml`, `run-tests.sh`, `tests/`, `solution.sh`).
+    TerminalBench,
+    /// Exercism practice exercises (`.docs/`, `.meta/config.json`).
+    Exercism,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Swebench => "swebench",
+            Self::Harbor => "harbor",
+            Self::TerminalBench => "terminal-bench",
+            Self::Exercism => "exercism",
+        }
+    }
+}
+
+impl FromStr for Format {
+    type Err = ImportError;
+
+    fn from_str(text: &str) -> Result<Self, ImportError> {
+        match text {
+            "swebench" => Ok(Self::Swebench),
+            "harbor" => Ok(Self::Harbor),
+            "terminal-bench" => Ok(Self::TerminalBench),
+            "exercism" => Ok(Self::Exercism),
+            other => Err(ImportError::UnknownFormat(other.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What to import and where.
+pub struct ImportOptions {
+    pub format: Format,
+    /// A rows file (swebench) or a folder of tasks (the others).
+    pub source: PathBuf,
+    /// The suite folder to write.
+    pub out: PathBuf,
+    /// swebench: the folder holding local clones (`owner__name` or `owner/name`).
+    pub repos: Option<PathBuf>,
+    /// swebench: per-repository setup and test commands.
+    pub env: Option<PathBuf>,
+    /// Replace a suite already in `out`.
+    pub force: bool,
+    /// harbor, terminal-bench: run each solution script once, here, to make its reference patch.
+    pub run_solutions: bool,
+    /// Told about slow steps (a clone, a solution script) as they start.
+    pub progress: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+/// What an import wrote.
+#[derive(Debug, Clone, Default)]
+pub struct ImportReport {
+    /// The suite folders written (one, or one per repository for swebench).
+    pub suites: Vec<WrittenSuite>,
+    pub skipped: Vec<Skipped>,
+    /// Things the user should know about imported tasks (e.g. a solution without a patch).
+    pub notes: Vec<String>,
+}
+
+impl ImportReport {
+    pub fn tasks(&self) -> usize {
+        self.suites.iter().map(|s| s.tasks).sum()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenSuite {
+    pub dir: PathBuf,
+    pub tasks: usize,
+}
+
+/// A task that was not imported, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub task: String,
+    pub reason: String,
+}
+
+/// An import that cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("unknown format '{0}'. Valid formats: {formats}", formats = FORMATS.join(", "))]
+    UnknownFormat(String),
+    /// An option that does not fit the format, or a source of the wrong kind.
+    #[error("{0}")]
+    Usage(String),
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: io::Error },
+    #[error("{}:{line}:{column}: not a JSON row: {message}", path.display())]
+    Json {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{}: {row} has no `{field}`", path.display())]
+    MissingField {
+        path: PathBuf,
+        row: String,
+        field: String,
+    },
+    #[error("{}: {row}: `{field}` {message}", path.display())]
+    BadField {
+        path: PathBuf,
+        row: String,
+        field: String,
+        message: String,
+    },
+    /// A task or settings file that cannot be parsed; `at` is `:line:column`, `:line` or "".
+    #[error("{}{at}: {message}", path.display())]
+    Parse {
+        path: PathBuf,
+        at: String,
+        message: String,
+    },
+    #[error(
+        "{} already holds a suite ({}); pass --force to replace it",
+        out.display(),
+        found.display()
+    )]
+    OutExists { out: PathBuf, found: PathBuf },
+    #[error("{} already exists; pass --force to replace it", path.display())]
+    Conflict { path: PathBuf },
+    #[error("no local clone of {repo}: looked for {}; {why}", expected.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" and "))]
+    NoClone {
+        repo: String,
+        expected: Vec<PathBuf>,
+        why: String,
+    },
+    #[error("cannot write {}: {source}", path.display())]
+    Write { path: PathBuf, source: io::Error },
+    #[error("{}: {message}", path.display())]
+    Git { path: PathBuf, message: String },
+    #[error("the suite written to {} does not load (a bug in the importer): {message}", path.display())]
+    Unloadable { path: PathBuf, message: String },
+}
+
+impl ImportError {
+    /// True for errors in what the user gave (exit code 2), false for failures while writing.
+    pub fn is_usage(&self) -> bool {
+        !matches!(
+            self,
+            Self::Write { .. } | Self::Git { .. } | Self::Unloadable { .. }
+        )
+    }
+}
+
+/// What one importer produced inside the staging folder.
+#[derive(Debug, Default)]
+struct Imported {
+    /// Each suite's folder relative to the staging folder ("" for the staging folder itself),
+    /// and its task count.
+    suites: Vec<(PathBuf, usize)>,
+    skipped: Vec<Skipped>,
+    notes: Vec<String>,
+}
+
+impl Imported {
+    fn skip(&mut self, task: impl Into<String>, reason: impl Into<String>) {
+        self.skipped.push(Skipped {
+            task: task.into(),
+            reason: reason.into(),
+        });
+    }
+}
+
+/// Reads `options.source` in `options.format` and writes the suite folder(s) to `options.out`.
+pub async fn import(options: &ImportOptions) -> Result<ImportReport, ImportError> {
+    check_options(options)?;
+    if !options.source.exists() {
+        return Err(ImportError::Usage(format!(
+            "{}: no such file or folder",
+            options.source.display()
+        )));
+    }
+    let staging = write::Staging::new(&options.out, options.force)?;
+    let name = suite_name(&options.out, options.format);
+    let imported = match options.format {
+        Format::Swebench => swebench::import(options, staging.path(), &name).await?,
+        Format::Harbor | Format::TerminalBench => {
+            container::import(options, staging.path(), &name).await?
+        }
+        Format::Exercism => exercism::import(options, staging.path(), &name)?,
+    };
+    let mut report = ImportReport {
+        suites: Vec::new(),
+        skipped: imported.skipped,
+        notes: imported.notes,
+    };
+    if imported.suites.is_empty() {
+        return Ok(report);
+    }
+    for (dir, _) in &imported.suites {
+        let path = staging.path().join(dir);
+        crate::suite::load(&path, None).map_err(|err| ImportError::Unloadable {
+            path: options.out.join(dir),
+            message: err.to_string(),
+        })?;
+    }
+    staging.commit(options.force)?;
+    report.suites = imported
+        .suites
+        .into_iter()
+        .map(|(dir, tasks)| WrittenSuite {
+            dir: if dir.as_os_str().is_empty() {
+                options.out.clone()
+            } else {
+                options.out.join(dir)
+            },
+            tasks,
+        })
+        .collect();
+    Ok(report)
+}
+
+fn check_options(options: &ImportOptions) -> Result<(), ImportError> {
+    let format = options.format;
+    let misplaced = [
+        (
+            options.repos.is_some() && format != Format::Swebench,
+            "--repos",
+            "swebench",
+        ),
+        (
+            options.env.is_some() && format != Format::Swebench,
+            "--env",
+            "swebench",
+        ),
+        (
+            options.run_solutions && !matches!(format, Format::Harbor | Format::TerminalBench),
+            "--run-solutions",
+            "harbor and terminal-bench",
+        ),
+    ];
+    match misplaced.iter().find(|(wrong, ..)| *wrong) {
+        Some((_, flag, formats)) => Err(ImportError::Usage(format!(
+            "{flag} applies to {formats} only, not to {format}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The suite's name: the `--out` folder's name (it names `deltabench run`'s output folder).
+fn suite_name(out: &Path, format: Format) -> String {
+    let name = out
+        .file_name()
+        .map(|n| task_id(&n.to_string_lossy()))
+        .unwrap_or_default();
+    if name == "task" || name.is_empty() {
+        format.name().to_owned()
+    } else {
+        name
+    }
+}
+
+/// `raw` as a task id (`[A-Za-z0-9._-]+`): other characters become `-`.
+fn task_id(raw: &str) -> String {
+    let id: String = raw
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let id = id.trim_matches('-');
+    if id.is_empty() || id.chars().all(|c| c == '.') {
+        "task".to_owned()
+    } else {
+        id.to_owned()
+    }
+}
+
+/// Hands out task ids, unique within a suite (`x`, `x-2`, `x-3`, ...).
+#[derive(Debug, Default)]
+struct Ids(HashSet<String>);
+
+impl Ids {
+    fn claim(&mut self, raw: &str) -> String {
+        let base = task_id(raw);
+        let mut id = base.clone();
+        let mut n = 2;
+        while !self.0.insert(id.clone()) {
+            id = format!("{base}-{n}");
+            n += 1;
+        }
+        id
+    }
+}
+
+/// Quotes `text` for `sh` when it holds anything but safe characters.
+pub(crate) fn shell_quote(text: &str) -> String {
+    if !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c))
+    {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+impl ImportError {
+    /// A file that is not what its name says, with no position.
+    fn parse(path: &Path, message: impl Into<String>) -> Self {
+        Self::Parse {
+            path: path.to_owned(),
+            at: String::new(),
+            message: message.into(),
+        }
+    }
+
+    /// A YAML file that does not parse (the parser's own " at line L, column C" dropped: the
+    /// position is printed first).
+    fn yaml(path: &Path, err: &serde_saphyr::Error) -> Self {
+        let text = err.without_snippet().to_string();
+        match err.location() {
+            Some(at) => {
+                let own = format!(" at line {}, column {}", at.line(), at.column());
+                Self::Parse {
+                    path: path.to_owned(),
+                    at: format!(":{}:{}", at.line(), at.column()),
+                    message: text.replace(&own, ""),
+                }
+            }
+            None => Self::parse(path, text),
+        }
+    }
+
+    /// A JSON file that does not parse.
+    fn json(path: &Path, err: &serde_json::Error) -> Self {
+        Self::Parse {
+            path: path.to_owned(),
+            at: format!(":{}:{}", err.line(), err.column()),
+            message: json_message(err),
+        }
+    }
+}
+
+/// serde_json's message without its own " at line L column C".
+fn json_message(err: &serde_json::Error) -> String {
+    let text = err.to_string();
+    text.split(" at line ").next().unwrap_or(&text).to_owned()
+}
+
+/// A timeout in seconds from a task file, as a whole number of seconds (rounded up).
+fn seconds(value: Option<f64>) -> Option<std::time::Duration> {
+    value
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(|s| std::time::Duration::from_secs(s.ceil() as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_safe_and_unique() {
+        let mut ids = Ids::default();
+        assert_eq!(
+            ids.claim("astropy__astropy-12907"),
+            "astropy__astropy-12907"
+        );
+        assert_eq!(ids.claim("hello world!"), "hello-world");
+        assert_eq!(ids.claim("hello world?"), "hello-world-2");
+        assert_eq!(ids.claim("../.."), "..-..");
+        assert_eq!(ids.claim(".."), "task");
+        assert_eq!(ids.claim("éé"), "task-2");
+    }
+
+    #[test]
+    fn shell_quoting() {
+        assert_eq!(shell_quote("tests/a.py::test_x"), "tests/a.py::test_x");
+        assert_eq!(shell_quote("t[a b]"), "'t[a b]'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn unknown_formats_list_the_valid_ones() {
+        let err = "swe-bench".parse::<Format>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown format 'swe-bench'. Valid formats: swebench, harbor, terminal-bench, exercism"
+        );
+        assert!(err.is_usage());
+    }
+}

@@ -1,0 +1,697 @@
+//! SWE-bench and Multi-SWE-bench rows into one suite per repository.
+//!
+//! A row becomes a task: `problem_statement` (or the resolved issues' text) the instruction,
+//! `base_commit` the base, `patch` the solution, `test_patch` the hidden tests, and
+//! `FAIL_TO_PASS` + `PASS_TO_PASS` the tests the verify command runs. `graders/swebench.py`
+//! (copied into the suite folder) reads the per-test results from the output and passes only
+//! when every listed test passed, so a skipped FAIL_TO_PASS test counts as failed. The repo is a
+//! local clone; the workspaces strip every ref, so the agent sees the base and its ancestors.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::write::{SuiteFile, TaskEntry, write_file};
+use super::{Ids, ImportError, ImportOptions, Imported, shell_quote};
+use crate::process::{self, CommandSpec};
+
+/// The grader copied into every suite folder.
+const GRADER: &str = include_str!("../../graders/swebench.py");
+const GRADER_PATH: &str = "graders/swebench.py";
+/// How long a clone may take before it is given up.
+const CLONE_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Stands for the test ids in a test command: all of them, or the files they are in.
+const TESTS: &str = "{tests}";
+const TEST_FILES: &str = "{test_files}";
+
+/// One instance, whichever flavour of row it came from.
+#[derive(Debug, Clone)]
+struct Instance {
+    name: String,
+    repo: String,
+    base_commit: String,
+    statement: String,
+    patch: String,
+    test_patch: String,
+    fail_to_pass: Vec<String>,
+    pass_to_pass: Vec<String>,
+    version: Option<String>,
+}
+
+/// One entry of an `--env` file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnvEntry {
+    /// Runs before the agent; its result is part of the base.
+    setup: Option<String>,
+    /// The verify command; `{tests}` and `{test_files}` are filled in per instance.
+    test_command: Option<String>,
+    timeout: Option<String>,
+}
+
+/// An `--env` entry with its timeout checked.
+#[derive(Debug, Clone)]
+struct TestSettings {
+    setup: Option<String>,
+    command: String,
+    timeout: Duration,
+}
+
+pub async fn import(
+    options: &ImportOptions,
+    staging: &Path,
+    name: &str,
+) -> Result<Imported, ImportError> {
+    let source = &options.source;
+    let env = match &options.env {
+        Some(path) => read_env(path)?,
+        None => IndexMap::new(),
+    };
+    let mut imported = Imported::default();
+    let mut by_repo: IndexMap<String, Vec<Instance>> = IndexMap::new();
+    for (at, row) in read_rows(source)? {
+        let instance = instance(source, &at, &row)?;
+        if instance.fail_to_pass.is_empty() {
+            imported.skip(
+                &instance.name,
+                "no FAIL_TO_PASS tests: nothing tells a fix from no change",
+            );
+        } else if instance.statement.trim().is_empty() {
+            imported.skip(&instance.name, "no problem statement");
+        } else {
+            by_repo
+                .entry(instance.repo.clone())
+                .or_default()
+                .push(instance);
+        }
+    }
+    let repos_dir = options
+        .repos
+        .clone()
+        .unwrap_or_else(|| options.out.join("repos"));
+    let several = by_repo.len() > 1;
+    for (repo, instances) in by_repo {
+        let clone = local_clone(&repo, &repos_dir, &*options.progress).await?;
+        let folder = if several {
+            PathBuf::from(repo.replace('/', "__"))
+        } else {
+            PathBuf::new()
+        };
+        let suite_name = if several {
+            format!("{name}-{}", repo.replace('/', "__"))
+        } else {
+            name.to_owned()
+        };
+        let dir = staging.join(&folder);
+        let mut suite = SuiteFile {
+            name: suite_name,
+            description: format!(
+                "SWE-bench instances of {repo}, imported from {}",
+                source.display()
+            ),
+            repo: clone.display().to_string(),
+            origin: format!("deltabench import swebench {}", source.display()),
+            tasks: Vec::new(),
+        };
+        let git = git2::Repository::open(&clone).map_err(|e| ImportError::Git {
+            path: clone.clone(),
+            message: e.message().to_owned(),
+        })?;
+        let mut ids = Ids::default();
+        for instance in instances {
+            match task(&instance, &git, &clone, &env, &dir, &mut ids)? {
+                Ok(entry) => suite.tasks.push(entry),
+                Err(reason) => imported.skip(&instance.name, reason),
+            }
+        }
+        if suite.tasks.is_empty() {
+            continue;
+        }
+        write_file(&dir.join(GRADER_PATH), GRADER, true)?;
+        suite.write(&dir)?;
+        imported.suites.push((folder, suite.tasks.len()));
+    }
+    Ok(imported)
+}
+
+/// Writes one instance's files into `dir` and returns its entry, or the reason to skip it.
+fn task(
+    instance: &Instance,
+    git: &git2::Repository,
+    clone: &Path,
+    env: &IndexMap<String, EnvEntry>,
+    dir: &Path,
+    ids: &mut Ids,
+) -> Result<Result<TaskEntry, String>, ImportError> {
+    let Some(tree) = git
+        .revparse_single(&format!("{}^{{tree}}", instance.base_commit))
+        .ok()
+        .and_then(|object| object.into_tree().ok())
+    else {
+        return Ok(Err(format!(
+            "base commit {} is not in {} (fetch it, or clone with full history)",
+            instance.base_commit,
+            clone.display()
+        )));
+    };
+    let settings = match test_settings(instance, &tree, env) {
+        Ok(settings) => settings,
+        Err(reason) => return Ok(Err(reason)),
+    };
+    let id = ids.claim(&instance.name);
+    let verify = test_command(&settings.command, instance);
+    let instruction = format!("instructions/{id}.md");
+    let (tests, spec, solution) = (
+        format!("tests/{id}.patch"),
+        format!("tests/{id}.json"),
+        format!("solutions/{id}.patch"),
+    );
+    write_file(&dir.join(&instruction), &instance.statement, false)?;
+    write_file(&dir.join(&tests), &instance.test_patch, false)?;
+    write_file(&dir.join(&solution), &instance.patch, false)?;
+    let expected = serde_json::json!({
+        "instance_id": instance.name,
+        "FAIL_TO_PASS": instance.fail_to_pass,
+        "PASS_TO_PASS": instance.pass_to_pass,
+    });
+    write_file(
+        &dir.join(&spec),
+        serde_json::to_string_pretty(&expected).unwrap_or_default() + "\n",
+        false,
+    )?;
+    Ok(Ok(TaskEntry {
+        id,
+        instruction_file: instruction,
+        base: Some(instance.base_commit.clone()),
+        setup: settings.setup,
+        tests: Some(tests),
+        verify,
+        verify_timeout: Some(settings.timeout),
+        solution: Some(solution),
+        grader: Some(format!("./{GRADER_PATH} {spec}")),
+        ..TaskEntry::default()
+    }))
+}
+
+/// The `--env` entry for the instance (`owner/name@version` first, then `owner/name`), or the
+/// default for the language found at the base.
+fn test_settings(
+    instance: &Instance,
+    tree: &git2::Tree,
+    env: &IndexMap<String, EnvEntry>,
+) -> Result<TestSettings, String> {
+    let versioned = instance
+        .version
+        .as_ref()
+        .and_then(|v| env.get(&format!("{}@{v}", instance.repo)));
+    let entry = versioned
+        .or_else(|| env.get(&instance.repo))
+        .cloned()
+        .unwrap_or_default();
+    let rust = tree.get_name("Cargo.toml").is_some();
+    let python = ["setup.py", "pyproject.toml", "setup.cfg"]
+        .iter()
+        .any(|f| tree.get_name(f).is_some())
+        || instance
+            .fail_to_pass
+            .iter()
+            .any(|t| t.contains(".py::") || t.ends_with(".py"));
+    let (default_command, default_timeout) = if rust {
+        (Some("cargo test --no-fail-fast -- {tests}"), 30 * 60)
+    } else if python {
+        (Some("python3 -m pytest -rA {tests}"), 15 * 60)
+    } else {
+        (None, 15 * 60)
+    };
+    let Some(command) = entry.test_command.as_deref().or(default_command) else {
+        return Err(format!(
+            "no test command for {}: the base has neither Cargo.toml nor a Python project file; give one in an --env file",
+            instance.repo
+        ));
+    };
+    let timeout = match &entry.timeout {
+        // Checked when the --env file was read.
+        Some(text) => crate::suite::parse_duration(text).unwrap_or_default(),
+        None => Duration::from_secs(default_timeout),
+    };
+    Ok(TestSettings {
+        setup: entry.setup,
+        command: command.to_owned(),
+        timeout,
+    })
+}
+
+/// Fills `{tests}` (every FAIL_TO_PASS then PASS_TO_PASS id) and `{test_files}` (the files
+/// those ids are in) into `command`.
+fn test_command(command: &str, instance: &Instance) -> String {
+    let ids: Vec<&String> = instance
+        .fail_to_pass
+        .iter()
+        .chain(&instance.pass_to_pass)
+        .collect();
+    let mut files: Vec<&str> = Vec::new();
+    for id in &ids {
+        if let Some((file, _)) = id.split_once("::")
+            && !files.contains(&file)
+        {
+            files.push(file);
+        }
+    }
+    let quoted = |items: Vec<&str>| {
+        items
+            .into_iter()
+            .map(shell_quote)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    command
+        .replace(TESTS, &quoted(ids.iter().map(|s| s.as_str()).collect()))
+        .replace(TEST_FILES, &quoted(files))
+}
+
+/// A row, and where it was in its file ("line 3", "row 3").
+type Row = (String, Map<String, Value>);
+
+/// The rows of a JSON array, a single JSON object, or JSON Lines.
+fn read_rows(path: &Path) -> Result<Vec<Row>, ImportError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ImportError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    // Within a JSON Lines file, serde_json's line is always 1: the file's line is ours.
+    let json_err = |e: serde_json::Error, line: usize| ImportError::Json {
+        path: path.to_owned(),
+        line,
+        column: e.column(),
+        message: super::json_message(&e),
+    };
+    let not_object = |at: String| ImportError::parse(path, format!("{at} is not a JSON object"));
+    if text.trim_start().starts_with('[') {
+        let rows: Vec<Value> = serde_json::from_str(&text).map_err(|e| {
+            let line = e.line();
+            json_err(e, line)
+        })?;
+        return rows
+            .into_iter()
+            .enumerate()
+            .map(|(i, row)| match row {
+                Value::Object(map) => Ok((format!("row {}", i + 1), map)),
+                _ => Err(not_object(format!("row {}", i + 1))),
+            })
+            .collect();
+    }
+    if let Ok(Value::Object(map)) = serde_json::from_str(&text) {
+        let first = text.lines().position(|l| !l.trim().is_empty()).unwrap_or(0);
+        return Ok(vec![(format!("line {}", first + 1), map)]);
+    }
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str(line).map_err(|e| json_err(e, i + 1))? {
+            Value::Object(map) => rows.push((format!("line {}", i + 1), map)),
+            _ => return Err(not_object(format!("line {}", i + 1))),
+        }
+    }
+    if rows.is_empty() {
+        return Err(ImportError::Usage(format!(
+            "{}: no rows (expected JSON Lines or a JSON array of SWE-bench rows)",
+            path.display()
+        )));
+    }
+    Ok(rows)
+}
+
+/// Reads a row of either flavour: Multi-SWE-bench rows have `org` and `fix_patch`.
+fn instance(path: &Path, at: &str, row: &Map<String, Value>) -> Result<Instance, ImportError> {
+    let multi = row.contains_key("fix_patch") || row.contains_key("org");
+    let named = |id: Option<&str>| match id {
+        Some(id) => format!("row '{id}' ({at})"),
+        None => format!("the row at {at}"),
+    };
+    let id_hint = row.get("instance_id").and_then(Value::as_str);
+    let fields = Fields {
+        path,
+        row,
+        name: named(id_hint),
+    };
+    if !multi {
+        let name = fields.string("instance_id")?;
+        let fields = Fields {
+            name: named(Some(&name)),
+            ..fields
+        };
+        return Ok(Instance {
+            repo: fields.repo("repo")?,
+            base_commit: fields.string("base_commit")?,
+            statement: fields.string("problem_statement")?,
+            patch: fields.string("patch")?,
+            test_patch: fields.string("test_patch")?,
+            fail_to_pass: fields.test_list("FAIL_TO_PASS")?,
+            pass_to_pass: fields.test_list("PASS_TO_PASS")?,
+            version: row.get("version").and_then(|v| match v {
+                Value::String(s) => Some(s.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            }),
+            name,
+        });
+    }
+    let org = fields.string("org")?;
+    let repo_name = fields.string("repo")?;
+    let name = match id_hint {
+        Some(id) => id.to_owned(),
+        None => format!("{org}__{repo_name}-{}", fields.scalar("number")?),
+    };
+    let fields = Fields {
+        name: named(Some(&name)),
+        ..fields
+    };
+    let base = fields.object("base")?;
+    let base_commit = match base.get("sha") {
+        Some(Value::String(sha)) => sha.clone(),
+        _ => return Err(fields.missing("base.sha")),
+    };
+    let issues = match row.get("resolved_issues") {
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(fields.bad("resolved_issues", "is not a list")),
+        None => return Err(fields.missing("resolved_issues")),
+    };
+    let statement = issues
+        .iter()
+        .map(|issue| {
+            let text = |key| issue.get(key).and_then(Value::as_str).unwrap_or_default();
+            format!("{}\n\n{}", text("title"), text("body"))
+                .trim()
+                .to_owned()
+        })
+        .filter(|text| !text.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    // Tests that must pass after the fix: failing, skipped or absent before it.
+    let mut fail_to_pass = BTreeSet::new();
+    for key in ["f2p_tests", "s2p_tests", "n2p_tests"] {
+        if key == "f2p_tests" || row.contains_key(key) {
+            fail_to_pass.extend(fields.test_names(key)?);
+        }
+    }
+    Ok(Instance {
+        repo: fields.owner_name("org", format!("{org}/{repo_name}"))?,
+        base_commit,
+        statement,
+        patch: fields.string("fix_patch")?,
+        test_patch: fields.string("test_patch")?,
+        fail_to_pass: fail_to_pass.into_iter().collect(),
+        pass_to_pass: fields.test_names("p2p_tests")?,
+        version: None,
+        name,
+    })
+}
+
+/// Field access on one row, with errors naming the file, the row and the field.
+struct Fields<'a> {
+    path: &'a Path,
+    row: &'a Map<String, Value>,
+    name: String,
+}
+
+impl Fields<'_> {
+    fn missing(&self, field: &str) -> ImportError {
+        ImportError::MissingField {
+            path: self.path.to_owned(),
+            row: self.name.clone(),
+            field: field.to_owned(),
+        }
+    }
+
+    fn bad(&self, field: &str, message: &str) -> ImportError {
+        ImportError::BadField {
+            path: self.path.to_owned(),
+            row: self.name.clone(),
+            field: field.to_owned(),
+            message: message.to_owned(),
+        }
+    }
+
+    fn get(&self, field: &str) -> Result<&Value, ImportError> {
+        match self.row.get(field) {
+            None | Some(Value::Null) => Err(self.missing(field)),
+            Some(value) => Ok(value),
+        }
+    }
+
+    fn string(&self, field: &str) -> Result<String, ImportError> {
+        match self.get(field)? {
+            Value::String(text) => Ok(text.clone()),
+            _ => Err(self.bad(field, "is not a string")),
+        }
+    }
+
+    /// A string or a number, as text.
+    fn scalar(&self, field: &str) -> Result<String, ImportError> {
+        match self.get(field)? {
+            Value::String(text) => Ok(text.clone()),
+            Value::Number(n) => Ok(n.to_string()),
+            _ => Err(self.bad(field, "is not a string or a number")),
+        }
+    }
+
+    fn object(&self, field: &str) -> Result<&Map<String, Value>, ImportError> {
+        match self.get(field)? {
+            Value::Object(map) => Ok(map),
+            _ => Err(self.bad(field, "is not an object")),
+        }
+    }
+
+    /// `owner/name`.
+    fn repo(&self, field: &str) -> Result<String, ImportError> {
+        let repo = self.string(field)?;
+        self.owner_name(field, repo)
+    }
+
+    fn owner_name(&self, field: &str, repo: String) -> Result<String, ImportError> {
+        // Both parts become path components under --repos: nothing that could leave it.
+        let safe = |part: &str| {
+            !part.is_empty()
+                && part != "."
+                && part != ".."
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        };
+        match repo.split_once('/') {
+            Some((owner, name)) if safe(owner) && safe(name) => Ok(repo),
+            _ => Err(self.bad(field, &format!("'{repo}' is not owner/name"))),
+        }
+    }
+
+    /// A JSON list of test ids, or a string holding one (as the published data has it).
+    fn test_list(&self, field: &str) -> Result<Vec<String>, ImportError> {
+        let value = self.get(field)?;
+        let parsed;
+        let list = match value {
+            Value::String(text) => {
+                parsed = serde_json::from_str::<Value>(text).map_err(|_| {
+                    self.bad(
+                        field,
+                        "is a string that does not hold a JSON list of test ids",
+                    )
+                })?;
+                &parsed
+            }
+            other => other,
+        };
+        strings(list).ok_or_else(|| self.bad(field, "is not a list of test ids"))
+    }
+
+    /// Multi-SWE-bench's `{test name: {run, test, fix}}` map (or a plain list) of test names.
+    fn test_names(&self, field: &str) -> Result<Vec<String>, ImportError> {
+        match self.get(field)? {
+            Value::Object(map) => Ok(map.keys().cloned().collect()),
+            other => strings(other).ok_or_else(|| {
+                self.bad(field, "is neither a map of test names nor a list of them")
+            }),
+        }
+    }
+}
+
+fn strings(value: &Value) -> Option<Vec<String>> {
+    value
+        .as_array()?
+        .iter()
+        .map(|v| v.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Reads an `--env` file: a map of `owner/name` (or `owner/name@version`) to settings.
+fn read_env(path: &Path) -> Result<IndexMap<String, EnvEntry>, ImportError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ImportError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let parse_err = |message: String| ImportError::parse(path, message);
+    let entries: IndexMap<String, EnvEntry> =
+        serde_saphyr::from_str(&text).map_err(|err| ImportError::yaml(path, &err))?;
+    for (repo, entry) in &entries {
+        if let Some(timeout) = &entry.timeout {
+            crate::suite::parse_duration(timeout)
+                .map_err(|message| parse_err(format!("{repo}: timeout: {message}")))?;
+        }
+        if entry
+            .test_command
+            .as_deref()
+            .is_some_and(|c| c.trim().is_empty())
+        {
+            return Err(parse_err(format!("{repo}: test_command is empty")));
+        }
+    }
+    Ok(entries)
+}
+
+/// The local clone of `repo` (`owner/name`) under `repos`: `owner__name` or `owner/name`, or a
+/// fresh clone from GitHub into `owner__name` when neither exists.
+async fn local_clone(
+    repo: &str,
+    repos: &Path,
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> Result<PathBuf, ImportError> {
+    let flat = repos.join(repo.replace('/', "__"));
+    let nested = repos.join(repo);
+    let expected = vec![flat.clone(), nested.clone()];
+    for candidate in [&flat, &nested] {
+        if candidate.exists() {
+            return match git2::Repository::open(candidate) {
+                Ok(_) => Ok(candidate
+                    .canonicalize()
+                    .unwrap_or_else(|_| candidate.clone())),
+                Err(err) => Err(ImportError::NoClone {
+                    repo: repo.to_owned(),
+                    expected,
+                    why: format!(
+                        "{} is not a git repository: {}",
+                        candidate.display(),
+                        err.message()
+                    ),
+                }),
+            };
+        }
+    }
+    let url = format!("https://github.com/{repo}.git");
+    progress(&format!("cloning {url} into {}", flat.display()));
+    let no_clone = |why: String| ImportError::NoClone {
+        repo: repo.to_owned(),
+        expected: expected.clone(),
+        why,
+    };
+    let created = !repos.exists();
+    std::fs::create_dir_all(repos)
+        .map_err(|e| no_clone(format!("cannot create {}: {e}", repos.display())))?;
+    // git runs in `repos`: the target must not be relative to where we are.
+    let target = std::path::absolute(&flat).unwrap_or_else(|_| flat.clone());
+    let spec = CommandSpec::argv(
+        [
+            "git",
+            "-c",
+            "core.hooksPath=/dev/null",
+            "clone",
+            "--quiet",
+            &url,
+            &target.to_string_lossy(),
+        ],
+        repos,
+    )
+    .env("GIT_TERMINAL_PROMPT", "0")
+    .timeout(Some(CLONE_TIMEOUT));
+    let ended = process::run(&spec, &CancellationToken::new())
+        .await
+        .map_err(|e| no_clone(format!("cannot run git: {e}")))?;
+    if !ended.success() {
+        let _ = std::fs::remove_dir_all(&flat);
+        if created {
+            let _ = std::fs::remove_dir(repos);
+        }
+        return Err(no_clone(format!(
+            "cloning {url} {} ({}); with no network, clone it there yourself or pass --repos",
+            ended.ending(),
+            ended.output.text().trim()
+        )));
+    }
+    Ok(flat.canonicalize().unwrap_or(flat))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn row(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn test_lists_may_be_strings_holding_json() {
+        let path = Path::new("rows.jsonl");
+        let swe = row(json!({
+            "instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc",
+            "problem_statement": "p", "patch": "x", "test_patch": "y",
+            "FAIL_TO_PASS": "[\"t.py::a\"]", "PASS_TO_PASS": ["t.py::b"], "version": 2.3,
+            "hints_text": "ignored",
+        }));
+        let instance = instance(path, "line 1", &swe).unwrap();
+        assert_eq!(instance.fail_to_pass, ["t.py::a"]);
+        assert_eq!(instance.pass_to_pass, ["t.py::b"]);
+        assert_eq!(instance.version.as_deref(), Some("2.3"));
+        assert_eq!(
+            test_command("python3 -m pytest -rA {tests} # {test_files}", &instance),
+            "python3 -m pytest -rA t.py::a t.py::b # t.py"
+        );
+
+        let mut bad = swe.clone();
+        bad.insert("FAIL_TO_PASS".into(), json!("t.py::a"));
+        let err = super::instance(path, "line 1", &bad).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "rows.jsonl: row 'o__r-1' (line 1): `FAIL_TO_PASS` is a string that does not hold a JSON list of test ids"
+        );
+        let mut missing = swe;
+        missing.remove("base_commit");
+        let err = super::instance(path, "line 1", &missing).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "rows.jsonl: row 'o__r-1' (line 1) has no `base_commit`"
+        );
+    }
+
+    #[test]
+    fn multi_swe_bench_rows_are_read() {
+        let msb = row(json!({
+            "org": "o", "repo": "r", "number": 7, "base": {"sha": "abc"},
+            "resolved_issues": [{"number": 1, "title": "T", "body": "B"}],
+            "fix_patch": "x", "test_patch": "y",
+            "f2p_tests": {"a": {}}, "n2p_tests": {"n": {}}, "p2p_tests": {"p": {}},
+        }));
+        let instance = instance(Path::new("r.jsonl"), "line 3", &msb).unwrap();
+        assert_eq!(instance.name, "o__r-7");
+        assert_eq!(instance.repo, "o/r");
+        assert_eq!(instance.statement, "T\n\nB");
+        assert_eq!(instance.fail_to_pass, ["a", "n"]);
+        assert_eq!(instance.pass_to_pass, ["p"]);
+
+        let mut no_sha = msb;
+        no_sha.insert("base".into(), json!({"ref": "main"}));
+        let err = super::instance(Path::new("r.jsonl"), "line 3", &no_sha).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "r.jsonl: row 'o__r-7' (line 3) has no `base.sha`"
+        );
+    }
+}

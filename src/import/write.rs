@@ -1,0 +1,300 @@
+//! Writing an imported suite: its files, its `suite.yaml`, and the move into `--out`.
+//!
+//! Everything is written into a staging folder inside `--out` first (same filesystem, so the
+//! final step is a rename per entry). Dropping the staging folder removes it, so an import that
+//! fails half way leaves nothing behind.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::ImportError;
+
+/// How long a grader may take; they parse text and finish in well under a second.
+const GRADER_TIMEOUT: &str = "60s";
+
+/// The staging folder inside `--out`.
+pub struct Staging {
+    out: PathBuf,
+    /// `None` once committed or dropped.
+    dir: Option<tempfile::TempDir>,
+    /// `out` did not exist before: remove it again if nothing is moved into it.
+    created: bool,
+}
+
+impl Staging {
+    /// Refuses an `out` that already holds a suite, unless `force`.
+    pub fn new(out: &Path, force: bool) -> Result<Self, ImportError> {
+        if out.exists() && !out.is_dir() {
+            return Err(ImportError::Usage(format!(
+                "--out {}: not a folder",
+                out.display()
+            )));
+        }
+        if !force && let Some(found) = existing_suite(out) {
+            return Err(ImportError::OutExists {
+                out: out.to_owned(),
+                found,
+            });
+        }
+        let created = !out.exists();
+        fs::create_dir_all(out).map_err(|source| ImportError::Write {
+            path: out.to_owned(),
+            source,
+        })?;
+        let dir = tempfile::Builder::new()
+            .prefix(".deltabench-import-")
+            .tempdir_in(out)
+            .map_err(|source| ImportError::Write {
+                path: out.to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            out: out.to_owned(),
+            dir: Some(dir),
+            created,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.as_ref().map_or(&self.out, |dir| dir.path())
+    }
+
+    /// Moves every staged entry into `out`. An entry already there is an error unless `force`,
+    /// which replaces it; nothing is moved before every entry was checked.
+    pub fn commit(self, force: bool) -> Result<(), ImportError> {
+        let read_err = |source| ImportError::Read {
+            path: self.path().to_owned(),
+            source,
+        };
+        let entries: Vec<_> = fs::read_dir(self.path())
+            .map_err(read_err)?
+            .collect::<Result<_, _>>()
+            .map_err(read_err)?;
+        let targets: Vec<(PathBuf, PathBuf)> = entries
+            .iter()
+            .map(|e| (e.path(), self.out.join(e.file_name())))
+            .collect();
+        if !force && let Some((_, taken)) = targets.iter().find(|(_, t)| t.exists()) {
+            return Err(ImportError::Conflict {
+                path: taken.clone(),
+            });
+        }
+        for (from, to) in targets {
+            let write_err = |source| ImportError::Write {
+                path: to.clone(),
+                source,
+            };
+            match fs::symlink_metadata(&to) {
+                Ok(meta) if meta.is_dir() => fs::remove_dir_all(&to).map_err(write_err)?,
+                Ok(_) => fs::remove_file(&to).map_err(write_err)?,
+                Err(_) => {}
+            }
+            fs::rename(&from, &to).map_err(write_err)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        drop(self.dir.take());
+        if self.created {
+            // Only removes `out` when it is empty: nothing was moved in.
+            let _ = fs::remove_dir(&self.out);
+        }
+    }
+}
+
+/// `out/suite.yaml`, or a `suite.yaml` one folder down (per-repository suites).
+fn existing_suite(out: &Path) -> Option<PathBuf> {
+    let top = out.join("suite.yaml");
+    if top.is_file() {
+        return Some(top);
+    }
+    let mut found: Vec<PathBuf> = fs::read_dir(out)
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("suite.yaml"))
+        .filter(|p| p.is_file())
+        .collect();
+    found.sort();
+    found.into_iter().next()
+}
+
+/// Writes `bytes` to `path`, creating its folders; `executable` sets mode 755.
+pub fn write_file(
+    path: &Path,
+    bytes: impl AsRef<[u8]>,
+    executable: bool,
+) -> Result<(), ImportError> {
+    let err = |source| ImportError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(err)?;
+    }
+    fs::write(path, bytes).map_err(err)?;
+    if executable {
+        fs::set_permissions(path, fs::Permissions::from_mode(0o755)).map_err(err)?;
+    }
+    Ok(())
+}
+
+/// A `suite.yaml` to write.
+#[derive(Debug, Clone)]
+pub struct SuiteFile {
+    pub name: String,
+    pub description: String,
+    /// Relative to the suite file, or absolute.
+    pub repo: String,
+    /// The command line that produced it, for the header comment.
+    pub origin: String,
+    pub tasks: Vec<TaskEntry>,
+}
+
+/// One task of a [`SuiteFile`]; paths are relative to the suite file.
+#[derive(Debug, Clone, Default)]
+pub struct TaskEntry {
+    pub id: String,
+    pub instruction_file: String,
+    pub base: Option<String>,
+    pub setup: Option<String>,
+    pub tests: Option<String>,
+    pub verify: String,
+    pub verify_timeout: Option<Duration>,
+    pub solution: Option<String>,
+    /// A grader command (its first word a `./` path inside the suite folder).
+    pub grader: Option<String>,
+    pub timeout: Option<Duration>,
+    pub tags: Vec<String>,
+}
+
+impl SuiteFile {
+    /// The YAML text. Every string is written as a JSON string, which is a valid YAML
+    /// double-quoted scalar, so no id, path or command can break the document.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "# Written by `{}`.\n# Check it with `deltabench validate`; edit freely.\nname: {}\ndescription: {}\nrepo: {}\ntasks:\n",
+            self.origin,
+            quote(&self.name),
+            quote(&self.description),
+            quote(&self.repo)
+        );
+        for task in &self.tasks {
+            out.push_str(&format!("  - id: {}\n", quote(&task.id)));
+            let mut field = |key: &str, value: String| {
+                out.push_str(&format!("    {key}: {value}\n"));
+            };
+            field("instruction_file", quote(&task.instruction_file));
+            if let Some(base) = &task.base {
+                field("base", quote(base));
+            }
+            if let Some(setup) = &task.setup {
+                field("setup", quote(setup));
+            }
+            if let Some(tests) = &task.tests {
+                field("tests", quote(tests));
+            }
+            field(
+                "verify",
+                match task.verify_timeout {
+                    Some(t) => {
+                        format!("{{run: {}, timeout: {}}}", quote(&task.verify), duration(t))
+                    }
+                    None => quote(&task.verify),
+                },
+            );
+            if let Some(solution) = &task.solution {
+                field("solution", quote(solution));
+            }
+            if let Some(grader) = &task.grader {
+                field(
+                    "metric",
+                    format!(
+                        "{{grader: {}, timeout: \"{GRADER_TIMEOUT}\"}}",
+                        quote(grader)
+                    ),
+                );
+            }
+            if let Some(timeout) = task.timeout {
+                field("timeout", duration(timeout));
+            }
+            if !task.tags.is_empty() {
+                let tags: Vec<String> = task.tags.iter().map(|t| quote(t)).collect();
+                field("tags", format!("[{}]", tags.join(", ")));
+            }
+        }
+        out
+    }
+
+    /// Writes `suite.yaml` into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<(), ImportError> {
+        write_file(&dir.join("suite.yaml"), self.render(), false)
+    }
+}
+
+fn quote(text: &str) -> String {
+    serde_json::Value::from(text).to_string()
+}
+
+fn duration(d: Duration) -> String {
+    quote(&humantime::format_duration(d).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendered_suites_quote_everything() {
+        let suite = SuiteFile {
+            name: "n".into(),
+            description: "rows: \"quoted\"\nand a newline".into(),
+            repo: "/abs/repo".into(),
+            origin: "deltabench import swebench rows.jsonl".into(),
+            tasks: vec![TaskEntry {
+                id: "a-1".into(),
+                instruction_file: "instructions/a-1.md".into(),
+                verify: "python3 -m pytest -rA 'tests/t.py::test[a: b]'".into(),
+                verify_timeout: Some(Duration::from_secs(150)),
+                grader: Some("./graders/swebench.py tests/a-1.json".into()),
+                tags: vec!["x: y".into()],
+                ..TaskEntry::default()
+            }],
+        };
+        let text = suite.render();
+        assert!(text.contains(
+            "verify: {run: \"python3 -m pytest -rA 'tests/t.py::test[a: b]'\", timeout: \"2m 30s\"}"
+        ), "{text}");
+        assert!(text.contains("tags: [\"x: y\"]"), "{text}");
+        assert!(
+            text.contains("description: \"rows: \\\"quoted\\\"\\nand a newline\""),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn staging_refuses_an_existing_suite_without_force() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        write_file(&out.join("sub/suite.yaml"), "x", false).unwrap();
+        let err = Staging::new(&out, false).err().unwrap();
+        assert!(matches!(err, ImportError::OutExists { .. }), "{err}");
+
+        let staging = Staging::new(&out, true).unwrap();
+        write_file(&staging.path().join("sub/suite.yaml"), "new", false).unwrap();
+        staging.commit(true).unwrap();
+        assert_eq!(
+            fs::read_to_string(out.join("sub/suite.yaml")).unwrap(),
+            "new"
+        );
+        assert_eq!(
+            fs::read_dir(&out).unwrap().count(),
+            1,
+            "the staging folder is gone"
+        );
+    }
+}

@@ -1,0 +1,319 @@
+//! Merging the run directories of a sharded run (`--shard I/N`) into one run directory.
+//!
+//! Every check runs before anything is written: the inputs must come from the same plan (suite
+//! digest, agent configs, trials per task, task list, shard count), be distinct shards, and hold
+//! disjoint trials. The output is what the unsharded run would have written: each trial's
+//! folder, `trials.jsonl` in plan order, and one manifest covering them all.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::{Manifest, ReadRunError, RunDir, StoredRun, TrialRecord, read_run, sanitize};
+use crate::runner::Shard;
+
+/// Why run directories cannot be merged.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("nothing to merge: name at least one run directory")]
+    NoInputs,
+    #[error(transparent)]
+    Read(#[from] ReadRunError),
+    /// `input` belongs to another plan than the first input.
+    #[error(
+        "{}: {field} differs from {}: {found} vs {expected}",
+        input.display(),
+        first.display()
+    )]
+    Mismatch {
+        input: PathBuf,
+        first: PathBuf,
+        field: String,
+        expected: String,
+        found: String,
+    },
+    #[error("{} and {} are both {shard}", first.display(), second.display())]
+    SameShard {
+        first: PathBuf,
+        second: PathBuf,
+        shard: String,
+    },
+    #[error(
+        "trial {task} / {agent} #{trial} is in both {} and {}",
+        first.display(),
+        second.display()
+    )]
+    SameTrial {
+        task: String,
+        agent: String,
+        trial: u32,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    #[error("{}: the folder of a recorded trial is missing", dir.display())]
+    MissingTrialDir { dir: PathBuf },
+    #[error("{} already holds a run; choose another --out", .0.display())]
+    OutHoldsRun(PathBuf),
+    #[error("cannot write {}: {source}", path.display())]
+    Write { path: PathBuf, source: io::Error },
+}
+
+impl MergeError {
+    /// True when the inputs or `--out` are at fault (exit 2), false for a failed write.
+    pub fn is_usage(&self) -> bool {
+        !matches!(self, Self::Write { .. })
+    }
+}
+
+/// What a merge wrote, for the caller to report.
+#[derive(Debug, Clone)]
+pub struct Merged {
+    pub manifest: Manifest,
+    /// The merged records, in plan order.
+    pub records: Vec<TrialRecord>,
+    /// Each input with its shard and the number of trials it held, in the order given.
+    pub inputs: Vec<(PathBuf, Option<Shard>, usize)>,
+    /// Shard indexes of 1..=N that no input held; empty when every shard is present.
+    pub missing_shards: Vec<u32>,
+    /// Inputs whose run was interrupted (or never finished).
+    pub interrupted: Vec<PathBuf>,
+}
+
+/// Merges the run directories `inputs` (shards of one plan) into a new run directory `out`.
+pub fn merge_runs(inputs: &[PathBuf], out: &Path) -> Result<Merged, MergeError> {
+    let runs: Vec<StoredRun> = inputs
+        .iter()
+        .map(|path| read_run(path))
+        .collect::<Result<_, _>>()?;
+    let Some(first) = runs.first() else {
+        return Err(MergeError::NoInputs);
+    };
+    for run in &runs[1..] {
+        same_plan(first, run)?;
+    }
+    let mut shards: HashMap<Option<Shard>, &Path> = HashMap::new();
+    for run in &runs {
+        if let Some(other) = shards.insert(run.manifest.shard, &run.path) {
+            return Err(MergeError::SameShard {
+                first: other.to_owned(),
+                second: run.path.clone(),
+                shard: shard_label(run.manifest.shard),
+            });
+        }
+    }
+    let mut owners: HashMap<(&str, &str, u32), &Path> = HashMap::new();
+    for run in &runs {
+        for record in &run.trials {
+            let key = (record.task.as_str(), record.agent.as_str(), record.trial);
+            if let Some(other) = owners.insert(key, &run.path) {
+                return Err(MergeError::SameTrial {
+                    task: record.task.clone(),
+                    agent: record.agent.clone(),
+                    trial: record.trial,
+                    first: other.to_owned(),
+                    second: run.path.clone(),
+                });
+            }
+            let dir = trial_dir(&run.path, record);
+            if !dir.is_dir() {
+                return Err(MergeError::MissingTrialDir { dir });
+            }
+        }
+    }
+    if out.join("trials.jsonl").exists() || out.join("manifest.json").exists() {
+        return Err(MergeError::OutHoldsRun(out.to_owned()));
+    }
+
+    let manifest = merged_manifest(&runs);
+    let mut records: Vec<(&Path, &TrialRecord)> = runs
+        .iter()
+        .flat_map(|run| run.trials.iter().map(|r| (run.path.as_path(), r)))
+        .collect();
+    // Plan order (task, then agent, then trial), as an unsharded run schedules them.
+    let (tasks, agents) = (ranks(manifest.tasks.iter()), ranks(manifest.agents.keys()));
+    // `run` records only names its manifest lists; a stray record goes last, not lost.
+    let at = |ranks: &HashMap<&str, usize>, name: &str| ranks.get(name).map_or(usize::MAX, |&i| i);
+    records.sort_by_key(|(_, r)| (at(&tasks, &r.task), at(&agents, &r.agent), r.trial));
+
+    let write_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| MergeError::Write { path, source }
+    };
+    let mut store = RunDir::create(out).map_err(write_err(out))?;
+    for (input, record) in &records {
+        let to = store
+            .trial_dir(&record.task, &record.agent, record.trial)
+            .map_err(write_err(out))?;
+        copy_tree(&trial_dir(input, record), &to).map_err(write_err(&to))?;
+        store.append(record).map_err(write_err(out))?;
+    }
+    // Written last: a merge that failed part-way leaves no manifest, so no readable run.
+    store
+        .write_manifest(&manifest)
+        .map_err(write_err(&out.join("manifest.json")))?;
+
+    let missing_shards = match first.manifest.shard {
+        Some(shard) => (1..=shard.total)
+            .filter(|&index| !shards.contains_key(&Some(Shard { index, ..shard })))
+            .collect(),
+        None => Vec::new(),
+    };
+    Ok(Merged {
+        records: records.into_iter().map(|(_, r)| r.clone()).collect(),
+        inputs: runs
+            .iter()
+            .map(|r| (r.path.clone(), r.manifest.shard, r.trials.len()))
+            .collect(),
+        missing_shards,
+        interrupted: runs
+            .iter()
+            .filter(|r| unfinished(&r.manifest))
+            .map(|r| r.path.clone())
+            .collect(),
+        manifest,
+    })
+}
+
+/// Refuses `run` unless it was planned exactly like `first`.
+fn same_plan(first: &StoredRun, run: &StoredRun) -> Result<(), MergeError> {
+    let (a, b) = (&first.manifest, &run.manifest);
+    let mismatch = |field: &str, expected: String, found: String| MergeError::Mismatch {
+        input: run.path.clone(),
+        first: first.path.clone(),
+        field: field.to_owned(),
+        expected,
+        found,
+    };
+    if a.suite_digest != b.suite_digest {
+        return Err(mismatch(
+            "suite_digest",
+            format!("{} ({})", a.suite_digest, a.suite),
+            format!("{} ({})", b.suite_digest, b.suite),
+        ));
+    }
+    // Agents as a set: `--agent a --agent b` and `--agent b --agent a` plan the same trials.
+    let names = |m: &Manifest| m.agents.keys().cloned().collect::<BTreeSet<_>>();
+    if names(a) != names(b) {
+        let list =
+            |m: &Manifest| format!("[{}]", names(m).into_iter().collect::<Vec<_>>().join(", "));
+        return Err(mismatch("agents", list(a), list(b)));
+    }
+    for (name, config) in &a.agents {
+        if b.agents.get(name) != Some(config) {
+            let other = b.agents.get(name).map(ToString::to_string);
+            return Err(mismatch(
+                &format!("agents.{name}"),
+                config.to_string(),
+                other.unwrap_or_default(),
+            ));
+        }
+    }
+    if a.trials_per_task != b.trials_per_task {
+        return Err(mismatch(
+            "trials_per_task",
+            a.trials_per_task.to_string(),
+            b.trials_per_task.to_string(),
+        ));
+    }
+    if a.tasks != b.tasks {
+        let index = a
+            .tasks
+            .iter()
+            .zip(&b.tasks)
+            .take_while(|(x, y)| x == y)
+            .count();
+        let at = |tasks: &[String]| {
+            tasks
+                .get(index)
+                .map_or("(none)".to_owned(), |t| format!("'{t}'"))
+        };
+        return Err(mismatch(
+            &format!("tasks[{index}]"),
+            format!("{} of {} tasks", at(&a.tasks), a.tasks.len()),
+            format!("{} of {} tasks", at(&b.tasks), b.tasks.len()),
+        ));
+    }
+    let total = |m: &Manifest| m.shard.map(|s| s.total);
+    if total(a) != total(b) {
+        return Err(mismatch(
+            "shard",
+            shard_label(a.shard),
+            shard_label(b.shard),
+        ));
+    }
+    Ok(())
+}
+
+/// The manifest of the merged run: the first input's, widened to cover every input.
+fn merged_manifest(runs: &[StoredRun]) -> Manifest {
+    let mut manifest = runs[0].manifest.clone();
+    let manifests = || runs.iter().map(|r| &r.manifest);
+    manifest.shard = None;
+    manifest.merged_from = runs.iter().map(|r| r.path.display().to_string()).collect();
+    manifest.planned_trials = manifests().map(|m| m.planned_trials).sum();
+    // Timestamps are RFC 3339 UTC with a fixed precision, so string order is time order.
+    manifest.started_at = manifests()
+        .map(|m| m.started_at.clone())
+        .min()
+        .unwrap_or_default();
+    manifest.finished_at = manifests().filter_map(|m| m.finished_at.clone()).max();
+    manifest.interrupted = manifests().any(unfinished);
+    manifest.host = distinct(manifests().map(|m| m.host.as_str()));
+    manifest.workdir = distinct(manifests().map(|m| m.workdir.as_str()));
+    manifest
+}
+
+/// Each name's position in the run's order.
+fn ranks<'a>(names: impl Iterator<Item = &'a String>) -> HashMap<&'a str, usize> {
+    names.enumerate().map(|(i, n)| (n.as_str(), i)).collect()
+}
+
+/// Interrupted, or killed before it could record its end.
+fn unfinished(manifest: &Manifest) -> bool {
+    manifest.interrupted || manifest.finished_at.is_none()
+}
+
+/// The distinct values, in first-seen order, joined with ", ".
+fn distinct<'a>(values: impl Iterator<Item = &'a str>) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for value in values {
+        if !seen.contains(&value) {
+            seen.push(value);
+        }
+    }
+    seen.join(", ")
+}
+
+fn shard_label(shard: Option<Shard>) -> String {
+    match shard {
+        Some(shard) => format!("shard {shard}"),
+        None => "unsharded".into(),
+    }
+}
+
+/// `trials/<task>/<agent>/<n>/` of the run at `run`, as `RunDir::trial_dir` names it.
+fn trial_dir(run: &Path, record: &TrialRecord) -> PathBuf {
+    run.join("trials")
+        .join(&record.task)
+        .join(sanitize(&record.agent))
+        .join(record.trial.to_string())
+}
+
+/// Copies the folder `from` into `to` (created), keeping symlinks as symlinks.
+fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+    fs::create_dir_all(to)?;
+    for entry in fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(entry.path())?, &target)?;
+        } else {
+            fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,830 @@
+//! `deltabench import`: each format's edge cases on fixtures, the graders on piped JSON, and end
+//! to end (import, then `validate` and `run` on the result) for SWE-bench, Harbor,
+//! Terminal-Bench and Exercism.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use crate::common::{deltabench, git, stderr, stdout, temp_dir, trials, write_files};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/import")
+}
+
+fn import(cwd: &Path, args: &[&str]) -> Output {
+    deltabench(cwd).arg("import").args(args).output().unwrap()
+}
+
+fn validate(cwd: &Path, suite: &Path) -> Output {
+    let work = cwd.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    deltabench(cwd)
+        .arg("validate")
+        .arg(suite)
+        .arg("--workdir")
+        .arg(&work)
+        .output()
+        .unwrap()
+}
+
+/// Runs `suite` with `agents` and returns (agent, outcome) per trial, sorted.
+fn run(cwd: &Path, suite: &Path, extra: &[&str]) -> (Output, Vec<serde_json::Value>) {
+    let work = cwd.join("work");
+    let out = cwd.join("run");
+    std::fs::create_dir_all(&work).unwrap();
+    let _ = std::fs::remove_dir_all(&out);
+    let output = deltabench(cwd)
+        .arg("run")
+        .arg(suite)
+        .arg("--workdir")
+        .arg(&work)
+        .arg("--out")
+        .arg(&out)
+        .args(extra)
+        .output()
+        .unwrap();
+    let records = if out.join("trials.jsonl").exists() {
+        trials(&out)
+    } else {
+        Vec::new()
+    };
+    (output, records)
+}
+
+fn outcome(records: &[serde_json::Value], agent: &str) -> String {
+    records
+        .iter()
+        .find(|r| r["agent"] == agent)
+        .unwrap_or_else(|| panic!("no trial of {agent}: {records:?}"))["outcome"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn assert_ok(output: &Output, what: &str) {
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{what}\nstdout:\n{}\nstderr:\n{}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// SWE-bench
+
+/// An upstream repo `acme/calc` at `dir`: `add()` subtracts at the base; a later commit holds
+/// the fix and the test that shows it. Returns (base, fix commit, patch, test_patch).
+fn upstream(dir: &Path) -> (String, String, String, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    git(dir, &["init", "-q", "-b", "main"]);
+    write_files(
+        dir,
+        &[
+            (
+                "calc.py",
+                "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
+            ),
+            ("tests/__init__.py", ""),
+            (
+                "tests/test_calc.py",
+                "from calc import mul\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n",
+            ),
+        ],
+    );
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-qm", "base"]);
+    let base = git(dir, &["rev-parse", "HEAD"]);
+    write_files(
+        dir,
+        &[
+            (
+                "calc.py",
+                "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n",
+            ),
+            (
+                "tests/test_calc.py",
+                "from calc import add, mul\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+            ),
+        ],
+    );
+    git(dir, &["commit", "-qam", "fix add"]);
+    let fix = git(dir, &["rev-parse", "HEAD"]);
+    let diff = |path: &str| {
+        let out = Command::new("git")
+            .current_dir(dir)
+            .args(["diff", &base, &fix, "--", path])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (patch, test_patch) = (diff("calc.py"), diff("tests"));
+    (base, fix, patch, test_patch)
+}
+
+fn swe_row(id: &str, repo: &str, base: &str, patch: &str, test_patch: &str) -> serde_json::Value {
+    serde_json::json!({
+        "repo": repo,
+        "instance_id": id,
+        "base_commit": base,
+        "patch": patch,
+        "test_patch": test_patch,
+        "problem_statement": "add() returns the difference of its arguments instead of their sum.",
+        "hints_text": "",
+        "created_at": "2024-01-01T00:00:00Z",
+        "version": "1.0",
+        // As the published data has it: a string holding a JSON list.
+        "FAIL_TO_PASS": "[\"tests/test_calc.py::test_add\"]",
+        "PASS_TO_PASS": ["tests/test_calc.py::test_mul"],
+        "environment_setup_commit": base,
+    })
+}
+
+fn write_rows(path: &Path, rows: &[serde_json::Value]) {
+    let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn swebench_end_to_end_validates_and_hides_the_fix() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    let (base, fix, patch, test_patch) = upstream(&root.join("repos/acme__calc"));
+    let mut no_tests = swe_row("acme__calc-2", "acme/calc", &base, &patch, &test_patch);
+    no_tests["FAIL_TO_PASS"] = serde_json::json!([]);
+    write_rows(
+        &root.join("rows.jsonl"),
+        &[
+            swe_row("acme__calc-1", "acme/calc", &base, &patch, &test_patch),
+            no_tests,
+            swe_row(
+                "acme__calc-3",
+                "acme/calc",
+                &"0".repeat(40),
+                &patch,
+                &test_patch,
+            ),
+        ],
+    );
+    let output = import(
+        root,
+        &[
+            "swebench",
+            "rows.jsonl",
+            "--repos",
+            "repos",
+            "--out",
+            "suite",
+        ],
+    );
+    assert_ok(&output, "import");
+    let text = stdout(&output);
+    assert!(
+        text.starts_with("imported 1 task (swebench) into suite\n"),
+        "{text}"
+    );
+    assert!(text.contains("skipped 2 tasks:\n"), "{text}");
+    assert!(
+        text.contains("  acme__calc-2: no FAIL_TO_PASS tests"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "  acme__calc-3: base commit {} is not in ",
+            "0".repeat(40)
+        )),
+        "{text}"
+    );
+    assert!(text.ends_with("\n  deltabench validate suite\n"), "{text}");
+    for file in [
+        "suite.yaml",
+        "instructions/acme__calc-1.md",
+        "tests/acme__calc-1.patch",
+        "tests/acme__calc-1.json",
+        "solutions/acme__calc-1.patch",
+        "graders/swebench.py",
+    ] {
+        assert!(
+            root.join("suite").join(file).is_file(),
+            "{file} not written"
+        );
+    }
+    let yaml = std::fs::read_to_string(root.join("suite/suite.yaml")).unwrap();
+    assert!(
+        yaml.contains(
+            "python3 -m pytest -rA tests/test_calc.py::test_add tests/test_calc.py::test_mul"
+        ),
+        "{yaml}"
+    );
+
+    assert_ok(&validate(root, &root.join("suite")), "validate");
+
+    // The oracle passes, noop fails, and an agent looking at the history sees no later commit.
+    std::fs::write(
+        root.join("agents.yaml"),
+        "agents:\n  peek: {kind: command, run: \"git log --all --format=%H\"}\n",
+    )
+    .unwrap();
+    let (output, records) = run(
+        root,
+        &root.join("suite"),
+        &[
+            "--agents",
+            "agents.yaml",
+            "--agent",
+            "oracle",
+            "--agent",
+            "noop",
+            "--agent",
+            "peek",
+        ],
+    );
+    assert_ok(&output, "run");
+    assert_eq!(outcome(&records, "oracle"), "pass");
+    assert_eq!(outcome(&records, "noop"), "fail");
+    let log =
+        std::fs::read_to_string(root.join("run/trials/acme__calc-1/peek/1/agent.log")).unwrap();
+    assert!(log.contains(&base), "{log}");
+    assert!(
+        !log.contains(&fix),
+        "the fix commit is visible to the agent:\n{log}"
+    );
+
+    // A second import into the same folder is refused, unless --force.
+    let again = import(
+        root,
+        &[
+            "swebench",
+            "rows.jsonl",
+            "--repos",
+            "repos",
+            "--out",
+            "suite",
+        ],
+    );
+    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("already holds a suite"),
+        "{}",
+        stderr(&again)
+    );
+    let forced = import(
+        root,
+        &[
+            "swebench",
+            "rows.jsonl",
+            "--repos",
+            "repos",
+            "--out",
+            "suite",
+            "--force",
+        ],
+    );
+    assert_ok(&forced, "import --force");
+}
+
+#[test]
+fn swebench_rows_of_several_repos_make_one_suite_each() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    let (base, _, patch, test_patch) = upstream(&root.join("repos/acme__calc"));
+    // The other repo is found under the owner/name layout.
+    let nested = root.join("repos/acme/other");
+    std::fs::create_dir_all(nested.parent().unwrap()).unwrap();
+    git(
+        root,
+        &["clone", "-q", "repos/acme__calc", nested.to_str().unwrap()],
+    );
+    write_rows(
+        &root.join("rows.json.jsonl"),
+        &[
+            swe_row("acme__calc-1", "acme/calc", &base, &patch, &test_patch),
+            swe_row("acme__other-1", "acme/other", &base, &patch, &test_patch),
+        ],
+    );
+    std::fs::write(
+        root.join("env.yaml"),
+        "acme/other@1.0:\n  test_command: python3 -m pytest -rA -p no:cacheprovider {test_files}\n  timeout: 2m\n",
+    )
+    .unwrap();
+    let output = import(
+        root,
+        &[
+            "swebench",
+            "rows.json.jsonl",
+            "--repos",
+            "repos",
+            "--env",
+            "env.yaml",
+            "--out",
+            "suites",
+        ],
+    );
+    assert_ok(&output, "import");
+    let text = stdout(&output);
+    assert!(
+        text.contains("imported 2 tasks (swebench) into 2 suites, one per repository:\n  suites/acme__calc: 1 task\n  suites/acme__other: 1 task\n"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(
+            "  deltabench validate suites/acme__calc\n  deltabench validate suites/acme__other\n"
+        ),
+        "{text}"
+    );
+    let other = std::fs::read_to_string(root.join("suites/acme__other/suite.yaml")).unwrap();
+    assert!(
+        other.contains(
+            "verify: {run: \"python3 -m pytest -rA -p no:cacheprovider tests/test_calc.py\", timeout: \"2m\"}"
+        ),
+        "{other}"
+    );
+    assert_ok(
+        &validate(root, &root.join("suites/acme__other")),
+        "validate",
+    );
+}
+
+#[test]
+fn swebench_bad_input_names_the_file_row_and_field() {
+    let dir = fixtures().join("swebench");
+    let tmp = temp_dir();
+    let fixture = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let cases = [
+        (
+            "bad_json.jsonl",
+            vec![],
+            "bad_json.jsonl:2:40: not a JSON row: EOF while parsing a value",
+        ),
+        (
+            "missing_field.jsonl",
+            vec![],
+            "missing_field.jsonl: row 'acme__calc-3' (line 1) has no `base_commit`",
+        ),
+        (
+            "bad_list.jsonl",
+            vec![],
+            "bad_list.jsonl: row 'acme__calc-4' (line 1): `FAIL_TO_PASS` is a string that does not hold a JSON list of test ids",
+        ),
+        (
+            "bad_list.jsonl",
+            vec!["--env".to_owned(), fixture("bad_env.yaml")],
+            "bad_env.yaml:3:3: unknown field `timout`, expected one of setup, test_command, timeout\n",
+        ),
+    ];
+    for (rows, extra, message) in cases {
+        let out = tmp.path().join("out");
+        let output = deltabench(tmp.path())
+            .args(["import", "swebench", &fixture(rows), "--out"])
+            .arg(&out)
+            .args(&extra)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{rows}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(message),
+            "{rows}: expected {message:?} in:\n{}",
+            stderr(&output)
+        );
+        assert!(!out.exists(), "a failed import leaves nothing behind");
+    }
+
+    let output = deltabench(tmp.path())
+        .args([
+            "import",
+            "swe-bench",
+            &fixture("bad_json.jsonl"),
+            "--out",
+            "x",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains(
+            "unknown format 'swe-bench'. Valid formats: swebench, harbor, terminal-bench, exercism"
+        ),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn swebench_without_a_clone_or_network_names_the_expected_path() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    write_rows(
+        &root.join("rows.jsonl"),
+        &[swe_row(
+            "acme__calc-1",
+            "acme/calc",
+            &"a".repeat(40),
+            "",
+            "",
+        )],
+    );
+    // No network in tests: only local transports are allowed, so the clone fails at once.
+    let output = deltabench(root)
+        .env("GIT_ALLOW_PROTOCOL", "file")
+        .args(["import", "swebench", "rows.jsonl", "--out", "suite"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let expected = "no local clone of acme/calc: looked for suite/repos/acme__calc and suite/repos/acme/calc; cloning https://github.com/acme/calc.git";
+    assert!(stderr(&output).contains(expected), "{}", stderr(&output));
+    assert!(
+        !root.join("suite").exists(),
+        "a failed import leaves nothing behind"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The graders, fed JSON on stdin
+
+fn grade(
+    grader: &str,
+    args: &[&str],
+    diff: &str,
+    exit_code: i32,
+    output: &str,
+) -> (Option<i32>, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("graders")
+        .join(grader);
+    let mut child = Command::new(script)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = serde_json::json!({
+        "diff": diff,
+        "command_result": {"command": "t", "exit_code": exit_code, "timed_out": false, "output": output, "duration_ms": 1},
+    });
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
+    let done = child.wait_with_output().unwrap();
+    let last = String::from_utf8_lossy(&done.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_owned();
+    (done.status.code(), last)
+}
+
+#[test]
+fn swebench_grader_needs_every_listed_test_passed() {
+    let tmp = temp_dir();
+    let spec = tmp.path().join("spec.json");
+    std::fs::write(
+        &spec,
+        r#"{"FAIL_TO_PASS": ["tests/t.py::test_new"], "PASS_TO_PASS": ["tests/t.py::test_old", "tests/t.py::test_p[a b]"]}"#,
+    )
+    .unwrap();
+    let spec = spec.to_str().unwrap();
+    let pytest = |new: &str| {
+        format!(
+            "===== short test summary info =====\nPASSED tests/t.py::test_old\nPASSED tests/t.py::test_p[a b]\n{new}\n"
+        )
+    };
+    let cases = [
+        ("all pass", "+x", pytest("PASSED tests/t.py::test_new"), r#"{"passed": true, "score": 1.0}"#),
+        ("no diff", "", pytest("PASSED tests/t.py::test_new"), r#"{"passed": false, "score": 1.0}"#),
+        (
+            "F2P failed",
+            "+x",
+            pytest("FAILED tests/t.py::test_new - assert 1 == 2"),
+            r#"{"passed": false, "score": 0.6666666666666666}"#,
+        ),
+        (
+            // pytest -rA reports a skip by location, not by id: the F2P test is not PASSED.
+            "F2P skipped",
+            "+x",
+            pytest("SKIPPED [1] tests/t.py:10: not ready"),
+            r#"{"passed": false, "score": 0.6666666666666666}"#,
+        ),
+        (
+            "cargo test",
+            "+x",
+            "test tests/t.py::test_new ... ok\ntest tests/t.py::test_old ... ok\ntest tests/t.py::test_p[a b] ... ignored\n".to_owned(),
+            r#"{"passed": false, "score": 0.6666666666666666}"#,
+        ),
+    ];
+    for (name, diff, output, verdict) in cases {
+        let (code, last) = grade("swebench.py", &[spec], diff, 1, &output);
+        assert_eq!(code, Some(0), "{name}");
+        assert_eq!(last, verdict, "{name}");
+    }
+    // Cut output with a listed test missing: not a verdict, an error (the trial is not scored).
+    let cut =
+        "PASSED tests/t.py::test_old\n[... 123 bytes elided ...]\nPASSED tests/t.py::test_new\n";
+    let (code, _) = grade("swebench.py", &[spec], "+x", 0, cut);
+    assert_eq!(code, Some(3));
+}
+
+#[test]
+fn reward_grader_reads_the_reward_line() {
+    let cases = [
+        (
+            "DELTABENCH_REWARD=1",
+            0,
+            "+x",
+            r#"{"passed": true, "score": 1.0}"#,
+        ),
+        (
+            "DELTABENCH_REWARD=0.5",
+            1,
+            "+x",
+            r#"{"passed": false, "score": 0.5}"#,
+        ),
+        (
+            "DELTABENCH_REWARD=1",
+            0,
+            "",
+            r#"{"passed": false, "score": 1.0}"#,
+        ),
+        (
+            r#"DELTABENCH_REWARD_JSON={"reward": 1.0, "style": 0.2}"#,
+            0,
+            "+x",
+            r#"{"passed": true, "score": 1.0}"#,
+        ),
+        (
+            r#"DELTABENCH_REWARD_JSON={"a": 1, "b": 0}"#,
+            1,
+            "+x",
+            r#"{"passed": false, "score": 0.5}"#,
+        ),
+        (
+            "no reward file: the exit code decides",
+            0,
+            "+x",
+            r#"{"passed": true, "score": 1.0}"#,
+        ),
+        (
+            "no reward file: the exit code decides",
+            1,
+            "+x",
+            r#"{"passed": false, "score": 0.0}"#,
+        ),
+    ];
+    for (output, exit_code, diff, verdict) in cases {
+        let (code, last) = grade("reward.py", &[], diff, exit_code, output);
+        assert_eq!(code, Some(0), "{output}");
+        assert_eq!(last, verdict, "{output}");
+    }
+    let (code, _) = grade("reward.py", &[], "+x", 0, "DELTABENCH_REWARD=lots");
+    assert_eq!(
+        code,
+        Some(3),
+        "an unreadable reward is an error, not a verdict"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Harbor and Terminal-Bench
+
+#[test]
+fn harbor_end_to_end_with_skipped_docker_tasks() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    let source = fixtures().join("harbor");
+
+    // Without --run-solutions the script is kept, but there is no reference patch yet.
+    let output = import(
+        root,
+        &["harbor", source.to_str().unwrap(), "--out", "plain"],
+    );
+    assert_ok(&output, "import");
+    let text = stdout(&output);
+    assert!(text.contains("rerun with --run-solutions"), "{text}");
+    assert!(root.join("plain/solutions/greet/solve.sh").is_file());
+    assert!(
+        !std::fs::read_to_string(root.join("plain/suite.yaml"))
+            .unwrap()
+            .contains("solution:")
+    );
+
+    let output = import(
+        root,
+        &[
+            "harbor",
+            source.to_str().unwrap(),
+            "--out",
+            "suite",
+            "--run-solutions",
+        ],
+    );
+    assert_ok(&output, "import --run-solutions");
+    let text = stdout(&output);
+    assert!(
+        text.starts_with("imported 1 task (harbor) into suite\n"),
+        "{text}"
+    );
+    for skipped in [
+        "  needs-apt: needs its Dockerfile built: RUN apt-get update && apt-get install -y jq\n",
+        "  no-instruction: no instruction.md\n",
+        "  prebuilt: runs in the prebuilt image example.com/prebuilt:1",
+    ] {
+        assert!(text.contains(skipped), "{skipped:?} missing in:\n{text}");
+    }
+    assert!(text.ends_with("\n  deltabench validate suite\n"), "{text}");
+
+    let suite = root.join("suite");
+    let yaml = std::fs::read_to_string(suite.join("suite.yaml")).unwrap();
+    for line in [
+        "verify: {run: \"sh .deltabench/verify.sh\", timeout: \"1m\"}",
+        "solution: \"solutions/greet.patch\"",
+        "metric: {grader: \"./graders/reward.py\", timeout: \"60s\"}",
+        "timeout: \"2m\"",
+        "tags: [\"files\", \"trivial\"]",
+    ] {
+        assert!(yaml.contains(line), "{line} missing in:\n{yaml}");
+    }
+    // Container paths are rewritten: the instruction relative, the shell script through the
+    // workspace variable.
+    let instruction = std::fs::read_to_string(suite.join("instructions/greet.md")).unwrap();
+    assert!(
+        instruction.contains("The file ./greeting.txt has a typo"),
+        "{instruction}"
+    );
+    let test =
+        std::fs::read_to_string(suite.join("tests/greet/.deltabench/tests/test.sh")).unwrap();
+    assert!(
+        test.contains("diff -q ${DELTABENCH_WORKSPACE}/greeting.txt ${DELTABENCH_WORKSPACE}/.deltabench/tests/expected.txt"),
+        "{test}"
+    );
+
+    assert_ok(&validate(root, &suite), "validate");
+    let (output, records) = run(root, &suite, &[]);
+    assert_ok(&output, "run");
+    assert_eq!(outcome(&records, "oracle"), "pass");
+    assert_eq!(outcome(&records, "noop"), "fail");
+}
+
+#[test]
+fn harbor_unparseable_task_file_is_an_error_with_its_line() {
+    let tmp = temp_dir();
+    let source = fixtures().join("harbor-bad-toml");
+    let output = import(
+        tmp.path(),
+        &["harbor", source.to_str().unwrap(), "--out", "suite"],
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("broken/task.toml:2: unexpected '='"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn terminal_bench_end_to_end() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    let source = fixtures().join("terminal-bench");
+    let output = import(
+        root,
+        &[
+            "terminal-bench",
+            source.to_str().unwrap(),
+            "--out",
+            "tb",
+            "--run-solutions",
+        ],
+    );
+    assert_ok(&output, "import");
+    let text = stdout(&output);
+    assert!(
+        text.starts_with("imported 1 task (terminal-bench) into tb\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  two-containers: needs several containers (docker-compose.yaml starts [\"client\", \"server\"])"),
+        "{text}"
+    );
+    let yaml = std::fs::read_to_string(root.join("tb/suite.yaml")).unwrap();
+    assert!(yaml.contains("timeout: \"1m 30s\""), "{yaml}");
+    assert!(yaml.contains("tags: [\"counting\"]"), "{yaml}");
+    assert_ok(&validate(root, &root.join("tb")), "validate");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exercism
+
+#[test]
+fn exercism_end_to_end_hides_tests_and_reference() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    let source = fixtures().join("exercism");
+    let output = import(root, &["exercism", source.to_str().unwrap(), "--out", "ex"]);
+    assert_ok(&output, "import");
+    let text = stdout(&output);
+    assert!(
+        text.starts_with("imported 1 task (exercism) into ex\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "  leap: no test command for .cob exercises (known: python, rust, go, javascript)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("  no-example: config.json lists no files.example (or files.exemplar)"),
+        "{text}"
+    );
+    let ex = root.join("ex");
+    assert!(ex.join("repo/leap/leap.py").is_file());
+    assert!(
+        !ex.join("repo/leap/leap_test.py").exists(),
+        "tests are hidden"
+    );
+    assert!(
+        !ex.join("repo/leap/.meta").exists(),
+        "the reference is hidden"
+    );
+    assert!(ex.join("tests/leap/leap/leap_test.py").is_file());
+    assert!(
+        std::fs::read_to_string(ex.join("solutions/leap/leap/leap.py"))
+            .unwrap()
+            .contains("year % 400")
+    );
+    let instruction = std::fs::read_to_string(ex.join("instructions/leap.md")).unwrap();
+    assert!(
+        instruction.contains("Use only the standard library."),
+        "{instruction}"
+    );
+    assert!(
+        instruction.contains("write your solution in `leap/leap.py`"),
+        "{instruction}"
+    );
+
+    assert_ok(&validate(root, &ex), "validate");
+    let (output, records) = run(root, &ex, &[]);
+    assert_ok(&output, "run");
+    assert_eq!(outcome(&records, "oracle"), "pass");
+    assert_eq!(outcome(&records, "noop"), "fail");
+}
+
+#[test]
+fn exercism_unparseable_config_is_an_error_with_its_line() {
+    let tmp = temp_dir();
+    let source = fixtures().join("exercism-bad");
+    let output = import(
+        tmp.path(),
+        &["exercism", source.to_str().unwrap(), "--out", "ex"],
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("broken/.meta/config.json:4:3: trailing comma\n"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A real row (slow, opt-in)
+
+/// Imports one real Multi-SWE-bench row (tokio-rs/bytes) against a local clone and validates it.
+/// Needs `$DELTABENCH_SWEBENCH_REPOS` holding `tokio-rs__bytes` (or `tokio-rs/bytes`), the data in
+/// `../shared/data/swebench/`, and a Rust toolchain; `cargo test` of bytes takes minutes.
+#[test]
+#[ignore = "slow: builds a real crate; needs $DELTABENCH_SWEBENCH_REPOS and ../shared/data"]
+fn real_multi_swe_bench_row_validates() {
+    let Some(repos) = std::env::var_os("DELTABENCH_SWEBENCH_REPOS") else {
+        eprintln!("DELTABENCH_SWEBENCH_REPOS is not set: nothing to check");
+        return;
+    };
+    let data = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data/swebench/multi_swe_bench_rust_selected.jsonl");
+    let rows = std::fs::read_to_string(&data).expect("the shared data is not there");
+    let row = rows
+        .lines()
+        .find(|line| line.contains("\"instance_id\": \"tokio-rs__bytes-732\""))
+        .expect("row tokio-rs__bytes-732");
+    let tmp = temp_dir();
+    let root = tmp.path();
+    std::fs::write(root.join("row.jsonl"), format!("{row}\n")).unwrap();
+    let output = deltabench(root)
+        .args([
+            "import",
+            "swebench",
+            "row.jsonl",
+            "--out",
+            "suite",
+            "--repos",
+        ])
+        .arg(&repos)
+        .output()
+        .unwrap();
+    assert_ok(&output, "import");
+    assert_ok(&validate(root, &root.join("suite")), "validate");
+}

@@ -1,0 +1,272 @@
+//! `run --shard I/N` and `merge`: the shards of a run, merged, are the unsharded run.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::common::{deltabench, one_file_repo, stderr, stdout, trials, write_files, write_suite};
+
+/// Six tasks, each solved by writing `tN.txt`, with a `solution:` directory that does so.
+fn six_task_suite(root: &Path) {
+    let mut yaml = String::from("name: sharded\nrepo: repo\ntasks:\n");
+    for i in 0..6 {
+        write_files(root, &[(&format!("solutions/t{i}/t{i}.txt"), "done\n")]);
+        yaml.push_str(&format!(
+            "  - {{id: t{i}, instruction: write t{i}.txt, verify: \"test -f t{i}.txt\", solution: solutions/t{i}}}\n"
+        ));
+    }
+    write_suite(root, &yaml);
+}
+
+/// `deltabench run suite.yaml --out ROOT/OUT` with `extra`; returns the output and the run dir.
+fn run(root: &Path, out: &str, extra: &[&str]) -> (Output, PathBuf) {
+    let work = root.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let dir = root.join(out);
+    let output = deltabench(root)
+        .args(["run", "suite.yaml", "-j", "4", "--workdir"])
+        .arg(&work)
+        .arg("--out")
+        .arg(&dir)
+        .args(extra)
+        .output()
+        .unwrap();
+    (output, dir)
+}
+
+fn merge(root: &Path, args: &[&str]) -> Output {
+    deltabench(root).arg("merge").args(args).output().unwrap()
+}
+
+/// (task, agent, trial) of a record.
+fn key(record: &Value) -> (String, String, u64) {
+    (
+        record["task"].as_str().unwrap().to_owned(),
+        record["agent"].as_str().unwrap().to_owned(),
+        record["trial"].as_u64().unwrap(),
+    )
+}
+
+/// The set of (task, agent, trial, outcome) of a run directory.
+fn outcomes(dir: &Path) -> BTreeSet<(String, String, u64, String)> {
+    trials(dir)
+        .iter()
+        .map(|r| {
+            let (task, agent, trial) = key(r);
+            (
+                task,
+                agent,
+                trial,
+                r["outcome"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn manifest(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn shards_merged_equal_the_unsharded_run() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    six_task_suite(root);
+
+    let (output, full) = run(root, "full", &["--trials", "2"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let expected = outcomes(&full);
+    assert_eq!(expected.len(), 24);
+    assert_eq!(
+        expected.iter().filter(|o| o.3 == "pass").count(),
+        12,
+        "oracle passes every task, noop none: {expected:?}"
+    );
+
+    let mut owners: HashMap<(String, String, u64), Vec<u32>> = HashMap::new();
+    for i in 1..=3u32 {
+        let shard = format!("{i}/3");
+        let (output, dir) = run(
+            root,
+            &format!("shard-{i}"),
+            &["--trials", "2", "--shard", &shard],
+        );
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains(&format!("shard {shard}: ")),
+            "{}",
+            stderr(&output)
+        );
+        let records = trials(&dir);
+        let m = manifest(&dir);
+        assert_eq!(m["shard"], serde_json::json!({"index": i, "total": 3}));
+        assert_eq!(m["planned_trials"].as_u64(), Some(records.len() as u64));
+        for record in &records {
+            owners.entry(key(record)).or_default().push(i);
+        }
+    }
+    assert_eq!(owners.len(), 24, "every trial ran in some shard");
+    for (trial, shards) in &owners {
+        assert_eq!(shards.len(), 1, "{trial:?} ran in shards {shards:?}");
+    }
+
+    let output = merge(root, &["shard-1", "shard-2", "shard-3", "--out", "merged"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("merged 24 of 24 planned trials into merged"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(!stderr(&output).contains("warning"), "{}", stderr(&output));
+    let merged = root.join("merged");
+    assert_eq!(outcomes(&merged), expected);
+
+    // Plan order: task, then agent (the run's order: oracle, noop), then trial.
+    let order: Vec<_> = trials(&merged).iter().map(key).collect();
+    let mut planned = Vec::new();
+    for task in 0..6 {
+        for agent in ["oracle", "noop"] {
+            for trial in 1..=2 {
+                planned.push((format!("t{task}"), agent.to_owned(), trial));
+            }
+        }
+    }
+    assert_eq!(order, planned);
+    for (task, agent, trial) in &order {
+        let dir = merged.join(format!("trials/{task}/{agent}/{trial}"));
+        assert!(dir.join("diff.patch").is_file(), "{}", dir.display());
+    }
+
+    let m = manifest(&merged);
+    assert_eq!(m["shard"], Value::Null);
+    assert_eq!(m["planned_trials"].as_u64(), Some(24));
+    assert_eq!(m["interrupted"], Value::Bool(false));
+    assert_eq!(
+        m["merged_from"],
+        serde_json::json!(["shard-1", "shard-2", "shard-3"])
+    );
+    for format in ["table", "markdown", "json", "html"] {
+        let output = deltabench(root)
+            .args(["report", "merged", "--format", format])
+            .output()
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{format}: {}",
+            stderr(&output)
+        );
+    }
+
+    let output = merge(root, &["shard-1", "shard-1", "--out", "twice"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("shard-1 and shard-1 are both shard 1/3"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        !root.join("twice").exists(),
+        "a refused merge writes nothing"
+    );
+
+    let output = merge(root, &["shard-1", "--out", "merged"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("merged already holds a run"),
+        "{}",
+        stderr(&output)
+    );
+
+    let output = merge(root, &["shard-1", "shard-3", "--out", "partial"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("warning: no input holds shard 2 of 3"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn bad_shard_values_are_usage_errors_naming_the_value() {
+    let tmp = one_file_repo();
+    six_task_suite(tmp.path());
+    for bad in ["0/3", "4/3", "x"] {
+        let (output, dir) = run(tmp.path(), "out", &["--shard", bad]);
+        assert_eq!(output.status.code(), Some(2), "{bad}: {}", stderr(&output));
+        let text = stderr(&output);
+        assert!(text.contains(&format!("'{bad}'")), "{bad}: {text}");
+        assert!(text.contains("--shard 2/4"), "{bad}: {text}");
+        assert!(!dir.exists(), "{bad}: nothing runs");
+    }
+}
+
+#[test]
+fn merge_refuses_shards_of_different_plans() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    six_task_suite(root);
+    let (output, _) = run(root, "a", &["--shard", "1/2"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (output, _) = run(root, "b", &["--shard", "2/2", "--trials", "2"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+
+    let output = merge(root, &["a", "b", "--out", "m"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("b: trials_per_task differs from a: 2 vs 1"),
+        "{}",
+        stderr(&output)
+    );
+
+    // Another suite: the same tasks with another verify command.
+    let yaml = std::fs::read_to_string(root.join("suite.yaml")).unwrap();
+    write_suite(root, &yaml.replace("test -f", "test -s"));
+    let (output, _) = run(root, "c", &["--shard", "2/2"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let output = merge(root, &["a", "c", "--out", "m"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("c: suite_digest differs from a"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!root.join("m").exists(), "a refused merge writes nothing");
+}
+
+#[test]
+fn an_empty_shard_writes_an_empty_run_that_merges() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_suite(
+        root,
+        "name: one\nrepo: repo\ntasks:\n  - {id: only, instruction: x, verify: \"true\"}\n",
+    );
+    let mut sizes = Vec::new();
+    for i in 1..=2 {
+        let (output, dir) = run(
+            root,
+            &format!("s{i}"),
+            &["--agent", "noop", "--shard", &format!("{i}/2")],
+        );
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let n = trials(&dir).len();
+        if n == 0 {
+            assert!(
+                stderr(&output).contains(&format!(
+                    "shard {i}/2 holds none of the plan's 1 trials: writing an empty run directory"
+                )),
+                "{}",
+                stderr(&output)
+            );
+        }
+        sizes.push(n);
+    }
+    sizes.sort();
+    assert_eq!(sizes, [0, 1]);
+    let output = merge(root, &["s1", "s2", "--out", "m"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(trials(&root.join("m")).len(), 1);
+}
