@@ -1181,14 +1181,17 @@ mod tests {
             agent_duration_ms: None,
             phases: Vec::new(),
             started_at: String::new(),
+            tampered: Vec::new(),
+            invalid: None,
         }
     }
 
     #[test]
     fn outcomes_of_groups_by_task_without_infra_errors() {
+        // An invalid trial counts as a trial that did not pass; an infra error is not counted.
         let records = [
             record("b", "x", Outcome::Pass),
-            record("a", "x", Outcome::Fail),
+            record("a", "x", Outcome::Invalid),
             record("b", "x", Outcome::Fail),
             record("b", "x", Outcome::InfraError),
             record("c", "x", Outcome::InfraError),

@@ -4,9 +4,11 @@
 //! tasks); 2 usage or configuration error.
 
 mod compare;
+mod gc;
 mod import;
 mod merge;
 mod reporter;
+mod resume;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -85,6 +87,54 @@ enum Command {
     /// terminal-bench (a folder of task folders), or exercism (a folder of exercises). Prints
     /// what was imported, what was skipped and why, and the `deltabench validate` to run next.
     Import(ImportArgs),
+    /// Finish a run that was killed or interrupted: run the planned trials its trials.jsonl
+    /// does not hold yet, after reaping what the dead run left.
+    ///
+    /// Refuses when the suite file or an agent's config changed since the run started
+    /// (unless --force), or when the run is still running.
+    Resume(ResumeArgs),
+    /// Remove what dead runs left: workspaces, overlay mounts, processes still working in them.
+    ///
+    /// Runs leave a lease file in the cache (`CACHE/leases/`) while they hold workspaces; gc
+    /// reaps every lease whose process is gone, whatever --workdir the run used.
+    Gc(GcArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ResumeArgs {
+    /// The run directory of the run to finish.
+    #[arg(value_name = "RUN_DIR")]
+    run_dir: PathBuf,
+    #[command(flatten)]
+    options: ResumeOptions,
+    /// Trials at once [default: as the run started].
+    #[arg(short = 'j', long = "jobs", value_name = "N")]
+    jobs: Option<usize>,
+}
+
+/// Flags shared by `resume` and `run --resume`.
+#[derive(Debug, clap::Args)]
+struct ResumeOptions {
+    /// Resume even though the suite file or an agent's config changed since the run started.
+    #[arg(long)]
+    force: bool,
+    /// Run an `infra_error` trial again up to N times; only the last attempt is recorded
+    /// [default: 0; when resuming, as the run started].
+    #[arg(long, value_name = "N")]
+    retries: Option<u32>,
+}
+
+#[derive(Debug, clap::Args)]
+struct GcArgs {
+    /// Only print what would be removed.
+    #[arg(long)]
+    dry_run: bool,
+    /// The cache whose leases to check [default: WORKDIR/deltabench-cache].
+    #[arg(long, value_name = "DIR", env = "DELTABENCH_CACHE")]
+    cache: Option<PathBuf>,
+    /// Where the default cache lives [default: the system temp dir].
+    #[arg(long, value_name = "DIR", env = "DELTABENCH_WORKDIR")]
+    workdir: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -160,9 +210,6 @@ struct PlanArgs {
 
 #[derive(Debug, clap::Args)]
 struct SuiteArgs {
-    /// A suite file, or a folder holding suite.yaml.
-    #[arg(value_name = "SUITE")]
-    suite: PathBuf,
     /// A YAML file with a top-level `agents:` map; its agents override the suite's.
     #[arg(long, value_name = "FILE")]
     agents: Option<PathBuf>,
@@ -179,8 +226,21 @@ struct SuiteArgs {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
+    /// A suite file, or a folder holding suite.yaml.
+    #[arg(value_name = "SUITE", required_unless_present = "resume")]
+    suite_path: Option<PathBuf>,
     #[command(flatten)]
     suite: SuiteArgs,
+    /// Finish the run in RUN_DIR instead (as `deltabench resume RUN_DIR`); the plan is the
+    /// recorded one.
+    #[arg(
+        long,
+        value_name = "RUN_DIR",
+        conflicts_with_all = ["suite_path", "out", "shard", "baseline", "agent", "task", "tag", "trials", "keep_workspaces"]
+    )]
+    resume: Option<PathBuf>,
+    #[command(flatten)]
+    resume_options: ResumeOptions,
     /// Run only this agent (repeatable) [default: the suite's agents, or oracle and noop].
     #[arg(long = "agent", value_name = "NAME")]
     agent: Vec<String>,
@@ -212,6 +272,9 @@ struct RunArgs {
 
 #[derive(Debug, clap::Args)]
 struct ValidateArgs {
+    /// A suite file, or a folder holding suite.yaml.
+    #[arg(value_name = "SUITE")]
+    suite_path: PathBuf,
     #[command(flatten)]
     suite: SuiteArgs,
     /// Times each check must hold (more catches flaky tasks).
@@ -354,7 +417,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_CHECK_FAILED);
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    let result = runtime.block_on(dispatch(cli));
+    // The run's parent cgroup is empty once every child is gone.
+    crate::process::cleanup();
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
             eprintln!("error: {}", err.message);
@@ -383,6 +449,8 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Compare(args) => compare(args),
         Command::Plan(args) => plan_cmd(args),
         Command::Import(args) => import::import_cmd(args).await,
+        Command::Resume(args) => resume::resume(&args.run_dir, &args.options, args.jobs).await,
+        Command::Gc(args) => gc::gc(&args),
     }
 }
 
@@ -414,12 +482,20 @@ fn cache_dir(args: &SuiteArgs, workdir: &Path) -> PathBuf {
         .unwrap_or_else(|| workdir.join("deltabench-cache"))
 }
 
-fn load_suite(args: &SuiteArgs) -> Result<Arc<suite::Suite>, CliError> {
-    Ok(Arc::new(suite::load(&args.suite, args.agents.as_deref())?))
+fn load_suite(path: &Path, args: &SuiteArgs) -> Result<Arc<suite::Suite>, CliError> {
+    Ok(Arc::new(suite::load(path, args.agents.as_deref())?))
 }
 
 async fn run(args: RunArgs) -> Result<u8, CliError> {
-    let suite = load_suite(&args.suite)?;
+    let suite_path = match (&args.resume, &args.suite_path) {
+        (Some(run_dir), _) => {
+            return resume::resume(run_dir, &args.resume_options, args.suite.jobs).await;
+        }
+        (None, Some(path)) => path,
+        // clap requires SUITE unless --resume is given.
+        (None, None) => return Err(CliError::usage("name a SUITE to run")),
+    };
+    let suite = load_suite(suite_path, &args.suite)?;
     let workdir = workdir(&args.suite)?;
     let request = RunRequest {
         agents: args.agent,
@@ -431,6 +507,14 @@ async fn run(args: RunArgs) -> Result<u8, CliError> {
         workdir,
         keep_workspaces: args.keep_workspaces,
         shard: args.shard,
+        agents_file: args
+            .suite
+            .agents
+            .as_deref()
+            .map(std::path::absolute)
+            .transpose()
+            .map_err(|e| CliError::usage(format!("--agents: {e}")))?,
+        retries: args.resume_options.retries.unwrap_or(0),
     };
     let plan = runner::plan(suite.clone(), request)?;
     if let Some(shard) = args.shard {
@@ -454,7 +538,15 @@ async fn run(args: RunArgs) -> Result<u8, CliError> {
     let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal());
     let outcome = runner::execute(&plan, &out, &mut reporter, CancellationToken::new()).await?;
     reporter.finish();
+    finish_run(&plan, &outcome, baseline.as_ref().map(|b| (b, &args.gate)))
+}
 
+/// Prints the summary of a finished (or interrupted) run and returns its exit code.
+fn finish_run(
+    plan: &runner::Plan,
+    outcome: &runner::RunOutcome,
+    baseline: Option<(&store::StoredRun, &GateArgs)>,
+) -> Result<u8, CliError> {
     let agents: Vec<String> = plan.agents.keys().cloned().collect();
     let summaries = report::summarize(&outcome.records, &agents);
     print_stdout(&format!(
@@ -465,10 +557,10 @@ async fn run(args: RunArgs) -> Result<u8, CliError> {
     for leftover in &outcome.leftovers {
         eprintln!("warning: could not clean up {leftover}");
     }
-    let gate_failed = match &baseline {
-        Some(baseline) => {
+    let gate_failed = match baseline {
+        Some((baseline, gate)) => {
             let current = compare::read_run_arg(&outcome.run_dir)?;
-            let (text, failed) = compare::against_baseline(baseline, &current, &args.gate)?;
+            let (text, failed) = compare::against_baseline(baseline, &current, gate)?;
             print_stdout(&format!("\n{text}"));
             failed
         }
@@ -557,7 +649,7 @@ fn judge(noop: &[&TrialRecord], oracle: &[&TrialRecord]) -> Option<String> {
 }
 
 async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
-    let mut loaded = (*load_suite(&args.suite)?).clone();
+    let mut loaded = (*load_suite(&args.suite_path, &args.suite)?).clone();
     // The checks always use the real built-ins, whatever the suite calls its agents.
     loaded.agents = IndexMap::from([
         ("noop".to_owned(), AgentSpec::Noop),
@@ -577,6 +669,8 @@ async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
         workdir: workdir.clone(),
         keep_workspaces: false,
         shard: None,
+        agents_file: None,
+        retries: 0,
     };
     let plan = runner::plan(Arc::new(loaded), request)?;
     let scratch = tempfile::Builder::new()

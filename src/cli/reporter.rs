@@ -35,6 +35,7 @@ impl TerminalReporter {
         let verdict = match record.outcome {
             Outcome::Pass => "PASS ",
             Outcome::Fail => "FAIL ",
+            Outcome::Invalid => "INVAL",
             Outcome::InfraError => "INFRA",
         };
         let mut line = format!(

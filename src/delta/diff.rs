@@ -41,6 +41,95 @@ impl DiffStats {
     }
 }
 
+/// The paths a git-style patch touches, both sides of a rename or copy, sorted and deduplicated.
+///
+/// Read from the `diff --git` headers (whose two sides are equal unless the file moved) and
+/// the `rename`/`copy` lines; C-quoted paths (`"a/t\303\251st"`) are unquoted.
+pub fn changed_paths(patch: &str) -> Vec<String> {
+    let mut paths = std::collections::BTreeSet::new();
+    for line in patch.lines() {
+        if let Some(header) = line.strip_prefix("diff --git ") {
+            paths.extend(header_paths(header));
+        } else if let Some(path) = ["rename from ", "rename to ", "copy from ", "copy to "]
+            .iter()
+            .find_map(|prefix| line.strip_prefix(prefix))
+        {
+            paths.insert(unquote(path));
+        }
+    }
+    paths.into_iter().collect()
+}
+
+/// The two sides of `a/X b/Y`, prefixes stripped.
+fn header_paths(header: &str) -> Vec<String> {
+    let strip = |side: String, prefix: &str| side.strip_prefix(prefix).map(str::to_owned);
+    if let Some(quoted) = header.strip_prefix('"') {
+        // A quoted side ends at the first unescaped quote.
+        let mut escaped = false;
+        let end = quoted.char_indices().find_map(|(i, c)| {
+            let close = c == '"' && !escaped;
+            escaped = c == '\\' && !escaped;
+            close.then_some(i + 2)
+        });
+        let Some(end) = end else { return Vec::new() };
+        let (a, b) = (unquote(&header[..end]), unquote(header[end..].trim_start()));
+        return [strip(a, "a/"), strip(b, "b/")]
+            .into_iter()
+            .flatten()
+            .collect();
+    }
+    // Unquoted and unmoved, the header is `a/P b/P`: split in the middle.
+    let half = header.len().saturating_sub(1) / 2;
+    if header.len() % 2 == 1
+        && header.is_char_boundary(half)
+        && header[half..].starts_with(' ')
+        && header[..half].strip_prefix("a/") == header[half + 1..].strip_prefix("b/")
+        && let Some(path) = header[..half].strip_prefix("a/")
+    {
+        return vec![path.to_owned()];
+    }
+    // A moved file: its `rename`/`copy` lines name both sides exactly.
+    match header.split_once(" b/") {
+        Some((a, b)) => [strip(a.to_owned(), "a/"), Some(unquote(b))]
+            .into_iter()
+            .flatten()
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+/// Undoes git's C-style quoting of a path; an unquoted path is returned as is.
+fn unquote(path: &str) -> String {
+    let Some(inner) = path.strip_prefix('"').and_then(|p| p.strip_suffix('"')) else {
+        return path.to_owned();
+    };
+    let mut bytes = Vec::with_capacity(inner.len());
+    let mut chars = inner.bytes().peekable();
+    while let Some(b) = chars.next() {
+        if b != b'\\' {
+            bytes.push(b);
+            continue;
+        }
+        match chars.next() {
+            Some(b'n') => bytes.push(b'\n'),
+            Some(b't') => bytes.push(b'\t'),
+            Some(d @ b'0'..=b'7') => {
+                let mut value = u32::from(d - b'0');
+                for _ in 0..2 {
+                    if let Some(&next @ b'0'..=b'7') = chars.peek() {
+                        value = value * 8 + u32::from(next - b'0');
+                        chars.next();
+                    }
+                }
+                bytes.push(value as u8);
+            }
+            Some(other) => bytes.push(other),
+            None => {}
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// The patch that turns `base` into the workspace: tracked, untracked (not ignored) and binary
 /// files, renames detected. Applies with `git apply --binary`.
 ///
@@ -126,6 +215,28 @@ mod tests {
         let stats = DiffStats::from_patch(patch);
         assert_eq!((stats.files, stats.insertions, stats.deletions), (2, 3, 1));
         assert_eq!(stats.bytes, patch.len() as u64);
+    }
+
+    #[test]
+    fn changed_paths_reads_headers_renames_and_quotes() {
+        let patch = "diff --git a/tests/test_x.py b/tests/test_x.py\n--- a/tests/test_x.py\n\
+                     +++ b/tests/test_x.py\n@@ -1 +1 @@\n-a\n+b\n\
+                     diff --git a/old name.txt b/new name.txt\nsimilarity index 100%\n\
+                     rename from old name.txt\nrename to new name.txt\n\
+                     diff --git \"a/t\\303\\251st.txt\" \"b/t\\303\\251st.txt\"\n\
+                     new file mode 100644\n\
+                     diff --git a/a b/a b/a b/a\ndeleted file mode 100644\n";
+        assert_eq!(
+            changed_paths(patch),
+            [
+                "a b/a",
+                "new name.txt",
+                "old name.txt",
+                "tests/test_x.py",
+                "t\u{e9}st.txt"
+            ]
+        );
+        assert!(changed_paths("").is_empty());
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! deltabench's probe: diff, then hidden tests, then the verify command.
+//! deltabench's probe: diff, then hidden tests, then the verify command (inside the sandbox
+//! under `isolation: sandbox`, with a home of its own: nothing the agent left in its home, such
+//! as a planted `usercustomize.py`, reaches the verify command).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,7 +14,7 @@ use super::{
 };
 use crate::agent::CodingResult;
 use crate::process::{self, CommandSpec};
-use crate::workspace::{Overlay, apply_overlay};
+use crate::workspace::{Overlay, SandboxPolicy, apply_overlay};
 
 /// A verify command and its own time limit.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -28,6 +30,8 @@ pub struct TaskProbe {
     pub verify: VerifySpec,
     /// Where `diff.patch` and `verify.log` go, when set.
     pub artifacts: Option<PathBuf>,
+    /// Runs the verify command in this sandbox, when set.
+    pub sandbox: Option<SandboxPolicy>,
 }
 
 impl DeltaProbe for TaskProbe {
@@ -74,9 +78,17 @@ impl DeltaProbe for TaskProbe {
 
             // The verify command runs even when the run was cancelled: evidence first.
             let never = CancellationToken::new();
-            let spec = CommandSpec::shell(&self.verify.run, ctx.workspace)
+            let mut spec = CommandSpec::shell(&self.verify.run, ctx.workspace)
                 .timeout(self.verify.timeout)
                 .log_path(self.artifacts.as_ref().map(|dir| dir.join("verify.log")));
+            if let Some(policy) = &self.sandbox {
+                spec = policy.wrap(ctx.workspace, spec).map_err(|e| {
+                    ProbeError::new(
+                        ProbeErrorKind::Verify,
+                        format!("cannot prepare the sandbox's home: {e}"),
+                    )
+                })?;
+            }
             let ended = process::run(&spec, &never).await.map_err(|e| {
                 ProbeError::new(
                     ProbeErrorKind::Verify,

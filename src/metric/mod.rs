@@ -3,6 +3,8 @@
 //! A metric's input has no field for the agent's summary, so no metric, custom ones included,
 //! can score what the agent says about its own work.
 
+mod evidence;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -12,6 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::delta::EnvironmentDelta;
 use crate::process::{self, CommandSpec};
+
+pub use evidence::contradiction;
 
 /// The names `metric:` accepts besides a grader.
 pub const METRIC_NAMES: [&str; 3] = ["delta", "delta-token", "exit-code"];

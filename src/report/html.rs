@@ -542,7 +542,7 @@ fn cell(run: &StoredRun, task: &str, agent: &str) -> Cell {
                 cell.scored += 1;
                 cell.passed += 1;
             }
-            Outcome::Fail => cell.scored += 1,
+            Outcome::Fail | Outcome::Invalid => cell.scored += 1,
             Outcome::InfraError => {}
         }
     }
@@ -875,11 +875,14 @@ fn trial_list(trials: &[&TrialRecord]) -> String {
             .usage
             .and_then(|u| u.cost_usd)
             .map_or(String::new(), |c| format!("${c:.4}"));
-        let note = match (&r.infra_error, &r.error) {
-            (Some(why), _) => why.clone(),
-            (None, Some(error)) => error.to_string(),
-            (None, None) => String::new(),
+        let mut note = match (&r.infra_error, &r.invalid, &r.error) {
+            (Some(why), _, _) | (None, Some(why), _) => why.clone(),
+            (None, None, Some(error)) => error.to_string(),
+            (None, None, None) => String::new(),
         };
+        if !r.tampered.is_empty() {
+            note = format!("tampered with {}; {note}", r.tampered.join(", "));
+        }
         let _ = writeln!(
             out,
             "<tr data-task=\"{task}\" data-agent=\"{agent}\" data-trial=\"{n}\"><td>{task}</td>\
@@ -938,6 +941,7 @@ tr[data-rendered]:focus-visible { outline: 2px solid var(--ink); }
 .badge.pass { background: #dbeafe; color: #1e3a8a; }
 .badge.fail { background: #fde2e1; color: #8a1c1c; }
 .badge.infra_error { background: #fff3c4; color: #6b4e00; }
+.badge.invalid { background: #ede9fe; color: #4c1d95; }
 .trial-card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 12px 16px; margin: 12px 0 0; }
 .trial-card.focus { border-color: var(--ink); }
 dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px; margin: 8px 0; }
@@ -984,7 +988,7 @@ const JS: &str = r##"
     return node;
   }
   const secs = (ms) => (ms / 1000).toFixed(2) + " s";
-  const OUTCOME = { pass: "pass", fail: "fail", infra_error: "infra error" };
+  const OUTCOME = { pass: "pass", fail: "fail", invalid: "invalid", infra_error: "infra error" };
 
   function verifyText(v) {
     if (!v) return "did not run";
@@ -1026,6 +1030,8 @@ const JS: &str = r##"
     fact("agent status", t.status === null ? "no agent ran" : t.status);
     if (t.error) fact("agent error", t.error.message + " (" + t.error.code + ")");
     fact("infra error", t.infra_error);
+    fact("invalid", t.invalid);
+    if (t.tampered) fact("tampered", t.tampered.join(", "));
     fact("verify", verifyText(t.verify));
     if (t.diff) fact("diff", t.diff.files + " file(s), +" + t.diff.insertions + " \u2212" + t.diff.deletions);
     fact("score", t.score === null ? "not scored" : t.score + " (" + t.metric + ")");

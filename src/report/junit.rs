@@ -65,6 +65,21 @@ fn test_case(run: &StoredRun, record: &TrialRecord) -> TestCase {
                 .set_description(xml_safe(&text));
             status
         }
+        Outcome::Invalid => {
+            // A failure, not an error: the trial counts as not passed.
+            let why = record
+                .invalid
+                .as_deref()
+                .unwrap_or("the verify output is not evidence");
+            let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            status
+                .set_message(xml_safe(&format!("invalid: {why}")))
+                .set_type("invalid")
+                .set_description(xml_safe(
+                    &verify_log_tail(run, record).unwrap_or_else(|e| e),
+                ));
+            status
+        }
         Outcome::InfraError => {
             let why = record.infra_error.as_deref().unwrap_or("unknown");
             let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
@@ -108,6 +123,9 @@ fn failure_message(record: &TrialRecord) -> String {
     }
     if record.diff.is_some_and(|d| d.files == 0) {
         message.push_str("; empty diff");
+    }
+    if !record.tampered.is_empty() {
+        let _ = write!(message, "; tampered with {}", record.tampered.join(", "));
     }
     if let Some(status) = record.status {
         let _ = write!(message, "; agent {status}");

@@ -24,9 +24,11 @@ pub const FORMATS: [&str; 6] = ["table", "markdown", "csv", "json", "junit", "ht
 pub struct AgentSummary {
     pub agent: String,
     pub trials: usize,
-    /// Scored trials (pass or fail).
+    /// Scored trials (pass, fail or invalid).
     pub scored: usize,
     pub passed: usize,
+    /// Scored trials whose verifier gave no evidence or contradicted itself: not passed.
+    pub invalid: usize,
     pub infra_errors: usize,
     /// Mean of the per-task pass fractions; None when nothing was scored.
     pub pass_rate: Option<f64>,
@@ -81,6 +83,10 @@ pub fn summarize(records: &[TrialRecord], agents: &[String]) -> Vec<AgentSummary
                 trials: mine.len(),
                 scored,
                 passed: outcomes.iter().map(|o| o.passed).sum(),
+                invalid: mine
+                    .iter()
+                    .filter(|r| r.outcome == Outcome::Invalid)
+                    .count(),
                 infra_errors: mine.len() - scored,
                 pass_rate: estimate.as_ref().map(|e| e.rate),
                 interval: estimate.as_ref().map(|e| (e.interval.lo, e.interval.hi)),
@@ -122,6 +128,7 @@ struct Row {
     interval: String,
     #[tabled(rename = "pass@k / pass^k")]
     at_k: String,
+    invalid: usize,
     #[tabled(rename = "infra errors")]
     infra_errors: usize,
     #[tabled(rename = "mean cost")]
@@ -145,6 +152,7 @@ fn rows(summaries: &[AgentSummary]) -> Vec<Row> {
                 }
                 _ => "-".into(),
             },
+            invalid: s.invalid,
             infra_errors: s.infra_errors,
             cost: s.mean_cost_usd.map_or("-".into(), |c| format!("${c:.4}")),
             median: seconds(s.median_duration_ms),
@@ -194,6 +202,27 @@ pub fn markdown(run: &StoredRun, summaries: &[AgentSummary]) -> String {
             );
         }
     }
+    let invalid: Vec<&TrialRecord> = run
+        .trials
+        .iter()
+        .filter(|r| r.outcome == Outcome::Invalid)
+        .collect();
+    if !invalid.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n### Invalid (the verifier gave no evidence; counted as not passed)\n"
+        );
+        for record in invalid {
+            let _ = writeln!(
+                out,
+                "- `{}` / `{}` #{}: {}",
+                record.task,
+                record.agent,
+                record.trial,
+                record.invalid.as_deref().unwrap_or("unknown")
+            );
+        }
+    }
     out
 }
 
@@ -218,6 +247,7 @@ pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
         "input_tokens",
         "output_tokens",
         "cost_usd",
+        "tampered",
     ])?;
     let opt = |v: Option<String>| v.unwrap_or_default();
     for r in records {
@@ -239,6 +269,7 @@ pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
             opt(r.usage.map(|u| u.input_tokens.to_string())),
             opt(r.usage.map(|u| u.output_tokens.to_string())),
             opt(r.usage.and_then(|u| u.cost_usd).map(|c| c.to_string())),
+            r.tampered.join(";"),
         ])?;
     }
     let bytes = writer.into_inner().map_err(|e| e.into_error())?;

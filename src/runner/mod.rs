@@ -3,11 +3,15 @@
 //! [`plan`] validates what the user asked for against the suite (agents exist, filters match,
 //! `session` runs one trial) before anything runs. [`execute`] provisions the source once, runs
 //! every trial with at most `jobs` in flight, and is the only writer of `trials.jsonl`: each
-//! record is appended and fsynced before the observer hears of it.
+//! record is appended and fsynced before the observer hears of it. [`resume`] finishes a run
+//! directory a killed run left: it runs the planned trials not recorded yet and appends them.
+//! While a run holds workspaces it keeps a lease file in the cache (`store::HeldLease`), so
+//! `gc` and `resume` can find what a dead run left.
 //!
 //! A [`Shard`] (`--shard I/N`) keeps a deterministic 1/N slice of the planned trials, so shards
 //! run on different machines and later merged (`store::merge_runs`) give the unsharded run.
 
+mod resume;
 mod trial;
 
 use std::collections::{HashMap, HashSet};
@@ -23,17 +27,18 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{Manifest, RunDir, TrialRecord, sanitize};
+use crate::store::{HeldLease, Manifest, Outcome, RunDir, TrialRecord, sanitize};
 use crate::suite::{AgentSpec, Located, Suite, agent_configs};
 use crate::workspace::{
     BackendProvisioner, CloneBackend, Isolation, OverlayBackend, PreparedSource, SessionBackend,
-    WorkspaceBackend, missing_backend_reason, prepare_source, resolve_commit,
+    WorkspaceBackend, check_bubblewrap, prepare_source, resolve_commit,
 };
 
+pub use resume::{ResumeError, check_resumable, reap_dead_leases};
 pub use trial::TrialInputs;
 
-/// What the user asked to run.
-#[derive(Debug, Clone)]
+/// What the user asked to run. Recorded in the manifest, so `resume` can finish the same plan.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunRequest {
     /// Agent names; empty means the suite's agents (or `oracle` and `noop`).
     pub agents: Vec<String>,
@@ -47,6 +52,12 @@ pub struct RunRequest {
     pub keep_workspaces: bool,
     /// Run only this slice of the plan.
     pub shard: Option<Shard>,
+    /// The `--agents` file the suite was loaded with.
+    #[serde(default)]
+    pub agents_file: Option<PathBuf>,
+    /// Times an `infra_error` trial is run again; only the last attempt is recorded.
+    #[serde(default)]
+    pub retries: u32,
 }
 
 /// Slice `index` (1-based) of `total` of a plan: the trials whose key hashes to it.
@@ -257,14 +268,9 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
         let t = &suite.tasks[task];
         match t.isolation {
             Isolation::Sandbox => {
-                return Err(PlanError::new(
-                    format!(
-                        "task '{}': {}",
-                        t.id,
-                        missing_backend_reason(Isolation::Sandbox)
-                    ),
-                    None,
-                ));
+                if let Err(err) = check_bubblewrap() {
+                    return Err(PlanError::new(format!("task '{}': {err}", t.id), None));
+                }
             }
             Isolation::Session if t.setup.is_some() => {
                 return Err(PlanError::new(
@@ -344,19 +350,10 @@ pub async fn execute(
     observer: &mut dyn RunObserver,
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
-    let suite = plan.suite.clone();
-    let mut store =
+    let suite = &plan.suite;
+    let store =
         RunDir::create(run_dir).map_err(|e| RunError::Io(format!("{}: {e}", run_dir.display())))?;
-    let run_id = run_dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "run".into());
-    let root = plan.request.workdir.join(format!(
-        "deltabench-{}-{}",
-        sanitize(&run_id),
-        std::process::id()
-    ));
-    let mut manifest = Manifest {
+    let manifest = Manifest {
         suite: suite.name.clone(),
         suite_path: suite.path.display().to_string(),
         suite_digest: suite.digest.clone(),
@@ -382,13 +379,59 @@ pub async fn execute(
         host: hostname::get()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_default(),
-        workdir: root.display().to_string(),
+        workdir: String::new(),
         provisioning: String::new(),
         interrupted: false,
+        request: Some(plan.request.clone()),
     };
+    carry_out(plan, store, manifest, Vec::new(), observer, cancel).await
+}
+
+/// Finishes the run in `run_dir` (written by [`execute`] for this `plan`, then killed or
+/// interrupted): runs every planned trial `trials.jsonl` does not hold yet and appends them.
+/// The caller checks first that the plan is the recorded one ([`check_resumable`]).
+pub async fn resume(
+    plan: &Plan,
+    run_dir: &Path,
+    observer: &mut dyn RunObserver,
+    cancel: CancellationToken,
+) -> Result<RunOutcome, RunError> {
+    let (store, stored) = RunDir::reopen(run_dir).map_err(|e| RunError::Io(e.to_string()))?;
+    let mut manifest = stored.manifest;
+    manifest.finished_at = None;
+    manifest.jobs = plan.request.jobs;
+    manifest.request = Some(plan.request.clone());
+    carry_out(plan, store, manifest, stored.trials, observer, cancel).await
+}
+
+/// Runs the plan's trials that `done` does not hold, appending each record to `store`.
+async fn carry_out(
+    plan: &Plan,
+    mut store: RunDir,
+    mut manifest: Manifest,
+    done: Vec<TrialRecord>,
+    observer: &mut dyn RunObserver,
+    cancel: CancellationToken,
+) -> Result<RunOutcome, RunError> {
+    let suite = plan.suite.clone();
+    let run_dir = store.path().to_owned();
+    let run_id = run_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "run".into());
+    // The pid keeps a resumed run's workspaces apart from what the dead run left.
+    let root = plan.request.workdir.join(format!(
+        "deltabench-{}-{}",
+        sanitize(&run_id),
+        std::process::id()
+    ));
+    manifest.workdir = root.display().to_string();
     store
         .write_manifest(&manifest)
         .map_err(|e| RunError::Io(format!("cannot write the manifest: {e}")))?;
+    // Taken before the root exists: whatever this run leaves under it, gc can find.
+    let lease = HeldLease::acquire(&plan.request.cache, &run_dir, &root)
+        .map_err(|e| RunError::Io(format!("cannot write a lease file: {e}")))?;
 
     let (source, commits) = {
         let suite = suite.clone();
@@ -400,20 +443,46 @@ pub async fn execute(
             .map_err(|e| RunError::Io(e.to_string()))??
     };
     let (worktree, provisioning) = worktree_backend(plan, &commits, &root.join("ws"));
-    manifest.provisioning = provisioning;
-    observer.started(plan, run_dir);
+    let sandboxed = plan
+        .tasks
+        .iter()
+        .any(|&i| suite.tasks[i].isolation == Isolation::Sandbox);
+    manifest.provisioning = if sandboxed {
+        // `plan` checked bubblewrap; this reads the cached version.
+        format!(
+            "{provisioning}; `sandbox` tasks run their agent and verify commands in bubblewrap ({})",
+            check_bubblewrap().unwrap_or_default()
+        )
+    } else {
+        provisioning
+    };
+    observer.started(plan, &run_dir);
 
+    let recorded: HashSet<(String, String, u32)> = done
+        .iter()
+        .map(|r| (r.task.clone(), r.agent.clone(), r.trial))
+        .collect();
+    let to_run: Vec<TrialSpec> = plan
+        .trials
+        .iter()
+        .filter(|t| !recorded.contains(&(suite.tasks[t.task].id.clone(), t.agent.clone(), t.trial)))
+        .cloned()
+        .collect();
     let inputs = Arc::new(TrialInputs {
         suite: suite.clone(),
         agents: plan.agents.clone(),
         source,
         provisioner: BackendProvisioner::new()
             .with(Isolation::Session, SessionBackend)
-            .with_shared(Isolation::Worktree, worktree),
+            .with_shared(Isolation::Worktree, worktree.clone())
+            // The same workspaces: the sandbox is in how the agent and verify commands run.
+            .with_shared(Isolation::Sandbox, worktree),
+        sandbox_hidden: vec![root.clone(), run_dir.clone()],
     });
     let semaphore = Arc::new(Semaphore::new(plan.request.jobs));
+    let retries = plan.request.retries;
     let (tx, mut rx) = mpsc::unbounded_channel::<TrialRecord>();
-    for spec in plan.trials.clone() {
+    for spec in to_run {
         let (inputs, semaphore, tx, cancel) = (
             inputs.clone(),
             semaphore.clone(),
@@ -421,9 +490,7 @@ pub async fn execute(
             cancel.clone(),
         );
         let commit = commits[spec.task].clone();
-        let trial_dir = store
-            .trial_dir(&suite.tasks[spec.task].id, &spec.agent, spec.trial)
-            .map_err(|e| RunError::Io(e.to_string()))?;
+        let trial_dir = fresh_trial_dir(&store, &suite.tasks[spec.task].id, &spec)?;
         tokio::spawn(async move {
             let Ok(_permit) = semaphore.acquire_owned().await else {
                 return;
@@ -431,13 +498,28 @@ pub async fn execute(
             if cancel.is_cancelled() {
                 return;
             }
-            let record = trial::run_trial(&inputs, &spec, &commit, &trial_dir, cancel).await;
+            let mut record =
+                trial::run_trial(&inputs, &spec, &commit, &trial_dir, cancel.clone()).await;
+            for _ in 0..retries {
+                if record.outcome != Outcome::InfraError || cancel.is_cancelled() {
+                    break;
+                }
+                // Only the last attempt's artifacts and record are kept.
+                if std::fs::remove_dir_all(&trial_dir)
+                    .and_then(|()| std::fs::create_dir_all(&trial_dir))
+                    .is_err()
+                {
+                    break;
+                }
+                record =
+                    trial::run_trial(&inputs, &spec, &commit, &trial_dir, cancel.clone()).await;
+            }
             let _ = tx.send(record);
         });
     }
     drop(tx);
 
-    let mut records = Vec::with_capacity(plan.trials.len());
+    let mut records = done;
     let mut interrupts = 0;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| RunError::Io(e.to_string()))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| RunError::Io(e.to_string()))?;
@@ -469,17 +551,34 @@ pub async fn execute(
     {
         leftovers.push(format!("{}: {err}", root.display()));
     }
+    // A root that could not be removed keeps its lease, so `gc` can finish the job later.
+    if leftovers.is_empty() {
+        lease.release();
+    }
     manifest.finished_at = Some(now());
     manifest.interrupted = cancel.is_cancelled() || records.len() < plan.trials.len();
     store
         .write_manifest(&manifest)
         .map_err(|e| RunError::Io(format!("cannot write the manifest: {e}")))?;
     Ok(RunOutcome {
-        run_dir: run_dir.to_owned(),
+        run_dir,
         records,
         interrupted: manifest.interrupted,
         leftovers,
     })
+}
+
+/// The trial's folder, emptied: a run killed mid-trial may have left part of its artifacts.
+fn fresh_trial_dir(store: &RunDir, task: &str, spec: &TrialSpec) -> Result<PathBuf, RunError> {
+    let dir = store
+        .trial_dir(task, &spec.agent, spec.trial)
+        .map_err(|e| RunError::Io(e.to_string()))?;
+    if std::fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some()) {
+        std::fs::remove_dir_all(&dir)
+            .and_then(|()| std::fs::create_dir_all(&dir))
+            .map_err(|e| RunError::Io(format!("cannot clear {}: {e}", dir.display())))?;
+    }
+    Ok(dir)
 }
 
 /// Prepares the source once and resolves every planned task's base commit.
@@ -535,7 +634,7 @@ fn prepare(
 ) -> Result<(PreparedSource, Vec<String>), RunError> {
     std::fs::create_dir_all(root)
         .map_err(|e| RunError::Io(format!("cannot create {}: {e}", root.display())))?;
-    let source = prepare_source(&suite.repo, cache).map_err(|message| RunError::Config {
+    let mut source = prepare_source(&suite.repo, cache).map_err(|message| RunError::Config {
         message: format!(
             "repo {} ({}): {message}",
             suite.repo.path.display(),
@@ -565,6 +664,10 @@ fn prepare(
         };
         commits[i] = commit;
     }
+    // Workspaces borrow objects from per-commit history repos, never the whole source.
+    source
+        .prepare_histories(resolved.values().map(String::as_str), cache)
+        .map_err(RunError::Io)?;
     Ok((source, commits))
 }
 

@@ -1,4 +1,11 @@
 //! One trial: wire the seam types for (task, agent, n), run the lifecycle, write the artifacts.
+//!
+//! After the lifecycle the verdict is checked against gaming: a diff touching a protected path
+//! is recorded as `tampered` (and fails under `delta`), a verify output that contradicts its exit
+//! code makes the trial `invalid`, and secrets are redacted from every artifact and the record.
+
+mod protect;
+mod redact;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -15,16 +22,20 @@ use crate::agent::{
     MockAgent, NoopAgent, OracleAgent, RunCodingNode, RunNodeError, StreamEvent, run_coding_node,
 };
 use crate::delta::{DiffStats, TaskProbe, commit_setup};
-use crate::metric::{DeltaMetric, DeltaTokenMetric, ExitCodeMetric, GraderMetric, Metric};
+use crate::metric::{
+    DeltaMetric, DeltaTokenMetric, ExitCodeMetric, GraderMetric, Metric, contradiction,
+};
 use crate::process::{self, CommandSpec};
 use crate::store::{Outcome, TrialRecord, UsageRecord, VerifyRecord, write_json_atomic};
 use crate::suite::{AgentSpec, MetricSpec, Suite, Task};
 use crate::workspace::{
     BackendProvisioner, Isolation, PreparedSource, ProvisionError, ProvisionedWorkspace,
-    WorkspaceBase, WorkspaceProvisionError, WorkspaceProvisioner,
+    SandboxPolicy, WorkspaceBase, WorkspaceProvisionError, WorkspaceProvisioner,
 };
 
 use super::{TrialSpec, now};
+use protect::Protected;
+use redact::Secrets;
 
 /// What every trial of a run shares.
 pub struct TrialInputs {
@@ -33,6 +44,8 @@ pub struct TrialInputs {
     pub source: PreparedSource,
     /// Shared by every trial, so backends can share their caches.
     pub provisioner: BackendProvisioner,
+    /// Folders a sandboxed command must not see: the run's workspaces and its run directory.
+    pub sandbox_hidden: Vec<PathBuf>,
 }
 
 /// Runs one trial to a record. Never fails: what went wrong is in the record.
@@ -47,10 +60,17 @@ pub async fn run_trial(
     let started = Instant::now();
     let task = &inputs.suite.tasks[spec.task];
     let agent_spec = inputs.agents[&spec.agent].clone();
+    let secrets = Secrets::of_trial(match &agent_spec {
+        AgentSpec::Command(config) => Some(&config.env),
+        _ => None,
+    });
+    let protected = Protected::for_task(task.protected.as_deref(), task.tests.as_ref());
+    // Only the base commit's history, so no later commit is readable from the workspace.
+    let history = inputs.source.repo_for(commit);
     let base = WorkspaceBase {
         repo: match (task.isolation, &inputs.source.work_tree) {
             (Isolation::Session, Some(tree)) => tree.clone(),
-            _ => inputs.source.git_dir.clone(),
+            _ => history.to_owned(),
         },
         commit: commit.to_owned(),
         name: format!(
@@ -66,11 +86,21 @@ pub async fn run_trial(
         timeout: task.timeout,
         log: dir.join("setup.log"),
     };
+    // The agent and the verify command each get their own home, kept with the trial's files.
+    let sandbox = |home: &str| {
+        (task.isolation == Isolation::Sandbox).then(|| {
+            SandboxPolicy::new(dir.join(home))
+                .hiding(inputs.sandbox_hidden.clone())
+                .borrowing_objects_of(history)
+        })
+    };
     let probe = Arc::new(TaskProbe {
         hidden_tests: task.tests.clone(),
         verify: task.verify.clone(),
         artifacts: Some(dir.to_owned()),
+        sandbox: sandbox("verify-home"),
     });
+    let agent_sandbox = sandbox("home");
     let (agent_name, scratch, solution) =
         (spec.agent.clone(), dir.to_owned(), task.solution.clone());
     let factory = FnCodingAgentFactory::new(
@@ -87,12 +117,18 @@ pub async fn run_trial(
                         .named(&agent_name)
                         .in_workspace(ctx.workspace.clone()),
                 ),
-                AgentSpec::Command(config) => Arc::new(CommandAgent::new(
-                    &agent_name,
-                    config.clone(),
-                    ctx.workspace.clone(),
-                    scratch.clone(),
-                )),
+                AgentSpec::Command(config) => {
+                    let agent = CommandAgent::new(
+                        &agent_name,
+                        config.clone(),
+                        ctx.workspace.clone(),
+                        scratch.clone(),
+                    );
+                    Arc::new(match &agent_sandbox {
+                        Some(policy) => agent.sandboxed(policy.clone()),
+                        None => agent,
+                    })
+                }
             })
         },
         probe,
@@ -158,6 +194,8 @@ pub async fn run_trial(
             .map(|(phase, us)| (format!("{phase:?}").to_lowercase(), *us))
             .collect(),
         started_at,
+        tampered: Vec::new(),
+        invalid: None,
     };
     let mut result_json = serde_json::json!({ "lifecycle": lifecycle });
     match ran {
@@ -178,6 +216,17 @@ pub async fn run_trial(
                 duration_ms: verify.duration_ms,
             });
             describe_result(&mut record, &outcome.result);
+            match &protected {
+                Ok(protected) => record.tampered = protected.touched(&outcome.delta.diff),
+                Err(e) => {
+                    record.outcome = Outcome::InfraError;
+                    record.passed = false;
+                    record.score = None;
+                    record.infra_error =
+                        Some(format!("cannot list the hidden tests to protect them: {e}"));
+                }
+            }
+            judge(&mut record, &task.metric, verify);
             result_json["result"] = serde_json::to_value(&outcome.result).unwrap_or_default();
             result_json["summary"] = serde_json::to_value(&outcome.summary).unwrap_or_default();
         }
@@ -192,9 +241,53 @@ pub async fn run_trial(
         }
     }
     record.duration_ms = started.elapsed().as_millis() as u64;
+    let record = redact_record(&secrets, record);
     result_json["record"] = serde_json::to_value(&record).unwrap_or_default();
     let _ = write_json_atomic(&dir.join("result.json"), &result_json);
+    if let Err(e) = secrets.redact_dir(dir) {
+        // A secret may remain on disk: the record says so rather than the run failing.
+        let mut record = record;
+        record.outcome = Outcome::InfraError;
+        record.passed = false;
+        record.score = None;
+        record.infra_error = Some(format!("cannot redact secrets from {}: {e}", dir.display()));
+        return record;
+    }
     record
+}
+
+/// Applies the anti-gaming rules to a scored record. A tampered trial fails under `delta` (the
+/// other metrics keep their verdict, with the flag); otherwise a verify output that contradicts
+/// its exit code, or shows zero tests ran, makes the trial `invalid`.
+fn judge(record: &mut TrialRecord, metric: &MetricSpec, verify: &crate::delta::CommandResult) {
+    if record.outcome == Outcome::InfraError {
+        return;
+    }
+    let not_passed = |record: &mut TrialRecord, outcome| {
+        record.outcome = outcome;
+        record.passed = false;
+        record.score = Some(0.0);
+    };
+    if !record.tampered.is_empty() && matches!(metric, MetricSpec::Delta) {
+        not_passed(record, Outcome::Fail);
+    } else if let Some(why) = contradiction(verify) {
+        not_passed(record, Outcome::Invalid);
+        record.invalid = Some(why);
+    }
+}
+
+/// The record with every secret replaced, through its JSON form so no text field is missed.
+fn redact_record(secrets: &Secrets, record: TrialRecord) -> TrialRecord {
+    if secrets.is_empty() {
+        return record;
+    }
+    let Ok(json) = serde_json::to_string(&record) else {
+        return record;
+    };
+    match secrets.redact(&json) {
+        std::borrow::Cow::Borrowed(_) => record,
+        std::borrow::Cow::Owned(redacted) => serde_json::from_str(&redacted).unwrap_or(record),
+    }
 }
 
 /// One human-readable line per event, for `agent.log`.

@@ -10,6 +10,7 @@
 //!
 //! [`merge_runs`] combines the run directories of a sharded run into one.
 
+mod lease;
 mod merge;
 
 use std::fs::{self, File, OpenOptions};
@@ -22,6 +23,7 @@ use crate::agent::{CodingError, CodingStatus};
 use crate::delta::DiffStats;
 use crate::runner::Shard;
 
+pub use lease::{FoundLease, HeldLease, Lease, Reaped, leases, reap};
 pub use merge::{MergeError, Merged, merge_runs};
 
 /// A trial's outcome.
@@ -30,6 +32,9 @@ pub use merge::{MergeError, Merged, merge_runs};
 pub enum Outcome {
     Pass,
     Fail,
+    /// The verifier gave no evidence (zero tests ran) or contradicted itself (a summary that
+    /// claims success with a non-zero exit): counted as not passed, shown apart, never retried.
+    Invalid,
     /// Not scored: provisioning, the probe, or the harness failed.
     InfraError,
 }
@@ -39,6 +44,7 @@ impl Outcome {
         match self {
             Self::Pass => "pass",
             Self::Fail => "fail",
+            Self::Invalid => "invalid",
             Self::InfraError => "infra_error",
         }
     }
@@ -88,6 +94,13 @@ pub struct TrialRecord {
     /// Microseconds per lifecycle phase, in the order they ran.
     pub phases: Vec<(String, u64)>,
     pub started_at: String,
+    /// Protected paths (the hidden tests by default) the agent's diff touched; non-empty fails
+    /// the trial under the `delta` metric.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tampered: Vec<String>,
+    /// Why the outcome is `invalid`: what the verify output said against its exit code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid: Option<String>,
 }
 
 /// The manifest of a run.
@@ -123,6 +136,9 @@ pub struct Manifest {
     /// True when the run was interrupted before every planned trial ran.
     #[serde(default)]
     pub interrupted: bool,
+    /// What was asked for, so `resume` can finish the same plan; null in older run directories.
+    #[serde(default)]
+    pub request: Option<crate::runner::RunRequest>,
 }
 
 /// A run directory being written.
@@ -153,6 +169,33 @@ impl RunDir {
             path: path.to_owned(),
             trials,
         })
+    }
+
+    /// Opens a run directory to finish it: reads it back, cuts a torn last line (a crash
+    /// mid-append) off `trials.jsonl` so the next record starts on a line of its own, and
+    /// appends from there.
+    pub fn reopen(path: &Path) -> Result<(Self, StoredRun), ReadRunError> {
+        let stored = read_run(path)?;
+        let trials_path = path.join("trials.jsonl");
+        let io_err = |source| ReadRunError::Io {
+            path: trials_path.clone(),
+            source,
+        };
+        let bytes = fs::read(&trials_path).map_err(io_err)?;
+        let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let trials = OpenOptions::new()
+            .append(true)
+            .open(&trials_path)
+            .map_err(io_err)?;
+        if whole < bytes.len() {
+            trials.set_len(whole as u64).map_err(io_err)?;
+            trials.sync_data().map_err(io_err)?;
+        }
+        let run = Self {
+            path: path.to_owned(),
+            trials,
+        };
+        Ok((run, stored))
     }
 
     pub fn path(&self) -> &Path {

@@ -125,6 +125,9 @@ pub struct Task {
     pub base: Located<String>,
     pub setup: Option<String>,
     pub tests: Option<Overlay>,
+    /// `protected:` as written; `None` protects the paths the hidden tests write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protected: Option<Vec<String>>,
     pub verify: VerifySpec,
     pub solution: Option<Overlay>,
     pub metric: MetricSpec,
@@ -582,7 +585,7 @@ fn agent_spec(source: &Source, name: &str, agent: &RawAgent) -> Result<AgentSpec
             "simulate_panic",
             "apply_writes",
         ],
-        "command" => &["run", "timeout", "env"],
+        "command" => &["run", "timeout", "env", "network"],
         other => {
             return Err(source.at(
                 &agent.kind,
@@ -638,6 +641,16 @@ fn agent_spec(source: &Source, name: &str, agent: &RawAgent) -> Result<AgentSpec
                     .map(|t| source.duration(t))
                     .transpose()?,
                 env: agent.env.clone().unwrap_or_default(),
+                network: agent
+                    .network
+                    .as_ref()
+                    .map(|n| {
+                        n.value
+                            .parse()
+                            .map_err(|err| source.at(n, format!("{err}")))
+                    })
+                    .transpose()?
+                    .unwrap_or_default(),
             })
         }
     })
@@ -784,6 +797,7 @@ fn task(
         base,
         setup,
         tests: overlay(&t.tests, "tests")?,
+        protected: t.protected.clone(),
         verify,
         solution: overlay(&t.solution, "solution")?,
         metric,

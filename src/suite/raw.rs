@@ -63,6 +63,10 @@ pub struct RawAgent {
     /// command: extra environment variables.
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
+    /// command: the network under `isolation: sandbox`, `none` (default) or `host`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub network: Option<Spanned<String>>,
     /// mock: the scripted events.
     #[serde(default)]
     pub responses: Option<Vec<StreamEvent>>,
@@ -103,6 +107,7 @@ impl RawAgent {
         add("run", self.run.is_some(), at(&self.run));
         add("timeout", self.timeout.is_some(), at(&self.timeout));
         add("env", self.env.is_some(), None);
+        add("network", self.network.is_some(), at(&self.network));
         add("responses", self.responses.is_some(), None);
         add("artifacts", self.artifacts.is_some(), None);
         add("delay", self.delay.is_some(), at(&self.delay));
@@ -171,6 +176,10 @@ pub struct RawTask {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub tests: Option<Spanned<String>>,
+    /// Globs of workspace paths the agent must not modify (`*`, `?`, `**`; a directory covers
+    /// what is under it); a diff touching one fails the trial. Default: the hidden test paths.
+    #[serde(default)]
+    pub protected: Option<Vec<String>>,
     /// The verify command: a string, or `{run, timeout}`.
     #[serde(default)]
     #[schemars(with = "Option<VerifySchema>")]

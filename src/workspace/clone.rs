@@ -1,7 +1,8 @@
 //! The `worktree` backend: a private `git clone --shared` at the base commit.
 //!
 //! Not `git worktree add`: linked worktrees share refs, config and hooks, and adds race under
-//! concurrency. A shared clone has its own `.git` and borrows objects read-only. After the clone
+//! concurrency. A shared clone has its own `.git` and borrows objects read-only (from the base
+//! commit's history repo, see `source`, so no later object is reachable by hash). After the clone
 //! every ref is deleted and the remote removed, so the agent sees only the base commit and its
 //! ancestors, not another branch or tag of the source (a later commit can hold the answer).
 

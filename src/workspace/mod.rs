@@ -8,6 +8,7 @@ mod clone;
 mod git;
 mod overlay;
 mod overlayfs;
+mod sandbox;
 mod session;
 mod source;
 
@@ -22,6 +23,10 @@ pub use clone::CloneBackend;
 pub use git::{git_command, resolve_commit};
 pub use overlay::{Overlay, OverlayError, apply_overlay};
 pub use overlayfs::{OverlayBackend, overlay_changes};
+pub use sandbox::{
+    Network, SandboxPolicy, SandboxUnavailableError, UnknownNetworkError, check_bubblewrap,
+    program_paths,
+};
 pub use session::SessionBackend;
 pub use source::{PreparedSource, prepare_source};
 
@@ -41,7 +46,7 @@ pub enum Isolation {
     Session,
     /// A private clone at the base commit (the default).
     Worktree,
-    /// A private clone run inside a sandbox.
+    /// A private clone whose agent and verify commands run inside bubblewrap.
     Sandbox,
 }
 
@@ -243,12 +248,7 @@ impl BackendProvisioner {
 
 /// Why a strategy without a backend cannot run.
 pub fn missing_backend_reason(isolation: Isolation) -> String {
-    match isolation {
-        Isolation::Sandbox => "the `sandbox` isolation strategy is not available yet in this \
-            version of deltabench; use `worktree` (a private clone per trial)"
-            .to_owned(),
-        other => format!("no backend is registered for the `{other}` strategy"),
-    }
+    format!("no backend is registered for the `{isolation}` strategy")
 }
 
 impl WorkspaceProvisioner for BackendProvisioner {

@@ -1,12 +1,22 @@
 //! The suite's repository, made ready to clone from: a git repo is used in place; a bundle or a
 //! plain directory becomes a content-addressed bare repo in the cache.
+//!
+//! Workspaces do not borrow the source's object store: through `objects/info/alternates` every
+//! object is readable by hash (`git cat-file --batch-all-objects`), later commits included, and
+//! a later commit can hold the answer. Each base commit gets a cached bare *history* repo instead,
+//! holding only the objects reachable from that commit, built once with `git pack-objects
+//! --revs` from the source piped into `git index-pack` (the user's repo is only read), and
+//! workspaces borrow from that.
 
+use std::collections::HashMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 
 use git2::{IndexAddOption, Repository, Signature, Time};
 use sha2::{Digest, Sha256};
 
-use super::git::run_git;
+use super::git::{git_command, run_git};
 use crate::suite::{RepoKind, RepoSource};
 
 /// Where workspaces clone from, and the user's own work tree if there is one.
@@ -16,6 +26,87 @@ pub struct PreparedSource {
     pub git_dir: PathBuf,
     /// The user's work tree (for `session`), when the repo is one.
     pub work_tree: Option<PathBuf>,
+    /// Per base commit, the cached repo holding only that commit's history.
+    pub histories: HashMap<String, PathBuf>,
+}
+
+impl PreparedSource {
+    /// The repo a workspace at `commit` clones from: its history repo once prepared.
+    pub fn repo_for(&self, commit: &str) -> &Path {
+        self.histories.get(commit).unwrap_or(&self.git_dir)
+    }
+
+    /// Builds (or finds in `cache`) the history repo of each commit.
+    pub fn prepare_histories<'a>(
+        &mut self,
+        commits: impl IntoIterator<Item = &'a str>,
+        cache: &Path,
+    ) -> Result<(), String> {
+        for commit in commits {
+            if !self.histories.contains_key(commit) {
+                let repo = history_repo(&self.git_dir, commit, cache)?;
+                self.histories.insert(commit.to_owned(), repo);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A bare repo in `cache` with exactly the objects reachable from `commit` and one ref to it.
+/// A commit id fixes its whole history, so the commit alone names it.
+fn history_repo(source: &Path, commit: &str, cache: &Path) -> Result<PathBuf, String> {
+    // Absolute: workspaces clone from it with another working directory.
+    let cache = std::path::absolute(cache)
+        .map_err(|e| format!("cannot resolve {}: {e}", cache.display()))?;
+    let target = cache.join(format!("history-{commit}.git"));
+    if target.exists() {
+        return Ok(target);
+    }
+    let scratch = scratch_dir(&cache)?;
+    let staged = scratch.path().join("history.git");
+    let staged_text = staged.to_string_lossy();
+    run_git(scratch.path(), &["init", "--bare", "--quiet", &staged_text])?;
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        format!(
+            "cannot copy the history of {commit} out of {}: {what}: {e}",
+            source.display()
+        )
+    };
+    let mut pack = git_command(source)
+        .args(["pack-objects", "--revs", "--stdout", "--quiet"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| fail("git pack-objects", &e))?;
+    let mut revs = pack.stdin.take().expect("piped stdin");
+    writeln!(revs, "{commit}").map_err(|e| fail("git pack-objects", &e))?;
+    drop(revs);
+    let pack_out = pack.stdout.take().expect("piped stdout");
+    let index = git_command(&staged)
+        .args(["index-pack", "--stdin"])
+        .stdin(Stdio::from(pack_out))
+        .output()
+        .map_err(|e| fail("git index-pack", &e))?;
+    let packed = pack
+        .wait_with_output()
+        .map_err(|e| fail("git pack-objects", &e))?;
+    if !packed.status.success() {
+        return Err(fail(
+            "git pack-objects",
+            &String::from_utf8_lossy(&packed.stderr).trim(),
+        ));
+    }
+    if !index.status.success() {
+        return Err(fail(
+            "git index-pack",
+            &String::from_utf8_lossy(&index.stderr).trim(),
+        ));
+    }
+    run_git(&staged, &["update-ref", "refs/heads/base", commit])?;
+    run_git(&staged, &["symbolic-ref", "HEAD", "refs/heads/base"])?;
+    publish(&staged, &target)?;
+    Ok(target)
 }
 
 /// Makes `repo` clonable. A bundle or a plain directory becomes a bare repo in `cache`, named by
@@ -25,11 +116,13 @@ pub fn prepare_source(repo: &RepoSource, cache: &Path) -> Result<PreparedSource,
     let bare = |git_dir: PathBuf| PreparedSource {
         git_dir,
         work_tree: None,
+        histories: HashMap::new(),
     };
     match repo.kind {
         RepoKind::WorkTree => Ok(PreparedSource {
             git_dir: repo.path.clone(),
             work_tree: Some(repo.path.clone()),
+            histories: HashMap::new(),
         }),
         RepoKind::Bare => Ok(bare(repo.path.clone())),
         RepoKind::Bundle => {

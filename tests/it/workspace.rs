@@ -1,4 +1,5 @@
-//! Workspaces: isolation from the rest of the history, exact diffs, session and sandbox rules.
+//! Workspaces: isolation from the rest of the history, exact diffs, session rules (sandbox: see
+//! `sandbox.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -263,23 +264,6 @@ fn session_works_in_place_for_one_trial_only() {
             .contains("uncommitted"),
         "{record}"
     );
-}
-
-#[test]
-fn sandbox_is_a_clear_error_not_a_fallback() {
-    let tmp = one_file_repo();
-    write_suite(
-        tmp.path(),
-        "name: sandbox\nrepo: repo\ntasks:\n  - {id: t, instruction: x, isolation: sandbox, verify: \"true\"}\n",
-    );
-    let (output, _, out) = run_suite(tmp.path(), &[]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("`sandbox` isolation strategy is not available yet"),
-        "{}",
-        stderr(&output)
-    );
-    assert!(!out.join("trials.jsonl").exists());
 }
 
 /// Two agents on one commit: the commit is provisioned twice, so it gets a template and overlays.

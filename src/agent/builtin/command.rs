@@ -3,6 +3,8 @@
 //! The command runs under `sh -c` with the workspace as its working directory, stdin closed,
 //! in its own process group, and gets the instruction in `$DELTABENCH_INSTRUCTION` and in the
 //! file named by `$DELTABENCH_INSTRUCTION_FILE`. Exit 0 is `completed`, anything else `error`.
+//! Under `isolation: sandbox` it runs inside bubblewrap ([`SandboxPolicy`]), with the network
+//! its `network:` key asks for.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,6 +17,7 @@ use crate::agent::{
     StreamEvent, new_session_id,
 };
 use crate::process::{self, CommandSpec};
+use crate::workspace::{Network, SandboxPolicy, program_paths};
 
 /// Characters of the command's output kept as the result's summary text.
 const SUMMARY_CHARS: usize = 2000;
@@ -29,6 +32,9 @@ pub struct CommandAgentConfig {
     pub timeout: Option<Duration>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The network inside the sandbox (`isolation: sandbox` only).
+    #[serde(default, skip_serializing_if = "Network::is_none")]
+    pub network: Network,
 }
 
 /// A shell command wearing the [`CodingAgent`] interface.
@@ -38,6 +44,7 @@ pub struct CommandAgent {
     config: CommandAgentConfig,
     workspace: PathBuf,
     scratch: PathBuf,
+    sandbox: Option<SandboxPolicy>,
 }
 
 impl CommandAgent {
@@ -54,7 +61,21 @@ impl CommandAgent {
             config,
             workspace,
             scratch,
+            sandbox: None,
         }
+    }
+
+    /// Runs the command inside `policy`'s sandbox, with the agent's own network setting, its
+    /// script and its instruction file readable.
+    pub fn sandboxed(mut self, policy: SandboxPolicy) -> Self {
+        let mut policy = policy
+            .network(self.config.network)
+            .readable(self.scratch.join("instruction.md"));
+        for path in program_paths(&self.config.run) {
+            policy = policy.readable(path);
+        }
+        self.sandbox = Some(policy);
+        self
     }
 
     async fn execute_command(self, ctx: RunContext, task: String, session: String) -> CodingResult {
@@ -78,9 +99,28 @@ impl CommandAgent {
         for (key, value) in &self.config.env {
             spec = spec.env(key, value);
         }
+        if let Some(policy) = &self.sandbox {
+            spec = match policy.wrap(&self.workspace, spec) {
+                Ok(spec) => spec,
+                Err(err) => {
+                    return CodingResult::failed(
+                        session,
+                        CodingError::new(
+                            ErrorCode::SdkError,
+                            format!("cannot prepare the sandbox's home: {err}"),
+                        ),
+                    );
+                }
+            };
+        }
+        let sandboxed = if self.sandbox.is_some() {
+            "in the sandbox: "
+        } else {
+            ""
+        };
         ctx.emit(StreamEvent::System {
             subtype: "spawn".into(),
-            message: format!("sh -c {:?}", self.config.run),
+            message: format!("{sandboxed}sh -c {:?}", self.config.run),
             data: None,
         })
         .await;

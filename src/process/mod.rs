@@ -6,9 +6,19 @@
 //! On timeout or cancellation the whole group gets SIGTERM, a grace period, then SIGKILL. After
 //! the leader exits, a grandchild that still holds the pipe gets a short leak timeout before the
 //! group is killed, so it cannot hang the run. A drop guard kills the group on every other path.
+//!
+//! A process group does not hold a process that calls `setsid()`. Where the machine allows, each
+//! child also gets its own cgroup v2 ([`cgroup`]), joined between fork and exec, and "kill the
+//! group" is `cgroup.kill`: every process in it dies, escapees included, and anything still in
+//! it when the leader is done is killed too. Elsewhere, deltabench is a child subreaper, so
+//! escapees are reparented to it instead of init, and each kill ends with a sweep of those
+//! orphans. [`ProcessOutput::kill_method`] says which ran.
+
+mod cgroup;
 
 use std::collections::{BTreeSet, VecDeque};
 use std::ffi::OsString;
+use std::fs;
 use std::io;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -29,14 +39,64 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(3);
 /// How long the pipe may stay open after the leader exited (nextest uses 200 ms too).
 pub const LEAK_TIMEOUT: Duration = Duration::from_millis(200);
 
-/// Process groups alive right now, so a hard interrupt can kill them all.
+/// Process groups alive right now, so a hard interrupt can kill them all. Their leaders are
+/// tokio's children: the orphan sweep must never reap them.
 static LIVE_GROUPS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+/// Cgroups of live children, for the same reason.
+static LIVE_CGROUPS: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 
-/// Sends SIGKILL to every process group this process still owns. For the second Ctrl-C.
+/// Sends SIGKILL to every process group and cgroup this process still owns. For the second
+/// Ctrl-C; the cgroups themselves are left for the kernel to empty.
 pub fn kill_all_live_groups() {
     let groups = LIVE_GROUPS.lock().map(|g| g.clone()).unwrap_or_default();
     for pgid in groups {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+    let cgroups = LIVE_CGROUPS.lock().map(|g| g.clone()).unwrap_or_default();
+    for dir in cgroups {
+        let _ = cgroup::kill_dir(&dir);
+    }
+    cgroup::remove_parent();
+}
+
+/// Removes the run's parent cgroup (empty once every child is gone). Call before exiting.
+pub fn cleanup() {
+    cgroup::remove_parent();
+}
+
+/// The cgroup the deltabench process `pid` (now gone) put its children in, if it is left:
+/// with `dry_run` only returned; otherwise every process still in it is killed and it is
+/// removed. Returns it with whether it is gone.
+pub fn reap_cgroups_of(pid: u32, dry_run: bool) -> Option<(PathBuf, bool)> {
+    let parent = cgroup::parent_of(pid)?;
+    let gone = !dry_run && cgroup::reap_parent(&parent, true);
+    Some((parent, gone))
+}
+
+/// Removes the empty cgroups that deltabench processes now gone left behind (with `dry_run`,
+/// only lists them). A cgroup still holding processes is left to the lease that names it.
+pub fn tidy_dead_cgroups(dry_run: bool) -> Vec<PathBuf> {
+    cgroup::dead_parents()
+        .into_iter()
+        .filter(|parent| dry_run || cgroup::reap_parent(parent, false))
+        .collect()
+}
+
+/// How a process tree was killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillMethod {
+    /// `cgroup.kill` on the child's own cgroup v2: airtight.
+    Cgroup,
+    /// SIGKILL to the process group, then a sweep of the orphans reparented to deltabench.
+    ProcessGroup,
+}
+
+impl KillMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cgroup => "cgroup",
+            Self::ProcessGroup => "process-group",
+        }
     }
 }
 
@@ -113,6 +173,9 @@ pub struct ProcessOutput {
     pub cancelled: bool,
     /// A descendant still held the output pipe after the leader exited.
     pub leaked: bool,
+    /// How the tree was killed, when something was left to kill (a timeout, a cancellation, a
+    /// leak, a daemon still running after the leader exited); `None` when it ended by itself.
+    pub kill_method: Option<KillMethod>,
     pub duration: Duration,
     pub output: BoundedOutput,
 }
@@ -191,32 +254,111 @@ impl BoundedOutput {
     }
 }
 
-/// Kills the group when dropped, unless disarmed after a clean end.
+/// The child's process group and, where possible, its cgroup: kills both when dropped.
 struct GroupGuard {
     pgid: i32,
+    cgroup: Option<cgroup::Cgroup>,
 }
 
 impl GroupGuard {
-    fn new(pgid: i32) -> Self {
-        if let Ok(mut live) = LIVE_GROUPS.lock() {
-            live.insert(pgid);
-        }
-        Self { pgid }
-    }
-
     fn signal(&self, signal: Signal) {
         // ESRCH (the group is already gone) is the normal case here.
         let _ = killpg(Pid::from_raw(self.pgid), signal);
+    }
+
+    fn method(&self) -> KillMethod {
+        match self.cgroup {
+            Some(_) => KillMethod::Cgroup,
+            None => KillMethod::ProcessGroup,
+        }
+    }
+
+    /// Whether any process of the tree is still alive (in the cgroup, or in the group).
+    fn remains(&self) -> bool {
+        match &self.cgroup {
+            Some(cgroup) => cgroup.populated(),
+            None => killpg(Pid::from_raw(self.pgid), None).is_ok(),
+        }
+    }
+
+    /// SIGKILLs the whole tree.
+    fn kill_tree(&self) {
+        self.signal(Signal::SIGKILL);
+        match &self.cgroup {
+            Some(cgroup) => {
+                let _ = cgroup.kill();
+            }
+            None => sweep_orphans(),
+        }
     }
 }
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        self.signal(Signal::SIGKILL);
+        self.kill_tree();
         if let Ok(mut live) = LIVE_GROUPS.lock() {
             live.remove(&self.pgid);
         }
+        if let Some(cgroup) = &self.cgroup
+            && let Ok(mut live) = LIVE_CGROUPS.lock()
+        {
+            live.remove(cgroup.dir());
+        }
     }
+}
+
+/// Makes deltabench the reaper of its descendants' orphans, once, when cgroups are not used:
+/// a `setsid()` escapee is then reparented here instead of to init, where the sweep finds it.
+fn become_subreaper() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: PR_SET_CHILD_SUBREAPER takes one integer argument and touches no memory.
+        unsafe {
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        }
+    });
+}
+
+/// SIGKILLs and reaps every orphan reparented to deltabench (it is a subreaper): children of
+/// ours that are neither a live command's leader (tokio's to reap) nor in our own process group
+/// (git and other direct children). Reaped by explicit pid: `waitpid(-1)` would steal tokio's
+/// exit statuses. Best effort: an orphan of another running command is killed too, since it
+/// escaped its own group all the same.
+fn sweep_orphans() {
+    let me = std::process::id() as i32;
+    let own_group = nix::unistd::getpgrp().as_raw();
+    // Held while scanning: a leader spawned meanwhile is registered before it can be seen.
+    let Ok(live) = LIVE_GROUPS.lock() else {
+        return;
+    };
+    // Killed orphans may have forked on the way; a few rounds catch the stragglers.
+    for _ in 0..5 {
+        let orphans: Vec<i32> = fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| !live.contains(pid))
+            .filter(|&pid| {
+                parent_and_group(pid).is_some_and(|(ppid, pgid)| ppid == me && pgid != own_group)
+            })
+            .collect();
+        if orphans.is_empty() {
+            return;
+        }
+        for pid in orphans {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+            let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
+        }
+    }
+}
+
+/// `(ppid, pgid)` from `/proc/PID/stat`.
+fn parent_and_group(pid: i32) -> Option<(i32, i32)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields 4 and 5 come after the last ')'.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace().skip(1);
+    Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
 }
 
 /// Runs `spec` to completion (or timeout, or cancellation) and returns how it ended.
@@ -243,12 +385,36 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
         .stderr(Stdio::from(write_err))
         .process_group(0)
         .kill_on_drop(false);
-    let spawned = command.spawn();
-    // The command holds our copies of the write end: drop it so EOF can arrive.
-    drop(command);
-    let mut child = spawned?;
-    let pgid = child.id().map(|id| id as i32).unwrap_or(0);
-    let guard = GroupGuard::new(pgid);
+    let cgroup = cgroup::Cgroup::create();
+    if cgroup.is_none() {
+        become_subreaper();
+    }
+    let procs = cgroup.as_ref().map(cgroup::Cgroup::procs_fd);
+    let harness = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec the closure only makes async-signal-safe system calls
+    // (prctl, getppid, write) on values computed before the fork; it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            // If deltabench itself is killed (even with -9), the leader dies with it; the rest
+            // of the tree is left to the cgroup, or to `deltabench gc`.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            if libc::getppid() != harness {
+                // Its parent is already gone: do not run an orphan.
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            match procs {
+                Some(procs) => cgroup::join_from_child(procs),
+                None => Ok(()),
+            }
+        });
+    }
+    let (mut child, pgid) = spawn_registered(command)?;
+    if let Some(cgroup) = &cgroup
+        && let Ok(mut live) = LIVE_CGROUPS.lock()
+    {
+        live.insert(cgroup.dir().to_owned());
+    }
+    let guard = GroupGuard { pgid, cgroup };
     if let (Some(bytes), Some(mut stdin)) = (spec.stdin.clone(), child.stdin.take()) {
         // A child that never reads stdin must not block us: write in the background.
         tokio::spawn(async move {
@@ -285,11 +451,13 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
     };
 
     let mut leaked = false;
+    let mut killed = timed_out || cancelled;
     let output = match tokio::time::timeout(LEAK_TIMEOUT, &mut reader).await {
         Ok(joined) => joined.map_err(io::Error::other)?,
         Err(_) => {
             leaked = true;
-            guard.signal(Signal::SIGKILL);
+            killed = true;
+            guard.kill_tree();
             match tokio::time::timeout(LEAK_TIMEOUT, &mut reader).await {
                 Ok(joined) => joined.map_err(io::Error::other)?,
                 // Something outside the group (a setsid escapee) still holds the pipe.
@@ -302,6 +470,11 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
             }
         }
     };
+    // A daemon that let go of the pipe outlives the leader: the tree dies with the command.
+    if guard.remains() {
+        killed = true;
+    }
+    let kill_method = killed.then(|| guard.method());
     drop(guard);
 
     use std::os::unix::process::ExitStatusExt;
@@ -311,9 +484,23 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
         timed_out,
         cancelled,
         leaked,
+        kill_method,
         duration: started.elapsed(),
         output,
     })
+}
+
+/// Spawns `command` (consumed: it holds our copies of the pipe's write end, which must go so
+/// EOF can arrive) and registers its group, under the lock so the orphan sweep never mistakes
+/// the new leader for an orphan.
+fn spawn_registered(
+    mut command: tokio::process::Command,
+) -> io::Result<(tokio::process::Child, i32)> {
+    let mut live = LIVE_GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+    let child = command.spawn()?;
+    let pgid = child.id().map(|id| id as i32).unwrap_or(0);
+    live.insert(pgid);
+    Ok((child, pgid))
 }
 
 /// SIGTERM to the group, a grace period, then SIGKILL.
@@ -325,11 +512,11 @@ async fn terminate(
     guard.signal(Signal::SIGTERM);
     match tokio::time::timeout(grace, child.wait()).await {
         Ok(status) => {
-            guard.signal(Signal::SIGKILL);
+            guard.kill_tree();
             status
         }
         Err(_) => {
-            guard.signal(Signal::SIGKILL);
+            guard.kill_tree();
             child.wait().await
         }
     }
@@ -408,6 +595,31 @@ mod tests {
         assert!(!out.success());
         tokio::time::sleep(Duration::from_millis(2500)).await;
         assert!(!marker.exists(), "a grandchild outlived the timeout kill");
+    }
+
+    #[tokio::test]
+    async fn a_setsid_daemon_dies_with_its_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("survivor");
+        // Leaves the group and the pipe: only the cgroup or the subreaper sweep can find it.
+        let script = format!(
+            "setsid sh -c 'sleep 1; touch {}' >/dev/null 2>&1 &",
+            marker.display()
+        );
+        let out = run(
+            &CommandSpec::shell(&script, dir.path()),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.exit_code, Some(0));
+        let expected = match cgroup::Cgroup::create() {
+            Some(_) => KillMethod::Cgroup,
+            None => KillMethod::ProcessGroup,
+        };
+        assert_eq!(out.kill_method, Some(expected));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(!marker.exists(), "the setsid daemon outlived its command");
     }
 
     #[tokio::test]

@@ -1,0 +1,73 @@
+//! `deltabench resume RUN_DIR` (and `run --resume RUN_DIR`): finish a killed run.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::reporter::TerminalReporter;
+use super::{CliError, ResumeOptions, compare, finish_run};
+use crate::runner::{self, ResumeError};
+use crate::suite;
+
+impl From<ResumeError> for CliError {
+    fn from(err: ResumeError) -> Self {
+        let hint = err
+            .forcible()
+            .then(|| "pass --force to finish the run with the files as they are now".to_owned());
+        Self::usage(err.to_string()).hint(hint)
+    }
+}
+
+pub(super) async fn resume(
+    run_dir: &Path,
+    options: &ResumeOptions,
+    jobs: Option<usize>,
+) -> Result<u8, CliError> {
+    let stored = compare::read_run_arg(run_dir)?;
+    let manifest = stored.manifest;
+    let Some(mut request) = manifest.request.clone() else {
+        return Err(CliError::usage(format!(
+            "{}: the manifest does not record the run's request (written by an older deltabench): it cannot be resumed",
+            run_dir.display()
+        )));
+    };
+    if let Some(retries) = options.retries {
+        request.retries = retries;
+    }
+    if let Some(jobs) = jobs {
+        request.jobs = jobs;
+    }
+    if !request.workdir.is_dir() {
+        return Err(CliError::usage(format!(
+            "the run's workdir {} is gone: cannot resume",
+            request.workdir.display()
+        )));
+    }
+    let suite = suite::load(
+        Path::new(&manifest.suite_path),
+        request.agents_file.as_deref(),
+    )?;
+    for reaped in runner::reap_dead_leases(&request.cache, run_dir)? {
+        eprintln!("reaped what the dead run left: {reaped}");
+    }
+    let plan = runner::plan(Arc::new(suite), request)?;
+    if let Err(err) = runner::check_resumable(&manifest, &plan) {
+        if !(options.force && err.forcible()) {
+            return Err(err.into());
+        }
+        eprintln!("warning: {err}; resuming anyway (--force)");
+    }
+    let left = plan.trials.len().saturating_sub(stored.trials.len());
+    eprintln!(
+        "resuming {}: {} of {} trials recorded, {left} to run",
+        run_dir.display(),
+        stored.trials.len(),
+        plan.trials.len()
+    );
+    let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal());
+    let outcome = runner::resume(&plan, run_dir, &mut reporter, CancellationToken::new()).await?;
+    reporter.finish();
+    finish_run(&plan, &outcome, None)
+}

@@ -1,0 +1,290 @@
+//! Cross-checks a verify command's exit code with what its output says.
+//!
+//! Three findings make a trial `invalid` (not passed, shown apart): a test runner that ran zero
+//! tests, a runner summary claiming every test passed while the command exited non-zero, and one
+//! reporting failures while it exited 0 (an exit code the agent's code rewrote). Only the summary lines of unittest, pytest and `cargo test` are read, each anchored
+//! to a whole line, so ordinary output (a bare `PASSED`, a log line saying "OK") never triggers
+//! it; a verify command that prints no such summary is never `invalid`.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use crate::delta::CommandResult;
+
+/// One line of a runner's summary, as counts.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Summary {
+    /// Tests the runner said it ran (or collected).
+    ran: u64,
+    /// Failures or errors it reported.
+    failed: u64,
+}
+
+/// `Ran 3 tests in 0.001s` (unittest).
+static UNITTEST_RAN: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^Ran (\d+) tests? in ").unwrap());
+/// `FAILED (failures=1, errors=2)` (unittest).
+static UNITTEST_FAILED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?m)^FAILED \(").unwrap());
+/// `OK` or `OK (skipped=1)` on a line of its own (unittest).
+static UNITTEST_OK: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^OK(?: \(.*\))?\s*$").unwrap());
+/// `===== 2 passed, 1 failed in 0.12s =====`, or with `-q` `2 deselected in 0.01s` and
+/// `no tests ran in 0.01s` (pytest): a comma list of counts, then the duration.
+static PYTEST_SUMMARY: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?m)^(?:=+ )?((?:\d+ [a-z]+|no tests ran)(?:, \d+ [a-z]+)*) in [\d.]+s(?: \([^)]*\))?(?: =+)?\s*$",
+    )
+    .unwrap()
+});
+/// The counts of a pytest summary; skipped and deselected tests did not run.
+static PYTEST_COUNT: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(\d+) (passed|xpassed|xfailed|failed|errors?)\b").unwrap());
+/// `collected 0 items` (pytest).
+static PYTEST_COLLECTED: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^collected (\d+) items?").unwrap());
+/// `running 3 tests` (cargo test, once per test binary).
+static CARGO_RUNNING: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^running (\d+) tests?\s*$").unwrap());
+/// `test result: ok. 3 passed; 0 failed; ...` (cargo test).
+static CARGO_RESULT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)^test result: (ok|FAILED)\. (\d+) passed; (\d+) failed").unwrap()
+});
+
+fn number(text: &str) -> u64 {
+    text.parse().unwrap_or(u64::MAX)
+}
+
+/// Every runner summary found in `output`, by runner.
+fn summaries(output: &str) -> Vec<(&'static str, Summary)> {
+    let mut found = Vec::new();
+    let unittest_failed = UNITTEST_FAILED.is_match(output);
+    for ran in UNITTEST_RAN.captures_iter(output) {
+        found.push((
+            "unittest",
+            Summary {
+                ran: number(&ran[1]),
+                failed: u64::from(unittest_failed),
+            },
+        ));
+    }
+    let mut pytest_summary = false;
+    for line in PYTEST_SUMMARY.captures_iter(output) {
+        pytest_summary = true;
+        let mut summary = Summary::default();
+        for count in PYTEST_COUNT.captures_iter(&line[1]) {
+            let n = number(&count[1]);
+            match &count[2] {
+                "passed" | "xpassed" | "xfailed" => summary.ran += n,
+                _ => {
+                    summary.ran += n;
+                    summary.failed += n;
+                }
+            }
+        }
+        found.push(("pytest", summary));
+    }
+    if !pytest_summary {
+        // Without a summary line (pytest killed early, `-q` variants), `collected N` still counts.
+        for collected in PYTEST_COLLECTED.captures_iter(output) {
+            found.push((
+                "pytest",
+                Summary {
+                    ran: number(&collected[1]),
+                    failed: 0,
+                },
+            ));
+        }
+    }
+    let results: Vec<_> = CARGO_RESULT.captures_iter(output).collect();
+    if results.is_empty() {
+        for running in CARGO_RUNNING.captures_iter(output) {
+            found.push((
+                "cargo test",
+                Summary {
+                    ran: number(&running[1]),
+                    failed: 0,
+                },
+            ));
+        }
+    }
+    for result in results {
+        let failed = number(&result[3]) + u64::from(&result[1] == "FAILED");
+        found.push((
+            "cargo test",
+            Summary {
+                ran: number(&result[2]) + number(&result[3]),
+                failed,
+            },
+        ));
+    }
+    found
+}
+
+/// Why the verify result is not evidence, or `None` when it is (or cannot be judged).
+///
+/// A timed-out command is left alone: the timeout already fails it.
+pub fn contradiction(result: &CommandResult) -> Option<String> {
+    if result.timed_out {
+        return None;
+    }
+    let found = summaries(&result.output);
+    if found.is_empty() {
+        return None;
+    }
+    let runners = {
+        let mut names: Vec<&str> = found.iter().map(|(name, _)| *name).collect();
+        names.dedup();
+        names.join(", ")
+    };
+    let ran: u64 = found.iter().map(|(_, s)| s.ran).sum();
+    if ran == 0 {
+        return Some(format!("the test runner ({runners}) ran zero tests"));
+    }
+    let failed: u64 = found.iter().map(|(_, s)| s.failed).sum();
+    let unittest_ok =
+        !found.iter().any(|(name, _)| *name == "unittest") || UNITTEST_OK.is_match(&result.output);
+    match result.exit_code {
+        Some(code) if code != 0 && failed == 0 && unittest_ok => Some(format!(
+            "the output of {runners} claims {ran} test(s) passed, but verify exited {code}"
+        )),
+        Some(0) if failed > 0 => Some(format!(
+            "the output of {runners} reports failures, but verify exited 0"
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(exit_code: i32, output: &str) -> Option<String> {
+        contradiction(&CommandResult {
+            command: "verify".into(),
+            exit_code: Some(exit_code),
+            output: output.into(),
+            ..CommandResult::default()
+        })
+    }
+
+    const UNITTEST_OK_OUTPUT: &str = "...\n\
+        ----------------------------------------------------------------------\n\
+        Ran 3 tests in 0.001s\n\nOK\n";
+    const UNITTEST_FAILED_OUTPUT: &str = ".F.\n\
+        ======================================================================\n\
+        FAIL: test_add (test_calc.TestCalc.test_add)\n\
+        ----------------------------------------------------------------------\n\
+        Traceback (most recent call last):\n  File \"test_calc.py\", line 6\n\
+        AssertionError: 1 != 2\n\n\
+        ----------------------------------------------------------------------\n\
+        Ran 3 tests in 0.002s\n\nFAILED (failures=1)\n";
+    const UNITTEST_ZERO: &str = "\n\
+        ----------------------------------------------------------------------\n\
+        Ran 0 tests in 0.000s\n\nNO TESTS RAN\n";
+    const PYTEST_PASSED: &str = "============================= test session starts ==============================\n\
+        platform linux -- Python 3.11.2, pytest-7.2.1, pluggy-1.0.0\n\
+        rootdir: /w\ncollected 2 items\n\n\
+        test_calc.py ..                                                          [100%]\n\n\
+        ============================== 2 passed in 0.01s ===============================\n";
+    const PYTEST_FAILED: &str = "collected 3 items\n\n\
+        test_calc.py .F.                                                         [100%]\n\n\
+        =========================== short test summary info ============================\n\
+        FAILED test_calc.py::test_add - assert 1 == 2\n\
+        ========================= 1 failed, 2 passed in 0.05s ==========================\n";
+    const PYTEST_NONE: &str = "============================= test session starts ==============================\n\
+        collected 0 items\n\n\
+        ============================ no tests ran in 0.00s =============================\n";
+    const CARGO_OK: &str = "   Compiling calc v0.1.0 (/w)\n    Finished test [unoptimized] target(s)\n\
+        \x20    Running unittests src/lib.rs (target/debug/deps/calc-1234)\n\n\
+        running 2 tests\ntest tests::adds ... ok\ntest tests::subtracts ... ok\n\n\
+        test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\n\n\
+        \x20  Doc-tests calc\n\nrunning 0 tests\n\n\
+        test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\n";
+    const CARGO_FAILED: &str = "running 2 tests\ntest tests::adds ... FAILED\ntest tests::subtracts ... ok\n\n\
+        failures:\n\n---- tests::adds stdout ----\nthread 'tests::adds' panicked at src/lib.rs:9:9\n\n\
+        test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\n\n\
+        error: test failed, to rerun pass `--lib`\n";
+    const CARGO_ZERO: &str = "     Running unittests src/lib.rs (target/debug/deps/calc-1234)\n\n\
+        running 0 tests\n\n\
+        test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\n\n\
+        \x20  Doc-tests calc\n\nrunning 0 tests\n\n\
+        test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 2 filtered out; finished in 0.00s\n";
+
+    #[test]
+    fn honest_runs_are_evidence() {
+        for (code, output) in [
+            (0, UNITTEST_OK_OUTPUT),
+            (1, UNITTEST_FAILED_OUTPUT),
+            (0, PYTEST_PASSED),
+            (1, PYTEST_FAILED),
+            (1, ".F\n1 failed, 1 passed, 2 warnings in 0.03s\n"),
+            (0, "===== 3 passed, 1 xfailed in 12.31s (0:00:12) =====\n"),
+            (0, CARGO_OK),
+            (101, CARGO_FAILED),
+        ] {
+            assert_eq!(check(code, output), None, "{output}");
+        }
+    }
+
+    #[test]
+    fn zero_tests_are_no_evidence_whatever_the_exit_code() {
+        for (code, output) in [
+            (0, UNITTEST_ZERO),
+            (
+                0,
+                "\n----------------------------------------------------------------------\nRan 0 tests in 0.000s\n\nOK\n",
+            ),
+            (5, PYTEST_NONE),
+            (5, "\nno tests ran in 0.00s\n"),
+            (5, "\n2 deselected in 0.01s\n"),
+            (
+                0,
+                "ssss                                                                     [100%]\n4 skipped in 0.01s\n",
+            ),
+            (0, CARGO_ZERO),
+        ] {
+            let why = check(code, output).expect(output);
+            assert!(why.contains("ran zero tests"), "{why}");
+        }
+    }
+
+    #[test]
+    fn a_green_summary_with_a_red_exit_contradicts_itself() {
+        let pytest_quiet = "..                                                                       [100%]\n2 passed in 0.01s\n";
+        for output in [UNITTEST_OK_OUTPUT, PYTEST_PASSED, pytest_quiet, CARGO_OK] {
+            let why = check(1, output).expect(output);
+            assert!(why.contains("but verify exited 1"), "{why}");
+        }
+    }
+
+    #[test]
+    fn a_failure_summary_with_a_green_exit_contradicts_itself() {
+        for output in [UNITTEST_FAILED_OUTPUT, PYTEST_FAILED, CARGO_FAILED] {
+            let why = check(0, output).expect(output);
+            assert!(
+                why.contains("reports failures, but verify exited 0"),
+                "{why}"
+            );
+        }
+    }
+
+    #[test]
+    fn output_without_a_runner_summary_is_left_alone() {
+        assert_eq!(check(1, "test_add PASSED\nOK\nall good\n"), None);
+        assert_eq!(check(0, ""), None);
+        // "Ran 0 tests" inside a longer line is not unittest's summary.
+        assert_eq!(check(0, "log: Ran 0 tests in 0s (skipped)\n"), None);
+    }
+
+    #[test]
+    fn a_timeout_is_not_judged() {
+        let result = CommandResult {
+            exit_code: None,
+            timed_out: true,
+            output: UNITTEST_ZERO.into(),
+            ..CommandResult::default()
+        };
+        assert_eq!(contradiction(&result), None);
+    }
+}

@@ -1,0 +1,276 @@
+//! Lease files: what a live run holds outside its run directory, so a dead run's leftovers can
+//! be found and removed whatever `--workdir` it used.
+//!
+//! A run writes `<cache>/leases/<run-id>-<pid>.json` before it creates its workspace root under
+//! the workdir, and removes it once that root is gone. A lease whose process is gone (its pid
+//! is dead, or reused by a process with another start time) belongs to a run that died: `gc`
+//! and `resume` reap it by killing the processes still working inside the root (their current
+//! directory is under it), detaching every mount under it (overlay workspaces), and removing it.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use nix::mount::{MntFlags, umount2};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+use super::{sanitize, write_json_atomic};
+
+/// What a running run holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub pid: u32,
+    /// The process's start time in clock ticks since boot (`/proc/PID/stat` field 22), so a
+    /// reused pid does not pass for the run.
+    pub start_time: u64,
+    /// The run's workspace root under the workdir: workspaces, overlay mounts, scratch.
+    pub root: PathBuf,
+    pub run_dir: PathBuf,
+}
+
+/// A lease file held by this process; released explicitly once the root is cleaned.
+#[derive(Debug)]
+pub struct HeldLease {
+    path: PathBuf,
+}
+
+impl HeldLease {
+    /// Writes the lease of this process for `root` and `run_dir` under `cache`.
+    pub fn acquire(cache: &Path, run_dir: &Path, root: &Path) -> io::Result<Self> {
+        let dir = cache.join("leases");
+        fs::create_dir_all(&dir)?;
+        let pid = std::process::id();
+        let run_id = run_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "run".into());
+        let path = dir.join(format!("{}-{pid}.json", sanitize(&run_id)));
+        let lease = Lease {
+            pid,
+            start_time: start_time(pid).unwrap_or(0),
+            root: root.to_owned(),
+            run_dir: std::path::absolute(run_dir)?,
+        };
+        write_json_atomic(&path, &lease)?;
+        Ok(Self { path })
+    }
+
+    /// Removes the lease file: the run left nothing behind that gc should reap.
+    pub fn release(self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// A lease file found on disk.
+#[derive(Debug, Clone)]
+pub struct FoundLease {
+    pub path: PathBuf,
+    pub lease: Lease,
+}
+
+impl FoundLease {
+    /// Whether the process that wrote the lease is still running.
+    pub fn is_alive(&self) -> bool {
+        start_time(self.lease.pid).is_some_and(|t| t == self.lease.start_time)
+    }
+}
+
+/// Every readable lease under `cache`; unreadable files are skipped (a write in progress).
+pub fn leases(cache: &Path) -> Vec<FoundLease> {
+    let Ok(entries) = fs::read_dir(cache.join("leases")) else {
+        return Vec::new();
+    };
+    let mut found: Vec<FoundLease> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .filter_map(|path| {
+            let lease = serde_json::from_slice(&fs::read(&path).ok()?).ok()?;
+            Some(FoundLease { path, lease })
+        })
+        .collect();
+    found.sort_by(|a, b| a.path.cmp(&b.path));
+    found
+}
+
+/// One thing reaping a dead run's lease did (or, in a dry run, would do).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reaped {
+    Killed {
+        pid: i32,
+        cwd: PathBuf,
+    },
+    /// The run's cgroups, every process still in them killed.
+    Cgroup(PathBuf),
+    Unmounted(PathBuf),
+    Removed(PathBuf),
+    /// Something that could not be cleaned, with why.
+    Failed {
+        what: String,
+        error: String,
+    },
+}
+
+impl std::fmt::Display for Reaped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Killed { pid, cwd } => write!(f, "process {pid} (in {})", cwd.display()),
+            Self::Cgroup(path) => write!(f, "cgroup {}", path.display()),
+            Self::Unmounted(path) => write!(f, "{}", path.display()),
+            Self::Removed(path) => write!(f, "{}", path.display()),
+            Self::Failed { what, error } => write!(f, "{what}: {error}"),
+        }
+    }
+}
+
+/// Kills what still runs in a dead run's cgroups and under its root, detaches its mounts,
+/// removes the root and the lease file. With `dry_run`, only lists what it would do.
+pub fn reap(found: &FoundLease, dry_run: bool) -> Vec<Reaped> {
+    let root = &found.lease.root;
+    let mut done = Vec::new();
+    if root.as_os_str().is_empty() || root == Path::new("/") {
+        return done;
+    }
+    // The cgroups first: airtight where used, wherever the processes moved to.
+    match crate::process::reap_cgroups_of(found.lease.pid, dry_run) {
+        Some((cgroup, true)) => done.push(Reaped::Cgroup(cgroup)),
+        Some((cgroup, false)) if dry_run => done.push(Reaped::Cgroup(cgroup)),
+        Some((cgroup, false)) => done.push(Reaped::Failed {
+            what: format!("cgroup {}", cgroup.display()),
+            error: "processes still in it".into(),
+        }),
+        None => {}
+    }
+    for (pid, cwd) in processes_under(root) {
+        // The process may be a setsid escapee: its group is gone with the run, kill it alone.
+        if !dry_run && let Err(err) = kill(Pid::from_raw(pid), Signal::SIGKILL) {
+            done.push(Reaped::Failed {
+                what: format!("process {pid}"),
+                error: err.to_string(),
+            });
+            continue;
+        }
+        done.push(Reaped::Killed { pid, cwd });
+    }
+    // Deepest first: an overlay's merged dir may sit inside a directory that is itself a mount.
+    let mut mounts = mounts_under(root);
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+    for mount in mounts {
+        if !dry_run && let Err(err) = umount2(&mount, MntFlags::MNT_DETACH) {
+            done.push(Reaped::Failed {
+                what: format!("mount {}", mount.display()),
+                error: err.to_string(),
+            });
+            continue;
+        }
+        done.push(Reaped::Unmounted(mount));
+    }
+    if root.exists() {
+        match dry_run {
+            true => done.push(Reaped::Removed(root.clone())),
+            false => match fs::remove_dir_all(root) {
+                Ok(()) => done.push(Reaped::Removed(root.clone())),
+                Err(err) => done.push(Reaped::Failed {
+                    what: root.display().to_string(),
+                    error: err.to_string(),
+                }),
+            },
+        }
+    }
+    let failed = done.iter().any(|r| matches!(r, Reaped::Failed { .. }));
+    // Keep the lease while something is left, so a later gc tries again.
+    if !dry_run && !failed {
+        let _ = fs::remove_file(&found.path);
+    }
+    done
+}
+
+/// The start time of `pid` in clock ticks since boot, or `None` when it is not running.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: parse after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // `rest` starts at field 3 (state); the start time is field 22.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Processes (other than this one) whose current directory is `root` or below it.
+fn processes_under(root: &Path) -> Vec<(i32, PathBuf)> {
+    let me = std::process::id() as i32;
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter_map(|pid| {
+            let cwd = fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+            cwd.starts_with(root).then_some((pid, cwd))
+        })
+        .collect()
+}
+
+/// Mount points at `root` or below it, from `/proc/self/mounts`.
+fn mounts_under(root: &Path) -> Vec<PathBuf> {
+    let Ok(text) = fs::read_to_string("/proc/self/mounts") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| line.split(' ').nth(1))
+        .map(|field| PathBuf::from(unescape_mount_path(field)))
+        .filter(|path| path.starts_with(root))
+        .collect()
+}
+
+/// `/proc/self/mounts` writes space, tab, newline and backslash as octal escapes (`\040`).
+fn unescape_mount_path(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).and_then(|d| {
+            let text = std::str::from_utf8(d).ok()?;
+            u8::from_str_radix(text, 8).ok()
+        });
+        match (bytes[i], octal) {
+            (b'\\', Some(byte)) => {
+                out.push(byte);
+                i += 4;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_paths_are_unescaped() {
+        assert_eq!(unescape_mount_path(r"/a\040b/c\134d"), r"/a b/c\d");
+        assert_eq!(unescape_mount_path("/plain"), "/plain");
+    }
+
+    #[test]
+    fn this_process_is_alive_and_a_reused_pid_is_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let held =
+            HeldLease::acquire(tmp.path(), Path::new("/x/run"), Path::new("/x/root")).unwrap();
+        let found = leases(tmp.path());
+        assert_eq!(found.len(), 1);
+        assert!(found[0].is_alive());
+        let mut other = found[0].clone();
+        other.lease.start_time += 1;
+        assert!(!other.is_alive());
+        held.release();
+        assert!(leases(tmp.path()).is_empty());
+    }
+}
