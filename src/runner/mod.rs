@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::store::{HeldLease, Manifest, Outcome, RunDir, TrialRecord, sanitize};
 use crate::suite::{AgentSpec, Located, Suite, agent_configs};
+
 use crate::workspace::{
     BackendProvisioner, CloneBackend, Isolation, OverlayBackend, PreparedSource, SessionBackend,
     WorkspaceBackend, check_bubblewrap, prepare_source, resolve_commit,
@@ -357,7 +358,7 @@ pub async fn execute(
         suite: suite.name.clone(),
         suite_path: suite.path.display().to_string(),
         suite_digest: suite.digest.clone(),
-        agents: agent_configs(&plan.agents),
+        agents: recorded_agent_configs(&plan.agents),
         variants: plan
             .agents
             .keys()
@@ -715,4 +716,22 @@ mod tests {
             .collect();
         assert_eq!(slice, [2, 2, 1, 1, 3, 1]);
     }
+}
+
+/// Agent configurations as the manifest records them: values of `env:` entries whose names look
+/// secret (API keys, tokens, passwords) are replaced, so the run directory never holds them.
+pub(crate) fn recorded_agent_configs(
+    agents: &IndexMap<String, AgentSpec>,
+) -> IndexMap<String, serde_json::Value> {
+    let mut configs = agent_configs(agents);
+    for config in configs.values_mut() {
+        if let Some(env) = config.get_mut("env").and_then(|e| e.as_object_mut()) {
+            for (name, value) in env.iter_mut() {
+                if trial::is_secret_name(name) {
+                    *value = serde_json::Value::String(format!("[REDACTED:{name}]"));
+                }
+            }
+        }
+    }
+    configs
 }

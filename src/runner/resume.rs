@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use crate::store::{Manifest, Reaped, leases, reap};
-use crate::suite::agent_configs;
 
 use super::Plan;
 
@@ -40,7 +39,7 @@ impl ResumeError {
 /// Checks that `plan` is what `manifest` recorded: the same suite file (by digest) and the
 /// same agent configs. Agent configs are compared first, to name the agent that changed.
 pub fn check_resumable(manifest: &Manifest, plan: &Plan) -> Result<(), ResumeError> {
-    let now = agent_configs(&plan.agents);
+    let now = super::recorded_agent_configs(&plan.agents);
     let (recorded_names, now_names): (Vec<String>, Vec<String>) = (
         manifest.agents.keys().cloned().collect(),
         now.keys().cloned().collect(),

@@ -7,6 +7,8 @@
 mod protect;
 mod redact;
 
+pub(crate) use redact::is_secret_name;
+
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};

@@ -351,10 +351,9 @@ fn secrets_are_redacted_from_every_artifact() {
     assert!(!stdout(&output).contains(secret) && !stderr(&output).contains(secret));
     let trial = out.join("trials/t/echoer/1");
     let mut artifacts = files_under(&trial);
-    artifacts.push((
-        "trials.jsonl".into(),
-        std::fs::read(out.join("trials.jsonl")).unwrap(),
-    ));
+    for file in ["trials.jsonl", "manifest.json"] {
+        artifacts.push((file.into(), std::fs::read(out.join(file)).unwrap()));
+    }
     for (name, bytes) in &artifacts {
         for value in [secret, agent_token] {
             assert!(!contains(bytes, value), "{name} holds {value}");
