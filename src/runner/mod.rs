@@ -478,7 +478,7 @@ async fn carry_out(
             .with_shared(Isolation::Worktree, worktree.clone())
             // The same workspaces: the sandbox is in how the agent and verify commands run.
             .with_shared(Isolation::Sandbox, worktree),
-        sandbox_hidden: vec![root.clone(), run_dir.clone()],
+        sandbox_hidden: sandbox_hidden(&suite, &root, &run_dir),
     });
     let semaphore = Arc::new(Semaphore::new(plan.request.jobs));
     let retries = plan.request.retries;
@@ -734,4 +734,17 @@ pub(crate) fn recorded_agent_configs(
         }
     }
     configs
+}
+
+/// What a sandboxed agent must not see: the run's other workspaces, the run directory (an
+/// oracle's diff holds the answer) and the suite's folder (hidden tests and solutions). A suite
+/// at the file system's root is not hidden: that would hide everything.
+fn sandbox_hidden(suite: &Suite, root: &Path, run_dir: &Path) -> Vec<PathBuf> {
+    let mut hidden = vec![root.to_owned(), run_dir.to_owned()];
+    if let Some(dir) = suite.path.parent()
+        && dir.components().count() > 2
+    {
+        hidden.push(dir.to_owned());
+    }
+    hidden
 }

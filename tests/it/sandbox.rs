@@ -256,3 +256,46 @@ fn a_timed_out_sandbox_takes_its_escaped_daemon_with_it() {
     assert!(!out.join("trials/t/forker/1/home/survived").exists());
     assert_no_leftovers(&work);
 }
+
+#[test]
+fn a_sandboxed_agent_cannot_read_the_suites_hidden_tests_or_solutions() {
+    let tmp = one_file_repo();
+    write_files(
+        tmp.path(),
+        &[
+            ("sol/a.txt", "SECRET-SOLUTION\n"),
+            ("hidden/check.sh", "grep -q SECRET-SOLUTION a.txt\n"),
+        ],
+    );
+    // The path is assembled at run time: absolute words of `run` count as the agent's program,
+    // which stays readable.
+    let suite_dir = tmp.path().display().to_string();
+    for isolation in ["sandbox", "worktree"] {
+        write_suite(
+            tmp.path(),
+            &format!(
+                "name: peek\nrepo: repo\nagents:\n  peeker: {{kind: command, run: \"d={suite_dir}; cp $d/sol/a.txt a.txt || echo blocked\"}}\n\
+                 tasks:\n  - {{id: t, instruction: x, isolation: {isolation}, tests: hidden/, solution: sol/, verify: \"sh check.sh\"}}\n"
+            ),
+        );
+        let out = tmp.path().join(format!("out-{isolation}"));
+        let output = deltabench(tmp.path())
+            .args(["run", "suite.yaml", "--agent", "peeker", "--workdir"])
+            .arg(tmp.path())
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let expected = if isolation == "sandbox" {
+            "fail"
+        } else {
+            "pass"
+        };
+        assert_eq!(
+            trials(&out)[0]["outcome"],
+            expected,
+            "{isolation}: copying the solution"
+        );
+    }
+}
