@@ -677,6 +677,37 @@ pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+/// Agent configurations as the manifest records them: values of `env:` entries whose names look
+/// secret (API keys, tokens, passwords) are replaced, so the run directory never holds them.
+pub(crate) fn recorded_agent_configs(
+    agents: &IndexMap<String, AgentSpec>,
+) -> IndexMap<String, serde_json::Value> {
+    let mut configs = agent_configs(agents);
+    for config in configs.values_mut() {
+        if let Some(env) = config.get_mut("env").and_then(|e| e.as_object_mut()) {
+            for (name, value) in env.iter_mut() {
+                if trial::is_secret_name(name) {
+                    *value = serde_json::Value::String(format!("[REDACTED:{name}]"));
+                }
+            }
+        }
+    }
+    configs
+}
+
+/// What a sandboxed agent must not see: the run's other workspaces, the run directory (an
+/// oracle's diff holds the answer) and the suite's folder (hidden tests and solutions). A suite
+/// at the file system's root is not hidden: that would hide everything.
+fn sandbox_hidden(suite: &Suite, root: &Path, run_dir: &Path) -> Vec<PathBuf> {
+    let mut hidden = vec![root.to_owned(), run_dir.to_owned()];
+    if let Some(dir) = suite.path.parent()
+        && dir.components().count() > 2
+    {
+        hidden.push(dir.to_owned());
+    }
+    hidden
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -716,35 +747,4 @@ mod tests {
             .collect();
         assert_eq!(slice, [2, 2, 1, 1, 3, 1]);
     }
-}
-
-/// Agent configurations as the manifest records them: values of `env:` entries whose names look
-/// secret (API keys, tokens, passwords) are replaced, so the run directory never holds them.
-pub(crate) fn recorded_agent_configs(
-    agents: &IndexMap<String, AgentSpec>,
-) -> IndexMap<String, serde_json::Value> {
-    let mut configs = agent_configs(agents);
-    for config in configs.values_mut() {
-        if let Some(env) = config.get_mut("env").and_then(|e| e.as_object_mut()) {
-            for (name, value) in env.iter_mut() {
-                if trial::is_secret_name(name) {
-                    *value = serde_json::Value::String(format!("[REDACTED:{name}]"));
-                }
-            }
-        }
-    }
-    configs
-}
-
-/// What a sandboxed agent must not see: the run's other workspaces, the run directory (an
-/// oracle's diff holds the answer) and the suite's folder (hidden tests and solutions). A suite
-/// at the file system's root is not hidden: that would hide everything.
-fn sandbox_hidden(suite: &Suite, root: &Path, run_dir: &Path) -> Vec<PathBuf> {
-    let mut hidden = vec![root.to_owned(), run_dir.to_owned()];
-    if let Some(dir) = suite.path.parent()
-        && dir.components().count() > 2
-    {
-        hidden.push(dir.to_owned());
-    }
-    hidden
 }
