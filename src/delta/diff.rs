@@ -3,9 +3,7 @@
 
 use std::path::Path;
 
-use git2::{
-    DiffFindOptions, DiffFormat, DiffOptions, IndexAddOption, Oid, Repository, Signature, Time,
-};
+use git2::{DiffFindOptions, DiffFormat, DiffOptions, IndexAddOption, Oid, Repository};
 use serde::{Deserialize, Serialize};
 
 /// The size of a diff.
@@ -165,6 +163,11 @@ pub fn capture_diff(
     let mut find = DiffFindOptions::new();
     find.renames(true).for_untracked(true);
     diff.find_similar(Some(&mut find))?;
+    patch_bytes(&diff)
+}
+
+/// A diff as `git diff --binary` prints it: the bytes `git apply --binary` takes back.
+pub fn patch_bytes(diff: &git2::Diff) -> Result<Vec<u8>, git2::Error> {
     let mut patch = Vec::new();
     diff.print(DiffFormat::Patch, |_, _, line| {
         if matches!(line.origin(), '+' | '-' | ' ') {
@@ -187,11 +190,7 @@ pub fn commit_setup(workspace: &Path) -> Result<String, git2::Error> {
     index.write()?;
     let tree = repo.find_tree(index.write_tree()?)?;
     let parent = repo.head()?.peel_to_commit()?;
-    let signature = Signature::new(
-        "deltabench",
-        "deltabench@localhost",
-        &Time::new(946_684_800, 0),
-    )?;
+    let signature = crate::workspace::harness_signature()?;
     let commit = repo.commit(
         None,
         &signature,

@@ -19,7 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use git2::{DiffFormat, DiffOptions, FileMode, Oid, Repository, Signature, Time};
+use git2::{DiffOptions, FileMode, Oid, Repository, Signature, Time};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
@@ -535,15 +535,7 @@ fn diff_dirs(scratch: &Path, before: &Path, after: &Path) -> Result<Vec<u8>, git
     let mut options = DiffOptions::new();
     options.show_binary(true).include_typechange(true);
     let diff = repo.diff_tree_to_tree(Some(&old), Some(&new), Some(&mut options))?;
-    let mut patch = Vec::new();
-    diff.print(DiffFormat::Patch, |_, _, line| {
-        if matches!(line.origin(), '+' | '-' | ' ') {
-            patch.push(line.origin() as u8);
-        }
-        patch.extend_from_slice(line.content());
-        true
-    })?;
-    Ok(patch)
+    crate::delta::patch_bytes(&diff)
 }
 
 /// Writes `dir` as a tree (every file, no ignore rules: COPY has none; `.git` left out).

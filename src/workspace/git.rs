@@ -57,3 +57,13 @@ pub fn resolve_commit(repo: &Path, commitish: &str) -> Result<String, String> {
         .map_err(|err| format!("'{commitish}' is not a commit: {}", err.message()))?;
     Ok(commit.id().to_string())
 }
+
+/// The author of every commit the harness makes (snapshots, setup): a fixed name and date, so
+/// the same files always give the same commit id.
+pub fn harness_signature() -> Result<git2::Signature<'static>, git2::Error> {
+    git2::Signature::new(
+        "deltabench",
+        "deltabench@localhost",
+        &git2::Time::new(946_684_800, 0),
+    )
+}

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 pub use clone::CloneBackend;
-pub use git::{git_command, resolve_commit};
+pub use git::{git_command, harness_signature, resolve_commit};
 pub use overlay::{Overlay, OverlayError, apply_overlay};
 pub use overlayfs::{OverlayBackend, overlay_changes};
 pub use sandbox::{

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use git2::{IndexAddOption, Repository, Signature, Time};
+use git2::{IndexAddOption, Repository};
 use sha2::{Digest, Sha256};
 
 use super::git::{git_command, run_git};
@@ -188,11 +188,7 @@ fn snapshot_dir(dir: &Path, target: &Path) -> Result<String, git2::Error> {
     let mut index = repo.index()?;
     index.add_all(["*"], IndexAddOption::DEFAULT, None)?;
     let tree = repo.find_tree(index.write_tree()?)?;
-    let signature = Signature::new(
-        "deltabench",
-        "deltabench@localhost",
-        &Time::new(946_684_800, 0),
-    )?;
+    let signature = super::harness_signature()?;
     let commit = repo.commit(
         Some("refs/heads/main"),
         &signature,
