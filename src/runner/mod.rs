@@ -482,43 +482,54 @@ async fn carry_out(
     });
     let semaphore = Arc::new(Semaphore::new(plan.request.jobs));
     let retries = plan.request.retries;
-    let (tx, mut rx) = mpsc::unbounded_channel::<TrialRecord>();
-    for spec in to_run {
-        let (inputs, semaphore, tx, cancel) = (
-            inputs.clone(),
-            semaphore.clone(),
-            tx.clone(),
-            cancel.clone(),
-        );
-        let commit = commits[spec.task].clone();
-        let trial_dir = fresh_trial_dir(&store, &suite.tasks[spec.task].id, &spec)?;
+    let (tx, mut rx) = mpsc::unbounded_channel::<Result<TrialRecord, RunError>>();
+    // Trials are started as permits free up, not all at once, so memory stays flat in the
+    // number of trials.
+    {
+        let (inputs, cancel, run_path) = (inputs.clone(), cancel.clone(), run_dir.to_owned());
+        let task_ids: Vec<String> = suite.tasks.iter().map(|t| t.id.clone()).collect();
+        let commits = commits.clone();
         tokio::spawn(async move {
-            let Ok(_permit) = semaphore.acquire_owned().await else {
-                return;
-            };
-            if cancel.is_cancelled() {
-                return;
-            }
-            let mut record =
-                trial::run_trial(&inputs, &spec, &commit, &trial_dir, cancel.clone()).await;
-            for _ in 0..retries {
-                if record.outcome != Outcome::InfraError || cancel.is_cancelled() {
-                    break;
+            for spec in to_run {
+                let Ok(permit) = semaphore.clone().acquire_owned().await else {
+                    return;
+                };
+                if cancel.is_cancelled() {
+                    return;
                 }
-                // Only the last attempt's artifacts and record are kept.
-                if std::fs::remove_dir_all(&trial_dir)
-                    .and_then(|()| std::fs::create_dir_all(&trial_dir))
-                    .is_err()
-                {
-                    break;
-                }
-                record =
-                    trial::run_trial(&inputs, &spec, &commit, &trial_dir, cancel.clone()).await;
+                let trial_dir = match fresh_trial_dir(&run_path, &task_ids[spec.task], &spec) {
+                    Ok(dir) => dir,
+                    Err(err) => {
+                        let _ = tx.send(Err(err));
+                        return;
+                    }
+                };
+                let (inputs, tx, cancel) = (inputs.clone(), tx.clone(), cancel.clone());
+                let commit = commits[spec.task].clone();
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    let mut record =
+                        trial::run_trial(&inputs, &spec, &commit, &trial_dir, cancel.clone()).await;
+                    for _ in 0..retries {
+                        if record.outcome != Outcome::InfraError || cancel.is_cancelled() {
+                            break;
+                        }
+                        // Only the last attempt's artifacts and record are kept.
+                        if std::fs::remove_dir_all(&trial_dir)
+                            .and_then(|()| std::fs::create_dir_all(&trial_dir))
+                            .is_err()
+                        {
+                            break;
+                        }
+                        record =
+                            trial::run_trial(&inputs, &spec, &commit, &trial_dir, cancel.clone())
+                                .await;
+                    }
+                    let _ = tx.send(Ok(record));
+                });
             }
-            let _ = tx.send(record);
         });
     }
-    drop(tx);
 
     let mut records = done;
     let mut interrupts = 0;
@@ -528,6 +539,7 @@ async fn carry_out(
         tokio::select! {
             record = rx.recv() => {
                 let Some(record) = record else { break };
+                let record = record?;
                 store.append(&record).map_err(|e| RunError::Io(format!("cannot append to trials.jsonl: {e}")))?;
                 observer.trial_finished(&record);
                 records.push(record);
@@ -570,9 +582,8 @@ async fn carry_out(
 }
 
 /// The trial's folder, emptied: a run killed mid-trial may have left part of its artifacts.
-fn fresh_trial_dir(store: &RunDir, task: &str, spec: &TrialSpec) -> Result<PathBuf, RunError> {
-    let dir = store
-        .trial_dir(task, &spec.agent, spec.trial)
+fn fresh_trial_dir(run_dir: &Path, task: &str, spec: &TrialSpec) -> Result<PathBuf, RunError> {
+    let dir = crate::store::trial_dir(run_dir, task, &spec.agent, spec.trial)
         .map_err(|e| RunError::Io(e.to_string()))?;
     if std::fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some()) {
         std::fs::remove_dir_all(&dir)
@@ -582,7 +593,6 @@ fn fresh_trial_dir(store: &RunDir, task: &str, spec: &TrialSpec) -> Result<PathB
     Ok(dir)
 }
 
-/// Prepares the source once and resolves every planned task's base commit.
 /// The `worktree` backend for this plan, and how the manifest describes it: overlay mounts over
 /// cached templates for the base commits provisioned more than once, when the machine allows
 /// mounting; plain clones otherwise.
@@ -627,6 +637,7 @@ fn worktree_backend(
     }
 }
 
+/// Prepares the source once and resolves every planned task's base commit.
 fn prepare(
     suite: &Suite,
     root: &Path,

@@ -204,15 +204,7 @@ impl RunDir {
 
     /// `trials/<task>/<agent>/<n>/`, created.
     pub fn trial_dir(&self, task: &str, agent: &str, trial: u32) -> io::Result<PathBuf> {
-        // Records keep the real agent name; the folder gets a file-safe one.
-        let dir = self
-            .path
-            .join("trials")
-            .join(task)
-            .join(sanitize(agent))
-            .join(trial.to_string());
-        fs::create_dir_all(&dir)?;
-        Ok(dir)
+        trial_dir(&self.path, task, agent, trial)
     }
 
     /// Writes the manifest atomically (temp file + rename).
@@ -227,6 +219,18 @@ impl RunDir {
         self.trials.write_all(&line)?;
         self.trials.sync_data()
     }
+}
+
+/// `RUN_DIR/trials/<task>/<agent>/<n>/`, created. Records keep the real agent name; the folder
+/// gets a file-safe one.
+pub fn trial_dir(run_dir: &Path, task: &str, agent: &str, trial: u32) -> io::Result<PathBuf> {
+    let dir = run_dir
+        .join("trials")
+        .join(task)
+        .join(sanitize(agent))
+        .join(trial.to_string());
+    fs::create_dir_all(&dir)?;
+    Ok(dir)
 }
 
 /// A name made safe for a path component: anything but `[A-Za-z0-9._-]` becomes `_`.
