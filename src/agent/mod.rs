@@ -10,6 +10,7 @@
 
 mod builtin;
 mod handle;
+pub mod harness;
 mod node;
 mod types;
 

@@ -137,7 +137,12 @@ pub(super) fn against_baseline(
         let base = stats::outcomes_of(&baseline.trials, &base_agent);
         let now = stats::outcomes_of(&current.trials, &agent);
         let Some(comparison) = stats::compare(&base, &now, gate.confidence, SEED) else {
-            let _ = writeln!(text, "'{agent}': no task in common with the baseline");
+            let _ = writeln!(
+                text,
+                "'{agent}': no scored task in common with the baseline"
+            );
+            // A gate that compared nothing must not pass.
+            failed |= gate.gate;
             continue;
         };
         let (described, this_failed) = describe(

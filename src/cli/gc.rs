@@ -1,15 +1,21 @@
 //! `deltabench gc`: reap what dead runs left, found through their lease files.
 
 use super::{CliError, EXIT_CHECK_FAILED, EXIT_OK, GcArgs, print_stdout};
-use crate::store::{Reaped, leases, reap};
+use crate::store::{Reaped, leases, reap, registered_caches};
 
 pub(super) fn gc(args: &GcArgs) -> Result<u8, CliError> {
-    let cache = match (&args.cache, &args.workdir) {
-        (Some(cache), _) => cache.clone(),
-        (None, workdir) => workdir
-            .clone()
-            .unwrap_or_else(std::env::temp_dir)
-            .join("deltabench-cache"),
+    // Without --cache or --workdir: every cache a run registered, wherever its workdir was.
+    let caches = match (&args.cache, &args.workdir) {
+        (Some(cache), _) => vec![cache.clone()],
+        (None, Some(workdir)) => vec![workdir.join("deltabench-cache")],
+        (None, None) => {
+            let mut caches = registered_caches();
+            let default = std::env::temp_dir().join("deltabench-cache");
+            if !caches.contains(&default) {
+                caches.push(default);
+            }
+            caches
+        }
     };
     let verb = if args.dry_run {
         "would remove"
@@ -18,7 +24,7 @@ pub(super) fn gc(args: &GcArgs) -> Result<u8, CliError> {
     };
     let mut text = String::new();
     let mut failed = 0;
-    for found in leases(&cache) {
+    for found in caches.iter().flat_map(|cache| leases(cache)) {
         if found.is_alive() {
             text.push_str(&format!(
                 "in use: {} (pid {})\n",
@@ -62,7 +68,8 @@ pub(super) fn gc(args: &GcArgs) -> Result<u8, CliError> {
         text.push_str(&format!("{verb} empty cgroup {}\n", cgroup.display()));
     }
     if text.is_empty() {
-        text.push_str(&format!("nothing to clean in {}\n", cache.display()));
+        let places: Vec<String> = caches.iter().map(|c| c.display().to_string()).collect();
+        text.push_str(&format!("nothing to clean in {}\n", places.join(", ")));
     }
     print_stdout(&text);
     Ok(if failed > 0 {

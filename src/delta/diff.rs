@@ -142,7 +142,32 @@ pub fn capture_diff(
     if only.is_some_and(|paths| paths.is_empty()) {
         return Ok(Vec::new());
     }
-    let repo = Repository::open(workspace)?;
+    diff_in(&Repository::open(workspace)?, base, only, true)
+}
+
+/// The same diff read through `objects` (a repo holding the base) with the workspace as its work
+/// tree: for when the agent broke or removed the workspace's own `.git`. Slower, since the
+/// workspace's index (its stat cache) is not trusted.
+pub fn capture_diff_detached(
+    objects: &Path,
+    workspace: &Path,
+    base: &str,
+    only: Option<&[String]>,
+) -> Result<Vec<u8>, git2::Error> {
+    if only.is_some_and(|paths| paths.is_empty()) {
+        return Ok(Vec::new());
+    }
+    let repo = Repository::open_bare(objects)?;
+    repo.set_workdir(workspace, false)?;
+    diff_in(&repo, base, only, false)
+}
+
+fn diff_in(
+    repo: &Repository,
+    base: &str,
+    only: Option<&[String]>,
+    with_index: bool,
+) -> Result<Vec<u8>, git2::Error> {
     let tree = repo
         .find_object(Oid::from_str(base)?, None)?
         .peel_to_tree()?;
@@ -159,7 +184,11 @@ pub fn capture_diff(
             options.pathspec(path);
         }
     }
-    let mut diff = repo.diff_tree_to_workdir_with_index(Some(&tree), Some(&mut options))?;
+    let mut diff = if with_index {
+        repo.diff_tree_to_workdir_with_index(Some(&tree), Some(&mut options))?
+    } else {
+        repo.diff_tree_to_workdir(Some(&tree), Some(&mut options))?
+    };
     let mut find = DiffFindOptions::new();
     find.renames(true).for_untracked(true);
     diff.find_similar(Some(&mut find))?;

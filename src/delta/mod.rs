@@ -16,7 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::CodingResult;
 
-pub use diff::{DiffStats, capture_diff, changed_paths, commit_setup, patch_bytes};
+pub use diff::{
+    DiffStats, capture_diff, capture_diff_detached, changed_paths, commit_setup, patch_bytes,
+};
 pub use probe::{TaskProbe, VerifySpec};
 
 /// The verify command's result as a metric sees it.

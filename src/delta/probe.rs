@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     CommandResult, DeltaProbe, EnvironmentDelta, ProbeContext, ProbeError, ProbeErrorKind,
-    capture_diff,
+    capture_diff, capture_diff_detached,
 };
 use crate::agent::CodingResult;
 use crate::process::{self, CommandSpec};
@@ -32,6 +32,9 @@ pub struct TaskProbe {
     pub artifacts: Option<PathBuf>,
     /// Runs the verify command in this sandbox, when set.
     pub sandbox: Option<SandboxPolicy>,
+    /// A repo holding the base's objects, outside the agent's reach: the diff and the hidden
+    /// tests go through it when the agent broke the workspace's own `.git`.
+    pub objects: Option<PathBuf>,
 }
 
 impl DeltaProbe for TaskProbe {
@@ -46,6 +49,7 @@ impl DeltaProbe for TaskProbe {
             let hidden = self.hidden_tests.clone();
             let artifacts = self.artifacts.clone();
             let upper = ctx.changes.map(|p| p.to_owned());
+            let objects = self.objects.clone();
             // git2 and file copies block: keep them off the runtime's workers.
             let diff = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ProbeError> {
                 let changed = upper
@@ -58,6 +62,12 @@ impl DeltaProbe for TaskProbe {
                         )
                     })?;
                 let patch = capture_diff(&workspace, &base, changed.as_deref())
+                    .or_else(|err| match &objects {
+                        Some(objects) => {
+                            capture_diff_detached(objects, &workspace, &base, changed.as_deref())
+                        }
+                        None => Err(err),
+                    })
                     .map_err(|e| ProbeError::new(ProbeErrorKind::Diff, e.message()))?;
                 if let Some(dir) = &artifacts {
                     std::fs::write(dir.join("diff.patch"), &patch).map_err(|e| {
@@ -68,7 +78,7 @@ impl DeltaProbe for TaskProbe {
                     })?;
                 }
                 if let Some(overlay) = &hidden {
-                    apply_overlay(&workspace, &base, overlay)
+                    apply_overlay(&workspace, &base, overlay, objects.as_deref())
                         .map_err(|e| ProbeError::new(ProbeErrorKind::HiddenTests, e.to_string()))?;
                 }
                 Ok(patch)

@@ -478,7 +478,7 @@ async fn carry_out(
             .with_shared(Isolation::Worktree, worktree.clone())
             // The same workspaces: the sandbox is in how the agent and verify commands run.
             .with_shared(Isolation::Sandbox, worktree),
-        sandbox_hidden: sandbox_hidden(&suite, &root, &run_dir),
+        sandbox_hidden: sandbox_hidden(&suite, &root, &run_dir, &plan.request.cache),
     });
     let semaphore = Arc::new(Semaphore::new(plan.request.jobs));
     let retries = plan.request.retries;
@@ -706,16 +706,39 @@ pub(crate) fn recorded_agent_configs(
     configs
 }
 
-/// What a sandboxed agent must not see: the run's other workspaces, the run directory (an
-/// oracle's diff holds the answer) and the suite's folder (hidden tests and solutions). A suite
-/// at the file system's root is not hidden: that would hide everything.
-fn sandbox_hidden(suite: &Suite, root: &Path, run_dir: &Path) -> Vec<PathBuf> {
-    let mut hidden = vec![root.to_owned(), run_dir.to_owned()];
-    if let Some(dir) = suite.path.parent()
-        && dir.components().count() > 2
+/// What a sandboxed agent must not see: the run's other workspaces, the run directory and the
+/// `reports/` folder it sits in (earlier runs' diffs hold answers), the suite's folder, the
+/// source repo, every hidden-test and solution path, and the cache (prepared sources and later
+/// commits' histories). The objects a workspace borrows are bound back read-only after this.
+/// Nothing that is the file system's root is hidden: that would hide everything.
+fn sandbox_hidden(suite: &Suite, root: &Path, run_dir: &Path, cache: &Path) -> Vec<PathBuf> {
+    let mut hidden = vec![
+        root.to_owned(),
+        run_dir.to_owned(),
+        cache.to_owned(),
+        suite.repo.path.clone(),
+    ];
+    let run_dir = run_dir
+        .canonicalize()
+        .unwrap_or_else(|_| run_dir.to_owned());
+    if let Some(reports) = run_dir
+        .parent()
+        .filter(|p| p.file_name().is_some_and(|n| n == "reports"))
     {
-        hidden.push(dir.to_owned());
+        hidden.push(reports.to_owned());
     }
+    hidden.extend(suite.path.parent().map(Path::to_owned));
+    for task in &suite.tasks {
+        hidden.extend(
+            task.tests
+                .iter()
+                .chain(&task.solution)
+                .map(|o| o.path().to_owned()),
+        );
+    }
+    hidden.retain(|dir| dir.parent().is_some());
+    hidden.sort();
+    hidden.dedup();
     hidden
 }
 

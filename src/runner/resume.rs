@@ -69,7 +69,9 @@ pub fn check_resumable(manifest: &Manifest, plan: &Plan) -> Result<(), ResumeErr
 /// Reaps the leases the dead runs of `run_dir` left under `cache` (workspaces, mounts,
 /// processes still inside them). Refuses when a live process still holds one.
 pub fn reap_dead_leases(cache: &Path, run_dir: &Path) -> Result<Vec<Reaped>, ResumeError> {
-    let run_dir = std::path::absolute(run_dir).unwrap_or_else(|_| run_dir.to_owned());
+    let run_dir = run_dir
+        .canonicalize()
+        .unwrap_or_else(|_| run_dir.to_owned());
     let mine: Vec<_> = leases(cache)
         .into_iter()
         .filter(|found| found.lease.run_dir == run_dir)

@@ -101,6 +101,7 @@ pub async fn run_trial(
         verify: task.verify.clone(),
         artifacts: Some(dir.to_owned()),
         sandbox: sandbox("verify-home"),
+        objects: Some(history.to_owned()),
     });
     let agent_sandbox = sandbox("home");
     let (agent_name, scratch, solution) =

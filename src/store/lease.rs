@@ -51,9 +51,13 @@ impl HeldLease {
             pid,
             start_time: start_time(pid).unwrap_or(0),
             root: root.to_owned(),
-            run_dir: std::path::absolute(run_dir)?,
+            // Canonical, so `resume` through another spelling of the path finds it.
+            run_dir: run_dir
+                .canonicalize()
+                .or_else(|_| std::path::absolute(run_dir))?,
         };
         write_json_atomic(&path, &lease)?;
+        register_cache(cache);
         Ok(Self { path })
     }
 
@@ -247,6 +251,52 @@ fn unescape_mount_path(field: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The file listing every cache a run used, so `gc` finds leases whatever `--workdir` or
+/// `--cache` the run had: `$XDG_STATE_HOME/deltabench/caches` (or `~/.local/state/...`).
+fn cache_registry() -> Option<PathBuf> {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/state"))
+        })?;
+    Some(state.join("deltabench").join("caches"))
+}
+
+fn register_cache(cache: &Path) {
+    let (Some(registry), Ok(cache)) = (cache_registry(), cache.canonicalize()) else {
+        return;
+    };
+    if registered_caches().contains(&cache) {
+        return;
+    }
+    if let Some(parent) = registry.parent() {
+        let _ = fs::create_dir_all(parent);
+    }
+    if let Ok(mut file) = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&registry)
+    {
+        use std::io::Write;
+        let _ = writeln!(file, "{}", cache.display());
+    }
+}
+
+/// Every cache a run has registered that still exists.
+pub fn registered_caches() -> Vec<PathBuf> {
+    let Some(text) = cache_registry().and_then(|r| fs::read_to_string(r).ok()) else {
+        return Vec::new();
+    };
+    let mut caches: Vec<PathBuf> = text
+        .lines()
+        .map(PathBuf::from)
+        .filter(|p| p.is_dir())
+        .collect();
+    caches.sort();
+    caches.dedup();
+    caches
 }
 
 #[cfg(test)]

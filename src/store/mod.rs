@@ -23,7 +23,7 @@ use crate::agent::{CodingError, CodingStatus};
 use crate::delta::DiffStats;
 use crate::runner::Shard;
 
-pub use lease::{FoundLease, HeldLease, Lease, Reaped, leases, reap};
+pub use lease::{FoundLease, HeldLease, Lease, Reaped, leases, reap, registered_caches};
 pub use merge::{MergeError, Merged, merge_runs};
 
 /// A trial's outcome.

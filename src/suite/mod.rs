@@ -302,6 +302,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             "invalid duration '{text}': it must be greater than zero"
         ));
     }
+    // Deadlines are added to the clock: an absurd one would overflow it.
+    const MAX: Duration = Duration::from_secs(366 * 24 * 3600);
+    if parsed > MAX {
+        return Err(format!(
+            "invalid duration '{text}': the longest allowed is 366d"
+        ));
+    }
     Ok(parsed)
 }
 
@@ -879,4 +886,26 @@ pub fn agent_configs(agents: &IndexMap<String, AgentSpec>) -> IndexMap<String, s
         .iter()
         .map(|(name, spec)| (name.clone(), serde_json::to_value(spec).unwrap_or_default()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_and_absurd_ones_are_refused() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert!(
+            parse_duration("0s")
+                .unwrap_err()
+                .contains("greater than zero")
+        );
+        // Added to the clock, this would overflow it and panic the runner.
+        assert!(
+            parse_duration("500000000000y")
+                .unwrap_err()
+                .contains("366d")
+        );
+    }
 }

@@ -55,16 +55,18 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> OverlayError + '_ {
     }
 }
 
-/// Lays `overlay` over `workspace`; `base` is the tree-ish a patch applies to. Returns the
-/// workspace-relative paths written or removed.
+/// Lays `overlay` over `workspace`; `base` is the tree-ish a patch applies to, read from the
+/// workspace's repo or, when that is broken, from `objects`. Returns the workspace-relative
+/// paths written or removed.
 pub fn apply_overlay(
     workspace: &Path,
     base: &str,
     overlay: &Overlay,
+    objects: Option<&Path>,
 ) -> Result<Vec<String>, OverlayError> {
     match overlay {
         Overlay::Dir(dir) => copy_dir(workspace, dir),
-        Overlay::Patch(patch) => apply_patch(workspace, base, patch),
+        Overlay::Patch(patch) => apply_patch(workspace, base, patch, objects),
     }
 }
 
@@ -99,13 +101,28 @@ fn copy_dir(workspace: &Path, source: &Path) -> Result<Vec<String>, OverlayError
     Ok(written)
 }
 
-fn apply_patch(workspace: &Path, base: &str, patch: &Path) -> Result<Vec<String>, OverlayError> {
+fn apply_patch(
+    workspace: &Path,
+    base: &str,
+    patch: &Path,
+    objects: Option<&Path>,
+) -> Result<Vec<String>, OverlayError> {
     let perr = |message: String| OverlayError::Patch {
         path: patch.to_owned(),
         message,
     };
     let bytes = fs::read(patch).map_err(io_err(patch))?;
-    let repo = Repository::open(workspace).map_err(|e| perr(e.message().to_owned()))?;
+    let repo = Repository::open(workspace)
+        .ok()
+        .filter(|repo| Oid::from_str(base).is_ok_and(|oid| repo.find_object(oid, None).is_ok()))
+        .map_or_else(
+            || match objects {
+                Some(objects) => Repository::open_bare(objects),
+                None => Repository::open(workspace),
+            },
+            Ok,
+        )
+        .map_err(|e| perr(e.message().to_owned()))?;
     let diff =
         Diff::from_buffer(&bytes).map_err(|e| perr(format!("not a patch: {}", e.message())))?;
     let oid = Oid::from_str(base).map_err(|e| perr(e.message().to_owned()))?;

@@ -181,8 +181,17 @@ impl SandboxPolicy {
         if let Some(real_home) = real_home() {
             add(&[&"--tmpfs", &real_home]);
         }
-        for dir in self.hidden.iter().filter(|d| d.is_dir()) {
-            add(&[&"--tmpfs", dir]);
+        // Host daemons listen on Unix sockets under /run, which no network namespace covers.
+        if Path::new("/run").is_dir() {
+            add(&[&"--tmpfs", &"/run"]);
+        }
+        for dir in &self.hidden {
+            if dir.is_dir() {
+                add(&[&"--tmpfs", dir]);
+            } else if dir.is_file() {
+                // A hidden file (a solution patch) is replaced by an empty one.
+                add(&[&"--ro-bind", &"/dev/null", dir]);
+            }
         }
         for path in self.readable.iter().filter(|p| p.exists()) {
             add(&[&"--ro-bind", path, path]);

@@ -366,3 +366,25 @@ fn secrets_are_redacted_from_every_artifact() {
     let names: Vec<&str> = artifacts.iter().map(|(name, _)| name.as_str()).collect();
     println!("checked {names:?}");
 }
+
+#[test]
+fn an_agent_that_deletes_the_git_dir_is_still_scored_on_its_delta() {
+    let tmp = crate::common::one_file_repo();
+    write_suite(
+        tmp.path(),
+        "name: nogit\nrepo: repo\nagents:\n  \
+         solver: {kind: command, run: \"echo fixed > a.txt; rm -rf .git\"}\n  \
+         vandal: {kind: command, run: \"rm -rf .git\"}\n\
+         tasks:\n  - {id: t, instruction: x, verify: \"grep -q fixed a.txt\"}\n",
+    );
+    let (output, _, out) = crate::common::run_suite(tmp.path(), &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let records = trials(&out);
+    let outcome =
+        |agent: &str| records.iter().find(|r| r["agent"] == agent).unwrap()["outcome"].clone();
+    // Removing the evidence must not turn a trial into an unscored infrastructure error.
+    assert_eq!(outcome("solver"), "pass");
+    assert_eq!(outcome("vandal"), "fail");
+    let diff = std::fs::read_to_string(out.join("trials/t/solver/1/diff.patch")).unwrap();
+    assert!(diff.contains("+fixed"), "{diff}");
+}

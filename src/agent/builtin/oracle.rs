@@ -46,9 +46,10 @@ impl CodingAgent for OracleAgent {
                 );
             };
             let (workspace, base) = (agent.workspace.clone(), agent.base.clone());
-            let applied =
-                tokio::task::spawn_blocking(move || apply_overlay(&workspace, &base, &solution))
-                    .await;
+            let applied = tokio::task::spawn_blocking(move || {
+                apply_overlay(&workspace, &base, &solution, None)
+            })
+            .await;
             match applied {
                 Ok(Ok(files)) => {
                     for path in &files {

@@ -1,0 +1,327 @@
+//! aider: `aider --message PROMPT --yes-always --no-pretty …`.
+//!
+//! Plain text only (clis.md §6): the model's reply with SEARCH/REPLACE blocks, then
+//! `Tokens: 2.3k sent, 26 received. Cost: $0.0074 message, $0.0074 session.`, `Applied edit to
+//! FILE` and `Commit HASH MSG`. aider exits 0 even when the API call failed; the failure is only
+//! printed (`litellm.BadRequestError: …`), so such a line makes the run an error whatever the
+//! exit code. There is no session id.
+//!
+//! Token counts are as aider prints them (rounded: `2.3k` is 2300). `sent` includes cache hits
+//! and writes, which are taken out of `input_tokens`. Cost is the last `$… session` figure.
+
+use serde_json::json;
+
+use super::{ParsedRun, StreamParser, classify_message, exit_failure, push_unique, system};
+use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
+
+/// Banner lines aider prints before the reply.
+const BANNER: [&str; 9] = [
+    "Aider v",
+    "Model:",
+    "Weak model:",
+    "Git repo:",
+    "Repo-map:",
+    "Analytics have been",
+    "Detected dumb terminal",
+    "https://aider.chat/",
+    "Added ",
+];
+
+#[derive(Debug, Default)]
+pub struct AiderParser {
+    usage: Option<Usage>,
+    modified_files: Vec<String>,
+    /// The last non-blank reply line before a fence: the file an edit block is for.
+    candidate_file: Option<String>,
+    /// The edit block being read: (file, search, replace, in_replace).
+    block: Option<(String, String, String, bool)>,
+    blocks: u64,
+    reply: Vec<String>,
+    error: Option<CodingError>,
+}
+
+impl AiderParser {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn tokens_line(&mut self, line: &str) -> Vec<StreamEvent> {
+        let mut sent = 0;
+        let mut received = 0;
+        let mut cache_write = 0;
+        let mut cache_hit = 0;
+        let mut session_cost = None;
+        let (tokens, cost) = match line.find("Cost:") {
+            Some(at) => (&line[..at], Some(&line[at..])),
+            None => (line, None),
+        };
+        let tokens = tokens.trim_start_matches("Tokens:");
+        for part in tokens.split(',') {
+            let part = part.trim().trim_end_matches('.');
+            let (count, what) = part.split_once(' ').unwrap_or((part, ""));
+            let count = parse_count(count);
+            match what.trim() {
+                "sent" => sent = count,
+                "received" => received = count,
+                "cache write" => cache_write = count,
+                "cache hit" => cache_hit = count,
+                _ => {}
+            }
+        }
+        if let Some(cost) = cost {
+            for part in cost.trim_start_matches("Cost:").split(',') {
+                let part = part.trim().trim_end_matches('.');
+                if let Some(value) = part.strip_suffix(" session") {
+                    session_cost = value.trim().trim_start_matches('$').parse::<f64>().ok();
+                }
+            }
+        }
+        let usage = self.usage.get_or_insert_with(Usage::default);
+        usage.input_tokens += sent.saturating_sub(cache_hit + cache_write);
+        usage.output_tokens += received;
+        usage.cache_read_tokens += cache_hit;
+        usage.cache_write_tokens += cache_write;
+        usage.model_calls += 1;
+        if session_cost.is_some() {
+            usage.cost_usd = session_cost;
+        }
+        vec![StreamEvent::Usage {
+            usage: usage.clone(),
+        }]
+    }
+
+    /// A line inside an edit block, or one that opens or closes it.
+    fn block_line(&mut self, line: &str) -> Option<Vec<StreamEvent>> {
+        let trimmed = line.trim_end();
+        if trimmed.starts_with("<<<<<<< SEARCH") {
+            let file = self.candidate_file.clone().unwrap_or_default();
+            self.block = Some((file, String::new(), String::new(), false));
+            return Some(Vec::new());
+        }
+        let (file, search, replace, in_replace) = self.block.as_mut()?;
+        if trimmed == "=======" {
+            *in_replace = true;
+        } else if trimmed.starts_with(">>>>>>> REPLACE") {
+            let event = StreamEvent::ToolCall {
+                id: Some(format!("edit-{}", self.blocks)),
+                name: "edit".to_owned(),
+                args: json!({ "path": file, "search": search, "replace": replace }),
+            };
+            self.blocks += 1;
+            self.block = None;
+            return Some(vec![event]);
+        } else {
+            let target = if *in_replace { replace } else { search };
+            target.push_str(line);
+            target.push('\n');
+        }
+        Some(Vec::new())
+    }
+
+    fn is_error_line(line: &str) -> bool {
+        let head = line.split(':').next().unwrap_or_default();
+        line.contains(':')
+            && !head.contains(' ')
+            && (head.starts_with("litellm.")
+                || head.ends_with("Error")
+                || head.ends_with("Exception"))
+    }
+}
+
+/// `26`, `2.3k`, `12k`, `1.2M` as aider's `format_tokens` prints them.
+fn parse_count(text: &str) -> u64 {
+    let text = text.trim();
+    let (number, scale) = if let Some(n) = text.strip_suffix('k') {
+        (n, 1_000.0)
+    } else if let Some(n) = text.strip_suffix('M') {
+        (n, 1_000_000.0)
+    } else {
+        (text, 1.0)
+    };
+    number
+        .parse::<f64>()
+        .map(|n| (n * scale).round() as u64)
+        .unwrap_or(0)
+}
+
+impl StreamParser for AiderParser {
+    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
+        if let Some(events) = self.block_line(line) {
+            return events;
+        }
+        let trimmed = line.trim();
+        if trimmed.is_empty() {
+            return Vec::new();
+        }
+        if trimmed.starts_with("```") {
+            return Vec::new();
+        }
+        if trimmed.starts_with("Tokens:") {
+            return self.tokens_line(trimmed);
+        }
+        if let Some(file) = trimmed.strip_prefix("Applied edit to ") {
+            push_unique(&mut self.modified_files, file);
+            let id = self.blocks.checked_sub(1).map(|n| format!("edit-{n}"));
+            return vec![StreamEvent::ToolResult {
+                id,
+                name: Some("edit".to_owned()),
+                result: json!(trimmed),
+                is_error: false,
+            }];
+        }
+        if trimmed.starts_with("Retrying in ") {
+            return vec![system("retry", trimmed, None)];
+        }
+        if trimmed.starts_with("Commit ") {
+            return vec![system("commit", trimmed, None)];
+        }
+        if BANNER.iter().any(|b| trimmed.starts_with(b)) {
+            return vec![system("banner", trimmed, None)];
+        }
+        if Self::is_error_line(trimmed) {
+            let code = classify_message(trimmed, ErrorCode::SdkError);
+            self.error = Some(CodingError::new(code, trimmed));
+            return vec![system("error", trimmed, None)];
+        }
+        self.candidate_file = Some(trimmed.to_owned());
+        self.reply.push(trimmed.to_owned());
+        vec![StreamEvent::Assistant {
+            text: trimmed.to_owned(),
+        }]
+    }
+
+    fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
+        let mut run = match (self.error, exit_code) {
+            // aider exits 0 on API errors: the printed error wins.
+            (Some(error), _) => ParsedRun::failed(error),
+            (None, Some(0)) => ParsedRun {
+                text: (!self.reply.is_empty()).then(|| self.reply.join("\n")),
+                ..ParsedRun::completed()
+            },
+            (None, _) => ParsedRun::failed(exit_failure("aider", exit_code, stderr_tail)),
+        };
+        if run.status != CodingStatus::Completed {
+            run.text = None;
+        }
+        run.usage = self.usage;
+        run.modified_files = self.modified_files;
+        run
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::harness::tests::{assert_call_then_result, kinds};
+
+    const BASIC: &str = include_str!("../../../tests/fixtures/agents/aider-basic.stdout");
+    const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/aider-api-error.stdout");
+
+    fn run(text: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
+        let mut parser = AiderParser::new();
+        let events: Vec<_> = text.lines().flat_map(|l| parser.line(l)).collect();
+        (events, parser.finish(Some(exit), ""))
+    }
+
+    #[test]
+    fn aider_basic() {
+        let (events, run) = run(BASIC, 0);
+        assert_eq!(
+            kinds(&events),
+            [
+                "system",
+                "system",
+                "system",
+                "system",
+                "system",
+                "system",
+                "system",
+                "assistant",
+                "assistant",
+                "tool_call",
+                "usage",
+                "assistant",
+                "tool_result",
+                "system"
+            ]
+        );
+        assert_call_then_result(&events, "edit");
+        assert!(events.contains(&StreamEvent::ToolCall {
+            id: Some("edit-0".into()),
+            name: "edit".into(),
+            args: json!({
+                "path": "hello.txt",
+                "search": "",
+                "replace": "hello from the scripted model\n"
+            }),
+        }));
+        assert_eq!(run.status, CodingStatus::Completed);
+        assert_eq!(run.error, None);
+        assert_eq!(
+            run.usage,
+            Some(Usage {
+                input_tokens: 2300,
+                output_tokens: 26,
+                model_calls: 1,
+                cost_usd: Some(0.0074),
+                ..Usage::default()
+            })
+        );
+        assert_eq!(run.session_id, None);
+        assert_eq!(run.modified_files, ["hello.txt"]);
+    }
+
+    #[test]
+    fn aider_api_error_exits_0_and_is_an_error() {
+        let (events, run) = run(API_ERROR, 0);
+        assert!(!kinds(&events).contains(&"tool_call"));
+        assert_eq!(run.status, CodingStatus::Error);
+        let error = run.error.expect("error");
+        assert_eq!(error.code, ErrorCode::SdkError);
+        assert_eq!(
+            error.message,
+            "litellm.BadRequestError: OpenAIException - scripted failure"
+        );
+        assert_eq!(run.usage, None);
+        assert!(run.modified_files.is_empty());
+    }
+
+    #[test]
+    fn aider_rate_limit_and_cache_tokens() {
+        let mut parser = AiderParser::new();
+        parser.line(
+            "Tokens: 12k sent, 1.0k cache write, 8.5k cache hit, 312 received. \
+             Cost: $0.01 message, $0.03 session.",
+        );
+        parser.line("litellm.RateLimitError: rate limit exceeded");
+        let run = parser.finish(Some(0), "");
+        assert_eq!(run.error.expect("error").code, ErrorCode::RateLimited);
+        assert_eq!(
+            run.usage,
+            Some(Usage {
+                input_tokens: 2500,
+                output_tokens: 312,
+                cache_read_tokens: 8500,
+                cache_write_tokens: 1000,
+                model_calls: 1,
+                cost_usd: Some(0.03),
+                ..Usage::default()
+            })
+        );
+    }
+
+    #[test]
+    fn aider_garbage_never_panics() {
+        let mut parser = AiderParser::new();
+        for line in [
+            "Tokens:",
+            "Tokens: x sent, received.",
+            "<<<<<<< SEARCH",
+            "\u{0}",
+            "{\"a\":",
+        ] {
+            let _ = parser.line(line);
+        }
+        let _ = parser.finish(None, "");
+    }
+}

@@ -1,0 +1,310 @@
+//! mini-swe-agent (v2): `mini -t TASK -y --exit-immediately -o traj.json`.
+//!
+//! Its stdout is rich text for humans; the machine-readable output is the trajectory file
+//! (clis.md §5), rewritten after every step. Stdout lines are kept as [`StreamEvent::Unknown`];
+//! hand the trajectory file's text to [`MiniSweParser::trajectory`] (as often as it changes,
+//! only new messages become events). Tokens are the per-call `extra.response.usage` summed,
+//! cost is `info.model_stats.instance_cost`, the verdict is `info.exit_status`: `Submitted`,
+//! `LimitsExceeded` (exit 0) or an exception name (exit 1). There is no session id.
+
+use serde_json::{Value, json};
+
+use super::{
+    ParsedRun, StreamParser, classify_message, exit_failure, str_field, system, u64_field, unknown,
+    unknown_text,
+};
+use crate::agent::{CodingError, ErrorCode, StreamEvent, Usage};
+
+#[derive(Debug, Default)]
+pub struct MiniSweParser {
+    /// Messages of the trajectory already turned into events.
+    seen: usize,
+    usage: Usage,
+    info: Option<Value>,
+    /// The exit message's content (the exception text on failures).
+    exit_message: Option<String>,
+    last_text: Option<String>,
+}
+
+impl MiniSweParser {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads the trajectory file's current text; returns the events of messages not seen
+    /// before. A partly written or malformed file yields one [`StreamEvent::Unknown`] and is
+    /// read again next time.
+    pub fn trajectory(&mut self, json: &str) -> Vec<StreamEvent> {
+        let traj: Value = match serde_json::from_str(json) {
+            Ok(traj) => traj,
+            Err(_) => {
+                let head: String = json.chars().take(200).collect();
+                return vec![unknown_text(&head)];
+            }
+        };
+        let Some(messages) = traj.get("messages").and_then(Value::as_array) else {
+            return vec![unknown(json!({ "trajectory": "no messages" }))];
+        };
+        if let Some(info) = traj.get("info") {
+            self.info = Some(info.clone());
+        }
+        let fresh = messages.get(self.seen..).unwrap_or_default().to_vec();
+        self.seen = self.seen.max(messages.len());
+        fresh.iter().flat_map(|m| self.message(m)).collect()
+    }
+
+    fn message(&mut self, message: &Value) -> Vec<StreamEvent> {
+        let content = str_field(message, "content").unwrap_or_default().to_owned();
+        match str_field(message, "role") {
+            Some("system") => vec![system("system_prompt", content, None)],
+            Some("user") => vec![system("user", content, None)],
+            Some("assistant") => self.assistant(message, content),
+            Some("tool") => {
+                let extra = message.get("extra").cloned().unwrap_or(Value::Null);
+                let returncode = extra.get("returncode").and_then(Value::as_i64);
+                let exception = str_field(&extra, "exception_info").unwrap_or_default();
+                vec![StreamEvent::ToolResult {
+                    id: str_field(message, "tool_call_id").map(str::to_owned),
+                    name: Some("bash".to_owned()),
+                    result: json!({
+                        "returncode": returncode,
+                        "output": extra.get("raw_output").cloned().unwrap_or(Value::String(content)),
+                        "exception_info": exception,
+                    }),
+                    is_error: returncode.is_some_and(|c| c != 0) || !exception.is_empty(),
+                }]
+            }
+            Some("exit") => {
+                self.exit_message = Some(content.clone());
+                let status = message
+                    .pointer("/extra/exit_status")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                vec![system(
+                    "exit",
+                    format!("{status} {content}").trim().to_owned(),
+                    None,
+                )]
+            }
+            _ => vec![unknown(message.clone())],
+        }
+    }
+
+    fn assistant(&mut self, message: &Value, content: String) -> Vec<StreamEvent> {
+        let mut events = Vec::new();
+        if let Some(reasoning) = str_field(message, "reasoning_content").filter(|r| !r.is_empty()) {
+            events.push(StreamEvent::Thinking {
+                text: reasoning.to_owned(),
+            });
+        }
+        if !content.is_empty() {
+            self.last_text = Some(content.clone());
+            events.push(StreamEvent::Assistant { text: content });
+        }
+        for call in message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let function = call.get("function").cloned().unwrap_or(Value::Null);
+            let args = str_field(&function, "arguments")
+                .and_then(|a| serde_json::from_str(a).ok())
+                .unwrap_or_else(|| function.get("arguments").cloned().unwrap_or(Value::Null));
+            events.push(StreamEvent::ToolCall {
+                id: str_field(call, "id").map(str::to_owned),
+                name: str_field(&function, "name").unwrap_or("bash").to_owned(),
+                args,
+            });
+        }
+        if let Some(raw) = message.pointer("/extra/response/usage") {
+            let cached = raw
+                .pointer("/prompt_tokens_details/cached_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            self.usage.input_tokens += u64_field(raw, "prompt_tokens").saturating_sub(cached);
+            self.usage.output_tokens += u64_field(raw, "completion_tokens");
+            self.usage.cache_read_tokens += cached;
+            events.push(StreamEvent::Usage {
+                usage: self.usage.clone(),
+            });
+        }
+        events
+    }
+
+    fn exit_status(&self) -> Option<&str> {
+        self.info.as_ref()?.get("exit_status")?.as_str()
+    }
+}
+
+impl StreamParser for MiniSweParser {
+    /// Stdout is text for humans: kept verbatim, not interpreted.
+    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
+        if line.trim().is_empty() {
+            Vec::new()
+        } else {
+            vec![unknown_text(line)]
+        }
+    }
+
+    fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
+        let mut run = match self.exit_status() {
+            Some("Submitted") => ParsedRun {
+                text: self.last_text.clone(),
+                ..ParsedRun::completed()
+            },
+            Some("LimitsExceeded") => ParsedRun::max_turns(),
+            Some("TimeExceeded") => {
+                ParsedRun::failed(CodingError::new(ErrorCode::Timeout, "TimeExceeded"))
+            }
+            Some(exception) => {
+                let message = self
+                    .exit_message
+                    .clone()
+                    .filter(|m| !m.is_empty())
+                    .unwrap_or_else(|| exception.to_owned());
+                let fallback = match exception {
+                    "RateLimitError" => ErrorCode::RateLimited,
+                    "ContextWindowExceededError" => ErrorCode::ContextExhausted,
+                    "Timeout" => ErrorCode::Timeout,
+                    _ => ErrorCode::SdkError,
+                };
+                let code = if fallback == ErrorCode::SdkError {
+                    classify_message(&message, fallback)
+                } else {
+                    fallback
+                };
+                ParsedRun::failed(CodingError::new(code, message))
+            }
+            None => ParsedRun::failed(exit_failure("mini", exit_code, stderr_tail)),
+        };
+        if let Some(info) = &self.info {
+            let mut usage = self.usage.clone();
+            let stats = info.get("model_stats").cloned().unwrap_or(Value::Null);
+            usage.model_calls = u64_field(&stats, "api_calls");
+            usage.cost_usd = stats.get("instance_cost").and_then(Value::as_f64);
+            run.usage = Some(usage);
+        }
+        run
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::CodingStatus;
+    use crate::agent::harness::tests::{assert_call_then_result, kinds};
+
+    const BASIC: &str = include_str!("../../../tests/fixtures/agents/mini-basic.traj.json");
+    const BASIC_STDOUT: &str = include_str!("../../../tests/fixtures/agents/mini-basic.stdout");
+    const STEP_LIMIT: &str =
+        include_str!("../../../tests/fixtures/agents/mini-step-limit.traj.json");
+    const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/mini-api-error.traj.json");
+
+    fn run(traj: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
+        let mut parser = MiniSweParser::new();
+        let events = parser.trajectory(traj);
+        (events, parser.finish(Some(exit), ""))
+    }
+
+    fn usage(input: u64, output: u64, calls: u64, cost: f64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            model_calls: calls,
+            cost_usd: Some(cost),
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn mini_basic() {
+        let (events, run) = run(BASIC, 0);
+        assert_eq!(
+            kinds(&events),
+            [
+                "system",
+                "system",
+                "assistant",
+                "tool_call",
+                "usage",
+                "tool_result",
+                "assistant",
+                "tool_call",
+                "usage",
+                "tool_result",
+                "assistant",
+                "tool_call",
+                "usage",
+                "tool_result",
+                "system"
+            ]
+        );
+        assert_call_then_result(&events, "bash");
+        assert_eq!(run.status, CodingStatus::Completed);
+        assert_eq!(run.error, None);
+        assert_eq!(run.usage, Some(usage(3300, 63, 3, 0.010845)));
+        assert_eq!(run.session_id, None);
+        assert!(run.modified_files.is_empty());
+    }
+
+    #[test]
+    fn mini_trajectory_rereads_emit_only_new_messages() {
+        let mut parser = MiniSweParser::new();
+        assert_eq!(parser.trajectory(BASIC).len(), 15);
+        assert!(parser.trajectory(BASIC).is_empty());
+        assert_eq!(kinds(&parser.trajectory(&BASIC[..500])), ["unknown"]);
+        // Usage is not counted twice.
+        assert_eq!(
+            parser.finish(Some(0), "").usage,
+            Some(usage(3300, 63, 3, 0.010845))
+        );
+    }
+
+    #[test]
+    fn mini_step_limit_is_max_turns() {
+        let (events, run) = run(STEP_LIMIT, 0);
+        assert_call_then_result(&events, "bash");
+        assert_eq!(run.status, CodingStatus::MaxTurns);
+        assert_eq!(run.error, None);
+        assert_eq!(run.usage, Some(usage(2100, 41, 2, 0.006915)));
+    }
+
+    #[test]
+    fn mini_api_error() {
+        let (_, run) = run(API_ERROR, 1);
+        assert_eq!(run.status, CodingStatus::Error);
+        let error = run.error.expect("error");
+        assert_eq!(error.code, ErrorCode::SdkError);
+        assert_eq!(
+            error.message,
+            "litellm.BadRequestError: OpenAIException - scripted failure"
+        );
+        assert_eq!(run.usage, Some(usage(0, 0, 1, 0.0)));
+    }
+
+    #[test]
+    fn mini_stdout_is_kept_and_no_trajectory_is_an_error() {
+        let mut parser = MiniSweParser::new();
+        let events: Vec<_> = BASIC_STDOUT.lines().flat_map(|l| parser.line(l)).collect();
+        assert!(!events.is_empty());
+        assert!(
+            events
+                .iter()
+                .all(|e| matches!(e, StreamEvent::Unknown { .. }))
+        );
+        let run = parser.finish(Some(1), "BadRequestError: boom");
+        assert_eq!(run.status, CodingStatus::Error);
+        assert_eq!(run.usage, None);
+    }
+
+    #[test]
+    fn mini_garbage_and_truncated_lines_are_unknown() {
+        let mut parser = MiniSweParser::new();
+        assert_eq!(kinds(&parser.line("garbage {")), ["unknown"]);
+        assert_eq!(kinds(&parser.trajectory("{\"info\": {")), ["unknown"]);
+        assert_eq!(kinds(&parser.trajectory("[1, 2]")), ["unknown"]);
+        let _ = parser.finish(None, "");
+    }
+}

@@ -1,0 +1,324 @@
+//! Stream parsers for the six real coding-agent CLIs.
+//!
+//! Each CLI gets a [`StreamParser`]: feed it one line of the CLI's stdout at a time and it returns
+//! the common [`StreamEvent`]s for that line; at the end, [`StreamParser::finish`] folds what it
+//! saw, the exit code and the tail of stderr into a [`ParsedRun`]. Ground truth for every mapping
+//! is `../shared/docs/agents/clis.md` (observed with the pinned CLI versions) and the captured
+//! streams copied to `tests/fixtures/agents/`. Spawning the CLIs is the adapters' job, not this
+//! module's.
+//!
+//! Conventions shared by every parser:
+//! - For the JSON-line CLIs (Claude, Codex, Gemini, opencode) a line that is not JSON, or JSON
+//!   of a shape the parser does not know, becomes [`StreamEvent::Unknown`] (the parsed value, or
+//!   the line as a string). mini-swe-agent's stdout is all Unknown text (its trajectory file is
+//!   the machine-readable output); aider's plain text is read line by line. Never a panic.
+//! - [`Usage::input_tokens`] counts *uncached* input; cache reads and writes are in their own
+//!   fields (CLIs that report input including cached tokens have the cached part taken out), so
+//!   a price table can price each bucket once.
+//! - The last [`StreamEvent::Usage`] a parser emits is the run total so far; the authoritative
+//!   total is [`ParsedRun::usage`].
+//! - `cost_usd` is only what the CLI itself reported; `None` where it reports none.
+//! - `modified_files` lists the paths of write/edit tool calls that succeeded, as the CLI wrote
+//!   them (often absolute); [`ParsedRun::relative_to`] makes them workspace-relative.
+
+pub mod aider;
+pub mod claude;
+pub mod codex;
+pub mod gemini;
+pub mod mini_swe;
+pub mod opencode;
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
+
+pub use aider::AiderParser;
+pub use claude::ClaudeParser;
+pub use codex::CodexParser;
+pub use gemini::GeminiParser;
+pub use mini_swe::MiniSweParser;
+pub use opencode::OpencodeParser;
+
+/// Turns one CLI's stdout, line by line, into [`StreamEvent`]s and a final [`ParsedRun`].
+pub trait StreamParser {
+    /// One line of stdout, without its newline. Never panics; unknown or unparseable lines
+    /// come back as [`StreamEvent::Unknown`].
+    fn line(&mut self, line: &str) -> Vec<StreamEvent>;
+
+    /// The verdict, from what the stream showed, the exit code (`None` when killed by a signal)
+    /// and the tail of stderr.
+    fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun;
+}
+
+/// What a CLI's run amounted to, as its own output tells it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedRun {
+    pub status: CodingStatus,
+    pub error: Option<CodingError>,
+    pub usage: Option<Usage>,
+    pub session_id: Option<String>,
+    /// The agent's final text, display only.
+    pub text: Option<String>,
+    pub modified_files: Vec<String>,
+}
+
+impl ParsedRun {
+    fn completed() -> Self {
+        Self {
+            status: CodingStatus::Completed,
+            error: None,
+            usage: None,
+            session_id: None,
+            text: None,
+            modified_files: Vec::new(),
+        }
+    }
+
+    fn failed(error: CodingError) -> Self {
+        Self {
+            status: status_for(error.code),
+            error: Some(error),
+            ..Self::completed()
+        }
+    }
+
+    fn max_turns() -> Self {
+        Self {
+            status: CodingStatus::MaxTurns,
+            ..Self::completed()
+        }
+    }
+
+    /// Rewrites `modified_files` under `workspace` as paths relative to it (others stay as is).
+    pub fn relative_to(mut self, workspace: &Path) -> Self {
+        for file in &mut self.modified_files {
+            if let Ok(rel) = Path::new(file.as_str()).strip_prefix(workspace) {
+                *file = rel.to_string_lossy().into_owned();
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        self.modified_files.retain(|f| seen.insert(f.clone()));
+        self
+    }
+}
+
+/// The status a failure with `code` resolves to (as [`crate::agent::CodingResult::failed`]).
+fn status_for(code: ErrorCode) -> CodingStatus {
+    match code {
+        ErrorCode::Aborted => CodingStatus::Aborted,
+        ErrorCode::Timeout => CodingStatus::MaxDuration,
+        _ => CodingStatus::Error,
+    }
+}
+
+/// Parses a line as JSON, or returns the [`StreamEvent::Unknown`] that stands for it.
+fn parse_line(line: &str) -> Result<Value, StreamEvent> {
+    serde_json::from_str::<Value>(line.trim()).map_err(|_| unknown_text(line))
+}
+
+fn unknown_text(line: &str) -> StreamEvent {
+    StreamEvent::Unknown {
+        raw: Value::String(line.to_owned()),
+    }
+}
+
+fn unknown(value: Value) -> StreamEvent {
+    StreamEvent::Unknown { raw: value }
+}
+
+fn system(subtype: &str, message: impl Into<String>, data: Option<Value>) -> StreamEvent {
+    StreamEvent::System {
+        subtype: subtype.to_owned(),
+        message: message.into(),
+        data,
+    }
+}
+
+fn str_field<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
+    value.get(key).and_then(Value::as_str)
+}
+
+fn u64_field(value: &Value, key: &str) -> u64 {
+    value.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn push_unique(files: &mut Vec<String>, path: &str) {
+    if !path.is_empty() && !files.iter().any(|f| f == path) {
+        files.push(path.to_owned());
+    }
+}
+
+/// The error code an HTTP status from the model API stands for.
+fn http_error_code(status: u64) -> ErrorCode {
+    match status {
+        429 => ErrorCode::RateLimited,
+        408 | 504 => ErrorCode::Timeout,
+        _ => ErrorCode::SdkError,
+    }
+}
+
+/// The error code an error message reads as: rate limits and context overflows by their usual
+/// wording, `fallback` otherwise.
+fn classify_message(message: &str, fallback: ErrorCode) -> ErrorCode {
+    let lower = message.to_ascii_lowercase();
+    if lower.contains("rate limit")
+        || lower.contains("rate_limit")
+        || lower.contains("ratelimit")
+        || lower.contains("too many requests")
+        || lower.contains("resource_exhausted")
+    {
+        ErrorCode::RateLimited
+    } else if lower.contains("context_length_exceeded")
+        || lower.contains("context window")
+        || lower.contains("contextwindowexceeded")
+        || lower.contains("context length")
+        || lower.contains("prompt is too long")
+        || lower.contains("maximum context")
+    {
+        ErrorCode::ContextExhausted
+    } else {
+        fallback
+    }
+}
+
+/// The failure of a run whose stream held no verdict: the exit code and the last stderr lines.
+fn exit_failure(cli: &str, exit_code: Option<i32>, stderr_tail: &str) -> CodingError {
+    let tail = last_lines(stderr_tail, 5);
+    let how = match exit_code {
+        Some(code) => format!("{cli} exited with code {code}"),
+        None => format!("{cli} was killed by a signal"),
+    };
+    let message = if tail.is_empty() {
+        format!("{how} without a final result")
+    } else {
+        format!("{how} without a final result: {tail}")
+    };
+    let code = classify_message(stderr_tail, ErrorCode::Unknown);
+    CodingError::new(code, message)
+}
+
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines[lines.len().saturating_sub(n)..].join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds every line of `text` to `parser`, returning all events.
+    pub(crate) fn feed<P: StreamParser>(parser: &mut P, text: &str) -> Vec<StreamEvent> {
+        text.lines().flat_map(|l| parser.line(l)).collect()
+    }
+
+    /// The `type` of each event, in order.
+    pub(crate) fn kinds(events: &[StreamEvent]) -> Vec<&'static str> {
+        events
+            .iter()
+            .map(|e| match e {
+                StreamEvent::System { .. } => "system",
+                StreamEvent::Assistant { .. } => "assistant",
+                StreamEvent::Thinking { .. } => "thinking",
+                StreamEvent::ToolCall { .. } => "tool_call",
+                StreamEvent::ToolResult { .. } => "tool_result",
+                StreamEvent::Usage { .. } => "usage",
+                StreamEvent::Result { .. } => "result",
+                StreamEvent::Unknown { .. } => "unknown",
+            })
+            .collect()
+    }
+
+    /// Asserts a tool call named `name` is followed by a result with the same id.
+    pub(crate) fn assert_call_then_result(events: &[StreamEvent], name: &str) {
+        let (pos, id) = events
+            .iter()
+            .enumerate()
+            .find_map(|(i, e)| match e {
+                StreamEvent::ToolCall { id, name: n, .. } if n == name => Some((i, id.clone())),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no tool_call {name} in {events:#?}"));
+        assert!(
+            events[pos + 1..].iter().any(|e| matches!(
+                e,
+                StreamEvent::ToolResult { id: rid, .. } if *rid == id
+            )),
+            "no tool_result for {name} ({id:?})"
+        );
+    }
+
+    /// The garbage and truncated-JSON lines every parser must survive.
+    pub(crate) fn assert_survives_garbage<P: StreamParser>(mut parser: P, truncated: &str) {
+        for line in [
+            "garbage \u{0} not json {",
+            truncated,
+            "",
+            "[1,2",
+            "{}",
+            "null",
+            "42",
+        ] {
+            let events = parser.line(line);
+            for event in &events {
+                assert!(
+                    matches!(event, StreamEvent::Unknown { .. }),
+                    "{line:?} gave {event:?}"
+                );
+            }
+        }
+        let events = parser.line(truncated);
+        assert_eq!(kinds(&events), ["unknown"], "{truncated}");
+        let _ = parser.finish(Some(1), "boom");
+    }
+
+    #[test]
+    fn classify_message_reads_rate_limits_and_context() {
+        assert_eq!(
+            classify_message("429 Too Many Requests", ErrorCode::Unknown),
+            ErrorCode::RateLimited
+        );
+        assert_eq!(
+            classify_message("prompt is too long: 300000 tokens", ErrorCode::Unknown),
+            ErrorCode::ContextExhausted
+        );
+        assert_eq!(
+            classify_message("scripted failure", ErrorCode::SdkError),
+            ErrorCode::SdkError
+        );
+    }
+
+    #[test]
+    fn parsers_box_as_trait_objects() {
+        let parsers: Vec<Box<dyn StreamParser>> = vec![
+            Box::new(AiderParser::new()),
+            Box::new(ClaudeParser::new()),
+            Box::new(CodexParser::new()),
+            Box::new(GeminiParser::new()),
+            Box::new(MiniSweParser::new()),
+            Box::new(OpencodeParser::new()),
+        ];
+        for mut parser in parsers {
+            let _ = parser.line("not json");
+        }
+    }
+
+    #[test]
+    fn relative_to_strips_the_workspace() {
+        let run = ParsedRun {
+            modified_files: vec![
+                "/ws/a/hello.txt".into(),
+                "b.txt".into(),
+                "/ws/a/hello.txt".into(),
+            ],
+            ..ParsedRun::completed()
+        };
+        let run = run.relative_to(Path::new("/ws/a"));
+        assert_eq!(run.modified_files, ["hello.txt", "b.txt"]);
+    }
+}
