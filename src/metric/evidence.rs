@@ -56,20 +56,24 @@ fn number(text: &str) -> u64 {
 }
 
 /// Every runner summary found in `output`, by runner.
+///
+/// Only the last summary of unittest and of pytest counts: a passing test may print a test run
+/// of its own (captured output shown by `pytest -rA`), and the outer run prints its summary last.
 fn summaries(output: &str) -> Vec<(&'static str, Summary)> {
     let mut found = Vec::new();
-    let unittest_failed = UNITTEST_FAILED.is_match(output);
-    for ran in UNITTEST_RAN.captures_iter(output) {
+    if let Some(tail) = unittest_tail(output)
+        && let Some(ran) = UNITTEST_RAN.captures(tail)
+    {
         found.push((
             "unittest",
             Summary {
                 ran: number(&ran[1]),
-                failed: u64::from(unittest_failed),
+                failed: u64::from(UNITTEST_FAILED.is_match(tail)),
             },
         ));
     }
     let mut pytest_summary = false;
-    for line in PYTEST_SUMMARY.captures_iter(output) {
+    if let Some(line) = PYTEST_SUMMARY.captures_iter(output).last() {
         pytest_summary = true;
         let mut summary = Summary::default();
         for count in PYTEST_COUNT.captures_iter(&line[1]) {
@@ -121,6 +125,14 @@ fn summaries(output: &str) -> Vec<(&'static str, Summary)> {
     found
 }
 
+/// The output from unittest's last `Ran N tests` line on: the outermost run's summary.
+fn unittest_tail(output: &str) -> Option<&str> {
+    UNITTEST_RAN
+        .find_iter(output)
+        .last()
+        .map(|ran| &output[ran.start()..])
+}
+
 /// Why the verify result is not evidence, or `None` when it is (or cannot be judged).
 ///
 /// A timed-out command is left alone: the timeout already fails it.
@@ -142,8 +154,8 @@ pub fn contradiction(result: &CommandResult) -> Option<String> {
         return Some(format!("the test runner ({runners}) ran zero tests"));
     }
     let failed: u64 = found.iter().map(|(_, s)| s.failed).sum();
-    let unittest_ok =
-        !found.iter().any(|(name, _)| *name == "unittest") || UNITTEST_OK.is_match(&result.output);
+    let unittest_ok = !found.iter().any(|(name, _)| *name == "unittest")
+        || unittest_tail(&result.output).is_some_and(|tail| UNITTEST_OK.is_match(tail));
     match result.exit_code {
         Some(code) if code != 0 && failed == 0 && unittest_ok => Some(format!(
             "the output of {runners} claims {ran} test(s) passed, but verify exited {code}"
@@ -275,6 +287,21 @@ mod tests {
         assert_eq!(check(0, ""), None);
         // "Ran 0 tests" inside a longer line is not unittest's summary.
         assert_eq!(check(0, "log: Ran 0 tests in 0s (skipped)\n"), None);
+    }
+
+    #[test]
+    fn an_inner_test_run_in_captured_output_does_not_count() {
+        // A passing test that runs pytest itself: `-rA` shows its captured output, inner summary
+        // included; the outer summary comes last and is the one that counts.
+        let output = "tests/test_x.py::test_runs_inner PASSED\n\
+                      ---- Captured stdout call ----\n\
+                      ===== 1 failed in 0.01s =====\n\
+                      PASSED tests/test_x.py::test_runs_inner\n\
+                      ===== 1 passed in 0.20s =====\n";
+        assert_eq!(check(0, output), None);
+        let unittest =
+            "Ran 1 test in 0.001s\n\nFAILED (failures=1)\n.\n---\nRan 2 tests in 0.01s\n\nOK\n";
+        assert_eq!(check(0, unittest), None);
     }
 
     #[test]
