@@ -436,12 +436,28 @@ async fn carry_out(
 
     let (source, commits) = {
         let suite = suite.clone();
-        let root = root.clone();
+        let staging = root.clone();
         let cache = plan.request.cache.join("sources");
         let tasks = plan.tasks.clone();
-        tokio::task::spawn_blocking(move || prepare(&suite, &root, &cache, &tasks))
-            .await
-            .map_err(|e| RunError::Io(e.to_string()))??
+        let prepared =
+            tokio::task::spawn_blocking(move || prepare(&suite, &staging, &cache, &tasks))
+                .await
+                .map_err(|e| RunError::Io(e.to_string()))
+                .and_then(|prepared| prepared);
+        match prepared {
+            Ok(prepared) => prepared,
+            Err(err) => {
+                // Nothing ran: leave no workspace root, lease or empty run behind, so the user
+                // can fix the suite and rerun with the same --out.
+                let _ = std::fs::remove_dir_all(&root);
+                lease.release();
+                if done.is_empty() {
+                    drop(store);
+                    remove_empty_run(&run_dir);
+                }
+                return Err(err);
+            }
+        }
     };
     let (worktree, provisioning) = worktree_backend(plan, &commits, &root.join("ws"));
     let sandboxed = plan
@@ -635,6 +651,28 @@ fn worktree_backend(
         }
         Err(reason) => (clone(), format!("clone (overlay unavailable: {reason})")),
     }
+}
+
+/// Removes what a fresh run directory holds before its first trial (the manifest, an empty
+/// `trials.jsonl`, empty trial folders), and the directory itself when nothing else is in it.
+fn remove_empty_run(run_dir: &Path) {
+    let _ = std::fs::remove_file(run_dir.join("manifest.json"));
+    if std::fs::metadata(run_dir.join("trials.jsonl")).is_ok_and(|m| m.len() == 0) {
+        let _ = std::fs::remove_file(run_dir.join("trials.jsonl"));
+    }
+    remove_empty_dirs(&run_dir.join("trials"));
+    let _ = std::fs::remove_dir(run_dir);
+}
+
+fn remove_empty_dirs(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_empty_dirs(&entry.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// Prepares the source once and resolves every planned task's base commit.

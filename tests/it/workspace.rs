@@ -347,3 +347,23 @@ fn without_mount_rights_it_falls_back_to_clones_and_says_so() {
     );
     assert!(trials(&out).iter().all(|r| r["outcome"] == "pass"));
 }
+
+#[test]
+fn a_bad_base_found_at_run_time_leaves_nothing_behind() {
+    let tmp = one_file_repo();
+    let suite = "name: base\nrepo: repo\nbase: BASE\ntasks:\n  - {id: t, instruction: x, verify: \"true\"}\n";
+    write_suite(tmp.path(), &suite.replace("BASE", "nosuchref"));
+    let (output, work, out) = run_suite(tmp.path(), &["--agent", "noop"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("suite.yaml:3:7: base 'nosuchref'"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!out.exists(), "an empty run directory was left behind");
+    assert_no_leftovers(&work);
+    // Fixed, the same --out is free to use.
+    write_suite(tmp.path(), &suite.replace("BASE", "main"));
+    let (output, _, _) = run_suite(tmp.path(), &["--agent", "noop"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}
