@@ -11,6 +11,7 @@ pub mod cli;
 pub mod delta;
 pub mod import;
 pub mod metric;
+pub mod model;
 pub mod process;
 pub mod report;
 pub mod runner;

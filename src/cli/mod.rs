@@ -7,6 +7,7 @@ mod compare;
 mod gc;
 mod import;
 mod merge;
+mod model;
 mod reporter;
 mod resume;
 
@@ -98,6 +99,8 @@ enum Command {
     /// Runs leave a lease file in the cache (`CACHE/leases/`) while they hold workspaces; gc
     /// reaps every lease whose process is gone, whatever --workdir the run used.
     Gc(GcArgs),
+    /// Local stand-ins for model APIs, to drive agent CLIs offline.
+    Model(model::ModelArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -451,6 +454,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Import(args) => import::import_cmd(args).await,
         Command::Resume(args) => resume::resume(&args.run_dir, &args.options, args.jobs).await,
         Command::Gc(args) => gc::gc(&args),
+        Command::Model(args) => model::model_cmd(args).await,
     }
 }
 

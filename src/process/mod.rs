@@ -116,6 +116,18 @@ pub struct CommandSpec {
     pub grace: Duration,
     /// Bytes fed to stdin; stdin is closed when `None`.
     pub stdin: Option<Vec<u8>>,
+    /// Start from an empty environment instead of inheriting deltabench's.
+    pub clear_env: bool,
+    /// Gives stdout its own pipe, streamed line by line (the log then holds stderr only).
+    pub stdout: Option<StdoutLines>,
+}
+
+/// Where a separated stdout goes: every byte to `raw_path` (up to the log cap) and each line,
+/// without its newline, to `lines` as it arrives.
+#[derive(Debug, Clone)]
+pub struct StdoutLines {
+    pub raw_path: PathBuf,
+    pub lines: tokio::sync::mpsc::UnboundedSender<String>,
 }
 
 impl CommandSpec {
@@ -139,7 +151,21 @@ impl CommandSpec {
             keep_bytes: DEFAULT_KEEP_BYTES,
             grace: DEFAULT_GRACE,
             stdin: None,
+            clear_env: false,
+            stdout: None,
         }
+    }
+
+    /// Starts the child from an empty environment: only what [`CommandSpec::env`] adds.
+    pub fn clear_env(mut self) -> Self {
+        self.clear_env = true;
+        self
+    }
+
+    /// Streams stdout on its own, as [`StdoutLines`] says.
+    pub fn stdout_lines(mut self, stdout: StdoutLines) -> Self {
+        self.stdout = Some(stdout);
+        self
     }
 
     pub fn stdin(mut self, bytes: Vec<u8>) -> Self {
@@ -372,6 +398,21 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));
     };
     let mut command = tokio::process::Command::new(program);
+    if spec.clear_env {
+        command.env_clear();
+    }
+    let stdout_pipe = match &spec.stdout {
+        Some(_) => Some(nix::unistd::pipe().map_err(io::Error::from)?),
+        None => None,
+    };
+    let (stdout_read, stdout_write) = match stdout_pipe {
+        Some((read, write)) => {
+            // Our copy of the combined pipe's write end must go, or its EOF never comes.
+            drop(write_end);
+            (Some(read), Stdio::from(write))
+        }
+        None => (None, Stdio::from(write_end)),
+    };
     command
         .args(args)
         .current_dir(&spec.cwd)
@@ -381,7 +422,7 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
         } else {
             Stdio::null()
         })
-        .stdout(Stdio::from(write_end))
+        .stdout(stdout_write)
         .stderr(Stdio::from(write_err))
         .process_group(0)
         .kill_on_drop(false);
@@ -428,6 +469,19 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
         None => None,
     };
     let mut reader = tokio::spawn(capture(pipe, log, spec.log_cap, spec.keep_bytes));
+    let mut stdout_reader = match (stdout_read, &spec.stdout) {
+        (Some(read_end), Some(sink)) => {
+            let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(read_end)?;
+            let raw = tokio::fs::File::create(&sink.raw_path).await?;
+            Some(tokio::spawn(stream_lines(
+                pipe,
+                raw,
+                spec.log_cap,
+                sink.lines.clone(),
+            )))
+        }
+        _ => None,
+    };
 
     let deadline = spec.timeout.map(|t| tokio::time::Instant::now() + t);
     let sleep_until_deadline = async {
@@ -470,6 +524,21 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
             }
         }
     };
+    if let Some(stdout) = stdout_reader.as_mut()
+        && tokio::time::timeout(LEAK_TIMEOUT, &mut *stdout)
+            .await
+            .is_err()
+    {
+        leaked = true;
+        killed = true;
+        guard.kill_tree();
+        if tokio::time::timeout(LEAK_TIMEOUT, &mut *stdout)
+            .await
+            .is_err()
+        {
+            stdout.abort();
+        }
+    }
     // A daemon that let go of the pipe outlives the leader: the tree dies with the command.
     if guard.remains() {
         killed = true;
@@ -562,9 +631,73 @@ async fn capture(
     out
 }
 
+/// Copies a separated stdout to its raw file (up to `log_cap` bytes) and sends each complete
+/// line as it arrives; a last line without a newline is sent at EOF.
+async fn stream_lines(
+    mut pipe: tokio::net::unix::pipe::Receiver,
+    raw: tokio::fs::File,
+    log_cap: u64,
+    lines: tokio::sync::mpsc::UnboundedSender<String>,
+) {
+    let mut raw = Some(raw);
+    let mut logged: u64 = 0;
+    let mut pending: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let chunk = &buf[..n];
+        if let Some(file) = raw.as_mut() {
+            let take = (log_cap.saturating_sub(logged) as usize).min(n);
+            if take > 0 && file.write_all(&chunk[..take]).await.is_err() {
+                raw = None;
+            }
+            logged += take as u64;
+        }
+        pending.extend_from_slice(chunk);
+        let mut start = 0;
+        while let Some(at) = pending[start..].iter().position(|&b| b == b'\n') {
+            let line = &pending[start..start + at];
+            let _ = lines.send(String::from_utf8_lossy(line).into_owned());
+            start += at + 1;
+        }
+        pending.drain(..start);
+    }
+    if !pending.is_empty() {
+        let _ = lines.send(String::from_utf8_lossy(&pending).into_owned());
+    }
+    if let Some(mut file) = raw {
+        let _ = file.flush().await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn separated_stdout_streams_lines_and_keeps_the_raw_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let raw_path = dir.path().join("raw");
+        let spec = CommandSpec::shell("echo one; echo oops >&2; printf 'two\\nthree'", dir.path())
+            .clear_env()
+            .stdout_lines(StdoutLines {
+                raw_path: raw_path.clone(),
+                lines: tx,
+            });
+        let out = run(&spec, &CancellationToken::new()).await.unwrap();
+        assert_eq!(out.exit_code, Some(0));
+        assert_eq!(out.output.text(), "oops\n");
+        let mut got = Vec::new();
+        while let Ok(line) = rx.try_recv() {
+            got.push(line);
+        }
+        assert_eq!(got, ["one", "two", "three"]);
+        assert_eq!(fs::read_to_string(raw_path).unwrap(), "one\ntwo\nthree");
+    }
 
     #[test]
     fn bounded_output_keeps_head_and_tail() {

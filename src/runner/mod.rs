@@ -16,6 +16,7 @@ mod trial;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
@@ -27,6 +28,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::harness::{Endpoint, find_program};
+use crate::model::{Script, ScriptedServer};
 use crate::store::{HeldLease, Manifest, Outcome, RunDir, TrialRecord, sanitize};
 use crate::suite::{AgentSpec, Located, Suite, agent_configs};
 
@@ -218,6 +221,16 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
                     sanitize(name)
                 ),
                 Some("rename one of them".into()),
+            ));
+        }
+    }
+    for (name, spec) in &agents {
+        if let Some((kind, config)) = spec.as_harness()
+            && let Err(err) = find_program(kind, config.binary.as_deref())
+        {
+            return Err(PlanError::new(
+                format!("agent '{name}' ({kind}): {err}"),
+                Some("the pinned versions deltabench is tested with are in README's \"Real agent CLIs\"".into()),
             ));
         }
     }
@@ -485,9 +498,18 @@ async fn carry_out(
         .filter(|t| !recorded.contains(&(suite.tasks[t.task].id.clone(), t.agent.clone(), t.trial)))
         .cloned()
         .collect();
+    let scripted = match ScriptedEndpoints::start(&plan.agents).await {
+        Ok(scripted) => scripted,
+        Err(err) => {
+            let _ = std::fs::remove_dir_all(&root);
+            lease.release();
+            return Err(err);
+        }
+    };
     let inputs = Arc::new(TrialInputs {
         suite: suite.clone(),
         agents: plan.agents.clone(),
+        endpoints: scripted.urls.clone(),
         source,
         provisioner: BackendProvisioner::new()
             .with(Isolation::Session, SessionBackend)
@@ -573,6 +595,7 @@ async fn carry_out(
         }
     }
 
+    scripted.stop().await;
     let mut leftovers = Vec::new();
     if !plan.request.keep_workspaces
         && root.exists()
@@ -595,6 +618,52 @@ async fn carry_out(
         interrupted: manifest.interrupted,
         leftovers,
     })
+}
+
+/// The scripted model endpoints a run's agents asked for (`endpoint: scripted:PATH`): one
+/// server per script, up for the whole run.
+struct ScriptedEndpoints {
+    servers: Vec<ScriptedServer>,
+    /// Script path to the server's root URL.
+    urls: HashMap<PathBuf, String>,
+}
+
+impl ScriptedEndpoints {
+    async fn start(agents: &IndexMap<String, AgentSpec>) -> Result<Self, RunError> {
+        let mut started = Self {
+            servers: Vec::new(),
+            urls: HashMap::new(),
+        };
+        for spec in agents.values() {
+            let Some((_, config)) = spec.as_harness() else {
+                continue;
+            };
+            let Some(Endpoint::Scripted(path)) = &config.endpoint else {
+                continue;
+            };
+            if started.urls.contains_key(path) {
+                continue;
+            }
+            let script = Script::load(path).map_err(|err| RunError::Config {
+                message: err.to_string(),
+                at: None,
+            })?;
+            let server = ScriptedServer::start(script, SocketAddr::from(([127, 0, 0, 1], 0)))
+                .await
+                .map_err(|err| {
+                    RunError::Io(format!("cannot start the scripted model endpoint: {err}"))
+                })?;
+            started.urls.insert(path.clone(), server.url());
+            started.servers.push(server);
+        }
+        Ok(started)
+    }
+
+    async fn stop(self) {
+        for server in self.servers {
+            server.stop().await;
+        }
+    }
 }
 
 /// The trial's folder, emptied: a run killed mid-trial may have left part of its artifacts.
@@ -733,6 +802,9 @@ pub(crate) fn recorded_agent_configs(
 ) -> IndexMap<String, serde_json::Value> {
     let mut configs = agent_configs(agents);
     for config in configs.values_mut() {
+        if let Some(key) = config.get_mut("api_key") {
+            *key = serde_json::Value::String("[REDACTED:api_key]".into());
+        }
         if let Some(env) = config.get_mut("env").and_then(|e| e.as_object_mut()) {
             for (name, value) in env.iter_mut() {
                 if trial::is_secret_name(name) {

@@ -9,6 +9,7 @@ mod redact;
 
 pub(crate) use redact::is_secret_name;
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use futures::future::BoxFuture;
 use indexmap::IndexMap;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::harness::{Endpoint, HarnessAgent, find_program};
 use crate::agent::{
     BuildContext, CodingAgent, CodingResult, CodingTask, CommandAgent, FnCodingAgentFactory,
     MockAgent, NoopAgent, OracleAgent, RunCodingNode, RunNodeError, StreamEvent, run_coding_node,
@@ -43,6 +45,8 @@ use redact::Secrets;
 pub struct TrialInputs {
     pub suite: Arc<Suite>,
     pub agents: IndexMap<String, AgentSpec>,
+    /// Root URLs of the run's scripted model endpoints, by script path.
+    pub endpoints: HashMap<PathBuf, String>,
     pub source: PreparedSource,
     /// Shared by every trial, so backends can share their caches.
     pub provisioner: BackendProvisioner,
@@ -62,10 +66,8 @@ pub async fn run_trial(
     let started = Instant::now();
     let task = &inputs.suite.tasks[spec.task];
     let agent_spec = inputs.agents[&spec.agent].clone();
-    let secrets = Secrets::of_trial(match &agent_spec {
-        AgentSpec::Command(config) => Some(&config.env),
-        _ => None,
-    });
+    let (agent_env, api_key) = agent_spec.secrets();
+    let secrets = Secrets::of_trial(agent_env, api_key);
     let protected = Protected::for_task(task.protected.as_deref(), task.tests.as_ref());
     // Only the base commit's history, so no later commit is readable from the workspace.
     let history = inputs.source.repo_for(commit);
@@ -106,6 +108,7 @@ pub async fn run_trial(
     let agent_sandbox = sandbox("home");
     let (agent_name, scratch, solution) =
         (spec.agent.clone(), dir.to_owned(), task.solution.clone());
+    let endpoints = inputs.endpoints.clone();
     let factory = FnCodingAgentFactory::new(
         move |ctx: &BuildContext| -> Result<Arc<dyn CodingAgent>, anyhow::Error> {
             Ok(match &agent_spec {
@@ -126,6 +129,33 @@ pub async fn run_trial(
                         config.clone(),
                         ctx.workspace.clone(),
                         scratch.clone(),
+                    );
+                    Arc::new(match &agent_sandbox {
+                        Some(policy) => agent.sandboxed(policy.clone()),
+                        None => agent,
+                    })
+                }
+                spec => {
+                    let (kind, config) = spec.as_harness().expect("the other kinds are above");
+                    let program =
+                        find_program(kind, config.binary.as_deref()).map_err(anyhow::Error::msg)?;
+                    let endpoint = match &config.endpoint {
+                        Some(Endpoint::Url(url)) => Some(url.clone()),
+                        Some(Endpoint::Scripted(path)) => {
+                            Some(endpoints.get(path).cloned().ok_or_else(|| {
+                                anyhow::anyhow!("no endpoint was started for {}", path.display())
+                            })?)
+                        }
+                        None => None,
+                    };
+                    let agent = HarnessAgent::new(
+                        &agent_name,
+                        kind,
+                        config.clone(),
+                        program,
+                        ctx.workspace.clone(),
+                        scratch.clone(),
+                        endpoint,
                     );
                     Arc::new(match &agent_sandbox {
                         Some(policy) => agent.sandboxed(policy.clone()),
@@ -322,7 +352,11 @@ fn describe_result(record: &mut TrialRecord, result: &CodingResult) {
     record.usage = result.usage.as_ref().map(|u| UsageRecord {
         input_tokens: u.input_tokens,
         output_tokens: u.output_tokens,
+        cache_read_tokens: u.cache_read_tokens,
+        cache_write_tokens: u.cache_write_tokens,
+        model_calls: u.model_calls,
         cost_usd: u.cost_usd,
+        cost_estimated: u.cost_estimated,
     });
 }
 

@@ -61,9 +61,23 @@ pub struct VerifyRecord {
 /// Usage as recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct UsageRecord {
+    /// Uncached input.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub model_calls: u64,
     pub cost_usd: Option<f64>,
+    /// True when deltabench priced the tokens (the agent reported no cost).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cost_estimated: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One line of `trials.jsonl`.

@@ -6,7 +6,7 @@
 
 mod raw;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,6 +16,7 @@ use serde::Serialize;
 use serde_saphyr::Spanned;
 use sha2::{Digest, Sha256};
 
+use crate::agent::harness::{Endpoint, HarnessConfig, HarnessKind};
 use crate::agent::{CommandAgentConfig, MockConfig};
 use crate::delta::VerifySpec;
 use crate::metric::METRIC_NAMES;
@@ -25,7 +26,18 @@ pub use raw::{RawAgent, RawAgentsFile, RawSuite};
 use raw::{RawDefaults, RawMetric, RawTask, RawVerify, loc};
 
 /// The agent kinds a configuration may name.
-pub const AGENT_KINDS: [&str; 4] = ["noop", "oracle", "mock", "command"];
+pub const AGENT_KINDS: [&str; 10] = [
+    "noop",
+    "oracle",
+    "mock",
+    "command",
+    "claude-code",
+    "codex",
+    "gemini-cli",
+    "opencode",
+    "mini-swe-agent",
+    "aider",
+];
 /// Agents that exist without being configured.
 pub const BUILTIN_AGENTS: [&str; 2] = ["oracle", "noop"];
 /// The default grader timeout.
@@ -45,13 +57,16 @@ pub enum SuiteError {
         /// The offending line with a caret under the column.
         snippet: String,
     },
+    /// An error in a file the suite refers to (a model script), located in that file.
+    #[error("{0}")]
+    Referenced(String),
 }
 
 impl SuiteError {
     pub fn snippet(&self) -> Option<&str> {
         match self {
             Self::At { snippet, .. } => Some(snippet),
-            Self::Read { .. } => None,
+            Self::Read { .. } | Self::Referenced(_) => None,
         }
     }
 }
@@ -114,6 +129,53 @@ pub enum AgentSpec {
     Oracle,
     Mock(MockConfig),
     Command(CommandAgentConfig),
+    #[serde(rename = "claude-code")]
+    ClaudeCode(HarnessConfig),
+    Codex(HarnessConfig),
+    #[serde(rename = "gemini-cli")]
+    GeminiCli(HarnessConfig),
+    Opencode(HarnessConfig),
+    #[serde(rename = "mini-swe-agent")]
+    MiniSweAgent(HarnessConfig),
+    Aider(HarnessConfig),
+}
+
+impl AgentSpec {
+    /// The spec of a real CLI agent.
+    pub fn harness(kind: HarnessKind, config: HarnessConfig) -> Self {
+        match kind {
+            HarnessKind::ClaudeCode => Self::ClaudeCode(config),
+            HarnessKind::Codex => Self::Codex(config),
+            HarnessKind::GeminiCli => Self::GeminiCli(config),
+            HarnessKind::Opencode => Self::Opencode(config),
+            HarnessKind::MiniSweAgent => Self::MiniSweAgent(config),
+            HarnessKind::Aider => Self::Aider(config),
+        }
+    }
+
+    /// The kind and config, when this is a real CLI agent.
+    pub fn as_harness(&self) -> Option<(HarnessKind, &HarnessConfig)> {
+        Some(match self {
+            Self::ClaudeCode(c) => (HarnessKind::ClaudeCode, c),
+            Self::Codex(c) => (HarnessKind::Codex, c),
+            Self::GeminiCli(c) => (HarnessKind::GeminiCli, c),
+            Self::Opencode(c) => (HarnessKind::Opencode, c),
+            Self::MiniSweAgent(c) => (HarnessKind::MiniSweAgent, c),
+            Self::Aider(c) => (HarnessKind::Aider, c),
+            Self::Noop | Self::Oracle | Self::Mock(_) | Self::Command(_) => return None,
+        })
+    }
+
+    /// The environment the agent's config adds, and its API key: secrets to redact.
+    pub fn secrets(&self) -> (Option<&BTreeMap<String, String>>, Option<&str>) {
+        match self {
+            Self::Command(config) => (Some(&config.env), None),
+            _ => match self.as_harness() {
+                Some((_, config)) => (Some(&config.env), config.api_key.as_deref()),
+                None => (None, None),
+            },
+        }
+    }
 }
 
 /// A validated task.
@@ -514,7 +576,16 @@ fn add_agents(
 }
 
 /// The keys a `matrix:` factor may vary.
-pub const MATRIX_FACTORS: [&str; 4] = ["run", "timeout", "delay", "env.NAME"];
+pub const MATRIX_FACTORS: [&str; 8] = [
+    "run",
+    "timeout",
+    "delay",
+    "model",
+    "max_turns",
+    "permission_mode",
+    "append_system_prompt",
+    "env.NAME",
+];
 
 fn set_factor(
     source: &Source,
@@ -533,6 +604,22 @@ fn set_factor(
         "run" => agent.run = Some(spanned),
         "timeout" => agent.timeout = Some(spanned),
         "delay" => agent.delay = Some(spanned),
+        "model" => agent.model = Some(spanned),
+        "permission_mode" => agent.permission_mode = Some(spanned),
+        "append_system_prompt" => agent.append_system_prompt = Some(spanned.value),
+        "max_turns" => {
+            let turns = value.parse().map_err(|_| {
+                source.at(
+                    at,
+                    format!("max_turns level '{value}' of agent '{name}' is not a whole number"),
+                )
+            })?;
+            agent.max_turns = Some(Spanned {
+                value: turns,
+                referenced: at.referenced,
+                defined: at.defined,
+            });
+        }
         _ => match factor.strip_prefix("env.") {
             Some(key) if !key.is_empty() => {
                 agent
@@ -593,6 +680,14 @@ fn agent_spec(source: &Source, name: &str, agent: &RawAgent) -> Result<AgentSpec
             "apply_writes",
         ],
         "command" => &["run", "timeout", "env", "network"],
+        other if HarnessKind::parse(other).is_some() => {
+            return harness_spec(
+                source,
+                name,
+                agent,
+                HarnessKind::parse(other).expect("parsed"),
+            );
+        }
         other => {
             return Err(source.at(
                 &agent.kind,
@@ -661,6 +756,111 @@ fn agent_spec(source: &Source, name: &str, agent: &RawAgent) -> Result<AgentSpec
             })
         }
     })
+}
+
+/// Validates a real CLI agent: only the keys its kind supports, a known permission mode, a
+/// parseable endpoint whose script exists.
+fn harness_spec(
+    source: &Source,
+    name: &str,
+    agent: &RawAgent,
+    kind: HarnessKind,
+) -> Result<AgentSpec, SuiteError> {
+    let allowed = kind.keys();
+    for (key, location) in agent.keys_set() {
+        if !allowed.contains(&key) {
+            let why = match key {
+                "max_turns" => format!(" ({kind} has no turn limit to set)"),
+                "permission_mode" => format!(" ({kind} has one headless mode, always used)"),
+                "append_system_prompt" => format!(" ({kind} has no system prompt to add to)"),
+                _ => String::new(),
+            };
+            return Err(source.error(
+                location.unwrap_or(loc(&agent.kind)),
+                format!(
+                    "`{key}` does not apply to agent '{name}' of kind '{kind}'{why}. Valid keys for it: {}",
+                    allowed.join(", ")
+                ),
+            ));
+        }
+    }
+    if let Some(mode) = &agent.permission_mode
+        && !kind.permission_modes().contains(&mode.value.as_str())
+    {
+        return Err(source.at(
+            mode,
+            format!(
+                "unknown permission_mode '{}' for {kind}. Valid modes: {}",
+                mode.value,
+                kind.permission_modes().join(", ")
+            ),
+        ));
+    }
+    if let Some(turns) = &agent.max_turns
+        && turns.value == 0
+    {
+        return Err(source.at(turns, "max_turns must be at least 1"));
+    }
+    let endpoint = agent
+        .endpoint
+        .as_ref()
+        .map(|text| -> Result<Endpoint, SuiteError> {
+            match Endpoint::parse(&text.value).map_err(|err| source.at(text, err))? {
+                Endpoint::Scripted(path) => {
+                    let full = source.dir.join(&path);
+                    if !full.is_file() {
+                        return Err(source.at(
+                            text,
+                            format!("the endpoint's script {} does not exist", full.display()),
+                        ));
+                    }
+                    let full = full.canonicalize().unwrap_or(full);
+                    crate::model::Script::load(&full)
+                        .map_err(|err| SuiteError::Referenced(err.to_string()))?;
+                    Ok(Endpoint::Scripted(full))
+                }
+                url => Ok(url),
+            }
+        })
+        .transpose()?;
+    let binary = agent.binary.as_ref().map(|binary| {
+        let path = PathBuf::from(&binary.value);
+        if binary.value.starts_with("./") || binary.value.starts_with("../") {
+            source.dir.join(path)
+        } else {
+            path
+        }
+    });
+    Ok(AgentSpec::harness(
+        kind,
+        HarnessConfig {
+            model: agent.model.as_ref().map(|m| m.value.clone()),
+            max_turns: agent.max_turns.as_ref().map(|t| t.value),
+            permission_mode: agent.permission_mode.as_ref().map(|m| m.value.clone()),
+            append_system_prompt: agent.append_system_prompt.clone(),
+            args: agent.args.clone().unwrap_or_default(),
+            env: agent.env.clone().unwrap_or_default(),
+            binary,
+            endpoint,
+            api_key: agent.api_key.clone(),
+            timeout: agent
+                .timeout
+                .as_ref()
+                .map(|t| source.duration(t))
+                .transpose()?,
+            network: agent
+                .network
+                .as_ref()
+                .map(|n| {
+                    n.value
+                        .parse()
+                        .map_err(|err| source.at(n, format!("{err}")))
+                })
+                .transpose()?
+                .unwrap_or_default(),
+            price: agent.price,
+        },
+    ))
 }
 
 /// Makes a leading `./x` or `../x` in a command line absolute, relative to the defining file:

@@ -67,6 +67,41 @@ pub struct RawAgent {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub network: Option<Spanned<String>>,
+    /// Real CLI kinds: the model name as the CLI takes it.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub model: Option<Spanned<String>>,
+    /// Real CLI kinds: stop after this many turns (claude-code, gemini-cli, mini-swe-agent
+    /// natively; codex and opencode are stopped by deltabench at tool call N+1).
+    #[serde(default)]
+    #[schemars(with = "Option<u32>")]
+    pub max_turns: Option<Spanned<u32>>,
+    /// Real CLI kinds: the CLI's approval/sandbox mode (valid values depend on the kind).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub permission_mode: Option<Spanned<String>>,
+    /// Real CLI kinds: text added to the CLI's system prompt.
+    #[serde(default)]
+    pub append_system_prompt: Option<String>,
+    /// Real CLI kinds: extra command-line arguments.
+    #[serde(default)]
+    pub args: Option<Vec<String>>,
+    /// Real CLI kinds: the executable (a path relative to this file, or a name on PATH).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub binary: Option<Spanned<String>>,
+    /// Real CLI kinds: `http://HOST:PORT` (a compatible server's root) or `scripted:PATH`
+    /// (deltabench's scripted model endpoint, started for the run).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub endpoint: Option<Spanned<String>>,
+    /// Real CLI kinds: the API key (default: a dummy for loopback endpoints, else the CLI's
+    /// usual variable from deltabench's environment).
+    #[serde(default)]
+    pub api_key: Option<String>,
+    /// Real CLI kinds: USD per million tokens, overriding the price table for this agent.
+    #[serde(default)]
+    pub price: Option<crate::agent::harness::Price>,
     /// mock: the scripted events.
     #[serde(default)]
     pub responses: Option<Vec<StreamEvent>>,
@@ -114,6 +149,27 @@ impl RawAgent {
         add("simulate_error", self.simulate_error.is_some(), None);
         add("simulate_panic", self.simulate_panic.is_some(), None);
         add("apply_writes", self.apply_writes.is_some(), None);
+        add("model", self.model.is_some(), at(&self.model));
+        add(
+            "max_turns",
+            self.max_turns.is_some(),
+            self.max_turns.as_ref().map(loc),
+        );
+        add(
+            "permission_mode",
+            self.permission_mode.is_some(),
+            at(&self.permission_mode),
+        );
+        add(
+            "append_system_prompt",
+            self.append_system_prompt.is_some(),
+            None,
+        );
+        add("args", self.args.is_some(), None);
+        add("binary", self.binary.is_some(), at(&self.binary));
+        add("endpoint", self.endpoint.is_some(), at(&self.endpoint));
+        add("api_key", self.api_key.is_some(), None);
+        add("price", self.price.is_some(), None);
         keys
     }
 }

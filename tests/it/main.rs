@@ -1,11 +1,13 @@
 //! One integration-test binary (one link instead of many), as in jj and uv.
 
+mod agents;
 mod common;
 mod compare;
 mod crash;
 mod demo;
 mod import;
 mod lifecycle;
+mod model;
 mod procs;
 mod reports;
 mod sandbox;

@@ -1,4 +1,8 @@
-//! Stream parsers for the six real coding-agent CLIs.
+//! The six real coding-agent CLIs: their config ([`config`]), command lines
+//! ([`invocation`]), stream parsers (one module per CLI), cost estimates ([`pricing`]) and the
+//! agent that ties them together ([`HarnessAgent`]).
+//!
+//! ## Stream parsers
 //!
 //! Each CLI gets a [`StreamParser`]: feed it one line of the CLI's stdout at a time and it returns
 //! the common [`StreamEvent`]s for that line; at the end, [`StreamParser::finish`] folds what it
@@ -21,12 +25,16 @@
 //! - `modified_files` lists the paths of write/edit tool calls that succeeded, as the CLI wrote
 //!   them (often absolute); [`ParsedRun::relative_to`] makes them workspace-relative.
 
+mod agent;
 pub mod aider;
 pub mod claude;
 pub mod codex;
+pub mod config;
 pub mod gemini;
+pub mod invocation;
 pub mod mini_swe;
 pub mod opencode;
+pub mod pricing;
 
 use std::path::Path;
 
@@ -34,12 +42,15 @@ use serde_json::Value;
 
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
 
+pub use agent::{HarnessAgent, agent_tool_dir, find_program};
 pub use aider::AiderParser;
 pub use claude::ClaudeParser;
 pub use codex::CodexParser;
+pub use config::{Endpoint, HarnessConfig, HarnessKind, TurnLimit};
 pub use gemini::GeminiParser;
 pub use mini_swe::MiniSweParser;
 pub use opencode::OpencodeParser;
+pub use pricing::Price;
 
 /// Turns one CLI's stdout, line by line, into [`StreamEvent`]s and a final [`ParsedRun`].
 pub trait StreamParser {

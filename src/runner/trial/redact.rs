@@ -47,17 +47,21 @@ impl Secrets {
     }
 
     /// Deltabench's own environment plus a command agent's `env:`.
-    pub fn of_trial(agent_env: Option<&BTreeMap<String, String>>) -> Self {
+    pub fn of_trial(agent_env: Option<&BTreeMap<String, String>>, api_key: Option<&str>) -> Self {
         let process: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
         Self::collect(
-            process.iter().map(|(k, v)| (k.as_str(), v.as_str())).chain(
-                agent_env
-                    .into_iter()
-                    .flatten()
-                    .map(|(k, v)| (k.as_str(), v.as_str())),
-            ),
+            process
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .chain(
+                    agent_env
+                        .into_iter()
+                        .flatten()
+                        .map(|(k, v)| (k.as_str(), v.as_str())),
+                )
+                .chain(api_key.map(|key| ("API_KEY", key))),
         )
     }
 

@@ -1,0 +1,642 @@
+//! [`HarnessAgent`]: a real coding-agent CLI wearing the [`CodingAgent`] interface.
+//!
+//! One run: write the CLI's config files into its private HOME, spawn it in the workspace with
+//! stdin closed and a cleared environment ([`invocation`]), feed each stdout line to the kind's
+//! [`StreamParser`] as it arrives and emit the events, then resolve the [`CodingResult`] from the
+//! parser's verdict, the exit code and what deltabench itself saw (abort, timeout, an enforced
+//! turn limit). The raw stdout is kept in `agent.stdout` and stderr in `agent.stderr`, beside the
+//! trial's `events.jsonl`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::config::{HarnessConfig, HarnessKind, TurnLimit};
+use super::invocation::{DUMMY_API_KEY, Invocation, RunPaths, invocation};
+use super::pricing::{self, price_table};
+use super::{
+    AiderParser, ClaudeParser, CodexParser, GeminiParser, MiniSweParser, OpencodeParser, ParsedRun,
+    StreamParser,
+};
+use crate::agent::{
+    CodingAgent, CodingError, CodingHandle, CodingOutput, CodingResult, CodingStatus, CodingTask,
+    ErrorCode, RunContext, StreamEvent, Usage, new_session_id,
+};
+use crate::process::{self, CommandSpec, StdoutLines};
+use crate::workspace::SandboxPolicy;
+
+/// How often mini-swe-agent's trajectory file is re-read while it runs.
+const TRAJECTORY_POLL: Duration = Duration::from_millis(500);
+/// Where Codex thread totals are kept between runs (its usage is cumulative per thread).
+const CODEX_USAGE_FILE: &str = ".codex/deltabench-thread-usage.json";
+
+/// Where the CLIs are found when `binary:` is not set and they are not on PATH:
+/// `$DELTABENCH_AGENT_TOOLS`, else `~/.cache/deltabench/agents` (what `.ci/install-agents` fills).
+pub fn agent_tool_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("DELTABENCH_AGENT_TOOLS") {
+        return Some(PathBuf::from(dir));
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| Some(PathBuf::from(std::env::var_os("HOME")?).join(".cache")))?;
+    Some(cache.join("deltabench/agents"))
+}
+
+/// The CLI's executable: `binary` (a path, or a name on PATH), else the kind's program on PATH,
+/// else in [`agent_tool_dir`]. The error says where it looked and how to install it.
+pub fn find_program(kind: HarnessKind, binary: Option<&Path>) -> Result<PathBuf, String> {
+    let on_path = |name: &Path| -> Option<PathBuf> {
+        std::env::split_paths(&std::env::var_os("PATH")?)
+            .map(|dir| dir.join(name))
+            .find(|candidate| is_executable(candidate))
+    };
+    if let Some(binary) = binary {
+        if binary.components().count() > 1 {
+            return if is_executable(binary) {
+                Ok(binary.to_owned())
+            } else {
+                Err(format!(
+                    "`binary: {}` is not an executable file",
+                    binary.display()
+                ))
+            };
+        }
+        return on_path(binary)
+            .ok_or_else(|| format!("`binary: {}` is not on PATH", binary.display()));
+    }
+    let name = Path::new(kind.program());
+    if let Some(found) = on_path(name) {
+        return Ok(found);
+    }
+    let tools = agent_tool_dir();
+    if let Some(found) = tools.as_ref().and_then(|dir| {
+        ["npm/node_modules/.bin", "venv/bin"]
+            .iter()
+            .map(|sub| dir.join(sub).join(name))
+            .find(|candidate| is_executable(candidate))
+    }) {
+        return Ok(found);
+    }
+    Err(format!(
+        "cannot find `{}` on PATH{}; install it (`{}`, or `bash .ci/install-agents` for every \
+         pinned CLI) or set `binary:`",
+        kind.program(),
+        tools
+            .map(|dir| format!(" or in {}", dir.display()))
+            .unwrap_or_default(),
+        kind.install_hint(),
+    ))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Whether `url` points at this machine, where a dummy API key is fine.
+fn is_loopback(url: &str) -> bool {
+    let host = url
+        .split("://")
+        .nth(1)
+        .unwrap_or(url)
+        .split(['/', '?'])
+        .next()
+        .unwrap_or_default();
+    let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    host == "localhost" || host == "[::1]" || host.starts_with("127.")
+}
+
+/// A real CLI agent bound to one workspace.
+#[derive(Debug, Clone)]
+pub struct HarnessAgent {
+    name: String,
+    kind: HarnessKind,
+    config: HarnessConfig,
+    program: PathBuf,
+    endpoint: Option<String>,
+    workspace: PathBuf,
+    scratch: PathBuf,
+    sandbox: Option<SandboxPolicy>,
+}
+
+impl HarnessAgent {
+    /// `scratch` must exist outside the workspace: it receives the CLI's HOME (`home/`, kept so
+    /// a later run can resume) and the raw output. `endpoint` is the resolved root URL (for a
+    /// `scripted:` endpoint, the started server's).
+    pub fn new(
+        name: &str,
+        kind: HarnessKind,
+        config: HarnessConfig,
+        program: PathBuf,
+        workspace: PathBuf,
+        scratch: PathBuf,
+        endpoint: Option<String>,
+    ) -> Self {
+        Self {
+            name: name.to_owned(),
+            kind,
+            config,
+            program,
+            endpoint,
+            workspace,
+            scratch,
+            sandbox: None,
+        }
+    }
+
+    /// Runs the CLI inside `policy`'s sandbox (whose home must be this agent's [`Self::home`]),
+    /// with the agent's network setting and its installation readable.
+    pub fn sandboxed(mut self, policy: SandboxPolicy) -> Self {
+        let mut policy = policy.network(self.config.network);
+        for root in install_roots(&self.program) {
+            policy = policy.readable(root);
+        }
+        self.sandbox = Some(policy);
+        self
+    }
+
+    /// The CLI's private HOME.
+    pub fn home(&self) -> PathBuf {
+        self.scratch.join("home")
+    }
+
+    fn api_key(&self) -> Option<String> {
+        if let Some(key) = &self.config.api_key {
+            return Some(key.clone());
+        }
+        match &self.endpoint {
+            Some(url) if is_loopback(url) => Some(DUMMY_API_KEY.to_owned()),
+            _ => std::env::var(self.kind.key_env()).ok(),
+        }
+    }
+
+    async fn execute(self, ctx: RunContext, task: String, resume: Option<String>) -> CodingResult {
+        let kind = self.kind;
+        let fallback_session = resume.clone().unwrap_or_else(new_session_id);
+        if resume.is_some() && !kind.can_resume() {
+            return CodingResult::failed(
+                fallback_session,
+                CodingError::new(
+                    ErrorCode::SdkError,
+                    format!(
+                        "{kind} cannot resume a session: it keeps no session of its own; run \
+                         the task without a session_id"
+                    ),
+                ),
+            );
+        }
+        let home = self.home();
+        let api_key = self.api_key();
+        let inv = invocation(
+            kind,
+            &self.config,
+            &RunPaths {
+                task: &task,
+                resume: resume.as_deref(),
+                new_session: &fallback_session,
+                home: &home,
+                workspace: &self.workspace,
+                scratch: &self.scratch,
+                endpoint: self.endpoint.as_deref(),
+                api_key: api_key.as_deref(),
+            },
+        );
+        if let Err(err) = self.prepare(&inv) {
+            return CodingResult::failed(
+                fallback_session,
+                CodingError::new(ErrorCode::SdkError, err),
+            );
+        }
+        let (lines_tx, mut lines) = mpsc::unbounded_channel();
+        let mut spec = CommandSpec::argv(
+            std::iter::once(self.program.clone().into_os_string())
+                .chain(inv.args.iter().map(Into::into)),
+            &self.workspace,
+        )
+        .clear_env()
+        .timeout(self.config.timeout)
+        .log_path(Some(self.scratch.join("agent.stderr")))
+        .stdout_lines(StdoutLines {
+            raw_path: self.scratch.join("agent.stdout"),
+            lines: lines_tx,
+        });
+        for (key, value) in &inv.env {
+            spec = spec.env(key, value);
+        }
+        if let Some(policy) = &self.sandbox {
+            spec = match policy.wrap(&self.workspace, spec) {
+                Ok(spec) => spec,
+                Err(err) => {
+                    return CodingResult::failed(
+                        fallback_session,
+                        CodingError::new(
+                            ErrorCode::SdkError,
+                            format!("cannot prepare the sandbox's home: {err}"),
+                        ),
+                    );
+                }
+            };
+        }
+        ctx.emit(StreamEvent::System {
+            subtype: "spawn".into(),
+            message: format!(
+                "{}{} {}",
+                if self.sandbox.is_some() {
+                    "in the sandbox: "
+                } else {
+                    ""
+                },
+                self.program.display(),
+                inv.args.join(" ")
+            ),
+            data: Some(json!({ "cli": kind, "endpoint": self.endpoint })),
+        })
+        .await;
+
+        let codex_usage = home.join(CODEX_USAGE_FILE);
+        let mut parser = match kind {
+            HarnessKind::ClaudeCode => Parser::Claude(ClaudeParser::new()),
+            HarnessKind::Codex => Parser::Codex(match &resume {
+                Some(id) => CodexParser::resuming(thread_usage(&codex_usage, id)),
+                None => CodexParser::new(),
+            }),
+            HarnessKind::GeminiCli => Parser::Gemini(GeminiParser::new()),
+            HarnessKind::Opencode => Parser::Opencode(OpencodeParser::new()),
+            HarnessKind::MiniSweAgent => Parser::Mini(MiniSweParser::new()),
+            HarnessKind::Aider => Parser::Aider(AiderParser::new()),
+        };
+        let mut watch = Watch {
+            enforced_turns: (kind.turn_limit() == TurnLimit::Enforced)
+                .then_some(self.config.max_turns)
+                .flatten(),
+            tool_calls: 0,
+            turn_limit_hit: false,
+            model: None,
+            stop: ctx.cancel.child_token(),
+        };
+        let stop = watch.stop.clone();
+        let run = process::run(&spec, &stop);
+        tokio::pin!(run);
+        let mut poll = tokio::time::interval(TRAJECTORY_POLL);
+        let ended = loop {
+            tokio::select! {
+                ended = &mut run => break ended,
+                Some(line) = lines.recv() => {
+                    let events = parser.line(&line);
+                    watch.emit_all(&ctx, events).await;
+                }
+                _ = poll.tick(), if inv.trajectory.is_some() => {
+                    let events = read_trajectory(&mut parser, inv.trajectory.as_deref());
+                    watch.emit_all(&ctx, events).await;
+                }
+            }
+        };
+        while let Ok(line) = lines.try_recv() {
+            let events = parser.line(&line);
+            watch.emit_all(&ctx, events).await;
+        }
+        let events = read_trajectory(&mut parser, inv.trajectory.as_deref());
+        watch.emit_all(&ctx, events).await;
+
+        let ended = match ended {
+            Ok(ended) => ended,
+            Err(err) => {
+                return CodingResult::failed(
+                    fallback_session,
+                    CodingError::new(
+                        ErrorCode::SdkError,
+                        format!("cannot start {}: {err}", self.program.display()),
+                    ),
+                );
+            }
+        };
+        ctx.emit(StreamEvent::System {
+            subtype: "exit".into(),
+            message: ended.ending(),
+            data: Some(json!({
+                "exit_code": ended.exit_code,
+                "signal": ended.signal,
+                "timed_out": ended.timed_out,
+                "leaked": ended.leaked,
+            })),
+        })
+        .await;
+        let cumulative = parser.codex_cumulative();
+        let parsed = parser
+            .finish(ended.exit_code, &ended.output.text())
+            .relative_to(&self.workspace);
+        let session = parsed
+            .session_id
+            .clone()
+            .or(resume)
+            .unwrap_or(fallback_session);
+        if let Some(total) = cumulative {
+            save_thread_usage(&codex_usage, &session, total);
+        }
+
+        let model = inv.model.clone().or(watch.model.clone());
+        let usage = parsed
+            .usage
+            .clone()
+            .map(|usage| self.priced(usage, model.as_deref()));
+        if let Some(usage) = &usage
+            && usage.cost_usd.is_none()
+        {
+            ctx.emit(StreamEvent::System {
+                subtype: "warning".into(),
+                message: format!(
+                    "no price for model {} in deltabench's price table (checked {}); set \
+                     `price:` on the agent to estimate its cost",
+                    model.as_deref().unwrap_or("(unnamed)"),
+                    price_table().checked
+                ),
+                data: None,
+            })
+            .await;
+        }
+        let mut result = if ctx.cancel.is_cancelled() {
+            CodingResult::aborted(session)
+        } else if ended.timed_out {
+            CodingResult::failed(
+                session,
+                CodingError::new(
+                    ErrorCode::Timeout,
+                    format!(
+                        "{kind} exceeded its timeout of {}",
+                        humantime::format_duration(self.config.timeout.unwrap_or_default())
+                    ),
+                ),
+            )
+        } else if watch.turn_limit_hit {
+            CodingResult {
+                status: CodingStatus::MaxTurns,
+                ..CodingResult::completed(session)
+            }
+        } else {
+            let ParsedRun { status, error, .. } = parsed.clone();
+            CodingResult {
+                status,
+                error,
+                ..CodingResult::completed(session)
+            }
+        };
+        result.usage = usage;
+        result.output = CodingOutput {
+            text: parsed.text,
+            modified_files: parsed.modified_files,
+            metadata: BTreeMap::from([
+                ("cli".to_owned(), json!(kind)),
+                ("exit_code".to_owned(), json!(ended.exit_code)),
+                ("tool_calls".to_owned(), json!(watch.tool_calls)),
+            ]),
+        };
+        result
+    }
+
+    /// Writes the invocation's config files, and keeps aider's caches out of the diff.
+    fn prepare(&self, inv: &Invocation) -> Result<(), String> {
+        let write = |path: &Path, text: &str| -> Result<(), String> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)
+                    .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+            }
+            std::fs::write(path, text)
+                .map_err(|err| format!("cannot write {}: {err}", path.display()))
+        };
+        std::fs::create_dir_all(self.home())
+            .map_err(|err| format!("cannot create {}: {err}", self.home().display()))?;
+        for (path, text) in &inv.files {
+            write(path, text)?;
+        }
+        if self.kind == HarnessKind::Aider {
+            // aider's repo-map cache lands in the repo root; it is the harness's, not the agent's.
+            let exclude = self.workspace.join(".git/info/exclude");
+            if self.workspace.join(".git").is_dir() {
+                let mut text = std::fs::read_to_string(&exclude).unwrap_or_default();
+                if !text.lines().any(|l| l == ".aider*") {
+                    text.push_str("\n.aider*\n");
+                    write(&exclude, &text)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Prices `usage` when the CLI reported no cost (or only echoed a zero price from the local
+    /// config deltabench wrote).
+    fn priced(&self, mut usage: Usage, model: Option<&str>) -> Usage {
+        let local_price = matches!(
+            self.kind,
+            HarnessKind::Opencode | HarnessKind::MiniSweAgent | HarnessKind::Aider
+        );
+        if local_price && usage.cost_usd == Some(0.0) {
+            usage.cost_usd = None;
+        }
+        pricing::estimate(&mut usage, model, self.config.price);
+        usage
+    }
+}
+
+impl CodingAgent for HarnessAgent {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        match self.kind {
+            HarnessKind::ClaudeCode => "Claude Code, run headless (claude -p).",
+            HarnessKind::Codex => "Codex CLI, run headless (codex exec --json).",
+            HarnessKind::GeminiCli => "Gemini CLI, run headless (gemini -p).",
+            HarnessKind::Opencode => "opencode, run headless (opencode run --format json).",
+            HarnessKind::MiniSweAgent => "mini-swe-agent, run headless (mini -y).",
+            HarnessKind::Aider => "aider, run headless (aider --message).",
+        }
+    }
+
+    fn run(&self, task: CodingTask) -> CodingHandle {
+        let agent = self.clone();
+        let (text, resume) = (task.task.clone(), task.session_id.clone());
+        CodingHandle::spawn(&self.name, &task, false, move |ctx| {
+            agent.execute(ctx, text, resume)
+        })
+    }
+}
+
+/// What the adapter itself watches in the stream.
+struct Watch {
+    /// `max_turns` when deltabench enforces it (the CLI has no limit of its own).
+    enforced_turns: Option<u32>,
+    tool_calls: u32,
+    turn_limit_hit: bool,
+    /// The model the CLI said it uses (its init event), for pricing.
+    model: Option<String>,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Watch {
+    async fn emit_all(&mut self, ctx: &RunContext, events: Vec<StreamEvent>) {
+        for event in events {
+            match &event {
+                StreamEvent::ToolCall { .. } => {
+                    self.tool_calls += 1;
+                    if let Some(limit) = self.enforced_turns
+                        && self.tool_calls > limit
+                        && !self.turn_limit_hit
+                    {
+                        self.turn_limit_hit = true;
+                        self.stop.cancel();
+                        ctx.emit(StreamEvent::System {
+                            subtype: "max_turns".into(),
+                            message: format!(
+                                "stopped at tool call {} (max_turns: {limit})",
+                                self.tool_calls
+                            ),
+                            data: None,
+                        })
+                        .await;
+                    }
+                }
+                StreamEvent::System {
+                    subtype,
+                    data: Some(data),
+                    ..
+                } if subtype == "init" && self.model.is_none() => {
+                    self.model = data.get("model").and_then(Value::as_str).map(str::to_owned);
+                }
+                _ => {}
+            }
+            ctx.emit(event).await;
+        }
+    }
+}
+
+/// The six parsers behind one type (their `finish` takes `self`, so no trait object).
+enum Parser {
+    Claude(ClaudeParser),
+    Codex(CodexParser),
+    Gemini(GeminiParser),
+    Opencode(OpencodeParser),
+    Mini(MiniSweParser),
+    Aider(AiderParser),
+}
+
+impl Parser {
+    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
+        match self {
+            Self::Claude(p) => p.line(line),
+            Self::Codex(p) => p.line(line),
+            Self::Gemini(p) => p.line(line),
+            Self::Opencode(p) => p.line(line),
+            Self::Mini(p) => p.line(line),
+            Self::Aider(p) => p.line(line),
+        }
+    }
+
+    fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
+        match self {
+            Self::Claude(p) => p.finish(exit_code, stderr_tail),
+            Self::Codex(p) => p.finish(exit_code, stderr_tail),
+            Self::Gemini(p) => p.finish(exit_code, stderr_tail),
+            Self::Opencode(p) => p.finish(exit_code, stderr_tail),
+            Self::Mini(p) => p.finish(exit_code, stderr_tail),
+            Self::Aider(p) => p.finish(exit_code, stderr_tail),
+        }
+    }
+
+    fn codex_cumulative(&self) -> Option<Usage> {
+        match self {
+            Self::Codex(p) => p.cumulative_usage().cloned(),
+            _ => None,
+        }
+    }
+}
+
+fn read_trajectory(parser: &mut Parser, path: Option<&Path>) -> Vec<StreamEvent> {
+    match (parser, path) {
+        (Parser::Mini(mini), Some(path)) => match std::fs::read_to_string(path) {
+            Ok(text) if !text.trim().is_empty() => mini.trajectory(&text),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+fn thread_usage(file: &Path, thread: &str) -> Usage {
+    std::fs::read_to_string(file)
+        .ok()
+        .and_then(|text| serde_json::from_str::<BTreeMap<String, Usage>>(&text).ok())
+        .and_then(|mut all| all.remove(thread))
+        .unwrap_or_default()
+}
+
+fn save_thread_usage(file: &Path, thread: &str, total: Usage) {
+    let mut all: BTreeMap<String, Usage> = std::fs::read_to_string(file)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default();
+    all.insert(thread.to_owned(), total);
+    if let Ok(text) = serde_json::to_string_pretty(&all) {
+        let _ = std::fs::write(file, text);
+    }
+}
+
+/// What a sandboxed CLI must be able to read: its whole installation (the `node_modules` or
+/// virtualenv its launcher belongs to), not just the launcher.
+fn install_roots(program: &Path) -> Vec<PathBuf> {
+    let mut roots = vec![program.to_owned()];
+    for candidate in [
+        program.to_owned(),
+        program.canonicalize().unwrap_or_default(),
+    ] {
+        if let Some(root) = candidate.ancestors().find(|dir| {
+            dir.file_name().is_some_and(|n| n == "node_modules") || dir.join("pyvenv.cfg").is_file()
+        }) {
+            roots.push(root.to_owned());
+        } else if let Some(parent) = candidate.parent() {
+            roots.push(parent.to_owned());
+        }
+    }
+    roots
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_urls_get_the_dummy_key() {
+        assert!(is_loopback("http://127.0.0.1:8765"));
+        assert!(is_loopback("http://localhost:1/v1"));
+        assert!(is_loopback("http://[::1]:80"));
+        assert!(!is_loopback("https://api.anthropic.com"));
+    }
+
+    #[test]
+    fn a_missing_program_names_where_it_looked_and_how_to_install() {
+        let err =
+            find_program(HarnessKind::Aider, Some(Path::new("/nonexistent/aider"))).unwrap_err();
+        assert!(err.contains("/nonexistent/aider"), "{err}");
+        let err =
+            find_program(HarnessKind::Codex, Some(Path::new("no-such-codex-binary"))).unwrap_err();
+        assert!(err.contains("not on PATH"), "{err}");
+        assert!(find_program(HarnessKind::Codex, Some(Path::new("sh"))).is_ok());
+    }
+
+    #[test]
+    fn codex_thread_totals_survive_between_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("usage.json");
+        assert_eq!(thread_usage(&file, "t"), Usage::default());
+        let total = Usage {
+            input_tokens: 3300,
+            output_tokens: 63,
+            ..Usage::default()
+        };
+        save_thread_usage(&file, "t", total.clone());
+        save_thread_usage(&file, "u", Usage::default());
+        assert_eq!(thread_usage(&file, "t"), total);
+    }
+}

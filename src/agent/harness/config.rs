@@ -1,0 +1,274 @@
+//! What an agents file can say about a real CLI agent: the six kinds and their typed config.
+//!
+//! Per-kind facts (the program, the package that ships it, whether it resumes, which permission
+//! modes and turn limits it has) live on [`HarnessKind`], so the suite loader can reject a key
+//! that does not apply with the valid set, and `--help`/README list the same facts.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::pricing::Price;
+use crate::workspace::Network;
+
+/// The real coding-agent CLIs deltabench drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HarnessKind {
+    ClaudeCode,
+    Codex,
+    GeminiCli,
+    Opencode,
+    MiniSweAgent,
+    Aider,
+}
+
+/// How a kind bounds the number of turns `max_turns` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnLimit {
+    /// The CLI's own flag or setting; it reports hitting it.
+    Native,
+    /// The CLI has none: deltabench stops it when it starts tool call number `max_turns + 1`.
+    Enforced,
+    /// Not meaningful for this CLI.
+    Unsupported,
+}
+
+impl HarnessKind {
+    pub const ALL: [HarnessKind; 6] = [
+        Self::ClaudeCode,
+        Self::Codex,
+        Self::GeminiCli,
+        Self::Opencode,
+        Self::MiniSweAgent,
+        Self::Aider,
+    ];
+
+    /// The `kind:` value in an agents file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ClaudeCode => "claude-code",
+            Self::Codex => "codex",
+            Self::GeminiCli => "gemini-cli",
+            Self::Opencode => "opencode",
+            Self::MiniSweAgent => "mini-swe-agent",
+            Self::Aider => "aider",
+        }
+    }
+
+    pub fn parse(kind: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == kind)
+    }
+
+    /// The executable's name.
+    pub fn program(self) -> &'static str {
+        match self {
+            Self::ClaudeCode => "claude",
+            Self::Codex => "codex",
+            Self::GeminiCli => "gemini",
+            Self::Opencode => "opencode",
+            Self::MiniSweAgent => "mini",
+            Self::Aider => "aider",
+        }
+    }
+
+    /// How to install the version deltabench was checked against.
+    pub fn install_hint(self) -> &'static str {
+        match self {
+            Self::ClaudeCode => "npm install -g @anthropic-ai/claude-code@2.1.197",
+            Self::Codex => "npm install -g @openai/codex@0.171.0",
+            Self::GeminiCli => "npm install -g @google/gemini-cli@0.61.0",
+            Self::Opencode => "npm install -g opencode-ai@1.18.33",
+            Self::MiniSweAgent => "pip install mini-swe-agent==2.4.6",
+            Self::Aider => "pip install aider-chat==0.86.2",
+        }
+    }
+
+    /// Whether `CodingTask::session_id` can continue one of its sessions.
+    pub fn can_resume(self) -> bool {
+        matches!(
+            self,
+            Self::ClaudeCode | Self::Codex | Self::GeminiCli | Self::Opencode
+        )
+    }
+
+    /// The valid `permission_mode` values, the default first; empty when the key does not
+    /// apply (the CLI has one headless mode, which deltabench always uses).
+    pub fn permission_modes(self) -> &'static [&'static str] {
+        match self {
+            Self::ClaudeCode => &[
+                "bypassPermissions",
+                "acceptEdits",
+                "default",
+                "plan",
+                "dontAsk",
+                "auto",
+            ],
+            Self::Codex => &["danger-full-access", "workspace-write", "read-only"],
+            Self::GeminiCli => &["yolo", "auto_edit", "default", "plan"],
+            Self::Opencode => &["allow", "ask", "deny"],
+            Self::MiniSweAgent | Self::Aider => &[],
+        }
+    }
+
+    pub fn turn_limit(self) -> TurnLimit {
+        match self {
+            Self::ClaudeCode | Self::GeminiCli | Self::MiniSweAgent => TurnLimit::Native,
+            Self::Codex | Self::Opencode => TurnLimit::Enforced,
+            Self::Aider => TurnLimit::Unsupported,
+        }
+    }
+
+    /// Whether `append_system_prompt` has somewhere to go.
+    pub fn appends_system_prompt(self) -> bool {
+        !matches!(self, Self::MiniSweAgent)
+    }
+
+    /// The environment variable the CLI reads its API key from when talking to its own
+    /// provider; deltabench passes it through from its own environment.
+    pub fn key_env(self) -> &'static str {
+        match self {
+            Self::ClaudeCode => "ANTHROPIC_API_KEY",
+            Self::GeminiCli => "GEMINI_API_KEY",
+            Self::Codex | Self::Opencode | Self::MiniSweAgent | Self::Aider => "OPENAI_API_KEY",
+        }
+    }
+
+    /// The agents-file keys this kind accepts.
+    pub fn keys(self) -> Vec<&'static str> {
+        let mut keys = vec![
+            "model", "args", "env", "binary", "endpoint", "api_key", "timeout", "network", "price",
+        ];
+        if self.turn_limit() != TurnLimit::Unsupported {
+            keys.push("max_turns");
+        }
+        if !self.permission_modes().is_empty() {
+            keys.push("permission_mode");
+        }
+        if self.appends_system_prompt() {
+            keys.push("append_system_prompt");
+        }
+        keys
+    }
+}
+
+impl fmt::Display for HarnessKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where the CLI's model calls go.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    /// A compatible server's root URL; the adapter adds the path its client expects.
+    Url(String),
+    /// deltabench starts its scripted endpoint on this script for the run.
+    Scripted(PathBuf),
+}
+
+impl Endpoint {
+    /// `scripted:PATH` or an `http(s)://` URL; relative script paths stay relative.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if let Some(path) = text.strip_prefix("scripted:") {
+            if path.is_empty() {
+                return Err("`scripted:` needs a script path, e.g. `scripted:model.yaml`".into());
+            }
+            return Ok(Self::Scripted(PathBuf::from(path)));
+        }
+        if text.starts_with("http://") || text.starts_with("https://") {
+            return Ok(Self::Url(text.trim_end_matches('/').to_owned()));
+        }
+        Err(format!(
+            "endpoint '{text}' is neither a URL (http://HOST:PORT, the server root) nor `scripted:PATH`"
+        ))
+    }
+}
+
+/// Config shared by every real-CLI kind; keys a kind does not support are rejected at load.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HarnessConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub append_system_prompt: Option<String>,
+    /// Appended to the command line as given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Added to the CLI's otherwise cleared environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// The executable; by default looked up on PATH, then in the agent tool dir.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<Endpoint>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+    #[serde(default, with = "crate::suite::duration_opt")]
+    pub timeout: Option<Duration>,
+    #[serde(default, skip_serializing_if = "Network::is_none")]
+    pub network: Network,
+    /// Overrides the price table for this agent's model (USD per million tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<Price>,
+}
+
+impl HarnessConfig {
+    /// The permission mode in force: the configured one or the kind's default.
+    pub fn permission_mode(&self, kind: HarnessKind) -> Option<&str> {
+        self.permission_mode
+            .as_deref()
+            .or(kind.permission_modes().first().copied())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_urls_and_scripts() {
+        assert_eq!(
+            Endpoint::parse("http://127.0.0.1:8765/").unwrap(),
+            Endpoint::Url("http://127.0.0.1:8765".into())
+        );
+        assert_eq!(
+            Endpoint::parse("scripted:model.yaml").unwrap(),
+            Endpoint::Scripted("model.yaml".into())
+        );
+        assert!(Endpoint::parse("scripted:").is_err());
+        assert!(
+            Endpoint::parse("localhost:8765")
+                .unwrap_err()
+                .contains("neither")
+        );
+    }
+
+    #[test]
+    fn kinds_round_trip_and_list_their_keys() {
+        for kind in HarnessKind::ALL {
+            assert_eq!(HarnessKind::parse(kind.as_str()), Some(kind));
+        }
+        assert!(!HarnessKind::Aider.keys().contains(&"max_turns"));
+        assert!(
+            !HarnessKind::MiniSweAgent
+                .keys()
+                .contains(&"permission_mode")
+        );
+        assert!(HarnessKind::Codex.keys().contains(&"max_turns"));
+        assert_eq!(
+            HarnessConfig::default().permission_mode(HarnessKind::ClaudeCode),
+            Some("bypassPermissions")
+        );
+    }
+}

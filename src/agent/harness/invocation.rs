@@ -1,0 +1,625 @@
+//! The command line, environment and config files that run one CLI headless.
+//!
+//! A pure function of the agent's config and the run's paths, so each kind's invocation is
+//! unit-tested without the CLI. Ground truth: `../shared/docs/agents/recipes.md`. Every CLI gets
+//! a cleared environment with its own HOME (and XDG dirs) inside the trial directory, so host
+//! credentials, config and plugins never leak in, and a later run with the same HOME and
+//! workspace can resume its session.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::config::{HarnessConfig, HarnessKind, TurnLimit};
+
+/// The key deltabench gives CLIs talking to a loopback endpoint that needs none.
+pub const DUMMY_API_KEY: &str = "sk-deltabench-local";
+
+/// Variables passed through from deltabench's own environment when set.
+const PASSTHROUGH_ENV: [&str; 12] = [
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "NODE_EXTRA_CA_CERTS",
+];
+
+/// Everything that differs between one run and the next.
+#[derive(Debug, Clone)]
+pub struct RunPaths<'a> {
+    /// The instruction.
+    pub task: &'a str,
+    /// A session to continue (kinds that resume only).
+    pub resume: Option<&'a str>,
+    /// Claude's session id for a new run (Claude lets the caller choose it).
+    pub new_session: &'a str,
+    /// The CLI's private HOME.
+    pub home: &'a Path,
+    pub workspace: &'a Path,
+    /// Where deltabench's own files for this run go (outside the workspace).
+    pub scratch: &'a Path,
+    /// The endpoint's root URL, already resolved (`scripted:` started).
+    pub endpoint: Option<&'a str>,
+    /// The API key: configured, passed through, or the loopback dummy.
+    pub api_key: Option<&'a str>,
+}
+
+/// How to start the CLI.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invocation {
+    pub args: Vec<String>,
+    /// The whole environment (the child's is cleared first).
+    pub env: Vec<(String, String)>,
+    /// Config files to write before the start, with their contents.
+    pub files: Vec<(PathBuf, String)>,
+    /// mini-swe-agent's trajectory file, read while it runs.
+    pub trajectory: Option<PathBuf>,
+    /// The model name to price usage with, when known.
+    pub model: Option<String>,
+}
+
+/// Builds the invocation of `kind` for one run.
+pub fn invocation(kind: HarnessKind, config: &HarnessConfig, run: &RunPaths) -> Invocation {
+    let mut inv = Invocation {
+        args: Vec::new(),
+        env: base_env(run.home),
+        // Agents that commit (aider always does) need an identity; env vars are not enough
+        // for aider, which reads `git config user.name`.
+        files: vec![(
+            run.home.join(".gitconfig"),
+            "[user]\n\tname = deltabench agent\n\temail = agent@deltabench.invalid\n".into(),
+        )],
+        trajectory: None,
+        model: config.model.clone(),
+    };
+    match kind {
+        HarnessKind::ClaudeCode => claude(config, run, &mut inv),
+        HarnessKind::Codex => codex(config, run, &mut inv),
+        HarnessKind::GeminiCli => gemini(config, run, &mut inv),
+        HarnessKind::Opencode => opencode(config, run, &mut inv),
+        HarnessKind::MiniSweAgent => mini_swe(config, run, &mut inv),
+        HarnessKind::Aider => aider(config, run, &mut inv),
+    }
+    inv.args.extend(config.args.iter().cloned());
+    if matches!(
+        kind,
+        HarnessKind::Codex | HarnessKind::Opencode | HarnessKind::ClaudeCode
+    ) {
+        // A positional prompt, after `--` so a task starting with `-` is not an option; the
+        // others take it as `--flag=TASK`.
+        inv.args.push("--".into());
+        inv.args.push(run.task.to_owned());
+    }
+    for (key, value) in &config.env {
+        set_env(&mut inv.env, key, value);
+    }
+    inv
+}
+
+fn base_env(home: &Path) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = PASSTHROUGH_ENV
+        .iter()
+        .filter_map(|key| Some((key.to_string(), std::env::var(key).ok()?)))
+        .collect();
+    let home_str = home.display().to_string();
+    for (key, value) in [
+        ("HOME", home_str.clone()),
+        ("XDG_CONFIG_HOME", format!("{home_str}/.config")),
+        ("XDG_DATA_HOME", format!("{home_str}/.local/share")),
+        ("XDG_STATE_HOME", format!("{home_str}/.local/state")),
+        ("XDG_CACHE_HOME", format!("{home_str}/.cache")),
+        ("TERM", "dumb".into()),
+        ("NO_COLOR", "1".into()),
+        // Agents that commit need an identity; the private HOME has no git config.
+        ("GIT_AUTHOR_NAME", "deltabench agent".into()),
+        ("GIT_AUTHOR_EMAIL", "agent@deltabench.invalid".into()),
+        ("GIT_COMMITTER_NAME", "deltabench agent".into()),
+        ("GIT_COMMITTER_EMAIL", "agent@deltabench.invalid".into()),
+    ] {
+        set_env(&mut env, key, &value);
+    }
+    env
+}
+
+fn set_env(env: &mut Vec<(String, String)>, key: &str, value: &str) {
+    env.retain(|(k, _)| k != key);
+    env.push((key.to_owned(), value.to_owned()));
+}
+
+fn push(args: &mut Vec<String>, items: &[&str]) {
+    args.extend(items.iter().map(|s| s.to_string()));
+}
+
+/// A TOML basic string (JSON's escapes are a subset TOML accepts).
+fn toml_string(text: &str) -> String {
+    serde_json::to_string(text).expect("a string serializes")
+}
+
+fn claude(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+    let env = &mut inv.env;
+    for (key, value) in [
+        (
+            "CLAUDE_CONFIG_DIR",
+            format!("{}/.claude", run.home.display()),
+        ),
+        // Root may use bypassPermissions only inside a declared sandbox: the workspace is one.
+        ("IS_SANDBOX", "1".into()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+        ("DISABLE_AUTOUPDATER", "1".into()),
+        ("DISABLE_TELEMETRY", "1".into()),
+        ("DISABLE_ERROR_REPORTING", "1".into()),
+    ] {
+        set_env(env, key, &value);
+    }
+    if let Some(url) = run.endpoint {
+        set_env(env, "ANTHROPIC_BASE_URL", url);
+    }
+    if let Some(key) = run.api_key {
+        set_env(env, "ANTHROPIC_API_KEY", key);
+    }
+    let args = &mut inv.args;
+    push(args, &["-p", "--output-format", "stream-json", "--verbose"]);
+    if let Some(mode) = config.permission_mode(HarnessKind::ClaudeCode) {
+        push(args, &["--permission-mode", mode]);
+    }
+    if let Some(model) = &config.model {
+        push(args, &["--model", model]);
+    }
+    if let Some(turns) = config.max_turns {
+        push(args, &["--max-turns", &turns.to_string()]);
+    }
+    if let Some(prompt) = &config.append_system_prompt {
+        push(args, &["--append-system-prompt", prompt]);
+    }
+    match run.resume {
+        Some(id) => push(args, &["--resume", id]),
+        None => push(args, &["--session-id", run.new_session]),
+    }
+}
+
+fn codex(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+    let codex_home = run.home.join(".codex");
+    set_env(
+        &mut inv.env,
+        "CODEX_HOME",
+        &codex_home.display().to_string(),
+    );
+    let mut toml = String::new();
+    if let Some(model) = &config.model {
+        toml += &format!("model = {}\n", toml_string(model));
+    }
+    toml += "approval_policy = \"never\"\n";
+    let sandbox = config
+        .permission_mode(HarnessKind::Codex)
+        .unwrap_or("danger-full-access");
+    toml += &format!("sandbox_mode = {}\n", toml_string(sandbox));
+    toml += "check_for_update_on_startup = false\n";
+    if let Some(prompt) = &config.append_system_prompt {
+        toml += &format!("developer_instructions = {}\n", toml_string(prompt));
+    }
+    if run.endpoint.is_some() {
+        toml += "model_provider = \"deltabench\"\n";
+    }
+    toml += "\n[analytics]\nenabled = false\n\n[feedback]\nenabled = false\n";
+    match run.endpoint {
+        Some(url) => {
+            // A custom provider: the built-in one ignores OPENAI_BASE_URL and tries WebSockets.
+            toml += &format!(
+                "\n[model_providers.deltabench]\nname = \"deltabench endpoint\"\nbase_url = {}\nenv_key = \"DELTABENCH_CODEX_API_KEY\"\nwire_api = \"responses\"\n",
+                toml_string(&format!("{url}/v1"))
+            );
+            if let Some(key) = run.api_key {
+                set_env(&mut inv.env, "DELTABENCH_CODEX_API_KEY", key);
+            }
+        }
+        None => {
+            if let Some(key) = run.api_key {
+                set_env(&mut inv.env, "OPENAI_API_KEY", key);
+            }
+        }
+    }
+    inv.files.push((codex_home.join("config.toml"), toml));
+    push(&mut inv.args, &["exec", "--json", "--skip-git-repo-check"]);
+    if let Some(id) = run.resume {
+        push(&mut inv.args, &["resume", id]);
+    }
+}
+
+fn gemini(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+    let gemini_dir = run.home.join(".gemini");
+    let mut settings = json!({
+        "privacy": {"usageStatisticsEnabled": false},
+        "telemetry": {"enabled": false},
+        "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": false}},
+        "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
+    });
+    if let Some(turns) = config.max_turns {
+        settings["model"] = json!({ "maxSessionTurns": turns });
+    }
+    inv.files.push((
+        gemini_dir.join("settings.json"),
+        serde_json::to_string_pretty(&settings).expect("settings serialize"),
+    ));
+    if let Some(prompt) = &config.append_system_prompt {
+        // The global context file is added to the system instruction of every session.
+        inv.files
+            .push((gemini_dir.join("GEMINI.md"), prompt.clone()));
+    }
+    set_env(&mut inv.env, "GEMINI_CLI_TRUST_WORKSPACE", "true");
+    if let Some(url) = run.endpoint {
+        set_env(&mut inv.env, "GOOGLE_GEMINI_BASE_URL", url);
+    }
+    if let Some(key) = run.api_key {
+        set_env(&mut inv.env, "GEMINI_API_KEY", key);
+    }
+    let args = &mut inv.args;
+    args.push(format!("--prompt={}", run.task));
+    push(args, &["--output-format", "stream-json"]);
+    if let Some(mode) = config.permission_mode(HarnessKind::GeminiCli) {
+        push(args, &["--approval-mode", mode]);
+    }
+    if let Some(model) = &config.model {
+        push(args, &["-m", model]);
+    }
+    if let Some(id) = run.resume {
+        push(args, &["-r", id]);
+    }
+}
+
+fn opencode(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+    let permission = config
+        .permission_mode(HarnessKind::Opencode)
+        .unwrap_or("allow");
+    let mut file = json!({
+        "$schema": "https://opencode.ai/config.json",
+        "autoupdate": false,
+        "share": "disabled",
+        "permission": {"edit": permission, "bash": permission, "webfetch": permission},
+    });
+    let model = match (run.endpoint, &config.model) {
+        (Some(url), model) => {
+            let id = model.clone().unwrap_or_else(|| "default".into());
+            // A custom endpoint is one provider, named deltabench, serving the configured model.
+            file["provider"] = json!({"deltabench": {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "deltabench endpoint",
+                "options": {"baseURL": format!("{url}/v1"), "apiKey": run.api_key.unwrap_or(DUMMY_API_KEY)},
+                "models": {id.clone(): {"name": id, "tool_call": true, "limit": {"context": 200000, "output": 8192}}},
+            }});
+            Some(format!("deltabench/{id}"))
+        }
+        (None, model) => model.clone(),
+    };
+    if let Some(model) = &model {
+        file["model"] = json!(model);
+        file["small_model"] = json!(model);
+    }
+    if let Some(prompt) = &config.append_system_prompt {
+        let path = run.home.join(".config/opencode/deltabench-instructions.md");
+        file["instructions"] = json!([path.display().to_string()]);
+        inv.files.push((path, prompt.clone()));
+    }
+    inv.files.push((
+        run.home.join(".config/opencode/opencode.json"),
+        serde_json::to_string_pretty(&file).expect("config serializes"),
+    ));
+    if run.endpoint.is_none()
+        && let Some(key) = run.api_key
+    {
+        set_env(&mut inv.env, "OPENAI_API_KEY", key);
+    }
+    for key in [
+        "OPENCODE_DISABLE_AUTOUPDATE",
+        "OPENCODE_DISABLE_MODELS_FETCH",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD",
+        "OPENCODE_DISABLE_SHARE",
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS",
+    ] {
+        set_env(&mut inv.env, key, "1");
+    }
+    // The stored model id is bare for a custom endpoint; price it by what the user named.
+    inv.model = config.model.clone();
+    push(&mut inv.args, &["run", "--pure", "--format", "json"]);
+    if let Some(id) = run.resume {
+        push(&mut inv.args, &["--session", id]);
+    }
+}
+
+/// litellm wants `provider/model`; against an OpenAI-compatible endpoint that is `openai/`.
+fn litellm_model(config: &HarnessConfig, run: &RunPaths) -> Option<String> {
+    config.model.as_ref().map(|model| {
+        if run.endpoint.is_some() && !model.contains('/') {
+            format!("openai/{model}")
+        } else {
+            model.clone()
+        }
+    })
+}
+
+fn openai_env(run: &RunPaths, inv: &mut Invocation, base_var: &str) {
+    if let Some(url) = run.endpoint {
+        set_env(&mut inv.env, base_var, &format!("{url}/v1"));
+    }
+    if let Some(key) = run.api_key {
+        set_env(&mut inv.env, "OPENAI_API_KEY", key);
+    }
+    // litellm's price map comes from the package, not the network.
+    set_env(&mut inv.env, "LITELLM_LOCAL_MODEL_COST_MAP", "True");
+}
+
+fn mini_swe(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+    let trajectory = run.scratch.join("trajectory.json");
+    openai_env(run, inv, "OPENAI_BASE_URL");
+    for (key, value) in [
+        (
+            "MSWEA_GLOBAL_CONFIG_DIR",
+            format!("{}/.config/mini-swe-agent", run.home.display()),
+        ),
+        ("MSWEA_CONFIGURED", "true".into()),
+        ("MSWEA_SILENT_STARTUP", "1".into()),
+        // An unpriced model must not end the run; deltabench estimates the cost instead.
+        ("MSWEA_COST_TRACKING", "ignore_errors".into()),
+    ] {
+        set_env(&mut inv.env, key, &value);
+    }
+    let args = &mut inv.args;
+    if let Some(model) = litellm_model(config, run) {
+        push(args, &["-m", &model]);
+    }
+    args.push(format!("--task={}", run.task));
+    push(args, &["-y", "--exit-immediately", "-o"]);
+    args.push(trajectory.display().to_string());
+    if let Some(turns) = config.max_turns
+        && HarnessKind::MiniSweAgent.turn_limit() == TurnLimit::Native
+    {
+        // Any -c replaces the default config, so the default comes first.
+        push(args, &["-c", "mini.yaml", "-c"]);
+        args.push(format!("agent.step_limit={turns}"));
+    }
+    inv.trajectory = Some(trajectory);
+}
+
+fn aider(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+    openai_env(run, inv, "OPENAI_API_BASE");
+    let model = litellm_model(config, run);
+    // Without it aider fetches litellm's price list from GitHub at every start.
+    inv.files.push((
+        run.home
+            .join(".aider/caches/model_prices_and_context_window.json"),
+        "{}".into(),
+    ));
+    let args = &mut inv.args;
+    if let Some(model) = &model {
+        push(args, &["--model", model, "--weak-model", model]);
+        if run.endpoint.is_some() {
+            let metadata = run.home.join(".aider/model-metadata.json");
+            let entry = json!({ model.clone(): {
+                "max_input_tokens": 200000, "max_output_tokens": 8192,
+                "input_cost_per_token": 0.0, "output_cost_per_token": 0.0,
+                "litellm_provider": "openai", "mode": "chat",
+            }});
+            inv.files.push((metadata.clone(), entry.to_string()));
+            args.push(format!("--model-metadata-file={}", metadata.display()));
+        }
+    }
+    args.push(format!("--message={}", run.task));
+    push(
+        args,
+        &[
+            "--yes-always",
+            "--no-check-update",
+            "--analytics-disable",
+            "--no-show-model-warnings",
+            "--no-pretty",
+            "--no-fancy-input",
+            "--no-detect-urls",
+            "--no-gitignore",
+            // A streamed reply carries no usage, and aider then counts tokens itself.
+            "--no-stream",
+        ],
+    );
+    if let Some(prompt) = &config.append_system_prompt {
+        let path = run.scratch.join("aider-conventions.md");
+        inv.files.push((path.clone(), prompt.clone()));
+        args.push(format!("--read={}", path.display()));
+    }
+    // Its history files default to the repo root, where they would count as the agent's change.
+    for (flag, name) in [
+        ("--chat-history-file", "aider.chat.history.md"),
+        ("--input-history-file", "aider.input.history"),
+        ("--llm-history-file", "aider.llm.history"),
+    ] {
+        args.push(format!("{flag}={}", run.scratch.join(name).display()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths<'a>(resume: Option<&'a str>, endpoint: Option<&'a str>) -> RunPaths<'a> {
+        RunPaths {
+            task: "-fix the bug",
+            resume,
+            new_session: "0f0e0d0c-0b0a-4908-8706-050403020100",
+            home: Path::new("/t/home"),
+            workspace: Path::new("/ws"),
+            scratch: Path::new("/t"),
+            endpoint,
+            api_key: Some(DUMMY_API_KEY),
+        }
+    }
+
+    fn env<'a>(inv: &'a Invocation, key: &str) -> Option<&'a str> {
+        inv.env
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn file<'a>(inv: &'a Invocation, name: &str) -> &'a str {
+        &inv.files
+            .iter()
+            .find(|(p, _)| p.ends_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {:?}", inv.files))
+            .1
+    }
+
+    #[test]
+    fn claude_runs_headless_with_a_preset_or_resumed_session() {
+        let config = HarnessConfig {
+            model: Some("claude-sonnet-4-5".into()),
+            max_turns: Some(3),
+            append_system_prompt: Some("Be brief.".into()),
+            args: vec!["--bare".into()],
+            ..HarnessConfig::default()
+        };
+        let local = "http://127.0.0.1:9";
+        let inv = invocation(HarnessKind::ClaudeCode, &config, &paths(None, Some(local)));
+        assert_eq!(
+            inv.args.join(" "),
+            "-p --output-format stream-json --verbose --permission-mode bypassPermissions \
+             --model claude-sonnet-4-5 --max-turns 3 --append-system-prompt Be brief. \
+             --session-id 0f0e0d0c-0b0a-4908-8706-050403020100 --bare -- -fix the bug"
+        );
+        assert_eq!(env(&inv, "ANTHROPIC_BASE_URL"), Some(local));
+        assert_eq!(env(&inv, "HOME"), Some("/t/home"));
+        assert_eq!(env(&inv, "IS_SANDBOX"), Some("1"));
+        let resumed = invocation(
+            HarnessKind::ClaudeCode,
+            &HarnessConfig::default(),
+            &paths(Some("abc"), None),
+        );
+        assert!(resumed.args.join(" ").contains("--resume abc -- -fix"));
+        assert_eq!(env(&resumed, "ANTHROPIC_BASE_URL"), None);
+    }
+
+    #[test]
+    fn codex_gets_a_custom_provider_in_its_config() {
+        let config = HarnessConfig {
+            model: Some("gpt-5.5".into()),
+            append_system_prompt: Some("Say \"hi\".".into()),
+            ..HarnessConfig::default()
+        };
+        let inv = invocation(
+            HarnessKind::Codex,
+            &config,
+            &paths(Some("t-1"), Some("http://127.0.0.1:9")),
+        );
+        assert_eq!(
+            inv.args.join(" "),
+            "exec --json --skip-git-repo-check resume t-1 -- -fix the bug"
+        );
+        let toml = file(&inv, "config.toml");
+        assert!(toml.contains("model = \"gpt-5.5\""), "{toml}");
+        assert!(toml.contains("sandbox_mode = \"danger-full-access\""));
+        assert!(toml.contains("developer_instructions = \"Say \\\"hi\\\".\""));
+        assert!(toml.contains("base_url = \"http://127.0.0.1:9/v1\""));
+        assert_eq!(env(&inv, "DELTABENCH_CODEX_API_KEY"), Some(DUMMY_API_KEY));
+        assert_eq!(env(&inv, "CODEX_HOME"), Some("/t/home/.codex"));
+    }
+
+    #[test]
+    fn gemini_turn_limit_and_prompt_go_to_its_settings() {
+        let config = HarnessConfig {
+            max_turns: Some(2),
+            append_system_prompt: Some("Be brief.".into()),
+            ..HarnessConfig::default()
+        };
+        let inv = invocation(
+            HarnessKind::GeminiCli,
+            &config,
+            &paths(Some("s-1"), Some("http://127.0.0.1:9")),
+        );
+        assert_eq!(
+            inv.args.join(" "),
+            "--prompt=-fix the bug --output-format stream-json --approval-mode yolo -r s-1"
+        );
+        let settings: serde_json::Value =
+            serde_json::from_str(file(&inv, "settings.json")).unwrap();
+        assert_eq!(settings["model"]["maxSessionTurns"], 2);
+        assert_eq!(file(&inv, "GEMINI.md"), "Be brief.");
+        assert_eq!(
+            env(&inv, "GOOGLE_GEMINI_BASE_URL"),
+            Some("http://127.0.0.1:9")
+        );
+    }
+
+    #[test]
+    fn opencode_serves_the_model_from_a_deltabench_provider() {
+        let config = HarnessConfig {
+            model: Some("fake-model".into()),
+            ..HarnessConfig::default()
+        };
+        let inv = invocation(
+            HarnessKind::Opencode,
+            &config,
+            &paths(None, Some("http://127.0.0.1:9")),
+        );
+        assert_eq!(
+            inv.args.join(" "),
+            "run --pure --format json -- -fix the bug"
+        );
+        let file: serde_json::Value = serde_json::from_str(file(&inv, "opencode.json")).unwrap();
+        assert_eq!(file["model"], "deltabench/fake-model");
+        assert_eq!(
+            file["provider"]["deltabench"]["options"]["baseURL"],
+            "http://127.0.0.1:9/v1"
+        );
+        assert_eq!(file["permission"]["bash"], "allow");
+        assert_eq!(inv.model.as_deref(), Some("fake-model"));
+    }
+
+    #[test]
+    fn mini_swe_agent_writes_its_trajectory_to_scratch() {
+        let config = HarnessConfig {
+            model: Some("fake-model".into()),
+            max_turns: Some(2),
+            ..HarnessConfig::default()
+        };
+        let inv = invocation(
+            HarnessKind::MiniSweAgent,
+            &config,
+            &paths(None, Some("http://127.0.0.1:9")),
+        );
+        assert_eq!(
+            inv.args.join(" "),
+            "-m openai/fake-model --task=-fix the bug -y --exit-immediately -o /t/trajectory.json \
+             -c mini.yaml -c agent.step_limit=2"
+        );
+        assert_eq!(env(&inv, "OPENAI_BASE_URL"), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(
+            inv.trajectory.as_deref(),
+            Some(Path::new("/t/trajectory.json"))
+        );
+    }
+
+    #[test]
+    fn aider_keeps_its_history_files_out_of_the_workspace() {
+        let config = HarnessConfig {
+            model: Some("fake-model".into()),
+            env: [("AIDER_X".to_owned(), "1".to_owned())].into(),
+            ..HarnessConfig::default()
+        };
+        let inv = invocation(
+            HarnessKind::Aider,
+            &config,
+            &paths(None, Some("http://127.0.0.1:9")),
+        );
+        let args = inv.args.join(" ");
+        assert!(args.starts_with("--model openai/fake-model --weak-model openai/fake-model"));
+        assert!(args.contains("--message=-fix the bug"));
+        assert!(args.contains("--chat-history-file=/t/aider.chat.history.md"));
+        assert!(args.contains("--llm-history-file=/t/aider.llm.history"));
+        assert_eq!(env(&inv, "OPENAI_API_BASE"), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(env(&inv, "AIDER_X"), Some("1"));
+        file(&inv, "model_prices_and_context_window.json");
+    }
+}

@@ -1,0 +1,419 @@
+//! Each protocol fed the requests real CLIs sent (tests/fixtures/model/*-basic.requests.jsonl,
+//! captured against a scripted endpoint), at steps 0, 1 and 2.
+
+use std::path::Path;
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use super::script::{Script, Usage};
+use super::tools::{Answer, Call, Input, Outcome};
+use super::{anthropic, chat, gemini, responses};
+
+const CLAUDE: &str = include_str!("../../tests/fixtures/model/claude-basic.requests.jsonl");
+const CODEX: &str = include_str!("../../tests/fixtures/model/codex-basic.requests.jsonl");
+const GEMINI: &str = include_str!("../../tests/fixtures/model/gemini-basic.requests.jsonl");
+const OPENCODE: &str = include_str!("../../tests/fixtures/model/opencode-basic.requests.jsonl");
+const MINI: &str = include_str!("../../tests/fixtures/model/mini-basic.requests.jsonl");
+const AIDER: &str = include_str!("../../tests/fixtures/model/aider-basic.requests.jsonl");
+
+const SCRIPT: &str = "\
+usage: {input_tokens: 1000, output_tokens: 20, cache_read_tokens: 300, cache_write_tokens: 40}
+steps:
+  - text: I'll create hello.txt.
+    write: {path: hello.txt, content: \"hello\\n\"}
+  - shell: cat hello.txt
+    usage: {input_tokens: 1100, output_tokens: 21}
+  - text: All done.
+    usage: {input_tokens: 1200, output_tokens: 22}
+";
+
+fn script() -> Script {
+    Script::parse(SCRIPT, Path::new("test.yaml")).unwrap()
+}
+
+fn error_script() -> Script {
+    Script::parse(
+        "steps:\n  - error: {status: 429, message: slow down, retry_after: 2}\n",
+        Path::new("e.yaml"),
+    )
+    .unwrap()
+}
+
+/// The body of request `line` of a capture.
+fn body(capture: &str, line: usize) -> Value {
+    let request: Value = serde_json::from_str(capture.lines().nth(line).unwrap()).unwrap();
+    request["body"].clone()
+}
+
+fn answer(outcome: Outcome) -> Answer {
+    match outcome {
+        Outcome::Answer(answer) => answer,
+        Outcome::Error(e) => panic!("expected an answer, got {e:?}"),
+    }
+}
+
+fn call(outcome: Outcome) -> Call {
+    answer(outcome).call.expect("a tool call")
+}
+
+fn json_args(call: &Call) -> Value {
+    match &call.input {
+        Input::Json(v) => v.clone(),
+        Input::Text(t) => panic!("expected JSON arguments, got text {t:?}"),
+    }
+}
+
+async fn read(response: Response) -> (StatusCode, Option<String>, String) {
+    let status = response.status();
+    let retry = response
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, retry, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+/// The `event:` names of an SSE body, in order.
+fn event_names(sse: &str) -> Vec<&str> {
+    sse.lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect()
+}
+
+/// The `data:` payloads of an SSE body that are JSON.
+fn datas(sse: &str) -> Vec<Value> {
+    sse.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect()
+}
+
+#[test]
+fn claude_gets_write_then_bash_then_text() {
+    let s = script();
+    // Line 0 is `HEAD /`.
+    assert_eq!(anthropic::step(&body(CLAUDE, 1)), 0);
+    let write = call(anthropic::outcome(&s, &body(CLAUDE, 1)));
+    assert_eq!(write.name, "Write");
+    assert_eq!(
+        json_args(&write),
+        json!({"file_path": "<lab>/ws/claude-basic/hello.txt", "content": "hello\n"})
+    );
+    assert!(write.id.starts_with("toolu_"));
+    let bash = call(anthropic::outcome(&s, &body(CLAUDE, 2)));
+    assert_eq!(bash.name, "Bash");
+    assert_eq!(json_args(&bash)["command"], "cat hello.txt");
+    let last = answer(anthropic::outcome(&s, &body(CLAUDE, 3)));
+    assert_eq!(last.call, None);
+    assert_eq!(last.text.as_deref(), Some("All done."));
+    assert_eq!(last.usage.input_tokens, 1200);
+}
+
+#[tokio::test]
+async fn claude_stream_has_the_messages_event_sequence() {
+    let (status, _, sse) = read(anthropic::respond(&script(), &body(CLAUDE, 1))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        event_names(&sse),
+        [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    let data = datas(&sse);
+    assert_eq!(
+        data[0]["message"]["usage"],
+        json!({"input_tokens": 1000, "cache_read_input_tokens": 300,
+            "cache_creation_input_tokens": 40, "output_tokens": 1})
+    );
+    assert_eq!(data[4]["content_block"]["name"], "Write");
+    let input: Value =
+        serde_json::from_str(data[5]["delta"]["partial_json"].as_str().unwrap()).unwrap();
+    assert_eq!(input["content"], "hello\n");
+    assert_eq!(data[7]["delta"]["stop_reason"], "tool_use");
+    assert_eq!(data[7]["usage"]["output_tokens"], 20);
+}
+
+#[test]
+fn claude_without_tools_is_a_side_call_with_zero_usage() {
+    let mut title = body(CLAUDE, 1);
+    title.as_object_mut().unwrap().remove("tools");
+    let side = answer(anthropic::outcome(&script(), &title));
+    assert_eq!(side.usage, Usage::ZERO);
+    assert!(side.call.is_none());
+}
+
+#[test]
+fn codex_gets_apply_patch_then_exec_command_then_text() {
+    let s = script();
+    let patch = call(responses::outcome(&s, &body(CODEX, 0)));
+    assert_eq!(patch.name, "apply_patch");
+    assert_eq!(
+        patch.input,
+        Input::Text("*** Begin Patch\n*** Add File: hello.txt\n+hello\n*** End Patch\n".into())
+    );
+    let exec = call(responses::outcome(&s, &body(CODEX, 1)));
+    assert_eq!(exec.name, "exec_command");
+    assert_eq!(json_args(&exec), json!({"cmd": "cat hello.txt"}));
+    let last = answer(responses::outcome(&s, &body(CODEX, 2)));
+    assert_eq!((last.text.as_deref(), last.call), (Some("All done."), None));
+}
+
+#[test]
+fn codex_writes_through_the_shell_without_apply_patch_or_over_an_existing_file() {
+    let s = script();
+    let mut no_patch = body(CODEX, 0);
+    no_patch["tools"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|t| t["name"] != "apply_patch");
+    let exec = call(responses::outcome(&s, &no_patch));
+    assert_eq!(exec.name, "exec_command");
+    assert_eq!(
+        json_args(&exec)["cmd"],
+        "printf '%s' 'hello\n' > 'hello.txt'"
+    );
+
+    // The server shares the client's filesystem: an existing file cannot be "added".
+    let dir = tempfile::Builder::new()
+        .prefix("deltabench-model-")
+        .tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap();
+    std::fs::write(dir.path().join("hello.txt"), "old\n").unwrap();
+    let text = body(CODEX, 0)
+        .to_string()
+        .replace("<lab>/ws/codex-basic", dir.path().to_str().unwrap());
+    let exec = call(responses::outcome(
+        &s,
+        &serde_json::from_str(&text).unwrap(),
+    ));
+    assert_eq!(exec.name, "exec_command");
+}
+
+#[tokio::test]
+async fn codex_stream_ends_with_response_completed_and_usage() {
+    let (_, _, sse) = read(responses::respond(&script(), &body(CODEX, 0))).await;
+    assert_eq!(
+        event_names(&sse),
+        [
+            "response.created",
+            "response.output_item.added",
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    let data = datas(&sse);
+    assert_eq!(data[2]["item"]["type"], "message");
+    assert_eq!(data[2]["item"]["content"][0]["type"], "output_text");
+    assert_eq!(data[4]["item"]["type"], "custom_tool_call");
+    assert_eq!(data[4]["item"]["name"], "apply_patch");
+    assert_eq!(
+        data[5]["response"]["usage"],
+        json!({"input_tokens": 1300, "input_tokens_details": {"cached_tokens": 300},
+            "output_tokens": 20, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 1320})
+    );
+    let (_, _, sse) = read(responses::respond(&script(), &body(CODEX, 1))).await;
+    let exec = &datas(&sse)[2]["item"];
+    assert_eq!(exec["type"], "function_call");
+    assert_eq!(exec["arguments"], "{\"cmd\":\"cat hello.txt\"}");
+    assert!(exec["call_id"].as_str().unwrap().starts_with("call_"));
+}
+
+#[test]
+fn gemini_gets_write_file_then_run_shell_command_and_counts_replays_once() {
+    let s = script();
+    let write = call(gemini::outcome(&s, &body(GEMINI, 0)));
+    assert_eq!(write.name, "write_file");
+    assert_eq!(
+        json_args(&write),
+        json!({"file_path": "<lab>/ws/gemini-basic/hello.txt", "content": "hello\n"})
+    );
+    let shell = call(gemini::outcome(&s, &body(GEMINI, 1)));
+    assert_eq!(shell.name, "run_shell_command");
+    assert_eq!(json_args(&shell)["command"], "cat hello.txt");
+    assert!(json_args(&shell)["description"].is_string());
+    // A resume replays the function responses: still step 2.
+    let mut resumed = body(GEMINI, 2);
+    let contents = resumed["contents"].as_array().unwrap().clone();
+    resumed["contents"]
+        .as_array_mut()
+        .unwrap()
+        .extend(contents[1..].iter().cloned());
+    assert_eq!(gemini::step(&resumed), 2);
+    let last = answer(gemini::outcome(&s, &resumed));
+    assert_eq!(last.text.as_deref(), Some("All done."));
+}
+
+#[tokio::test]
+async fn gemini_stream_carries_parts_and_usage_metadata() {
+    let (_, _, sse) = read(gemini::respond(
+        &script(),
+        "gemini-2.5-pro:streamGenerateContent",
+        &body(GEMINI, 0),
+    ))
+    .await;
+    let data = datas(&sse);
+    assert_eq!(data.len(), 1);
+    let parts = &data[0]["candidates"][0]["content"]["parts"];
+    assert_eq!(parts[0]["text"], "I'll create hello.txt.");
+    assert_eq!(parts[1]["functionCall"]["name"], "write_file");
+    assert_eq!(
+        data[0]["usageMetadata"],
+        json!({"promptTokenCount": 1300, "candidatesTokenCount": 20,
+            "totalTokenCount": 1320, "cachedContentTokenCount": 300})
+    );
+    assert_eq!(data[0]["modelVersion"], "gemini-2.5-pro");
+}
+
+#[tokio::test]
+async fn gemini_json_side_call_fits_the_schema_with_zero_usage() {
+    let side = json!({
+        "contents": [{"role": "user", "parts": [{"text": "who speaks next?"}]}],
+        "generationConfig": {"responseMimeType": "application/json", "responseJsonSchema": {
+            "type": "object", "properties": {
+                "reasoning": {"type": "string"},
+                "next_speaker": {"type": "string", "enum": ["model", "user"]}},
+            "required": ["reasoning", "next_speaker"]}}});
+    let (_, _, text) = read(gemini::respond(
+        &script(),
+        "gemini-2.5-flash:generateContent",
+        &side,
+    ))
+    .await;
+    let reply: Value = serde_json::from_str(&text).unwrap();
+    let object: Value = serde_json::from_str(
+        reply["candidates"][0]["content"]["parts"][0]["text"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(object["next_speaker"], "user");
+    assert_eq!(reply["usageMetadata"]["promptTokenCount"], 0);
+}
+
+#[test]
+fn opencode_gets_title_then_write_bash_text() {
+    let s = script();
+    let title = answer(chat::outcome(&s, &body(OPENCODE, 0)));
+    assert_eq!(title.usage, Usage::ZERO);
+    let write = call(chat::outcome(&s, &body(OPENCODE, 1)));
+    assert_eq!(write.name, "write");
+    assert_eq!(
+        json_args(&write),
+        json!({"filePath": "<lab>/ws/opencode-basic/hello.txt", "content": "hello\n"})
+    );
+    let bash = call(chat::outcome(&s, &body(OPENCODE, 2)));
+    assert_eq!(
+        (bash.name.as_str(), json_args(&bash)),
+        ("bash", json!({"command": "cat hello.txt"}))
+    );
+    let last = answer(chat::outcome(&s, &body(OPENCODE, 3)));
+    assert_eq!((last.text.as_deref(), last.call), (Some("All done."), None));
+}
+
+#[tokio::test]
+async fn opencode_stream_sends_a_usage_chunk_when_asked() {
+    let (_, _, sse) = read(chat::respond(&script(), &body(OPENCODE, 1))).await;
+    assert!(sse.ends_with("data: [DONE]\n\n"));
+    let data = datas(&sse);
+    let call = &data[2]["choices"][0]["delta"]["tool_calls"][0];
+    assert_eq!(
+        (call["index"].clone(), call["function"]["name"].clone()),
+        (json!(0), json!("write"))
+    );
+    let finish = &data[data.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "tool_calls");
+    let usage = data.last().unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(
+        usage["usage"],
+        json!({"prompt_tokens": 1300, "completion_tokens": 20, "total_tokens": 1320,
+            "prompt_tokens_details": {"cached_tokens": 300}})
+    );
+}
+
+#[tokio::test]
+async fn mini_gets_bash_writes_and_submits_with_the_final_text() {
+    let s = script();
+    let write = call(chat::outcome(&s, &body(MINI, 0)));
+    assert_eq!(write.name, "bash");
+    assert_eq!(
+        json_args(&write),
+        json!({"command": "printf '%s' 'hello\n' > 'hello.txt'"})
+    );
+    let cat = call(chat::outcome(&s, &body(MINI, 1)));
+    assert_eq!(json_args(&cat), json!({"command": "cat hello.txt"}));
+    let (status, _, text) = read(chat::respond(&s, &body(MINI, 2))).await;
+    assert_eq!(status, StatusCode::OK);
+    let reply: Value = serde_json::from_str(&text).unwrap();
+    let message = &reply["choices"][0]["message"];
+    assert_eq!(message["content"], "All done.");
+    assert_eq!(
+        message["tool_calls"][0]["function"]["arguments"],
+        "{\"command\":\"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\"}"
+    );
+    assert_eq!(reply["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(reply["usage"]["prompt_tokens"], 1500);
+    assert_eq!(reply["usage"]["completion_tokens"], 22);
+}
+
+#[test]
+fn aider_gets_a_search_replace_block_then_a_commit_message() {
+    let s = script();
+    let main = answer(chat::outcome(&s, &body(AIDER, 0)));
+    assert_eq!(
+        main.text.as_deref(),
+        Some(
+            "I'll create hello.txt.\n\nhello.txt\n```\n<<<<<<< SEARCH\n=======\nhello\n>>>>>>> REPLACE\n```\n"
+        )
+    );
+    assert_eq!(main.usage.input_tokens, 1000);
+    let commit = answer(chat::outcome(&s, &body(AIDER, 1)));
+    assert_eq!(commit.text.as_deref(), Some(chat::COMMIT_MESSAGE));
+    assert_eq!(commit.usage, Usage::ZERO);
+    // Once its own answer is in the history, aider is at step 1 (a shell: only text).
+    let mut next = body(AIDER, 0);
+    let messages = next["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": main.text}));
+    messages.push(json!({"role": "user", "content": "I ran that. Use SEARCH/REPLACE blocks."}));
+    let second = answer(chat::outcome(&s, &next));
+    assert_eq!(second.text.as_deref(), Some("I would run `cat hello.txt`."));
+    assert_eq!(second.usage.input_tokens, 1100);
+}
+
+#[tokio::test]
+async fn error_steps_answer_the_status_and_retry_after_in_each_protocol() {
+    let s = error_script();
+    let cases = [
+        anthropic::respond(&s, &body(CLAUDE, 1)),
+        responses::respond(&s, &body(CODEX, 0)),
+        chat::respond(&s, &body(OPENCODE, 1)),
+        chat::respond(&s, &body(MINI, 0)),
+        chat::respond(&s, &body(AIDER, 0)),
+        gemini::respond(&s, "gemini-2.5-pro:streamGenerateContent", &body(GEMINI, 0)),
+    ];
+    for response in cases {
+        let (status, retry, text) = read(response).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{text}");
+        assert_eq!(retry.as_deref(), Some("2"));
+        assert!(text.contains("slow down"), "{text}");
+    }
+    // Side calls are not scripted, so they do not fail.
+    let title = read(chat::respond(&s, &body(OPENCODE, 0))).await;
+    assert_eq!(title.0, StatusCode::OK);
+}

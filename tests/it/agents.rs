@@ -1,0 +1,440 @@
+//! The six real agent CLIs, driven offline against deltabench's scripted model endpoint.
+//!
+//! Each CLI runs for real (the pinned versions `.ci/install-agents` installs): through
+//! `deltabench run` for the pass, turn-limit and HTTP-error cases, and through the library's
+//! [`HarnessAgent`] for resume (a suite has no second prompt to send). Outside CI a CLI that
+//! is not installed skips its tests with a loud message; under `CI=true` it fails them.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use deltabench::agent::harness::{
+    Endpoint, HarnessAgent, HarnessConfig, HarnessKind, Price, find_program,
+};
+use deltabench::agent::{CodingAgent, CodingStatus, CodingTask, ErrorCode};
+use deltabench::model::{Script, ScriptedServer};
+use serde_json::Value;
+
+use crate::common::{git_repo, run_suite, stderr, temp_dir, trials, write_files, write_suite};
+
+/// Write hello.txt, show it, finish: three model calls of 1000 in / 20 out each.
+const WRITE_SHOW_DONE: &str = "\
+usage: {input_tokens: 1000, output_tokens: 20}
+steps:
+  - text: I'll create hello.txt.
+    write: {path: hello.txt, content: \"hello from the script\\n\"}
+  - shell: cat hello.txt
+  - text: Done.
+";
+
+/// Never stops calling tools.
+const LOOP: &str = "\
+loop: true
+steps:
+  - shell: echo again
+";
+
+/// How each CLI is configured in the tests, and what its basic run must report.
+struct Cli {
+    model: &'static str,
+    /// `price:` (input, output per MTok), for models the price table does not know.
+    price: Option<(f64, f64)>,
+    /// Other agent keys, one per line.
+    extra: &'static [&'static str],
+    /// Main model calls of the write/show/done script.
+    calls: u64,
+    /// Cost of those calls, and whether deltabench estimated it.
+    cost: f64,
+    estimated: bool,
+}
+
+fn cli(kind: HarnessKind) -> Cli {
+    let fake = |extra, calls, cost| Cli {
+        model: "fake-model",
+        price: Some((3.0, 15.0)),
+        extra,
+        calls,
+        cost,
+        estimated: true,
+    };
+    match kind {
+        // Claude Code prices claude-sonnet-4-5 itself ($3/$15 per MTok).
+        HarnessKind::ClaudeCode => Cli {
+            model: "claude-sonnet-4-5",
+            price: None,
+            extra: &["env: {CLAUDE_CODE_MAX_RETRIES: '0'}"],
+            calls: 3,
+            cost: 0.0099,
+            estimated: false,
+        },
+        // gpt-5.5 is a model Codex knows, but not one in the price table.
+        HarnessKind::Codex => Cli {
+            model: "gpt-5.5",
+            price: Some((1.25, 10.0)),
+            extra: &[],
+            calls: 3,
+            cost: 0.00435,
+            estimated: true,
+        },
+        // Priced from the table ($1.25/$10).
+        HarnessKind::GeminiCli => Cli {
+            model: "gemini-2.5-pro",
+            price: None,
+            extra: &[],
+            calls: 3,
+            cost: 0.00435,
+            estimated: true,
+        },
+        HarnessKind::Opencode => fake(&[], 3, 0.0099),
+        // The third call is mini's `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`.
+        HarnessKind::MiniSweAgent => fake(
+            &["env: {MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT: '1'}"],
+            3,
+            0.0099,
+        ),
+        // One exchange: aider applies the edit block and stops.
+        HarnessKind::Aider => fake(&["args: [--edit-format, diff]"], 1, 0.0033),
+    }
+}
+
+impl Cli {
+    /// The agent's keys besides kind and endpoint, as YAML lines under the agent.
+    fn yaml(&self) -> String {
+        let mut lines = vec![format!("model: {}", self.model)];
+        if let Some((input, output)) = self.price {
+            lines.push(format!("price: {{input: {input}, output: {output}}}"));
+        }
+        lines.extend(self.extra.iter().map(|l| l.to_string()));
+        lines.join("\n    ")
+    }
+
+    fn config(&self, endpoint: &str) -> HarnessConfig {
+        HarnessConfig {
+            model: Some(self.model.into()),
+            price: self.price.map(|(input, output)| Price {
+                input,
+                output,
+                cache_read: None,
+                cache_write: None,
+            }),
+            endpoint: Some(Endpoint::Url(endpoint.into())),
+            ..HarnessConfig::default()
+        }
+    }
+}
+
+/// Whether the CLI is there to test; outside CI a missing one skips loudly, under CI it fails.
+fn installed(kind: HarnessKind) -> bool {
+    match find_program(kind, None) {
+        Ok(_) => true,
+        Err(err) if std::env::var_os("CI").is_some() => {
+            panic!("{kind} must be installed under CI (.ci/install-agents): {err}")
+        }
+        Err(err) => {
+            eprintln!(
+                "\n*** SKIPPED: {kind} is not installed, so its real-CLI tests did not run ***\n*** {err} ***\n"
+            );
+            false
+        }
+    }
+}
+
+/// A suite folder: a one-commit repo, the script as `model.yaml`, one task and agent `a`.
+fn suite(kind: HarnessKind, script: &str, extra: &str) -> tempfile::TempDir {
+    let tmp = temp_dir();
+    git_repo(tmp.path(), &[("README.md", "# demo\n")]);
+    write_files(tmp.path(), &[("model.yaml", script)]);
+    let cli = cli(kind);
+    write_suite(
+        tmp.path(),
+        &format!(
+            "name: agents
+repo: repo
+tasks:
+  - id: hello
+    base: main
+    instruction: Create hello.txt with a greeting, then show it.
+    verify: grep -q 'hello from the script' hello.txt
+agents:
+  a:
+    kind: {kind}
+    endpoint: scripted:model.yaml
+    {}{extra}
+",
+            cli.yaml()
+        ),
+    );
+    tmp
+}
+
+fn only_record(out: &Path) -> Value {
+    let records = trials(out);
+    assert_eq!(records.len(), 1, "{records:?}");
+    records.into_iter().next().unwrap()
+}
+
+fn trial_dir(out: &Path) -> std::path::PathBuf {
+    out.join("trials/hello/a/1")
+}
+
+fn events(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(trial_dir(out).join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// The trial passes on the file the script wrote; events, usage, cost and session are there.
+fn passes_on_the_delta(kind: HarnessKind) {
+    if !installed(kind) {
+        return;
+    }
+    let cli = cli(kind);
+    let tmp = suite(kind, WRITE_SHOW_DONE, "");
+    let (output, _, out) = run_suite(tmp.path(), &[]);
+    let record = only_record(&out);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}\n{record:#}",
+        stderr(&output)
+    );
+    assert_eq!(record["outcome"], "pass", "{record:#}");
+    assert_eq!(record["status"], "completed");
+    let diff = std::fs::read_to_string(trial_dir(&out).join("diff.patch")).unwrap();
+    assert!(diff.contains("+hello from the script"), "{diff}");
+
+    let usage = &record["usage"];
+    assert_eq!(usage["input_tokens"], 1000 * cli.calls, "{usage}");
+    assert_eq!(usage["output_tokens"], 20 * cli.calls, "{usage}");
+    let cost = usage["cost_usd"].as_f64().expect("a cost");
+    assert!(
+        (cost - cli.cost).abs() < 1e-9,
+        "cost {cost} != {}",
+        cli.cost
+    );
+    assert_eq!(
+        usage["cost_estimated"].as_bool().unwrap_or(false),
+        cli.estimated
+    );
+    let session = record["session_id"].as_str().unwrap();
+    assert!(session.len() >= 8, "{session}");
+
+    let events = events(&out);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    for wanted in ["tool_call", "tool_result", "usage", "assistant"] {
+        assert!(kinds.contains(&wanted), "no {wanted} event in {kinds:?}");
+    }
+    let raw = std::fs::read_to_string(trial_dir(&out).join("agent.stdout")).unwrap();
+    assert!(!raw.trim().is_empty(), "the raw stream was not kept");
+    // The CLI's HOME and config stayed in the trial, out of the workspace and the diff.
+    assert!(trial_dir(&out).join("home").is_dir());
+    assert!(!diff.contains("home/"), "{diff}");
+}
+
+/// With `max_turns: 2` and a model that never stops, the run ends `max_turns`.
+fn stops_at_max_turns(kind: HarnessKind) {
+    if !installed(kind) {
+        return;
+    }
+    let tmp = suite(kind, LOOP, "\n    max_turns: 2\n    timeout: 120s");
+    let (output, _, out) = run_suite(tmp.path(), &[]);
+    let record = only_record(&out);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(record["status"], "max_turns", "{record:#}");
+    assert_eq!(record["outcome"], "fail");
+}
+
+/// An HTTP error from the model ends the run `error` with the matching code.
+fn fails_on_an_http_error(kind: HarnessKind, status: u16, code: ErrorCode) {
+    if !installed(kind) {
+        return;
+    }
+    let script = format!(
+        "steps:\n  - error: {{status: {status}, message: scripted failure, retry_after: 2}}\n"
+    );
+    let tmp = suite(kind, &script, "\n    timeout: 120s");
+    let (output, _, out) = run_suite(tmp.path(), &[]);
+    let record = only_record(&out);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(record["status"], "error", "{record:#}");
+    assert_eq!(record["error"]["code"], code.as_str(), "{record:#}");
+    assert_eq!(record["outcome"], "fail");
+}
+
+macro_rules! cli_tests {
+    ($($module:ident: $kind:expr, $status:expr, $code:expr;)*) => {$(
+        mod $module {
+            use super::*;
+
+            #[test]
+            fn passes_on_the_delta_with_events_usage_cost_and_session() {
+                passes_on_the_delta($kind);
+            }
+
+            #[test]
+            fn an_http_error_ends_in_error_with_its_code() {
+                fails_on_an_http_error($kind, $status, $code);
+            }
+        }
+    )*};
+}
+
+cli_tests! {
+    claude_code: HarnessKind::ClaudeCode, 429, ErrorCode::RateLimited;
+    codex: HarnessKind::Codex, 400, ErrorCode::SdkError;
+    gemini_cli: HarnessKind::GeminiCli, 400, ErrorCode::SdkError;
+    opencode: HarnessKind::Opencode, 400, ErrorCode::SdkError;
+    mini_swe_agent: HarnessKind::MiniSweAgent, 400, ErrorCode::SdkError;
+    aider: HarnessKind::Aider, 400, ErrorCode::SdkError;
+}
+
+#[test]
+fn claude_code_stops_at_max_turns() {
+    stops_at_max_turns(HarnessKind::ClaudeCode);
+}
+
+#[test]
+fn gemini_cli_stops_at_max_turns() {
+    stops_at_max_turns(HarnessKind::GeminiCli);
+}
+
+#[test]
+fn mini_swe_agent_stops_at_its_step_limit() {
+    stops_at_max_turns(HarnessKind::MiniSweAgent);
+}
+
+#[test]
+fn codex_is_stopped_by_deltabench_at_max_turns() {
+    stops_at_max_turns(HarnessKind::Codex);
+}
+
+#[test]
+fn opencode_is_stopped_by_deltabench_at_max_turns() {
+    stops_at_max_turns(HarnessKind::Opencode);
+}
+
+#[test]
+fn aider_has_no_turn_limit_to_set() {
+    let tmp = suite(HarnessKind::Aider, WRITE_SHOW_DONE, "\n    max_turns: 2");
+    let (output, _, out) = run_suite(tmp.path(), &[]);
+    assert_eq!(output.status.code(), Some(2));
+    let err = stderr(&output);
+    assert!(
+        err.contains("`max_turns` does not apply to agent 'a' of kind 'aider' (aider has no turn limit to set)"),
+        "{err}"
+    );
+    assert!(!out.join("trials.jsonl").exists());
+}
+
+/// Runs a task, then resumes its session with a second prompt, through the library.
+async fn resumes(kind: HarnessKind) {
+    if !installed(kind) {
+        return;
+    }
+    let tmp = temp_dir();
+    let (workspace, _) = git_repo(tmp.path(), &[("README.md", "# demo\n")]);
+    let scratch = tmp.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let script = Script::parse(WRITE_SHOW_DONE, Path::new("model.yaml")).unwrap();
+    let server = ScriptedServer::start(script, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = cli(kind).config(&server.url());
+    let agent: Arc<dyn CodingAgent> = Arc::new(HarnessAgent::new(
+        "a",
+        kind,
+        config,
+        find_program(kind, None).unwrap(),
+        workspace.clone(),
+        scratch.clone(),
+        Some(server.url()),
+    ));
+    let first = agent
+        .run(CodingTask::from(
+            "Create hello.txt with a greeting, then show it.",
+        ))
+        .await;
+    assert_eq!(first.status, CodingStatus::Completed, "{:?}", first.error);
+    assert!(workspace.join("hello.txt").is_file());
+    let requests_before = server.requests().len();
+
+    let second = agent
+        .run(CodingTask {
+            task: "Now summarise what you did.".into(),
+            session_id: Some(first.session_id.clone()),
+            ..CodingTask::default()
+        })
+        .await;
+    assert_eq!(second.status, CodingStatus::Completed, "{:?}", second.error);
+    assert_eq!(
+        second.session_id, first.session_id,
+        "resume kept the session"
+    );
+    // The resumed session sent the first run's history back to the model.
+    let resumed: Vec<Value> = server.requests()[requests_before..].to_vec();
+    assert!(
+        resumed
+            .iter()
+            .any(|r| r["body"].to_string().contains("hello from the script")),
+        "no request of the resumed run carried the earlier tool output"
+    );
+    // Only this run's call counts, even where the CLI reports thread totals (Codex).
+    let usage = second.usage.expect("usage");
+    assert_eq!((usage.input_tokens, usage.output_tokens), (1000, 20));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn claude_code_resumes_its_session() {
+    resumes(HarnessKind::ClaudeCode).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_resumes_its_thread_and_counts_only_the_new_turn() {
+    resumes(HarnessKind::Codex).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gemini_cli_resumes_its_session() {
+    resumes(HarnessKind::GeminiCli).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn opencode_resumes_its_session() {
+    resumes(HarnessKind::Opencode).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mini_swe_agent_and_aider_refuse_to_resume_clearly() {
+    let tmp = temp_dir();
+    for kind in [HarnessKind::MiniSweAgent, HarnessKind::Aider] {
+        let agent = HarnessAgent::new(
+            "a",
+            kind,
+            HarnessConfig::default(),
+            "/bin/false".into(),
+            tmp.path().to_owned(),
+            tmp.path().to_owned(),
+            None,
+        );
+        let result = agent
+            .run(CodingTask {
+                task: "go on".into(),
+                session_id: Some("earlier".into()),
+                ..CodingTask::default()
+            })
+            .await;
+        assert_eq!(result.status, CodingStatus::Error);
+        let error = result.error.unwrap();
+        assert_eq!(error.code, ErrorCode::SdkError);
+        assert!(
+            error
+                .message
+                .starts_with(&format!("{kind} cannot resume a session")),
+            "{}",
+            error.message
+        );
+    }
+}
