@@ -108,7 +108,11 @@ fn usage(answer: &Answer) -> Value {
     let input = u.input_tokens + u.cache_read_tokens;
     json!({
         "input_tokens": input,
-        "input_tokens_details": {"cached_tokens": u.cache_read_tokens},
+        "input_tokens_details": {
+            "cached_tokens": u.cache_read_tokens,
+            // Codex reads cache writes here (its turn.completed cache_write_input_tokens).
+            "cache_write_tokens": u.cache_write_tokens,
+        },
         "output_tokens": u.output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": input + u.output_tokens,

@@ -223,7 +223,7 @@ async fn codex_stream_ends_with_response_completed_and_usage() {
     assert_eq!(data[4]["item"]["name"], "apply_patch");
     assert_eq!(
         data[5]["response"]["usage"],
-        json!({"input_tokens": 1300, "input_tokens_details": {"cached_tokens": 300},
+        json!({"input_tokens": 1300, "input_tokens_details": {"cached_tokens": 300, "cache_write_tokens": 40},
             "output_tokens": 20, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": 1320})
     );
@@ -416,4 +416,46 @@ async fn error_steps_answer_the_status_and_retry_after_in_each_protocol() {
     // Side calls are not scripted, so they do not fail.
     let title = read(chat::respond(&s, &body(OPENCODE, 0))).await;
     assert_eq!(title.0, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_starts_in_the_callers_runtime_records_and_stops() {
+    use std::io::{Read, Write};
+    let server = super::ScriptedServer::start(script(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let url = server.url();
+    assert!(
+        url.starts_with("http://127.0.0.1:") && !url.ends_with(":0"),
+        "{url}"
+    );
+    let addr = server.addr();
+    let reply = tokio::task::spawn_blocking(move || {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        write!(
+            stream,
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        stream.read_to_string(&mut out).unwrap();
+        out
+    })
+    .await
+    .unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains(super::request::SIDE_TEXT), "{reply}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0]["method"], "POST");
+    assert_eq!(requests[0]["path"], "/v1/chat/completions");
+    assert_eq!(requests[0]["headers"]["authorization"], "<redacted len=11>");
+    assert_eq!(requests[0]["body"]["model"], "m");
+    server.stop().await;
+    assert!(std::net::TcpStream::connect(addr).is_err());
 }

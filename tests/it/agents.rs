@@ -438,3 +438,110 @@ async fn mini_swe_agent_and_aider_refuse_to_resume_clearly() {
         );
     }
 }
+
+/// No process whose command line holds `marker` is left.
+fn assert_no_process(marker: &str) {
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|cmd| String::from_utf8_lossy(&cmd).replace('\0', " "))
+        .filter(|cmd| cmd.contains(marker))
+        .collect();
+    assert!(left.is_empty(), "still running: {left:?}");
+}
+
+/// A `timeout:` shorter than the agent's shell command ends `max_duration` and kills the CLI
+/// and the command it started.
+fn times_out_and_kills_the_tree(kind: HarnessKind, marker: &str) {
+    if !installed(kind) {
+        return;
+    }
+    let script = format!("steps:\n  - shell: {marker}; echo late\n");
+    let tmp = suite(kind, &script, "\n    timeout: 4s");
+    let (output, _, out) = run_suite(tmp.path(), &[]);
+    let record = only_record(&out);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(record["status"], "max_duration", "{record:#}");
+    assert_eq!(record["error"]["code"], "timeout");
+    assert_no_process(marker);
+}
+
+#[test]
+fn claude_code_timeout_kills_its_whole_tree() {
+    times_out_and_kills_the_tree(HarnessKind::ClaudeCode, "sleep 47.1");
+}
+
+#[test]
+fn codex_timeout_kills_its_whole_tree() {
+    times_out_and_kills_the_tree(HarnessKind::Codex, "sleep 47.2");
+}
+
+/// Aborting the handle while the CLI's shell command runs resolves `aborted`, tree gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn aborting_a_real_cli_mid_tool_call_kills_its_tree() {
+    use futures::StreamExt;
+    let kind = HarnessKind::GeminiCli;
+    if !installed(kind) {
+        return;
+    }
+    let tmp = temp_dir();
+    let (workspace, _) = git_repo(tmp.path(), &[("README.md", "# demo\n")]);
+    let marker = "sleep 53.3";
+    let script = Script::parse(
+        &format!("steps:\n  - shell: {marker}; echo late\n"),
+        Path::new("model.yaml"),
+    )
+    .unwrap();
+    let server = ScriptedServer::start(script, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let agent = HarnessAgent::new(
+        "a",
+        kind,
+        cli(kind).config(&server.url()),
+        find_program(kind, None).unwrap(),
+        workspace,
+        tmp.path().to_owned(),
+        Some(server.url()),
+    );
+    let mut handle = agent.run(CodingTask::from("Wait for a while."));
+    while let Some(event) = handle.next().await {
+        if let Ok(deltabench::agent::StreamEvent::ToolCall { .. }) = event {
+            // Give the shell command time to start before pulling the plug.
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            handle.abort();
+        }
+    }
+    let result = handle.await;
+    assert_eq!(result.status, CodingStatus::Aborted, "{:?}", result.error);
+    assert_no_process(marker);
+    server.stop().await;
+}
+
+/// Under `isolation: sandbox` the CLI runs in bubblewrap, its installation readable and the
+/// loopback endpoint reachable with `network: host`.
+#[test]
+fn claude_code_runs_inside_the_sandbox() {
+    let kind = HarnessKind::ClaudeCode;
+    if !installed(kind) {
+        return;
+    }
+    let tmp = suite(kind, WRITE_SHOW_DONE, "\n    network: host");
+    let path = tmp.path().join("suite.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        yaml.replace("    verify:", "    isolation: sandbox\n    verify:"),
+    )
+    .unwrap();
+    let (output, _, out) = run_suite(tmp.path(), &[]);
+    let record = only_record(&out);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(record["outcome"], "pass", "{record:#}");
+    let spawn = &events(&out)[0];
+    assert!(
+        spawn["message"].as_str().unwrap().starts_with("in the sandbox: "),
+        "{spawn}"
+    );
+}
