@@ -246,8 +246,14 @@ fn stops_at_max_turns(kind: HarnessKind) {
     assert_eq!(record["outcome"], "fail");
 }
 
-/// An HTTP error from the model ends the run `error` with the matching code.
-fn fails_on_an_http_error(kind: HarnessKind, status: u16, code: ErrorCode) {
+/// An HTTP error from the model ends the run `error` with the matching code (and the
+/// server's `retry-after`, where the CLI passes it on).
+fn fails_on_an_http_error(
+    kind: HarnessKind,
+    status: u16,
+    code: ErrorCode,
+    retry_after: Option<f64>,
+) {
     if !installed(kind) {
         return;
     }
@@ -260,11 +266,12 @@ fn fails_on_an_http_error(kind: HarnessKind, status: u16, code: ErrorCode) {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(record["status"], "error", "{record:#}");
     assert_eq!(record["error"]["code"], code.as_str(), "{record:#}");
+    assert_eq!(record["error"]["retry_after"].as_f64(), retry_after, "{record:#}");
     assert_eq!(record["outcome"], "fail");
 }
 
 macro_rules! cli_tests {
-    ($($module:ident: $kind:expr, $status:expr, $code:expr;)*) => {$(
+    ($($module:ident: $kind:expr, $status:expr, $code:expr, $retry_after:expr;)*) => {$(
         mod $module {
             use super::*;
 
@@ -275,19 +282,21 @@ macro_rules! cli_tests {
 
             #[test]
             fn an_http_error_ends_in_error_with_its_code() {
-                fails_on_an_http_error($kind, $status, $code);
+                fails_on_an_http_error($kind, $status, $code, $retry_after);
             }
         }
     )*};
 }
 
+// 429 where the CLI's retries are bounded or quick; Gemini CLI, mini-swe-agent and aider back
+// off for minutes on a 429, so they get a 400.
 cli_tests! {
-    claude_code: HarnessKind::ClaudeCode, 429, ErrorCode::RateLimited;
-    codex: HarnessKind::Codex, 400, ErrorCode::SdkError;
-    gemini_cli: HarnessKind::GeminiCli, 400, ErrorCode::SdkError;
-    opencode: HarnessKind::Opencode, 400, ErrorCode::SdkError;
-    mini_swe_agent: HarnessKind::MiniSweAgent, 400, ErrorCode::SdkError;
-    aider: HarnessKind::Aider, 400, ErrorCode::SdkError;
+    claude_code: HarnessKind::ClaudeCode, 429, ErrorCode::RateLimited, None;
+    codex: HarnessKind::Codex, 429, ErrorCode::RateLimited, None;
+    gemini_cli: HarnessKind::GeminiCli, 400, ErrorCode::SdkError, None;
+    opencode: HarnessKind::Opencode, 429, ErrorCode::RateLimited, Some(2.0);
+    mini_swe_agent: HarnessKind::MiniSweAgent, 400, ErrorCode::SdkError, None;
+    aider: HarnessKind::Aider, 400, ErrorCode::SdkError, None;
 }
 
 #[test]
@@ -541,7 +550,10 @@ fn claude_code_runs_inside_the_sandbox() {
     assert_eq!(record["outcome"], "pass", "{record:#}");
     let spawn = &events(&out)[0];
     assert!(
-        spawn["message"].as_str().unwrap().starts_with("in the sandbox: "),
+        spawn["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("in the sandbox: "),
         "{spawn}"
     );
 }
