@@ -368,8 +368,13 @@ impl From<SuiteError> for CliError {
         Self {
             code: EXIT_USAGE,
             snippet: err.snippet().map(str::to_owned),
+            hint: Some(match err {
+                SuiteError::Referenced(_) => {
+                    "`deltabench model serve --help` describes the script format".into()
+                }
+                _ => "`deltabench schema` prints every key the suite file accepts".into(),
+            }),
             message: err.to_string(),
-            hint: Some("`deltabench schema` prints every key the suite file accepts".into()),
         }
     }
 }

@@ -226,6 +226,17 @@ fn passes_on_the_delta(kind: HarnessKind) {
     for wanted in ["tool_call", "tool_result", "usage", "assistant"] {
         assert!(kinds.contains(&wanted), "no {wanted} event in {kinds:?}");
     }
+    // Provenance from the write/edit tool calls (mini-swe-agent writes through bash only).
+    let result: Value = serde_json::from_str(
+        &std::fs::read_to_string(trial_dir(&out).join("result.json")).unwrap(),
+    )
+    .unwrap();
+    let modified = &result["result"]["output"]["modified_files"];
+    if kind == HarnessKind::MiniSweAgent {
+        assert_eq!(modified, &serde_json::json!([]));
+    } else {
+        assert_eq!(modified, &serde_json::json!(["hello.txt"]), "{kind}");
+    }
     let raw = std::fs::read_to_string(trial_dir(&out).join("agent.stdout")).unwrap();
     assert!(!raw.trim().is_empty(), "the raw stream was not kept");
     // The CLI's HOME and config stayed in the trial, out of the workspace and the diff.
@@ -266,7 +277,11 @@ fn fails_on_an_http_error(
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(record["status"], "error", "{record:#}");
     assert_eq!(record["error"]["code"], code.as_str(), "{record:#}");
-    assert_eq!(record["error"]["retry_after"].as_f64(), retry_after, "{record:#}");
+    assert_eq!(
+        record["error"]["retry_after"].as_f64(),
+        retry_after,
+        "{record:#}"
+    );
     assert_eq!(record["outcome"], "fail");
 }
 
@@ -556,4 +571,71 @@ fn claude_code_runs_inside_the_sandbox() {
             .starts_with("in the sandbox: "),
         "{spawn}"
     );
+}
+
+/// Config errors in a CLI agent stop the run before anything starts, naming the place.
+#[test]
+fn bad_cli_agent_configs_exit_2_with_the_location() {
+    let cases: [(&str, &str, &str); 5] = [
+        (
+            "kind: claude-code\n    permission_mode: yolo",
+            "",
+            "suite.yaml:11:22: unknown permission_mode 'yolo' for claude-code. Valid modes: bypassPermissions, acceptEdits, default, plan, dontAsk, auto",
+        ),
+        (
+            "kind: codex\n    endpoint: localhost:8765",
+            "",
+            "suite.yaml:11:15: endpoint 'localhost:8765' is neither a URL (http://HOST:PORT, the server root) nor `scripted:PATH`",
+        ),
+        (
+            "kind: opencode\n    endpoint: scripted:missing.yaml",
+            "",
+            "missing.yaml does not exist",
+        ),
+        (
+            "kind: gemini-cli\n    endpoint: scripted:model.yaml",
+            "steps:\n  - text: hi\n    write: {path: a, content: b}\n    shell: ls\n",
+            "model.yaml:4:12: step 0: a step takes at most one action",
+        ),
+        (
+            "kind: mini-swe-agent\n    binary: /nonexistent/mini",
+            "",
+            "agent 'a' (mini-swe-agent): `binary: /nonexistent/mini` is not an executable file",
+        ),
+    ];
+    for (agent, script, wanted) in cases {
+        let tmp = temp_dir();
+        git_repo(tmp.path(), &[("README.md", "# demo\n")]);
+        if !script.is_empty() {
+            write_files(tmp.path(), &[("model.yaml", script)]);
+        }
+        write_suite(
+            tmp.path(),
+            &format!(
+                "name: agents
+repo: repo
+tasks:
+  - id: hello
+    base: main
+    instruction: Create hello.txt.
+    verify: test -f hello.txt
+agents:
+  a:
+    {agent}
+"
+            ),
+        );
+        // `kind:` is on line 10, the key under test on line 11.
+        let (output, _, out) = run_suite(tmp.path(), &[]);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{agent}: {err}");
+        assert!(err.contains(wanted), "{agent}: wanted {wanted:?} in\n{err}");
+        if !script.is_empty() {
+            assert!(
+                err.contains("hint: `deltabench model serve --help`"),
+                "{err}"
+            );
+        }
+        assert!(!out.join("trials.jsonl").exists(), "{agent}: a trial ran");
+    }
 }
