@@ -1,6 +1,7 @@
 //! The HTTP server: one catch-all handler that records each request and routes it by path to
 //! the protocol that answers it.
 
+use std::collections::VecDeque;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -18,12 +19,16 @@ use tokio_util::sync::CancellationToken;
 use super::script::Script;
 use super::{anthropic, chat, gemini, request, responses};
 
+/// How many requests [`ScriptedServer::requests`] keeps; `--log` writes them all.
+pub const RECORDED_REQUESTS: usize = 1000;
+
 /// Where each request is also written, as one JSON line.
 pub type RequestLog = Box<dyn Write + Send>;
 
 struct Shared {
     script: Script,
-    requests: Mutex<Vec<Value>>,
+    /// The latest requests, at most [`RECORDED_REQUESTS`] (a long run must not grow without end).
+    requests: Mutex<VecDeque<Value>>,
     log: Option<Mutex<RequestLog>>,
 }
 
@@ -51,7 +56,7 @@ impl ScriptedServer {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             script,
-            requests: Mutex::new(Vec::new()),
+            requests: Mutex::new(VecDeque::new()),
             log: log.map(Mutex::new),
         });
         let router = Router::new().fallback(handle).with_state(shared.clone());
@@ -80,12 +85,13 @@ impl ScriptedServer {
         self.addr
     }
 
-    /// Every request seen so far: `{method, path, headers (auth redacted), body}`.
+    /// The requests seen so far, oldest first (the latest [`RECORDED_REQUESTS`]):
+    /// `{method, path, headers (auth redacted), body}`.
     pub fn requests(&self) -> Vec<Value> {
         self.shared
             .requests
             .lock()
-            .map(|r| r.clone())
+            .map(|r| r.iter().cloned().collect())
             .unwrap_or_default()
     }
 
@@ -157,7 +163,10 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         let _ = writeln!(log, "{record}").and_then(|()| log.flush());
     }
     if let Ok(mut requests) = shared.requests.lock() {
-        requests.push(record);
+        if requests.len() == RECORDED_REQUESTS {
+            requests.pop_front();
+        }
+        requests.push_back(record);
     }
     response
 }

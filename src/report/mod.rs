@@ -43,6 +43,9 @@ pub struct AgentSummary {
     pub pass_hat_k: Option<f64>,
     /// Mean cost per trial over the trials that reported one.
     pub mean_cost_usd: Option<f64>,
+    /// Some of those costs were priced by deltabench, not reported by the agent.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cost_estimated: bool,
     pub median_duration_ms: Option<u64>,
 }
 
@@ -96,6 +99,9 @@ pub fn summarize(records: &[TrialRecord], agents: &[String]) -> Vec<AgentSummary
                 pass_hat_k: k.and_then(|k| stats::mean_pass_hat_k(&outcomes, k)),
                 mean_cost_usd: (!costs.is_empty())
                     .then(|| costs.iter().sum::<f64>() / costs.len() as f64),
+                cost_estimated: mine
+                    .iter()
+                    .any(|r| r.usage.is_some_and(|u| u.cost_estimated)),
                 median_duration_ms: median(mine.iter().map(|r| r.duration_ms).collect()),
                 agent,
             }
@@ -154,7 +160,10 @@ fn rows(summaries: &[AgentSummary]) -> Vec<Row> {
             },
             invalid: s.invalid,
             infra_errors: s.infra_errors,
-            cost: s.mean_cost_usd.map_or("-".into(), |c| format!("${c:.4}")),
+            // `~`: priced by deltabench from its price table, not reported by the agent.
+            cost: s.mean_cost_usd.map_or("-".into(), |c| {
+                format!("{}${c:.4}", if s.cost_estimated { "~" } else { "" })
+            }),
             median: seconds(s.median_duration_ms),
         })
         .collect()
@@ -248,6 +257,7 @@ pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
         "output_tokens",
         "cost_usd",
         "tampered",
+        "cost_estimated",
     ])?;
     let opt = |v: Option<String>| v.unwrap_or_default();
     for r in records {
@@ -270,6 +280,7 @@ pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
             opt(r.usage.map(|u| u.output_tokens.to_string())),
             opt(r.usage.and_then(|u| u.cost_usd).map(|c| c.to_string())),
             r.tampered.join(";"),
+            opt(r.usage.map(|u| u.cost_estimated.to_string())),
         ])?;
     }
     let bytes = writer.into_inner().map_err(|e| e.into_error())?;

@@ -15,7 +15,9 @@ use deltabench::agent::{CodingAgent, CodingStatus, CodingTask, ErrorCode};
 use deltabench::model::{Script, ScriptedServer};
 use serde_json::Value;
 
-use crate::common::{git_repo, run_suite, stderr, temp_dir, trials, write_files, write_suite};
+use crate::common::{
+    deltabench, git_repo, run_suite, stderr, stdout, temp_dir, trials, write_files, write_suite,
+};
 
 /// Write hello.txt, show it, finish: three model calls of 1000 in / 20 out each.
 const WRITE_SHOW_DONE: &str = "\
@@ -239,6 +241,19 @@ fn passes_on_the_delta(kind: HarnessKind) {
     }
     let raw = std::fs::read_to_string(trial_dir(&out).join("agent.stdout")).unwrap();
     assert!(!raw.trim().is_empty(), "the raw stream was not kept");
+    // The summary says when deltabench priced the tokens itself.
+    let report = deltabench(tmp.path())
+        .arg("report")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let mark = format!("~${:.4}", cli.cost);
+    assert_eq!(
+        stdout(&report).contains(&mark),
+        cli.estimated,
+        "{}",
+        stdout(&report)
+    );
     // The CLI's HOME and config stayed in the trial, out of the workspace and the diff.
     assert!(trial_dir(&out).join("home").is_dir());
     assert!(!diff.contains("home/"), "{diff}");
