@@ -8,7 +8,8 @@ SPEC holds {"FAIL_TO_PASS": [test ids], "PASS_TO_PASS": [test ids]}. Reads
 {"diff": "...", "command_result": {"command", "exit_code", "timed_out", "output",
 "duration_ms"}} on stdin and prints {"passed": bool, "score": number}.
 
-Per-test results are read from the verify output:
+Per-test results are read from the verify output: the full log named by $DELTABENCH_VERIFY_LOG
+when deltabench sets it, else the output on stdin (its head and tail only, when long):
   pytest -rA       "PASSED tests/test_x.py::test_a", "FAILED tests/...::test_b - message",
                    "ERROR ...", "SKIPPED ...", "XFAIL ...", "XPASS ..."
   cargo test       "test module::name ... ok" / "... FAILED" / "... ignored"
@@ -19,13 +20,15 @@ passed. When a listed test is missing and deltabench cut the middle of a long ou
 exits 3 instead of guessing: the trial is then an infra_error, not a false failure.
 """
 import json
+import os
 import re
 import sys
 
 PYTEST = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (.+?)\s*$")
 CARGO = re.compile(r"^test (.+?) \.\.\. (ok|FAILED|ignored)\b")
-# deltabench keeps the head and tail of a long output and marks the cut with this line.
-ELIDED = re.compile(r"^\[\.\.\. \d+ bytes elided \.\.\.\]$", re.M)
+# deltabench keeps the head and tail of a long output and marks the cut with this line, and
+# caps a log file with the second.
+ELIDED = re.compile(r"^\[\.\.\. \d+ bytes elided \.\.\.\]$|^\[deltabench: log capped at ", re.M)
 GOOD = {"PASSED", "XFAIL"}
 # When a test is reported twice (two cargo test binaries), the worse report stands.
 RANK = {"PASSED": 0, "XFAIL": 0, "SKIPPED": 1, "XPASS": 1, "FAILED": 2, "ERROR": 2}
@@ -67,6 +70,11 @@ def main():
     delta = json.load(sys.stdin)
     result = delta["command_result"]
     output = result.get("output") or ""
+    # The full verify log, when deltabench wrote one: stdin holds only its head and tail.
+    log = os.environ.get("DELTABENCH_VERIFY_LOG")
+    if log and os.path.isfile(log):
+        with open(log, encoding="utf-8", errors="replace") as f:
+            output = f.read()
     found = statuses(output)
     wanted = list(spec.get("FAIL_TO_PASS", [])) + list(spec.get("PASS_TO_PASS", []))
     failing = [t for t in wanted if found.get(t) not in GOOD]

@@ -171,11 +171,15 @@ impl Metric for CustomMetric {
 
 /// An external grader: a shell command that reads `{"diff", "command_result"}` as JSON on stdin
 /// and prints `{"passed": bool, "score": number}` (the last JSON line of its output counts).
+///
+/// `command_result.output` keeps only the head and tail of a long verify output; when the full
+/// log was written (`verify_log`), the grader finds its path in `$DELTABENCH_VERIFY_LOG`.
 #[derive(Debug, Clone)]
 pub struct GraderMetric {
     pub command: String,
     pub cwd: PathBuf,
     pub timeout: Duration,
+    pub verify_log: Option<PathBuf>,
 }
 
 impl Metric for GraderMetric {
@@ -193,9 +197,12 @@ impl Metric for GraderMetric {
                 message,
             };
             let input = serde_json::to_vec(delta).map_err(|e| fail(e.to_string()))?;
-            let spec = CommandSpec::shell(&self.command, &self.cwd)
+            let mut spec = CommandSpec::shell(&self.command, &self.cwd)
                 .timeout(Some(self.timeout))
                 .stdin(input);
+            if let Some(log) = self.verify_log.as_ref().filter(|log| log.is_file()) {
+                spec = spec.env("DELTABENCH_VERIFY_LOG", log);
+            }
             let ended = process::run(&spec, &CancellationToken::new())
                 .await
                 .map_err(|e| fail(format!("cannot start the grader: {e}")))?;

@@ -166,7 +166,7 @@ pub async fn run_trial(
         },
         probe,
     );
-    let metric = metric_for(task, &inputs.suite);
+    let metric = metric_for(task, &inputs.suite, dir);
     let mut events = match File::create(dir.join("events.jsonl")) {
         Ok(file) => Some(BufWriter::new(file)),
         Err(_) => None,
@@ -360,7 +360,7 @@ fn describe_result(record: &mut TrialRecord, result: &CodingResult) {
     });
 }
 
-fn metric_for(task: &Task, suite: &Suite) -> Box<dyn Metric> {
+fn metric_for(task: &Task, suite: &Suite, dir: &Path) -> Box<dyn Metric> {
     match &task.metric {
         MetricSpec::Delta => Box::new(DeltaMetric),
         MetricSpec::DeltaToken => Box::new(DeltaTokenMetric),
@@ -369,6 +369,7 @@ fn metric_for(task: &Task, suite: &Suite) -> Box<dyn Metric> {
             command: command.clone(),
             cwd: suite.path.parent().map(Path::to_owned).unwrap_or_default(),
             timeout: timeout.unwrap_or(Duration::from_secs(60)),
+            verify_log: Some(dir.join("verify.log")),
         }),
     }
 }

@@ -828,3 +828,48 @@ fn real_multi_swe_bench_row_validates() {
     assert_ok(&output, "import");
     assert_ok(&validate(root, &root.join("suite")), "validate");
 }
+
+/// A verify output far longer than the head and tail kept in memory: the grader reads the
+/// full log, so a listed test in the middle is still found and the trial is scored.
+#[test]
+fn swebench_grader_reads_the_full_verify_log() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    crate::common::git_repo(root, &[("a.txt", "a\n")]);
+    let grader = Path::new(env!("CARGO_MANIFEST_DIR")).join("graders/swebench.py");
+    write_files(
+        root,
+        &[
+            (
+                "spec.json",
+                r#"{"FAIL_TO_PASS": ["tests/t.py::test_middle"], "PASS_TO_PASS": []}"#,
+            ),
+            (
+                "suite.yaml",
+                &format!(
+                    "name: long
+repo: repo
+tasks:
+  - id: long
+    base: main
+    instruction: Change a.txt.
+    # 200k lines of filler with the listed test in the middle: about 6 MB.
+    verify: >-
+      seq 100000 | sed 's/^/PASSED tests\\/filler.py::test_/';
+      echo 'PASSED tests/t.py::test_middle';
+      seq 100000 | sed 's/^/PASSED tests\\/more.py::test_/'
+    metric: {{grader: 'python3 {} spec.json'}}
+agents:
+  editor:
+    kind: command
+    run: echo b > a.txt
+",
+                    grader.display()
+                ),
+            ),
+        ],
+    );
+    let (output, records) = run(root, &root.join("suite.yaml"), &["--agent", "editor"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(records[0]["outcome"], "pass", "{:#}", records[0]);
+}
