@@ -456,6 +456,6 @@ async fn server_starts_in_the_callers_runtime_records_and_stops() {
     assert_eq!(requests[0]["path"], "/v1/chat/completions");
     assert_eq!(requests[0]["headers"]["authorization"], "<redacted len=11>");
     assert_eq!(requests[0]["body"]["model"], "m");
+    // Not checked by connecting again: another test may already hold the freed port.
     server.stop().await;
-    assert!(std::net::TcpStream::connect(addr).is_err());
 }

@@ -11,7 +11,7 @@ use super::Plan;
 #[derive(Debug, thiserror::Error)]
 pub enum ResumeError {
     #[error(
-        "suite digest changed: {suite} is not the file the run started with ({recorded}, now {now})"
+        "suite digest changed: {suite}, or a file it names (instructions, hidden tests, solutions, model scripts), is not what the run started with ({recorded}, now {now})"
     )]
     SuiteChanged {
         suite: PathBuf,

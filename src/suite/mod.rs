@@ -491,6 +491,21 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
             "the suite has no tasks; add at least one under `tasks:`",
         ));
     }
+    // What the files name counts too, so resume and merge notice an edited hidden test.
+    for task in &tasks {
+        digest.update(task.instruction.as_bytes());
+        for overlay in [&task.tests, &task.solution].into_iter().flatten() {
+            let (Overlay::Dir(path) | Overlay::Patch(path)) = overlay;
+            hash_tree(&mut digest, path);
+        }
+    }
+    for spec in agents.values() {
+        if let Some((_, config)) = spec.as_harness()
+            && let Some(Endpoint::Scripted(script)) = &config.endpoint
+        {
+            hash_tree(&mut digest, script);
+        }
+    }
     Ok(Suite {
         name,
         description: raw.description.clone(),
@@ -501,6 +516,30 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
         variants,
         tasks,
     })
+}
+
+/// Adds a file's bytes, or a folder's file names and bytes in sorted order, to `digest`.
+fn hash_tree(digest: &mut Sha256, path: &Path) {
+    let mut files = Vec::new();
+    let mut stack = vec![path.to_owned()];
+    while let Some(next) = stack.pop() {
+        match std::fs::read_dir(&next) {
+            Ok(entries) => stack.extend(entries.flatten().map(|e| e.path())),
+            Err(_) => files.push(next),
+        }
+    }
+    files.sort();
+    for file in files {
+        digest.update(
+            file.strip_prefix(path)
+                .unwrap_or(&file)
+                .as_os_str()
+                .as_encoded_bytes(),
+        );
+        digest.update([0]);
+        digest.update(std::fs::read(&file).unwrap_or_default());
+        digest.update([0]);
+    }
 }
 
 /// Validates `raw` agents into `agents`, expanding each `matrix:` into one agent per combination.
@@ -1107,5 +1146,46 @@ mod tests {
                 .unwrap_err()
                 .contains("366d")
         );
+    }
+
+    #[test]
+    fn the_digest_covers_the_files_a_suite_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let git = |args: &[&str]| {
+            let ok = std::process::Command::new("git")
+                .args(args)
+                .current_dir(root.join("repo"))
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_AUTHOR_NAME", "t")
+                .env("GIT_AUTHOR_EMAIL", "t@t")
+                .env("GIT_COMMITTER_NAME", "t")
+                .env("GIT_COMMITTER_EMAIL", "t@t")
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "git {args:?}");
+        };
+        std::fs::create_dir_all(root.join("repo")).unwrap();
+        std::fs::create_dir_all(root.join("hidden/tests")).unwrap();
+        std::fs::write(root.join("repo/a.txt"), "a\n").unwrap();
+        git(&["init", "-q"]);
+        git(&["add", "-A"]);
+        git(&["commit", "-qm", "base"]);
+        std::fs::write(root.join("hidden/tests/test_a.py"), "assert True\n").unwrap();
+        std::fs::write(root.join("task.md"), "Do it.\n").unwrap();
+        std::fs::write(
+            root.join("suite.yaml"),
+            "name: d\nrepo: repo\ntasks:\n  - id: t\n    base: HEAD\n    instruction_file: task.md\n    tests: hidden\n    verify: 'true'\n",
+        )
+        .unwrap();
+        let digest = || load(&root.join("suite.yaml"), None).unwrap().digest;
+        let first = digest();
+        assert_eq!(digest(), first, "stable");
+        std::fs::write(root.join("hidden/tests/test_a.py"), "assert False\n").unwrap();
+        let second = digest();
+        assert_ne!(second, first, "a hidden test changed");
+        std::fs::write(root.join("task.md"), "Do it well.\n").unwrap();
+        assert_ne!(digest(), second, "the instruction file changed");
     }
 }
