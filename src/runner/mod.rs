@@ -488,6 +488,8 @@ async fn carry_out(
     };
     observer.started(plan, &run_dir);
 
+    // Interrupted trials are run again; their new record supersedes the old one.
+    let done: Vec<TrialRecord> = done.into_iter().filter(|r| !r.interrupted).collect();
     let recorded: HashSet<(String, String, u32)> = done
         .iter()
         .map(|r| (r.task.clone(), r.agent.clone(), r.trial))

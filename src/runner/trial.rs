@@ -22,8 +22,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::harness::{Endpoint, HarnessAgent, find_program};
 use crate::agent::{
-    BuildContext, CodingAgent, CodingResult, CodingTask, CommandAgent, FnCodingAgentFactory,
-    MockAgent, NoopAgent, OracleAgent, RunCodingNode, RunNodeError, StreamEvent, run_coding_node,
+    BuildContext, CodingAgent, CodingResult, CodingStatus, CodingTask, CommandAgent,
+    FnCodingAgentFactory, MockAgent, NoopAgent, OracleAgent, RunCodingNode, RunNodeError,
+    StreamEvent, run_coding_node,
 };
 use crate::delta::{DiffStats, TaskProbe, commit_setup};
 use crate::metric::{
@@ -191,7 +192,7 @@ pub async fn run_trial(
             signal: Some(cancel.clone()),
             deadline: task.timeout,
         },
-        signal: Some(cancel),
+        signal: Some(cancel.clone()),
         metric: Some(metric.as_ref()),
         on_event: Some(&mut on_event),
     })
@@ -229,6 +230,7 @@ pub async fn run_trial(
         started_at,
         tampered: Vec::new(),
         invalid: None,
+        interrupted: false,
     };
     let mut result_json = serde_json::json!({ "lifecycle": lifecycle });
     match ran {
@@ -274,6 +276,9 @@ pub async fn run_trial(
         }
     }
     record.duration_ms = started.elapsed().as_millis() as u64;
+    if cancel.is_cancelled() && record.status == Some(CodingStatus::Aborted) {
+        record.mark_interrupted();
+    }
     let record = redact_record(&secrets, record);
     result_json["record"] = serde_json::to_value(&record).unwrap_or_default();
     let _ = write_json_atomic(&dir.join("result.json"), &result_json);

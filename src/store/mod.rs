@@ -115,6 +115,29 @@ pub struct TrialRecord {
     /// Why the outcome is `invalid`: what the verify output said against its exit code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invalid: Option<String>,
+    /// The run was interrupted while this trial ran: it is not scored (`infra_error`), and
+    /// `resume` runs it again, its new record superseding this one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
+}
+
+impl TrialRecord {
+    /// The trial's key in a run: (task, agent, trial).
+    pub fn key(&self) -> (&str, &str, u32) {
+        (&self.task, &self.agent, self.trial)
+    }
+
+    /// Marks a trial the run's interrupt cut short: unscored, to be run again by `resume`.
+    pub fn mark_interrupted(&mut self) {
+        self.interrupted = true;
+        self.outcome = Outcome::InfraError;
+        self.passed = false;
+        self.score = None;
+        self.infra_error = Some(
+            "interrupted: the run was stopped while this trial ran; `deltabench resume` runs it again"
+                .into(),
+        );
+    }
 }
 
 /// The manifest of a run.
@@ -309,14 +332,23 @@ pub fn read_run(path: &Path) -> Result<StoredRun, ReadRunError> {
         .lines()
         .collect::<Result<_, _>>()
         .map_err(io_err(&trials_path))?;
-    let mut trials = Vec::with_capacity(lines.len());
+    let mut trials: Vec<TrialRecord> = Vec::with_capacity(lines.len());
+    let mut at: std::collections::HashMap<(String, String, u32), usize> = Default::default();
     let last = lines.len();
     for (index, line) in lines.iter().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str(line) {
-            Ok(record) => trials.push(record),
+        match serde_json::from_str::<TrialRecord>(line) {
+            // A resumed trial's record supersedes its interrupted one.
+            Ok(record) => match at.entry((record.task.clone(), record.agent.clone(), record.trial))
+            {
+                std::collections::hash_map::Entry::Occupied(slot) => trials[*slot.get()] = record,
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(trials.len());
+                    trials.push(record);
+                }
+            },
             Err(_) if index + 1 == last => {}
             Err(e) => {
                 return Err(ReadRunError::Parse {

@@ -90,9 +90,13 @@ fn every_path_disposes_once_and_scores_on_the_delta() {
 #[test]
 fn interrupt_aborts_running_trials_and_still_disposes() {
     let tmp = one_file_repo();
+    let go = tmp.path().join("go");
     write_suite(
         tmp.path(),
-        "name: abort\nrepo: repo\nagents:\n  sleeper: {kind: command, run: \"sleep 60\"}\ntasks:\n  - id: fix\n    instruction: x\n    verify: \"true\"\n",
+        &format!(
+            "name: abort\nrepo: repo\nagents:\n  sleeper: {{kind: command, run: \"[ -f {} ] || sleep 60; echo fixed > a.txt\"}}\ntasks:\n  - id: fix\n    instruction: x\n    verify: \"grep -q fixed a.txt\"\n",
+            go.display()
+        ),
     );
     let work = tmp.path().join("work");
     let out = tmp.path().join("out");
@@ -131,8 +135,40 @@ fn interrupt_aborts_running_trials_and_still_disposes() {
     assert_eq!(records.len(), 1);
     assert_eq!(records[0]["status"], "aborted");
     assert_eq!(records[0]["error"]["code"], "aborted");
+    // Cut short by the user, not failed by the agent: not scored, and resume runs it again.
+    assert_eq!(records[0]["outcome"], "infra_error");
+    assert_eq!(records[0]["interrupted"], true);
     assert_eq!(dispose_count(&out, "sleeper"), 1);
     assert_no_leftovers(&work);
+
+    std::fs::write(&go, "").unwrap();
+    let resumed = crate::common::deltabench(tmp.path())
+        .arg("resume")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let records = trials(&out);
+    assert_eq!(records.len(), 2, "appended, not rewritten");
+    assert_eq!(records[1]["outcome"], "pass");
+    let report = crate::common::deltabench(tmp.path())
+        .args(["report", "--format", "csv"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let csv = String::from_utf8_lossy(&report.stdout).into_owned();
+    assert_eq!(
+        csv.lines().count(),
+        2,
+        "the resumed record superseded the interrupted one:\n{csv}"
+    );
+    assert!(
+        csv.lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("fix,sleeper,1,pass,"),
+        "{csv}"
+    );
 }
 
 #[test]
