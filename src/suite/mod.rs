@@ -470,9 +470,9 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
         return Err(source.at(&raw.name, "the suite `name` is empty"));
     }
     let repo = repo_source(&source, &raw.repo)?;
-    let mut tasks = Vec::with_capacity(raw.tasks.len());
+    let mut tasks = Vec::with_capacity(raw.tasks.value.len());
     let mut seen: HashMap<String, u64> = HashMap::new();
-    for raw_task in &raw.tasks {
+    for raw_task in &raw.tasks.value {
         let task = task(&source, &raw, &raw.defaults, raw_task)?;
         if let Some(first) = seen.insert(task.id.clone(), loc(&raw_task.id).0) {
             return Err(source.at(
@@ -487,7 +487,7 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
     }
     if tasks.is_empty() {
         return Err(source.at(
-            &raw.name,
+            &raw.tasks,
             "the suite has no tasks; add at least one under `tasks:`",
         ));
     }

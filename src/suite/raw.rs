@@ -35,7 +35,8 @@ pub struct RawSuite {
     /// Defaults for every task.
     #[serde(default)]
     pub defaults: RawDefaults,
-    pub tasks: Vec<RawTask>,
+    #[schemars(with = "Vec<RawTask>")]
+    pub tasks: Spanned<Vec<RawTask>>,
 }
 
 /// A `--agents FILE`: a top-level `agents:` map.

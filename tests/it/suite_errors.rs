@@ -395,7 +395,10 @@ fn task_id_that_is_not_a_safe_name() {
 fn empty_task_list() {
     let tmp = fixture();
     let err = load_error(tmp.path(), "name: t\nrepo: repo\ntasks: []\n", &[]);
-    assert!(err.contains("the suite has no tasks"), "{err}");
+    assert!(
+        err.contains("suite.yaml:3:8: the suite has no tasks"),
+        "{err}"
+    );
     assert_tmp_snapshot!(tmp.path(), err);
 }
 
