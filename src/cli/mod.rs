@@ -486,9 +486,11 @@ fn workdir(args: &SuiteArgs) -> Result<PathBuf, CliError> {
 }
 
 fn cache_dir(args: &SuiteArgs, workdir: &Path) -> PathBuf {
-    args.cache
+    let dir = args
+        .cache
         .clone()
-        .unwrap_or_else(|| workdir.join("deltabench-cache"))
+        .unwrap_or_else(|| workdir.join("deltabench-cache"));
+    std::path::absolute(&dir).unwrap_or(dir)
 }
 
 fn load_suite(path: &Path, args: &SuiteArgs) -> Result<Arc<suite::Suite>, CliError> {

@@ -631,6 +631,10 @@ async fn capture(
     out
 }
 
+/// Longest stdout line passed on whole; a longer one is cut there (its parser then sees broken
+/// JSON, an `unknown` event) so one runaway line cannot take the memory. The raw file keeps it.
+const MAX_LINE: usize = 32 * 1024 * 1024;
+
 /// Copies a separated stdout to its raw file (up to `log_cap` bytes) and sends each complete
 /// line as it arrives; a last line without a newline is sent at EOF.
 async fn stream_lines(
@@ -642,6 +646,9 @@ async fn stream_lines(
     let mut raw = Some(raw);
     let mut logged: u64 = 0;
     let mut pending: Vec<u8> = Vec::new();
+    // How far `pending` is known to hold no newline, so a long line is scanned once.
+    let mut scanned = 0;
+    let mut skipping = false;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match pipe.read(&mut buf).await {
@@ -658,14 +665,28 @@ async fn stream_lines(
         }
         pending.extend_from_slice(chunk);
         let mut start = 0;
-        while let Some(at) = pending[start..].iter().position(|&b| b == b'\n') {
-            let line = &pending[start..start + at];
-            let _ = lines.send(String::from_utf8_lossy(line).into_owned());
-            start += at + 1;
+        while let Some(at) = pending[scanned..].iter().position(|&b| b == b'\n') {
+            let end = scanned + at;
+            if !skipping {
+                let _ = lines.send(String::from_utf8_lossy(&pending[start..end]).into_owned());
+            }
+            skipping = false;
+            start = end + 1;
+            scanned = start;
         }
         pending.drain(..start);
+        scanned = pending.len();
+        if pending.len() > MAX_LINE {
+            if !skipping {
+                let _ = lines.send(String::from_utf8_lossy(&pending[..MAX_LINE]).into_owned());
+            }
+            // The rest of this line, up to its newline, is dropped.
+            skipping = true;
+            pending.clear();
+            scanned = 0;
+        }
     }
-    if !pending.is_empty() {
+    if !pending.is_empty() && !skipping {
         let _ = lines.send(String::from_utf8_lossy(&pending).into_owned());
     }
     if let Some(mut file) = raw {
@@ -697,6 +718,27 @@ mod tests {
         }
         assert_eq!(got, ["one", "two", "three"]);
         assert_eq!(fs::read_to_string(raw_path).unwrap(), "one\ntwo\nthree");
+    }
+
+    #[tokio::test]
+    async fn a_long_line_arrives_whole_in_many_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        // 3 MB without a newline, then a short line: read in 64 KiB chunks.
+        let spec = CommandSpec::shell(
+            "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo end",
+            dir.path(),
+        )
+        .stdout_lines(StdoutLines {
+            raw_path: dir.path().join("raw"),
+            lines: tx,
+        });
+        run(&spec, &CancellationToken::new()).await.unwrap();
+        let first = rx.try_recv().unwrap();
+        assert_eq!(first.len(), 3_000_000);
+        assert!(first.bytes().all(|b| b == b'x'));
+        assert_eq!(rx.try_recv().unwrap(), "end");
+        assert!(rx.try_recv().is_err());
     }
 
     #[test]

@@ -28,7 +28,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::harness::{Endpoint, find_program};
+use crate::agent::harness::{Endpoint, HarnessKind, find_program, is_loopback};
 use crate::model::{Script, ScriptedServer};
 use crate::store::{HeldLease, Manifest, Outcome, RunDir, TrialRecord, sanitize};
 use crate::suite::{AgentSpec, Located, Suite, agent_configs};
@@ -224,16 +224,6 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
             ));
         }
     }
-    for (name, spec) in &agents {
-        if let Some((kind, config)) = spec.as_harness()
-            && let Err(err) = find_program(kind, config.binary.as_deref())
-        {
-            return Err(PlanError::new(
-                format!("agent '{name}' ({kind}): {err}"),
-                Some("the pinned versions deltabench is tested with are in README's \"Real agent CLIs\"".into()),
-            ));
-        }
-    }
     for id in &request.tasks {
         if !suite.tasks.iter().any(|t| &t.id == id) {
             let ids: Vec<&str> = suite.tasks.iter().map(|t| t.id.as_str()).collect();
@@ -266,6 +256,7 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
             None,
         ));
     }
+    check_cli_agents(&suite, &agents, &tasks)?;
     let mut trials = Vec::new();
     for &task in &tasks {
         for agent in agents.keys() {
@@ -324,6 +315,71 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
         unsharded_trials,
         request,
     })
+}
+
+/// What can be known about the real CLI agents before anything runs: the CLI is installed, it
+/// has a key for a remote endpoint, and a sandboxed one can reach a loopback endpoint.
+fn check_cli_agents(
+    suite: &Suite,
+    agents: &IndexMap<String, AgentSpec>,
+    tasks: &[usize],
+) -> Result<(), PlanError> {
+    let sandboxed = tasks
+        .iter()
+        .any(|&i| suite.tasks[i].isolation == Isolation::Sandbox);
+    for (name, spec) in agents {
+        let Some((kind, config)) = spec.as_harness() else {
+            continue;
+        };
+        if let Err(err) = find_program(kind, config.binary.as_deref()) {
+            return Err(PlanError::new(
+                format!("agent '{name}' ({kind}): {err}"),
+                Some(
+                    "README's \"Real agent CLIs\" lists the versions deltabench is tested with"
+                        .into(),
+                ),
+            ));
+        }
+        let local = match &config.endpoint {
+            Some(Endpoint::Scripted(_)) => Some("the scripted endpoint".to_owned()),
+            Some(Endpoint::Url(url)) if is_loopback(url) => Some(url.clone()),
+            _ => None,
+        };
+        let key_env = kind.key_env();
+        // opencode's own providers each read their own variable: nothing to check for them.
+        let needs_key = local.is_none()
+            && config.api_key.is_none()
+            && !(kind == HarnessKind::Opencode && config.endpoint.is_none())
+            && !config
+                .env
+                .keys()
+                .any(|k| k == key_env || k.ends_with("_API_KEY") || k.ends_with("_AUTH_TOKEN"))
+            && std::env::var_os(key_env).is_none();
+        if needs_key {
+            let place = match &config.endpoint {
+                Some(Endpoint::Url(url)) => url.clone(),
+                _ => format!("{kind}'s own API"),
+            };
+            return Err(PlanError::new(
+                format!("agent '{name}' ({kind}) has no API key for {place}"),
+                Some(format!(
+                    "set `api_key:` on the agent, or {key_env} in deltabench's environment"
+                )),
+            ));
+        }
+        if sandboxed
+            && config.network.is_none()
+            && let Some(local) = local
+        {
+            return Err(PlanError::new(
+                format!(
+                    "agent '{name}' ({kind}) talks to {local} on this machine, which a sandboxed task (network `none`) cannot reach"
+                ),
+                Some("set `network: host` on the agent".into()),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Hears about the run as it goes. Implemented by the terminal reporter.

@@ -188,6 +188,9 @@ pub struct RunDir {
 impl RunDir {
     /// Creates the directory; refuses one that already holds a run.
     pub fn create(path: &Path) -> io::Result<Self> {
+        // Absolute: agents run in their workspace, where a relative trial folder (their HOME,
+        // their logs) would resolve inside the workspace and count as their change.
+        let path = &std::path::absolute(path)?;
         if path.join("trials.jsonl").exists() {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -212,6 +215,8 @@ impl RunDir {
     /// mid-append) off `trials.jsonl` so the next record starts on a line of its own, and
     /// appends from there.
     pub fn reopen(path: &Path) -> Result<(Self, StoredRun), ReadRunError> {
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+        let path = absolute.as_path();
         let stored = read_run(path)?;
         let trials_path = path.join("trials.jsonl");
         let io_err = |source| ReadRunError::Io {

@@ -645,7 +645,7 @@ fn set_factor(
         "delay" => agent.delay = Some(spanned),
         "model" => agent.model = Some(spanned),
         "permission_mode" => agent.permission_mode = Some(spanned),
-        "append_system_prompt" => agent.append_system_prompt = Some(spanned.value),
+        "append_system_prompt" => agent.append_system_prompt = Some(spanned),
         "max_turns" => {
             let turns = value.parse().map_err(|_| {
                 source.at(
@@ -835,6 +835,19 @@ fn harness_spec(
             ),
         ));
     }
+    if let Some(args) = &agent.args
+        && let Some((arg, (flag, instead))) = args
+            .value
+            .iter()
+            .find_map(|arg| Some((arg, kind.reserved_flag(arg)?)))
+    {
+        return Err(source.at(
+            args,
+            format!(
+                "`args` may not hold '{arg}': deltabench passes {flag} to {kind} itself ({instead})"
+            ),
+        ));
+    }
     if let Some(turns) = &agent.max_turns
         && turns.value == 0
     {
@@ -862,22 +875,51 @@ fn harness_spec(
             }
         })
         .transpose()?;
-    let binary = agent.binary.as_ref().map(|binary| {
-        let path = PathBuf::from(&binary.value);
-        if binary.value.starts_with("./") || binary.value.starts_with("../") {
-            source.dir.join(path)
-        } else {
-            path
-        }
-    });
+    if kind == HarnessKind::Codex
+        && agent.model.is_none()
+        && let Some(endpoint) = &agent.endpoint
+    {
+        return Err(source.at(
+            endpoint,
+            "codex with an `endpoint:` needs `model:` too: its provider for the endpoint has no default model",
+        ));
+    }
+    let binary = agent
+        .binary
+        .as_ref()
+        .map(|binary| {
+            let path = PathBuf::from(&binary.value);
+            let path = if binary.value.starts_with("./") || binary.value.starts_with("../") {
+                source.dir.join(path)
+            } else {
+                path
+            };
+            // A name is looked up on PATH when the run starts; a path must be there now.
+            if path.components().count() > 1 && !path.is_file() {
+                return Err(source.at(
+                    binary,
+                    format!(
+                        "`binary: {}`: {} is not a file",
+                        binary.value,
+                        path.display()
+                    ),
+                ));
+            }
+            Ok(path)
+        })
+        .transpose()?;
     Ok(AgentSpec::harness(
         kind,
         HarnessConfig {
             model: agent.model.as_ref().map(|m| m.value.clone()),
             max_turns: agent.max_turns.as_ref().map(|t| t.value),
             permission_mode: agent.permission_mode.as_ref().map(|m| m.value.clone()),
-            append_system_prompt: agent.append_system_prompt.clone(),
-            args: agent.args.clone().unwrap_or_default(),
+            append_system_prompt: agent.append_system_prompt.as_ref().map(|p| p.value.clone()),
+            args: agent
+                .args
+                .as_ref()
+                .map(|a| a.value.clone())
+                .unwrap_or_default(),
             env: agent.env.clone().unwrap_or_default(),
             binary,
             endpoint,

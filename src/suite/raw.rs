@@ -83,10 +83,12 @@ pub struct RawAgent {
     pub permission_mode: Option<Spanned<String>>,
     /// Real CLI kinds: text added to the CLI's system prompt.
     #[serde(default)]
-    pub append_system_prompt: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub append_system_prompt: Option<Spanned<String>>,
     /// Real CLI kinds: extra command-line arguments.
     #[serde(default)]
-    pub args: Option<Vec<String>>,
+    #[schemars(with = "Option<Vec<String>>")]
+    pub args: Option<Spanned<Vec<String>>>,
     /// Real CLI kinds: the executable (a path relative to this file, or a name on PATH).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
@@ -164,9 +166,9 @@ impl RawAgent {
         add(
             "append_system_prompt",
             self.append_system_prompt.is_some(),
-            None,
+            at(&self.append_system_prompt),
         );
-        add("args", self.args.is_some(), None);
+        add("args", self.args.is_some(), self.args.as_ref().map(loc));
         add("binary", self.binary.is_some(), at(&self.binary));
         add("endpoint", self.endpoint.is_some(), at(&self.endpoint));
         add("api_key", self.api_key.is_some(), None);

@@ -194,7 +194,15 @@ fn passes_on_the_delta(kind: HarnessKind) {
     }
     let cli = cli(kind);
     let tmp = suite(kind, WRITE_SHOW_DONE, "");
-    let (output, _, out) = run_suite(tmp.path(), &[]);
+    // A relative --out, as the default is: the CLI's HOME must still land outside the workspace.
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let output = deltabench(tmp.path())
+        .args(["run", "suite.yaml", "--out", "out", "--workdir"])
+        .arg(&work)
+        .output()
+        .unwrap();
+    let out = tmp.path().join("out");
     let record = only_record(&out);
     assert_eq!(
         output.status.code(),
@@ -206,6 +214,10 @@ fn passes_on_the_delta(kind: HarnessKind) {
     assert_eq!(record["status"], "completed");
     let diff = std::fs::read_to_string(trial_dir(&out).join("diff.patch")).unwrap();
     assert!(diff.contains("+hello from the script"), "{diff}");
+    assert_eq!(
+        record["diff"]["files"], 1,
+        "only hello.txt changed:\n{diff}"
+    );
 
     let usage = &record["usage"];
     assert_eq!(usage["input_tokens"], 1000 * cli.calls, "{usage}");
@@ -228,6 +240,21 @@ fn passes_on_the_delta(kind: HarnessKind) {
     for wanted in ["tool_call", "tool_result", "usage", "assistant"] {
         assert!(kinds.contains(&wanted), "no {wanted} event in {kinds:?}");
     }
+    // The write of hello.txt is a tool call, answered by its own result.
+    let (at, write) = events
+        .iter()
+        .enumerate()
+        .find(|(_, e)| e["type"] == "tool_call" && e["args"].to_string().contains("hello.txt"))
+        .unwrap_or_else(|| panic!("no tool call writes hello.txt: {events:#?}"));
+    assert!(
+        events[at + 1..]
+            .iter()
+            .any(|e| e["type"] == "tool_result" && e["id"] == write["id"]),
+        "no result for {write}"
+    );
+    // The last usage event is the run's total, as recorded.
+    let last_usage = events.iter().rev().find(|e| e["type"] == "usage").unwrap();
+    assert_eq!(last_usage["usage"]["input_tokens"], usage["input_tokens"]);
     // Provenance from the write/edit tool calls (mini-swe-agent writes through bash only).
     let result: Value = serde_json::from_str(
         &std::fs::read_to_string(trial_dir(&out).join("result.json")).unwrap(),
@@ -516,6 +543,21 @@ fn codex_timeout_kills_its_whole_tree() {
     times_out_and_kills_the_tree(HarnessKind::Codex, "sleep 47.2");
 }
 
+#[test]
+fn gemini_cli_timeout_kills_its_whole_tree() {
+    times_out_and_kills_the_tree(HarnessKind::GeminiCli, "sleep 47.3");
+}
+
+#[test]
+fn opencode_timeout_kills_its_whole_tree() {
+    times_out_and_kills_the_tree(HarnessKind::Opencode, "sleep 47.4");
+}
+
+#[test]
+fn mini_swe_agent_timeout_kills_its_whole_tree() {
+    times_out_and_kills_the_tree(HarnessKind::MiniSweAgent, "sleep 47.5");
+}
+
 /// Aborting the handle while the CLI's shell command runs resolves `aborted`, tree gone.
 #[tokio::test(flavor = "multi_thread")]
 async fn aborting_a_real_cli_mid_tool_call_kills_its_tree() {
@@ -558,11 +600,9 @@ async fn aborting_a_real_cli_mid_tool_call_kills_its_tree() {
     server.stop().await;
 }
 
-/// Under `isolation: sandbox` the CLI runs in bubblewrap, its installation readable and the
-/// loopback endpoint reachable with `network: host`.
-#[test]
-fn claude_code_runs_inside_the_sandbox() {
-    let kind = HarnessKind::ClaudeCode;
+/// Under `isolation: sandbox` the CLI runs in bubblewrap, its installation readable (a venv's
+/// Python too) and the loopback endpoint reachable with `network: host`.
+fn runs_inside_the_sandbox(kind: HarnessKind) {
     if !installed(kind) {
         return;
     }
@@ -588,10 +628,29 @@ fn claude_code_runs_inside_the_sandbox() {
     );
 }
 
+#[test]
+fn every_cli_runs_inside_the_sandbox() {
+    if std::process::Command::new("bwrap")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install bubblewrap"
+        );
+        eprintln!("\n*** SKIPPED: bubblewrap is not installed ***\n");
+        return;
+    }
+    for kind in HarnessKind::ALL {
+        runs_inside_the_sandbox(kind);
+    }
+}
+
 /// Config errors in a CLI agent stop the run before anything starts, naming the place.
 #[test]
 fn bad_cli_agent_configs_exit_2_with_the_location() {
-    let cases: [(&str, &str, &str); 5] = [
+    let cases: [(&str, &str, &str); 9] = [
         (
             "kind: claude-code\n    permission_mode: yolo",
             "",
@@ -615,10 +674,33 @@ fn bad_cli_agent_configs_exit_2_with_the_location() {
         (
             "kind: mini-swe-agent\n    binary: /nonexistent/mini",
             "",
-            "agent 'a' (mini-swe-agent): `binary: /nonexistent/mini` is not an executable file",
+            "suite.yaml:11:13: `binary: /nonexistent/mini`: /nonexistent/mini is not a file",
+        ),
+        (
+            "kind: claude-code\n    args: [--bare, --output-format=text]",
+            "",
+            "suite.yaml:11:11: `args` may not hold '--output-format=text': deltabench passes --output-format to claude-code itself (deltabench reads this output format)",
+        ),
+        (
+            "kind: mini-swe-agent\n    append_system_prompt: Be brief.",
+            "",
+            "suite.yaml:11:27: `append_system_prompt` does not apply to agent 'a' of kind 'mini-swe-agent' (mini-swe-agent has no system prompt to add to)",
+        ),
+        (
+            "kind: codex\n    endpoint: http://127.0.0.1:9",
+            "",
+            "suite.yaml:11:15: codex with an `endpoint:` needs `model:` too",
+        ),
+        (
+            "kind: gemini-cli\n    endpoint: https://llm.example.invalid",
+            "",
+            "agent 'a' (gemini-cli) has no API key for https://llm.example.invalid",
         ),
     ];
     for (agent, script, wanted) in cases {
+        if agent.contains("example.invalid") && std::env::var_os("GEMINI_API_KEY").is_some() {
+            continue;
+        }
         let tmp = temp_dir();
         git_repo(tmp.path(), &[("README.md", "# demo\n")]);
         if !script.is_empty() {
@@ -644,6 +726,9 @@ agents:
         let (output, _, out) = run_suite(tmp.path(), &[]);
         let err = stderr(&output);
         assert_eq!(output.status.code(), Some(2), "{agent}: {err}");
+        if wanted.starts_with("agent 'a'") {
+            assert!(err.contains("hint: set `api_key:`"), "{err}");
+        }
         assert!(err.contains(wanted), "{agent}: wanted {wanted:?} in\n{err}");
         if !script.is_empty() {
             assert!(
@@ -653,4 +738,32 @@ agents:
         }
         assert!(!out.join("trials.jsonl").exists(), "{agent}: a trial ran");
     }
+}
+
+/// A sandboxed task cannot reach a loopback endpoint unless the agent asks for the host network.
+#[test]
+fn a_sandboxed_cli_needs_the_host_network_for_a_local_endpoint() {
+    let tmp = suite(HarnessKind::ClaudeCode, WRITE_SHOW_DONE, "");
+    let path = tmp.path().join("suite.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        yaml.replace("    verify:", "    isolation: sandbox\n    verify:"),
+    )
+    .unwrap();
+    let (output, _, out) = run_suite(tmp.path(), &[]);
+    let err = stderr(&output);
+    if !installed(HarnessKind::ClaudeCode) {
+        return;
+    }
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("agent 'a' (claude-code) talks to the scripted endpoint on this machine, which a sandboxed task (network `none`) cannot reach"),
+        "{err}"
+    );
+    assert!(
+        err.contains("hint: set `network: host` on the agent"),
+        "{err}"
+    );
+    assert!(!out.join("trials.jsonl").exists());
 }

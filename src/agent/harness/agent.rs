@@ -28,6 +28,9 @@ use crate::agent::{
 use crate::process::{self, CommandSpec, StdoutLines};
 use crate::workspace::SandboxPolicy;
 
+/// The CLI's wall-clock limit when neither the agent nor the task sets one: a CLI that waits
+/// forever on an unreachable API must not hold the run forever.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// How often mini-swe-agent's trajectory file is re-read while it runs.
 const TRAJECTORY_POLL: Duration = Duration::from_millis(500);
 /// Where Codex thread totals are kept between runs (its usage is cumulative per thread).
@@ -97,7 +100,7 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// Whether `url` points at this machine, where a dummy API key is fine.
-fn is_loopback(url: &str) -> bool {
+pub fn is_loopback(url: &str) -> bool {
     let host = url
         .split("://")
         .nth(1)
@@ -135,14 +138,16 @@ impl HarnessAgent {
         scratch: PathBuf,
         endpoint: Option<String>,
     ) -> Self {
+        // Relative paths would resolve inside the workspace, where the CLI runs.
+        let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
         Self {
             name: name.to_owned(),
             kind,
             config,
-            program,
+            program: absolute(program),
             endpoint,
-            workspace,
-            scratch,
+            workspace: absolute(workspace),
+            scratch: absolute(scratch),
             sandbox: None,
         }
     }
@@ -156,6 +161,11 @@ impl HarnessAgent {
         }
         self.sandbox = Some(policy);
         self
+    }
+
+    /// The CLI's wall-clock limit: the configured one, else [`DEFAULT_TIMEOUT`].
+    pub fn timeout(&self) -> Duration {
+        self.config.timeout.unwrap_or(DEFAULT_TIMEOUT)
     }
 
     /// The CLI's private HOME.
@@ -217,7 +227,7 @@ impl HarnessAgent {
             &self.workspace,
         )
         .clear_env()
-        .timeout(self.config.timeout)
+        .timeout(Some(self.timeout()))
         .log_path(Some(self.scratch.join("agent.stderr")))
         .stdout_lines(StdoutLines {
             raw_path: self.scratch.join("agent.stdout"),
@@ -366,7 +376,7 @@ impl HarnessAgent {
                     ErrorCode::Timeout,
                     format!(
                         "{kind} exceeded its timeout of {}",
-                        humantime::format_duration(self.config.timeout.unwrap_or_default())
+                        humantime::format_duration(self.timeout())
                     ),
                 ),
             )
@@ -584,19 +594,33 @@ fn save_thread_usage(file: &Path, thread: &str, total: Usage) {
 }
 
 /// What a sandboxed CLI must be able to read: its whole installation (the `node_modules` or
-/// virtualenv its launcher belongs to), not just the launcher.
+/// virtualenv its launcher belongs to), not just the launcher, and for a virtualenv the Python
+/// installation its interpreter links to (`home =` in `pyvenv.cfg`).
 fn install_roots(program: &Path) -> Vec<PathBuf> {
     let mut roots = vec![program.to_owned()];
     for candidate in [
         program.to_owned(),
         program.canonicalize().unwrap_or_default(),
     ] {
-        if let Some(root) = candidate.ancestors().find(|dir| {
+        let Some(root) = candidate.ancestors().find(|dir| {
             dir.file_name().is_some_and(|n| n == "node_modules") || dir.join("pyvenv.cfg").is_file()
-        }) {
-            roots.push(root.to_owned());
-        } else if let Some(parent) = candidate.parent() {
-            roots.push(parent.to_owned());
+        }) else {
+            roots.extend(candidate.parent().map(Path::to_owned));
+            continue;
+        };
+        roots.push(root.to_owned());
+        let python_home = std::fs::read_to_string(root.join("pyvenv.cfg"))
+            .ok()
+            .and_then(|cfg| {
+                cfg.lines()
+                    .filter_map(|line| line.split_once('='))
+                    .find(|(key, _)| key.trim() == "home")
+                    .map(|(_, value)| PathBuf::from(value.trim()))
+            });
+        if let Some(bin) = python_home {
+            // `home` is the interpreter's bin dir; the standard library sits beside it.
+            roots.extend(bin.parent().map(Path::to_owned));
+            roots.push(bin);
         }
     }
     roots

@@ -137,6 +137,105 @@ impl HarnessKind {
         }
     }
 
+    /// Flags `args:` may not pass, because the adapter sets them (the stream it parses, the
+    /// session it resumes, the prompt) or a typed key does: each with what to use instead.
+    pub fn reserved_flags(self) -> &'static [(&'static str, &'static str)] {
+        const STREAM: &str = "deltabench reads this output format";
+        const SESSION: &str = "resume through CodingTask.session_id";
+        const PROMPT: &str = "the task's instruction is the prompt";
+        match self {
+            Self::ClaudeCode => &[
+                ("-p", PROMPT),
+                ("--print", PROMPT),
+                ("--output-format", STREAM),
+                ("--input-format", STREAM),
+                ("--session-id", SESSION),
+                ("--resume", SESSION),
+                ("-r", SESSION),
+                ("--continue", SESSION),
+                ("-c", SESSION),
+                ("--model", "use `model:`"),
+                ("--permission-mode", "use `permission_mode:`"),
+                ("--max-turns", "use `max_turns:`"),
+                ("--append-system-prompt", "use `append_system_prompt:`"),
+            ],
+            Self::Codex => &[
+                ("--json", STREAM),
+                ("-m", "use `model:`"),
+                ("--model", "use `model:`"),
+                ("-s", "use `permission_mode:`"),
+                ("--sandbox", "use `permission_mode:`"),
+            ],
+            Self::GeminiCli => &[
+                ("-p", PROMPT),
+                ("--prompt", PROMPT),
+                ("-o", STREAM),
+                ("--output-format", STREAM),
+                ("-r", SESSION),
+                ("--resume", SESSION),
+                ("-m", "use `model:`"),
+                ("--model", "use `model:`"),
+                ("--approval-mode", "use `permission_mode:`"),
+                ("-y", "use `permission_mode:`"),
+                ("--yolo", "use `permission_mode:`"),
+            ],
+            Self::Opencode => &[
+                ("--format", STREAM),
+                ("--session", SESSION),
+                ("-s", SESSION),
+                ("--continue", SESSION),
+                ("-c", SESSION),
+                ("-m", "use `model:`"),
+                ("--model", "use `model:`"),
+            ],
+            Self::MiniSweAgent => &[
+                ("-t", PROMPT),
+                ("--task", PROMPT),
+                ("-o", "deltabench reads the trajectory from its own path"),
+                (
+                    "--output",
+                    "deltabench reads the trajectory from its own path",
+                ),
+                ("-m", "use `model:`"),
+                ("--model", "use `model:`"),
+            ],
+            Self::Aider => &[
+                ("--message", PROMPT),
+                ("-m", PROMPT),
+                ("--message-file", PROMPT),
+                ("-f", PROMPT),
+                ("--model", "use `model:`"),
+                (
+                    "--stream",
+                    "deltabench needs the API's usage, which a stream lacks",
+                ),
+                (
+                    "--chat-history-file",
+                    "deltabench keeps the histories in the trial folder",
+                ),
+                (
+                    "--input-history-file",
+                    "deltabench keeps the histories in the trial folder",
+                ),
+                (
+                    "--llm-history-file",
+                    "deltabench keeps the histories in the trial folder",
+                ),
+            ],
+        }
+    }
+
+    /// The reserved flag `arg` is (as `--flag` or `--flag=value`), with what to use instead.
+    pub fn reserved_flag(self, arg: &str) -> Option<(&'static str, &'static str)> {
+        self.reserved_flags().iter().copied().find(|(flag, _)| {
+            arg == *flag
+                || (flag.starts_with("--")
+                    && arg
+                        .strip_prefix(flag)
+                        .is_some_and(|rest| rest.starts_with('=')))
+        })
+    }
+
     /// The agents-file keys this kind accepts.
     pub fn keys(self) -> Vec<&'static str> {
         let mut keys = vec![
@@ -266,6 +365,12 @@ mod tests {
                 .contains(&"permission_mode")
         );
         assert!(HarnessKind::Codex.keys().contains(&"max_turns"));
+        assert_eq!(
+            HarnessKind::ClaudeCode.reserved_flag("--output-format=text"),
+            Some(("--output-format", "deltabench reads this output format"))
+        );
+        assert_eq!(HarnessKind::ClaudeCode.reserved_flag("--bare"), None);
+        assert_eq!(HarnessKind::Aider.reserved_flag("--edit-format"), None);
         assert_eq!(
             HarnessConfig::default().permission_mode(HarnessKind::ClaudeCode),
             Some("bypassPermissions")

@@ -332,10 +332,11 @@ fn opencode(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
     }
 }
 
-/// litellm wants `provider/model`; against an OpenAI-compatible endpoint that is `openai/`.
+/// litellm wants `provider/model`; against an OpenAI-compatible endpoint that is `openai/`,
+/// whatever slashes the served model's own name has (`openai/qwen/qwen3-coder`).
 fn litellm_model(config: &HarnessConfig, run: &RunPaths) -> Option<String> {
     config.model.as_ref().map(|model| {
-        if run.endpoint.is_some() && !model.contains('/') {
+        if run.endpoint.is_some() && !model.starts_with("openai/") {
             format!("openai/{model}")
         } else {
             model.clone()

@@ -82,7 +82,7 @@ impl MiniSweParser {
                     .unwrap_or_default()
                     .to_owned();
                 vec![system(
-                    "exit",
+                    "exit_status",
                     format!("{status} {content}").trim().to_owned(),
                     None,
                 )]

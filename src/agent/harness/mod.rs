@@ -42,7 +42,7 @@ use serde_json::Value;
 
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
 
-pub use agent::{HarnessAgent, agent_tool_dir, find_program};
+pub use agent::{HarnessAgent, agent_tool_dir, find_program, is_loopback};
 pub use aider::AiderParser;
 pub use claude::ClaudeParser;
 pub use codex::CodexParser;
@@ -162,10 +162,12 @@ fn push_unique(files: &mut Vec<String>, path: &str) {
 }
 
 /// The error code an HTTP status from the model API stands for.
+///
+/// A 408 or 504 is the API's failure, not the run's deadline: `timeout` (and `max_duration`)
+/// stay for the limits deltabench itself enforces.
 fn http_error_code(status: u64) -> ErrorCode {
     match status {
         429 => ErrorCode::RateLimited,
-        408 | 504 => ErrorCode::Timeout,
         _ => ErrorCode::SdkError,
     }
 }
@@ -286,6 +288,13 @@ mod tests {
         let events = parser.line(truncated);
         assert_eq!(kinds(&events), ["unknown"], "{truncated}");
         let _ = parser.finish(Some(1), "boom");
+    }
+
+    #[test]
+    fn gateway_timeouts_are_api_errors_not_the_run_deadline() {
+        assert_eq!(http_error_code(504), ErrorCode::SdkError);
+        assert_eq!(http_error_code(408), ErrorCode::SdkError);
+        assert_eq!(http_error_code(429), ErrorCode::RateLimited);
     }
 
     #[test]
