@@ -767,3 +767,26 @@ fn a_sandboxed_cli_needs_the_host_network_for_a_local_endpoint() {
     );
     assert!(!out.join("trials.jsonl").exists());
 }
+
+/// The shipped smoke suite: every CLI against the scripted model, all pass.
+#[test]
+fn the_smoke_suite_passes_with_every_cli() {
+    if !HarnessKind::ALL.into_iter().all(installed) {
+        return;
+    }
+    let tmp = temp_dir();
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("suites/smoke");
+    let output = deltabench(tmp.path())
+        .arg("run")
+        .arg(&suite)
+        .args(["--workdir", "."])
+        .args(["--out", "out"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let records = trials(&tmp.path().join("out"));
+    assert_eq!(records.len(), 6);
+    for record in &records {
+        assert_eq!(record["outcome"], "pass", "{record:#}");
+    }
+}
