@@ -607,16 +607,7 @@ async fn capture(
         };
         let chunk = &buf[..n];
         out.push(chunk);
-        if let Some(file) = log.as_mut() {
-            let room = log_cap.saturating_sub(logged) as usize;
-            if room > 0 {
-                let take = room.min(n);
-                if file.write_all(&chunk[..take]).await.is_err() {
-                    log = None;
-                }
-                logged += take as u64;
-            }
-        }
+        write_capped(&mut log, &mut logged, log_cap, chunk).await;
     }
     if let Some(mut file) = log {
         if out.total > logged {
@@ -629,6 +620,25 @@ async fn capture(
         let _ = file.flush().await;
     }
     out
+}
+
+/// Appends as much of `chunk` to `file` as `cap` leaves room for, counting in `written`; a
+/// failed write stops the logging (the capture in memory goes on).
+async fn write_capped(
+    file: &mut Option<tokio::fs::File>,
+    written: &mut u64,
+    cap: u64,
+    chunk: &[u8],
+) {
+    let take = (cap.saturating_sub(*written) as usize).min(chunk.len());
+    if let Some(out) = file.as_mut()
+        && take > 0
+    {
+        if out.write_all(&chunk[..take]).await.is_err() {
+            *file = None;
+        }
+        *written += take as u64;
+    }
 }
 
 /// Longest stdout line passed on whole; a longer one is cut there (its parser then sees broken
@@ -656,13 +666,7 @@ async fn stream_lines(
             Ok(n) => n,
         };
         let chunk = &buf[..n];
-        if let Some(file) = raw.as_mut() {
-            let take = (log_cap.saturating_sub(logged) as usize).min(n);
-            if take > 0 && file.write_all(&chunk[..take]).await.is_err() {
-                raw = None;
-            }
-            logged += take as u64;
-        }
+        write_capped(&mut raw, &mut logged, log_cap, chunk).await;
         pending.extend_from_slice(chunk);
         let mut start = 0;
         while let Some(at) = pending[scanned..].iter().position(|&b| b == b'\n') {

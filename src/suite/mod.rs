@@ -20,7 +20,7 @@ use crate::agent::harness::{Endpoint, HarnessConfig, HarnessKind};
 use crate::agent::{CommandAgentConfig, MockConfig};
 use crate::delta::VerifySpec;
 use crate::metric::METRIC_NAMES;
-use crate::workspace::{Isolation, Overlay};
+use crate::workspace::{Isolation, Network, Overlay};
 
 pub use raw::{RawAgent, RawAgentsFile, RawSuite};
 use raw::{RawDefaults, RawMetric, RawTask, RawVerify, loc};
@@ -782,19 +782,24 @@ fn agent_spec(source: &Source, name: &str, agent: &RawAgent) -> Result<AgentSpec
                     .map(|t| source.duration(t))
                     .transpose()?,
                 env: agent.env.clone().unwrap_or_default(),
-                network: agent
-                    .network
-                    .as_ref()
-                    .map(|n| {
-                        n.value
-                            .parse()
-                            .map_err(|err| source.at(n, format!("{err}")))
-                    })
-                    .transpose()?
-                    .unwrap_or_default(),
+                network: agent_network(source, agent)?,
             })
         }
     })
+}
+
+/// The agent's `network:`, `none` when unset.
+fn agent_network(source: &Source, agent: &RawAgent) -> Result<Network, SuiteError> {
+    agent
+        .network
+        .as_ref()
+        .map(|n| {
+            n.value
+                .parse()
+                .map_err(|err| source.at(n, format!("{err}")))
+        })
+        .transpose()
+        .map(Option::unwrap_or_default)
 }
 
 /// Validates a real CLI agent: only the keys its kind supports, a known permission mode, a
@@ -929,16 +934,7 @@ fn harness_spec(
                 .as_ref()
                 .map(|t| source.duration(t))
                 .transpose()?,
-            network: agent
-                .network
-                .as_ref()
-                .map(|n| {
-                    n.value
-                        .parse()
-                        .map_err(|err| source.at(n, format!("{err}")))
-                })
-                .transpose()?
-                .unwrap_or_default(),
+            network: agent_network(source, agent)?,
             price: agent.price,
         },
     ))

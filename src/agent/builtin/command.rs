@@ -99,20 +99,10 @@ impl CommandAgent {
         for (key, value) in &self.config.env {
             spec = spec.env(key, value);
         }
-        if let Some(policy) = &self.sandbox {
-            spec = match policy.wrap(&self.workspace, spec) {
-                Ok(spec) => spec,
-                Err(err) => {
-                    return CodingResult::failed(
-                        session,
-                        CodingError::new(
-                            ErrorCode::SdkError,
-                            format!("cannot prepare the sandbox's home: {err}"),
-                        ),
-                    );
-                }
-            };
-        }
+        let spec = match sandboxed_spec(self.sandbox.as_ref(), &self.workspace, spec) {
+            Ok(spec) => spec,
+            Err(err) => return CodingResult::failed(session, err),
+        };
         let sandboxed = if self.sandbox.is_some() {
             "in the sandbox: "
         } else {
@@ -179,6 +169,24 @@ impl CommandAgent {
             .map_or(0, |(i, _)| i);
         result.output.text = Some(text[start..].to_owned()).filter(|t| !t.is_empty());
         result
+    }
+}
+
+/// `spec` wrapped in `policy`'s sandbox when there is one; an agent's error when the sandbox's
+/// home cannot be made.
+pub(crate) fn sandboxed_spec(
+    policy: Option<&SandboxPolicy>,
+    workspace: &std::path::Path,
+    spec: CommandSpec,
+) -> Result<CommandSpec, CodingError> {
+    match policy {
+        Some(policy) => policy.wrap(workspace, spec).map_err(|err| {
+            CodingError::new(
+                ErrorCode::SdkError,
+                format!("cannot prepare the sandbox's home: {err}"),
+            )
+        }),
+        None => Ok(spec),
     }
 }
 

@@ -21,6 +21,7 @@ use super::{
     AiderParser, ClaudeParser, CodexParser, GeminiParser, MiniSweParser, OpencodeParser, ParsedRun,
     StreamParser,
 };
+use crate::agent::builtin::command::sandboxed_spec;
 use crate::agent::{
     CodingAgent, CodingError, CodingHandle, CodingOutput, CodingResult, CodingStatus, CodingTask,
     ErrorCode, RunContext, StreamEvent, Usage, new_session_id,
@@ -236,20 +237,10 @@ impl HarnessAgent {
         for (key, value) in &inv.env {
             spec = spec.env(key, value);
         }
-        if let Some(policy) = &self.sandbox {
-            spec = match policy.wrap(&self.workspace, spec) {
-                Ok(spec) => spec,
-                Err(err) => {
-                    return CodingResult::failed(
-                        fallback_session,
-                        CodingError::new(
-                            ErrorCode::SdkError,
-                            format!("cannot prepare the sandbox's home: {err}"),
-                        ),
-                    );
-                }
-            };
-        }
+        let spec = match sandboxed_spec(self.sandbox.as_ref(), &self.workspace, spec) {
+            Ok(spec) => spec,
+            Err(err) => return CodingResult::failed(fallback_session, err),
+        };
         ctx.emit(StreamEvent::System {
             subtype: "spawn".into(),
             message: format!(
