@@ -43,7 +43,8 @@ Exit codes:
 
 Start with:
   deltabench run suites/demo --workdir /dev/shm
-  deltabench validate suites/demo";
+  deltabench validate suites/demo
+  deltabench run suites/smoke --workdir /dev/shm   # the six real agent CLIs, offline";
 
 /// Evaluate coding agents on task suites, scored only on what the workspace shows.
 #[derive(Debug, Parser)]
@@ -227,7 +228,21 @@ struct SuiteArgs {
     jobs: Option<usize>,
 }
 
+/// `run --help`'s closing part: the agent kinds an agents file can name.
+const RUN_AFTER_HELP: &str = "\
+Agent kinds (in the suite's `agents:` or an --agents file):
+  noop, oracle              built in: change nothing / apply the task's solution
+  mock                      replay a scripted event stream
+  command                   your own harness: `sh -c RUN` in the workspace
+  claude-code, codex, gemini-cli, opencode, mini-swe-agent, aider
+                            the real CLIs, headless, each with its own HOME; keys: model,
+                            max_turns, permission_mode, append_system_prompt, args, env,
+                            binary, endpoint (URL or scripted:FILE), api_key, timeout,
+                            network, price
+  `deltabench schema` prints every key; `deltabench model serve --help` the scripted endpoint.";
+
 #[derive(Debug, clap::Args)]
+#[command(after_long_help = RUN_AFTER_HELP)]
 struct RunArgs {
     /// A suite file, or a folder holding suite.yaml.
     #[arg(value_name = "SUITE", required_unless_present = "resume")]
