@@ -35,6 +35,33 @@ pub struct TaskProbe {
     /// A repo holding the base's objects, outside the agent's reach: the diff and the hidden
     /// tests go through it when the agent broke the workspace's own `.git`.
     pub objects: Option<PathBuf>,
+    /// The workspace's `.git/info/exclude` is deltabench's (a fresh clone's), not the user's:
+    /// it is set aside while the diff is taken, so an agent cannot hide a file from the diff
+    /// by listing it there. False for `session` workspaces, whose excludes are the user's.
+    pub set_aside_excludes: bool,
+}
+
+/// Moves a workspace's `.git/info/exclude` out of the way until dropped.
+struct ExcludesAside {
+    file: PathBuf,
+    aside: PathBuf,
+}
+
+impl ExcludesAside {
+    fn new(workspace: &std::path::Path) -> Option<Self> {
+        let info = workspace.join(".git").join("info");
+        let file = info.join("exclude");
+        let aside = info.join("exclude.deltabench-aside");
+        std::fs::rename(&file, &aside).ok()?;
+        Some(Self { file, aside })
+    }
+}
+
+impl Drop for ExcludesAside {
+    fn drop(&mut self) {
+        // Back for --keep-workspaces; the workspace is usually removed right after.
+        let _ = std::fs::rename(&self.aside, &self.file);
+    }
 }
 
 impl DeltaProbe for TaskProbe {
@@ -50,8 +77,10 @@ impl DeltaProbe for TaskProbe {
             let artifacts = self.artifacts.clone();
             let upper = ctx.changes.map(|p| p.to_owned());
             let objects = self.objects.clone();
+            let set_aside = self.set_aside_excludes;
             // git2 and file copies block: keep them off the runtime's workers.
             let diff = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ProbeError> {
+                let excludes = set_aside.then(|| ExcludesAside::new(&workspace)).flatten();
                 let changed = upper
                     .map(|dir| crate::workspace::overlay_changes(&dir))
                     .transpose()
@@ -69,6 +98,7 @@ impl DeltaProbe for TaskProbe {
                         None => Err(err),
                     })
                     .map_err(|e| ProbeError::new(ProbeErrorKind::Diff, e.message()))?;
+                drop(excludes);
                 if let Some(dir) = &artifacts {
                     std::fs::write(dir.join("diff.patch"), &patch).map_err(|e| {
                         ProbeError::new(

@@ -105,6 +105,7 @@ pub async fn run_trial(
         artifacts: Some(dir.to_owned()),
         sandbox: sandbox("verify-home"),
         objects: Some(history.to_owned()),
+        set_aside_excludes: task.isolation != Isolation::Session,
     });
     let agent_sandbox = sandbox("home");
     let (agent_name, scratch, solution) =

@@ -388,3 +388,36 @@ fn an_agent_that_deletes_the_git_dir_is_still_scored_on_its_delta() {
     let diff = std::fs::read_to_string(out.join("trials/t/solver/1/diff.patch")).unwrap();
     assert!(diff.contains("+fixed"), "{diff}");
 }
+
+/// Listing a file in `.git/info/exclude` does not hide it from the diff: the probe sets the
+/// workspace's excludes aside, so a protected path written that way is still flagged.
+#[test]
+fn an_agent_cannot_hide_files_from_the_diff_through_git_excludes() {
+    let tmp = temp_dir();
+    git_repo(tmp.path(), CALC);
+    let hide = "mkdir -p docs; echo 'docs/' >> .git/info/exclude; echo x > docs/notes.md";
+    write_suite(
+        tmp.path(),
+        &format!(
+            "name: hide\nrepo: repo\nagents:\n  cheat: {{kind: command, run: \"{FIX}; {hide}\"}}\n\
+             tasks:\n  - id: t\n    instruction: fix add\n    verify: python3 -c 'from calc import add; assert add(2, 3) == 5'\n    \
+             protected: [\"docs/**\"]\n"
+        ),
+    );
+    let (output, _work, out) = run_suite(tmp.path(), &[]);
+    assert!(
+        matches!(output.status.code(), Some(0 | 1)),
+        "{}",
+        stderr(&output)
+    );
+    let records = trials(&out);
+    let cheat = record(&records, "t", "cheat");
+    assert_eq!(cheat["outcome"], "fail", "{cheat}");
+    assert_eq!(
+        cheat["tampered"],
+        serde_json::json!(["docs/notes.md"]),
+        "{cheat}"
+    );
+    let diff = std::fs::read_to_string(out.join("trials/t/cheat/1/diff.patch")).unwrap();
+    assert!(diff.contains("docs/notes.md"), "{diff}");
+}

@@ -221,6 +221,7 @@ impl HarnessAgent {
                 CodingError::new(ErrorCode::SdkError, err),
             );
         }
+        let aider_caches_before = aider_caches(&self.workspace);
         let (lines_tx, mut lines) = mpsc::unbounded_channel();
         let mut spec = CommandSpec::argv(
             std::iter::once(self.program.clone().into_os_string())
@@ -325,6 +326,9 @@ impl HarnessAgent {
             })),
         })
         .await;
+        if kind == HarnessKind::Aider {
+            self.remove_aider_caches(&aider_caches_before);
+        }
         let cumulative = parser.codex_cumulative();
         let parsed = parser
             .finish(ended.exit_code, &ended.output.text())
@@ -397,7 +401,7 @@ impl HarnessAgent {
         result
     }
 
-    /// Writes the invocation's config files, and keeps aider's caches out of the diff.
+    /// Writes the invocation's config files.
     fn prepare(&self, inv: &Invocation) -> Result<(), String> {
         let write = |path: &Path, text: &str| -> Result<(), String> {
             if let Some(dir) = path.parent() {
@@ -412,18 +416,17 @@ impl HarnessAgent {
         for (path, text) in &inv.files {
             write(path, text)?;
         }
-        if self.kind == HarnessKind::Aider {
-            // aider's repo-map cache lands in the repo root; it is the harness's, not the agent's.
-            let exclude = self.workspace.join(".git/info/exclude");
-            if self.workspace.join(".git").is_dir() {
-                let mut text = std::fs::read_to_string(&exclude).unwrap_or_default();
-                if !text.lines().any(|l| l == ".aider*") {
-                    text.push_str("\n.aider*\n");
-                    write(&exclude, &text)?;
-                }
+        Ok(())
+    }
+
+    /// Removes the repo-map caches aider left in the workspace root: the harness's files, not
+    /// the agent's change (the diff would count them otherwise).
+    fn remove_aider_caches(&self, before: &[PathBuf]) {
+        for cache in aider_caches(&self.workspace) {
+            if !before.contains(&cache) {
+                let _ = std::fs::remove_dir_all(&cache).or_else(|_| std::fs::remove_file(&cache));
             }
         }
-        Ok(())
     }
 
     /// Prices `usage` when the CLI reported no cost (or only echoed a zero price from the local
@@ -553,6 +556,21 @@ impl Parser {
             _ => None,
         }
     }
+}
+
+/// aider's repo-map caches (`.aider.tags.cache.v4`, …) in the workspace root.
+fn aider_caches(workspace: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(workspace)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".aider.tags.cache")
+        })
+        .map(|e| e.path())
+        .collect()
 }
 
 fn read_trajectory(parser: &mut Parser, path: Option<&Path>) -> Vec<StreamEvent> {
