@@ -1183,6 +1183,7 @@ mod tests {
             started_at: String::new(),
             tampered: Vec::new(),
             invalid: None,
+            reason: None,
             interrupted: false,
         }
     }

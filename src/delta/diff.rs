@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use git2::{DiffFindOptions, DiffFormat, DiffOptions, IndexAddOption, Oid, Repository};
+use git2::{DiffFormat, IndexAddOption, Oid, Repository};
 use serde::{Deserialize, Serialize};
 
 /// The size of a diff.
@@ -128,73 +128,6 @@ fn unquote(path: &str) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// The patch that turns `base` into the workspace: tracked, untracked (not ignored) and binary
-/// files, renames detected. Applies with `git apply --binary`.
-///
-/// `only`, when given, lists the workspace-relative paths that can differ from the base (an
-/// overlay's upper dir knows them); the diff then looks at nothing else, which keeps it cheap on
-/// large trees.
-pub fn capture_diff(
-    workspace: &Path,
-    base: &str,
-    only: Option<&[String]>,
-) -> Result<Vec<u8>, git2::Error> {
-    if only.is_some_and(|paths| paths.is_empty()) {
-        return Ok(Vec::new());
-    }
-    diff_in(&Repository::open(workspace)?, base, only, true)
-}
-
-/// The same diff read through `objects` (a repo holding the base) with the workspace as its work
-/// tree: for when the agent broke or removed the workspace's own `.git`. Slower, since the
-/// workspace's index (its stat cache) is not trusted.
-pub fn capture_diff_detached(
-    objects: &Path,
-    workspace: &Path,
-    base: &str,
-    only: Option<&[String]>,
-) -> Result<Vec<u8>, git2::Error> {
-    if only.is_some_and(|paths| paths.is_empty()) {
-        return Ok(Vec::new());
-    }
-    let repo = Repository::open_bare(objects)?;
-    repo.set_workdir(workspace, false)?;
-    diff_in(&repo, base, only, false)
-}
-
-fn diff_in(
-    repo: &Repository,
-    base: &str,
-    only: Option<&[String]>,
-    with_index: bool,
-) -> Result<Vec<u8>, git2::Error> {
-    let tree = repo
-        .find_object(Oid::from_str(base)?, None)?
-        .peel_to_tree()?;
-    let mut options = DiffOptions::new();
-    options
-        .include_untracked(true)
-        .recurse_untracked_dirs(true)
-        .show_untracked_content(true)
-        .show_binary(true)
-        .include_typechange(true);
-    if let Some(paths) = only {
-        options.disable_pathspec_match(true);
-        for path in paths {
-            options.pathspec(path);
-        }
-    }
-    let mut diff = if with_index {
-        repo.diff_tree_to_workdir_with_index(Some(&tree), Some(&mut options))?
-    } else {
-        repo.diff_tree_to_workdir(Some(&tree), Some(&mut options))?
-    };
-    let mut find = DiffFindOptions::new();
-    find.renames(true).for_untracked(true);
-    diff.find_similar(Some(&mut find))?;
-    patch_bytes(&diff)
-}
-
 /// A diff as `git diff --binary` prints it: the bytes `git apply --binary` takes back.
 pub fn patch_bytes(diff: &git2::Diff) -> Result<Vec<u8>, git2::Error> {
     let mut patch = Vec::new();
@@ -209,9 +142,10 @@ pub fn patch_bytes(diff: &git2::Diff) -> Result<Vec<u8>, git2::Error> {
 }
 
 /// Commits the workspace's current files (ignored ones excepted) on a detached HEAD and returns
-/// the commit id: the base after a setup step. The agent then finds a clean status, and the
-/// index's stat cache keeps the later diff fast.
-pub fn commit_setup(workspace: &Path) -> Result<String, git2::Error> {
+/// the commit id: the base after a setup step. The agent then finds a clean status. The new
+/// objects are copied into `keep_in`, the harness-owned repository the probe reads the base
+/// from (the workspace's own object store is the agent's to break).
+pub fn commit_setup(workspace: &Path, keep_in: &Path) -> Result<String, git2::Error> {
     let repo = Repository::open(workspace)?;
     let mut index = repo.index()?;
     index.add_all(["*"], IndexAddOption::DEFAULT, None)?;
@@ -229,7 +163,41 @@ pub fn commit_setup(workspace: &Path) -> Result<String, git2::Error> {
         &[&parent],
     )?;
     repo.set_head_detached(commit)?;
+    let target = Repository::open_bare(keep_in)?;
+    let (from, to) = (repo.odb()?, target.odb()?);
+    copy_tree(&repo, &from, &to, tree.id())?;
+    copy_object(&from, &to, commit)?;
     Ok(commit.to_string())
+}
+
+/// Copies a tree and what it holds, children first, skipping what `to` already has (an object
+/// is only ever written after everything it points to).
+fn copy_tree(
+    repo: &Repository,
+    from: &git2::Odb,
+    to: &git2::Odb,
+    id: Oid,
+) -> Result<(), git2::Error> {
+    if to.exists(id) {
+        return Ok(());
+    }
+    let tree = repo.find_tree(id)?;
+    for entry in tree.iter() {
+        match entry.kind() {
+            Some(git2::ObjectType::Tree) => copy_tree(repo, from, to, entry.id())?,
+            Some(git2::ObjectType::Blob) if !to.exists(entry.id()) => {
+                copy_object(from, to, entry.id())?
+            }
+            _ => {}
+        }
+    }
+    copy_object(from, to, id)
+}
+
+fn copy_object(from: &git2::Odb, to: &git2::Odb, id: Oid) -> Result<(), git2::Error> {
+    let object = from.read(id)?;
+    to.write(object.kind(), object.data())?;
+    Ok(())
 }
 
 #[cfg(test)]

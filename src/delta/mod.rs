@@ -1,12 +1,14 @@
 //! The environment delta: what the workspace shows after the agent ran, the only scoring surface.
 //!
 //! A [`DeltaProbe`] runs inside the node, before the workspace is disposed. deltabench's own
-//! probe ([`TaskProbe`]) takes the diff against the base (git2, so no agent-planted git config or
-//! hook runs as the harness), lays the hidden tests over the workspace, and runs the verify
-//! command with its own timeout and bounded output.
+//! probe ([`TaskProbe`]) takes the diff with a harness-owned view of the tree ([`snapshot`]),
+//! then runs the verify command in a fresh workspace holding exactly that diff and the hidden
+//! tests, with its own timeout and bounded output.
 
 mod diff;
 mod probe;
+mod snapshot;
+mod tests_report;
 
 use std::path::Path;
 
@@ -16,10 +18,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::CodingResult;
 
-pub use diff::{
-    DiffStats, capture_diff, capture_diff_detached, changed_paths, commit_setup, patch_bytes,
-};
-pub use probe::{TaskProbe, VerifySpec};
+pub use diff::{DiffStats, changed_paths, commit_setup, patch_bytes};
+pub use probe::{FreshWorkspace, TaskProbe, VerifySpec};
+pub use snapshot::{EntryKind, FileChange, Snapshot, SnapshotError, snapshot};
+pub use tests_report::TestReport;
 
 /// The verify command's result as a metric sees it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -30,6 +32,10 @@ pub struct CommandResult {
     /// Combined stdout and stderr, head and tail kept when long.
     pub output: String,
     pub duration_ms: u64,
+    /// What Python test runners reported through the harness's hook; `None` when the probe
+    /// installed no hook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tests: Option<TestReport>,
 }
 
 impl CommandResult {
@@ -45,6 +51,9 @@ pub struct EnvironmentDelta {
     /// The workspace diff against the base; empty when nothing changed.
     pub diff: String,
     pub command_result: CommandResult,
+    /// Why the probe refused to verify (a diff over `max_diff`): the trial fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
 }
 
 /// What a probe knows about the run it inspects.

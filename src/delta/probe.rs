@@ -1,20 +1,30 @@
-//! deltabench's probe: diff, then hidden tests, then the verify command (inside the sandbox
-//! under `isolation: sandbox`, with a home of its own: nothing the agent left in its home, such
-//! as a planted `usercustomize.py`, reaches the verify command).
+//! deltabench's probe: what is recorded is what is verified.
+//!
+//! 1. The diff is the harness's own view of the agent's workspace ([`snapshot`]): no index flag,
+//!    git config, attribute or ignore rule of the agent's counts.
+//! 2. The verify command runs in a *fresh* workspace made from the base, with exactly that diff
+//!    applied and the hidden tests laid over it. Nothing the diff does not show (an ignored file,
+//!    a git trick, a process the agent left behind in its own workspace) reaches the verdict.
+//! 3. Under `isolation: sandbox` the verify command runs in the sandbox too, with a home of its
+//!    own, and Python test runs report through a hook that the workspace cannot shadow.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
+use super::snapshot::{EntryKind, FileChange, Snapshot, SnapshotError, snapshot};
 use super::{
     CommandResult, DeltaProbe, EnvironmentDelta, ProbeContext, ProbeError, ProbeErrorKind,
-    capture_diff, capture_diff_detached,
+    TestReport,
 };
 use crate::agent::CodingResult;
 use crate::process::{self, CommandSpec};
-use crate::workspace::{Overlay, SandboxPolicy, apply_overlay};
+use crate::workspace::{
+    Overlay, SandboxPolicy, WorkspaceBase, WorkspaceProvisioner, apply_overlay, write_entry,
+};
 
 /// A verify command and its own time limit.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -23,46 +33,34 @@ pub struct VerifySpec {
     pub timeout: Option<Duration>,
 }
 
-/// Diff against the base, hidden tests over the workspace, then the verify command.
-#[derive(Debug, Clone)]
+/// Where the verify command runs: a workspace provisioned fresh from the base for it.
+#[derive(Clone)]
+pub struct FreshWorkspace {
+    pub provisioner: Arc<dyn WorkspaceProvisioner>,
+    pub base: WorkspaceBase,
+    pub isolation: String,
+}
+
+/// Diff against the base, a fresh workspace with that diff and the hidden tests, then the
+/// verify command in it.
+#[derive(Clone)]
 pub struct TaskProbe {
     pub hidden_tests: Option<Overlay>,
     pub verify: VerifySpec,
-    /// Where `diff.patch` and `verify.log` go, when set.
+    /// Where `diff.patch`, `verify.log` and the test hook's files go, when set.
     pub artifacts: Option<PathBuf>,
     /// Runs the verify command in this sandbox, when set.
     pub sandbox: Option<SandboxPolicy>,
-    /// A repo holding the base's objects, outside the agent's reach: the diff and the hidden
-    /// tests go through it when the agent broke the workspace's own `.git`.
-    pub objects: Option<PathBuf>,
-    /// The workspace's `.git/info/exclude` is deltabench's (a fresh clone's), not the user's:
-    /// it is set aside while the diff is taken, so an agent cannot hide a file from the diff
-    /// by listing it there. False for `session` workspaces, whose excludes are the user's.
-    pub set_aside_excludes: bool,
+    /// A harness-owned repository holding the base's objects, outside the agent's reach.
+    pub objects: PathBuf,
+    /// The most bytes of changed content a diff may hold.
+    pub max_diff: u64,
+    pub fresh: FreshWorkspace,
 }
 
-/// Moves a workspace's `.git/info/exclude` out of the way until dropped.
-struct ExcludesAside {
-    file: PathBuf,
-    aside: PathBuf,
-}
-
-impl ExcludesAside {
-    fn new(workspace: &std::path::Path) -> Option<Self> {
-        let info = workspace.join(".git").join("info");
-        let file = info.join("exclude");
-        let aside = info.join("exclude.deltabench-aside");
-        std::fs::rename(&file, &aside).ok()?;
-        Some(Self { file, aside })
-    }
-}
-
-impl Drop for ExcludesAside {
-    fn drop(&mut self) {
-        // Back for --keep-workspaces; the workspace is usually removed right after.
-        let _ = std::fs::rename(&self.aside, &self.file);
-    }
-}
+/// The hook's files, written under the verify command's home.
+const HOOK_SITECUSTOMIZE: &str = include_str!("hook/sitecustomize.py");
+const HOOK_PYTEST: &str = include_str!("hook/deltabench_pytest.py");
 
 impl DeltaProbe for TaskProbe {
     fn probe<'a>(
@@ -71,80 +69,207 @@ impl DeltaProbe for TaskProbe {
         ctx: &'a ProbeContext<'a>,
     ) -> BoxFuture<'a, Result<EnvironmentDelta, ProbeError>> {
         Box::pin(async move {
-            let workspace = ctx.workspace.to_owned();
-            let base = ctx.base.to_owned();
-            let hidden = self.hidden_tests.clone();
-            let artifacts = self.artifacts.clone();
-            let upper = ctx.changes.map(|p| p.to_owned());
-            let objects = self.objects.clone();
-            let set_aside = self.set_aside_excludes;
-            // git2 and file copies block: keep them off the runtime's workers.
-            let diff = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ProbeError> {
-                let excludes = set_aside.then(|| ExcludesAside::new(&workspace)).flatten();
-                let changed = upper
+            let err = |kind| move |message: String| ProbeError::new(kind, message);
+            let (objects, workspace, base) = (
+                self.objects.clone(),
+                ctx.workspace.to_owned(),
+                ctx.base.to_owned(),
+            );
+            let upper = ctx.changes.map(Path::to_owned);
+            let limit = self.max_diff;
+            // git2 and file reads block: keep them off the runtime's workers.
+            let taken = tokio::task::spawn_blocking(move || {
+                let only = upper
                     .map(|dir| crate::workspace::overlay_changes(&dir))
                     .transpose()
-                    .map_err(|e| {
-                        ProbeError::new(
-                            ProbeErrorKind::Diff,
-                            format!("cannot list the overlay's changes: {e}"),
-                        )
+                    .map_err(|e| SnapshotError::Io {
+                        path: PathBuf::from("the overlay's upper dir"),
+                        source: e,
                     })?;
-                let patch = capture_diff(&workspace, &base, changed.as_deref())
-                    .or_else(|err| match &objects {
-                        Some(objects) => {
-                            capture_diff_detached(objects, &workspace, &base, changed.as_deref())
-                        }
-                        None => Err(err),
-                    })
-                    .map_err(|e| ProbeError::new(ProbeErrorKind::Diff, e.message()))?;
-                drop(excludes);
-                if let Some(dir) = &artifacts {
-                    std::fs::write(dir.join("diff.patch"), &patch).map_err(|e| {
-                        ProbeError::new(
-                            ProbeErrorKind::Diff,
-                            format!("cannot save diff.patch: {e}"),
-                        )
-                    })?;
-                }
-                if let Some(overlay) = &hidden {
-                    apply_overlay(&workspace, &base, overlay, objects.as_deref())
-                        .map_err(|e| ProbeError::new(ProbeErrorKind::HiddenTests, e.to_string()))?;
-                }
-                Ok(patch)
+                snapshot(&objects, &workspace, &base, only.as_deref(), limit)
             })
             .await
-            .map_err(|e| ProbeError::new(ProbeErrorKind::Diff, e.to_string()))??;
+            .map_err(|e| err(ProbeErrorKind::Diff)(e.to_string()))?;
+            let snapshot = match taken {
+                Ok(snapshot) => snapshot,
+                Err(too_large @ SnapshotError::TooLarge { .. }) => {
+                    return Ok(EnvironmentDelta {
+                        rejected: Some(too_large.to_string()),
+                        command_result: CommandResult {
+                            command: self.verify.run.clone(),
+                            ..CommandResult::default()
+                        },
+                        ..EnvironmentDelta::default()
+                    });
+                }
+                Err(e) => return Err(err(ProbeErrorKind::Diff)(e.to_string())),
+            };
+            if let Some(dir) = &self.artifacts {
+                std::fs::write(dir.join("diff.patch"), &snapshot.patch).map_err(|e| {
+                    err(ProbeErrorKind::Diff)(format!("cannot save diff.patch: {e}"))
+                })?;
+            }
+            let command_result = self.verify_fresh(&snapshot).await?;
+            Ok(EnvironmentDelta {
+                diff: String::from_utf8_lossy(&snapshot.patch).into_owned(),
+                command_result,
+                rejected: None,
+            })
+        })
+    }
+}
 
-            // The verify command runs even when the run was cancelled: evidence first.
-            let never = CancellationToken::new();
-            let mut spec = CommandSpec::shell(&self.verify.run, ctx.workspace)
-                .timeout(self.verify.timeout)
-                .log_path(self.artifacts.as_ref().map(|dir| dir.join("verify.log")));
-            if let Some(policy) = &self.sandbox {
-                spec = policy.wrap(ctx.workspace, spec).map_err(|e| {
+impl TaskProbe {
+    /// Provisions the fresh workspace, lays the agent's changes and the hidden tests over it,
+    /// runs the verify command, and disposes of it on every path.
+    async fn verify_fresh(&self, snapshot: &Snapshot) -> Result<CommandResult, ProbeError> {
+        let fresh = &self.fresh;
+        let workspace = fresh
+            .provisioner
+            .provision(&fresh.base, &fresh.isolation)
+            .await
+            .map_err(|e| {
+                ProbeError::new(
+                    ProbeErrorKind::Verify,
+                    format!("cannot provision the workspace to verify in: {e}"),
+                )
+            })?;
+        let result = self
+            .verify_in(&workspace.path, &workspace.base, snapshot)
+            .await;
+        let path = workspace.path.clone();
+        let disposed = tokio::task::spawn_blocking(move || workspace.dispose()).await;
+        match (result, disposed) {
+            (Ok(result), Ok(Ok(()))) => Ok(result),
+            (Err(e), _) => Err(e),
+            (Ok(_), Ok(Err(e))) => Err(ProbeError::new(
+                ProbeErrorKind::Verify,
+                format!(
+                    "cannot dispose of the verify workspace {}: {e}",
+                    path.display()
+                ),
+            )),
+            (Ok(_), Err(e)) => Err(ProbeError::new(ProbeErrorKind::Verify, e.to_string())),
+        }
+    }
+
+    async fn verify_in(
+        &self,
+        workspace: &Path,
+        base: &str,
+        snapshot: &Snapshot,
+    ) -> Result<CommandResult, ProbeError> {
+        let (dir, base_owned, changes) = (
+            workspace.to_owned(),
+            base.to_owned(),
+            snapshot.changes.clone(),
+        );
+        let (hidden, objects) = (self.hidden_tests.clone(), self.objects.clone());
+        tokio::task::spawn_blocking(move || -> Result<(), ProbeError> {
+            for change in &changes {
+                let (path, content, kind) = match change {
+                    FileChange::Remove { path } => (path, None, EntryKind::File),
+                    FileChange::Write {
+                        path,
+                        content,
+                        kind,
+                    } => (path, Some(content.as_slice()), *kind),
+                };
+                write_entry(&dir, path, content, kind).map_err(|e| {
                     ProbeError::new(
                         ProbeErrorKind::Verify,
-                        format!("cannot prepare the sandbox's home: {e}"),
+                        format!("cannot apply the diff to the verify workspace: {e}"),
                     )
                 })?;
             }
-            let ended = process::run(&spec, &never).await.map_err(|e| {
+            if let Some(overlay) = &hidden {
+                apply_overlay(&dir, &base_owned, overlay, Some(&objects))
+                    .map_err(|e| ProbeError::new(ProbeErrorKind::HiddenTests, e.to_string()))?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| ProbeError::new(ProbeErrorKind::Verify, e.to_string()))??;
+
+        let hook = self.install_hook().map_err(|e| {
+            ProbeError::new(
+                ProbeErrorKind::Verify,
+                format!("cannot install the test hook: {e}"),
+            )
+        })?;
+        // The verify command runs even when the run was cancelled: evidence first.
+        let never = CancellationToken::new();
+        let mut spec = CommandSpec::shell(&self.verify.run, workspace)
+            .timeout(self.verify.timeout)
+            .log_path(self.artifacts.as_ref().map(|dir| dir.join("verify.log")));
+        if let Some(hook) = &hook {
+            spec = hook.env(spec);
+        }
+        if let Some(policy) = &self.sandbox {
+            spec = policy.wrap(workspace, spec).map_err(|e| {
                 ProbeError::new(
                     ProbeErrorKind::Verify,
-                    format!("`{}`: {e}", self.verify.run),
+                    format!("cannot prepare the sandbox's home: {e}"),
                 )
             })?;
-            Ok(EnvironmentDelta {
-                diff: String::from_utf8_lossy(&diff).into_owned(),
-                command_result: CommandResult {
-                    command: self.verify.run.clone(),
-                    exit_code: ended.exit_code,
-                    timed_out: ended.timed_out,
-                    output: ended.output.text(),
-                    duration_ms: ended.duration.as_millis() as u64,
-                },
-            })
+        }
+        let ended = process::run(&spec, &never).await.map_err(|e| {
+            ProbeError::new(
+                ProbeErrorKind::Verify,
+                format!("`{}`: {e}", self.verify.run),
+            )
+        })?;
+        Ok(CommandResult {
+            command: self.verify.run.clone(),
+            exit_code: ended.exit_code,
+            timed_out: ended.timed_out,
+            output: ended.output.text(),
+            duration_ms: ended.duration.as_millis() as u64,
+            tests: hook.map(|hook| hook.report()),
         })
+    }
+
+    /// Writes the hook under the verify command's home (writable inside the sandbox too).
+    fn install_hook(&self) -> std::io::Result<Option<TestHook>> {
+        let Some(artifacts) = &self.artifacts else {
+            return Ok(None);
+        };
+        let dir = match &self.sandbox {
+            Some(policy) => policy.home.join(".deltabench"),
+            None => artifacts.join("verify-home").join(".deltabench"),
+        };
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("sitecustomize.py"), HOOK_SITECUSTOMIZE)?;
+        std::fs::write(dir.join("deltabench_pytest.py"), HOOK_PYTEST)?;
+        let evidence = dir.join("tests.jsonl");
+        std::fs::write(&evidence, "")?;
+        Ok(Some(TestHook { dir, evidence }))
+    }
+}
+
+struct TestHook {
+    dir: PathBuf,
+    evidence: PathBuf,
+}
+
+impl TestHook {
+    fn env(&self, spec: CommandSpec) -> CommandSpec {
+        let joined = |var: &str, first: &str, sep: &str| match std::env::var(var) {
+            Ok(rest) if !rest.is_empty() => format!("{first}{sep}{rest}"),
+            _ => first.to_owned(),
+        };
+        spec.env(
+            "PYTHONPATH",
+            joined("PYTHONPATH", &self.dir.to_string_lossy(), ":"),
+        )
+        .env(
+            "PYTEST_PLUGINS",
+            joined("PYTEST_PLUGINS", "deltabench_pytest", ","),
+        )
+        .env("DELTABENCH_TEST_EVIDENCE", &self.evidence)
+    }
+
+    fn report(&self) -> TestReport {
+        TestReport::parse(&std::fs::read_to_string(&self.evidence).unwrap_or_default())
     }
 }

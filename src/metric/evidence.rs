@@ -167,6 +167,114 @@ pub fn contradiction(result: &CommandResult) -> Option<String> {
     }
 }
 
+/// `test tests::adds ... ok` (cargo test): a passed test's name.
+static CARGO_PASSED_NAME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^test (\S+) \.\.\. ok\s*$").unwrap());
+
+/// What a verify run shows of its tests: what `validate` records from the reference solution
+/// and what every trial must show again.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TestEvidence {
+    /// The runners whose summary or hook reported, e.g. `["unittest"]`.
+    pub runners: Vec<String>,
+    pub ran: u64,
+    pub passed: u64,
+    /// Ids of the passed tests, where the runner gives them (the hook for unittest and pytest,
+    /// the output of `cargo test`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+}
+
+impl TestEvidence {
+    /// The evidence in a verify result: the hook's report when it saw tests, else the summary
+    /// lines of the output.
+    pub fn of(result: &CommandResult) -> Self {
+        let found = summaries(&result.output);
+        let mut runners: Vec<String> = found.iter().map(|(name, _)| (*name).to_owned()).collect();
+        let hooked = result.tests.as_ref().filter(|report| report.ran() > 0);
+        if let Some(report) = hooked {
+            runners.extend(report.runners.iter().cloned());
+        }
+        runners.sort();
+        runners.dedup();
+        match hooked {
+            Some(report) => Self {
+                runners,
+                ran: report.ran(),
+                passed: report.passed.len() as u64,
+                names: report.passed.iter().cloned().collect(),
+            },
+            None => {
+                let ran: u64 = found.iter().map(|(_, s)| s.ran).sum();
+                let failed: u64 = found.iter().map(|(_, s)| s.failed).sum();
+                let names = CARGO_PASSED_NAME
+                    .captures_iter(&result.output)
+                    .map(|c| c[1].to_owned())
+                    .collect::<std::collections::BTreeSet<_>>();
+                Self {
+                    runners,
+                    ran,
+                    passed: ran.saturating_sub(failed),
+                    names: names.into_iter().collect(),
+                }
+            }
+        }
+    }
+
+    /// Why `result` does not show at least this evidence, or `None` when it does.
+    pub fn unmet_by(&self, result: &CommandResult) -> Option<String> {
+        let seen = Self::of(result);
+        let validated = format!(
+            "when validated, {} ran {} test(s) and {} passed",
+            self.runners.join(", "),
+            self.ran,
+            self.passed
+        );
+        if seen.runners.is_empty() && !self.runners.is_empty() {
+            return Some(format!("no test runner reported a result ({validated})"));
+        }
+        if seen.ran < self.ran || seen.passed < self.passed {
+            return Some(format!(
+                "fewer tests than validated: {} ran and {} passed ({validated})",
+                seen.ran, seen.passed
+            ));
+        }
+        let missing: Vec<&String> = self
+            .names
+            .iter()
+            .filter(|name| seen.names.binary_search(name).is_err())
+            .collect();
+        if !missing.is_empty() {
+            let shown: Vec<&str> = missing.iter().take(3).map(|s| s.as_str()).collect();
+            let more = missing.len().saturating_sub(shown.len());
+            return Some(format!(
+                "{} of the {} tests the reference solution passed did not pass here: {}{}",
+                missing.len(),
+                self.names.len(),
+                shown.join(", "),
+                if more > 0 {
+                    format!(" (+{more} more)")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        None
+    }
+}
+
+/// A Python process of the verify command that loaded the hook and never exited normally,
+/// while the command exited 0: the shape of a fake summary followed by `os._exit(0)`.
+pub fn unclean_exit(result: &CommandResult) -> Option<String> {
+    let report = result.tests.as_ref()?;
+    (result.succeeded() && report.unclean_exits > 0).then(|| {
+        format!(
+            "{} Python process(es) of the verify command ended without a normal exit (os._exit or a kill) while it exited 0",
+            report.unclean_exits
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

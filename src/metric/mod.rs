@@ -4,6 +4,7 @@
 //! can score what the agent says about its own work.
 
 mod evidence;
+mod verdict;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 use crate::delta::EnvironmentDelta;
 use crate::process::{self, CommandSpec};
 
-pub use evidence::contradiction;
+pub use evidence::{TestEvidence, contradiction, unclean_exit};
+pub use verdict::{Judgement, Verdict, VerdictInput, verdict};
 
 /// The names `metric:` accepts besides a grader.
 pub const METRIC_NAMES: [&str; 3] = ["delta", "delta-token", "exit-code"];
@@ -248,6 +250,7 @@ mod tests {
                 output: output.into(),
                 ..CommandResult::default()
             },
+            rejected: None,
         }
     }
 

@@ -29,9 +29,10 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::harness::{Endpoint, HarnessKind, find_program, is_loopback};
+use crate::metric::TestEvidence;
 use crate::model::{Script, ScriptedServer};
 use crate::store::{HeldLease, Manifest, Outcome, RunDir, TrialRecord, sanitize};
-use crate::suite::{AgentSpec, Located, Suite, agent_configs};
+use crate::suite::{AgentSpec, Located, Suite, SuiteLock, agent_configs};
 
 use crate::workspace::{
     BackendProvisioner, CloneBackend, Isolation, OverlayBackend, PreparedSource, SessionBackend,
@@ -164,6 +165,19 @@ pub struct Plan {
     /// Trials in the whole plan, before `--shard` took its slice.
     pub unsharded_trials: usize,
     pub request: RunRequest,
+    /// What `validate` saw each task's reference solution show (the suite's lock file).
+    pub expected: HashMap<String, TestEvidence>,
+}
+
+impl Plan {
+    /// The planned tasks with no validated evidence: they get the output checks only.
+    pub fn unvalidated(&self) -> Vec<&str> {
+        self.tasks
+            .iter()
+            .map(|&i| self.suite.tasks[i].id.as_str())
+            .filter(|id| !self.expected.contains_key(*id))
+            .collect()
+    }
 }
 
 /// Checks `request` against `suite` and expands it into trials (task-major order), keeping only
@@ -307,6 +321,21 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
     if let Some(shard) = request.shard {
         trials.retain(|t| shard.contains(&suite.tasks[t.task].id, &t.agent, t.trial));
     }
+    let lock = SuiteLock::read(&suite).map_err(|e| {
+        PlanError::new(
+            e.to_string(),
+            Some("delete it, or run `deltabench validate` again to rewrite it".into()),
+        )
+    })?;
+    let expected = lock
+        .map(|lock| {
+            suite
+                .tasks
+                .iter()
+                .filter_map(|task| Some((task.id.clone(), lock.expected(task)?.clone())))
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Plan {
         suite,
         agents,
@@ -314,6 +343,7 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
         trials,
         unsharded_trials,
         request,
+        expected,
     })
 }
 
@@ -575,6 +605,7 @@ async fn carry_out(
             // The same workspaces: the sandbox is in how the agent and verify commands run.
             .with_shared(Isolation::Sandbox, worktree),
         sandbox_hidden: sandbox_hidden(&suite, &root, &run_dir, &plan.request.cache),
+        expected: plan.expected.clone(),
     });
     let semaphore = Arc::new(Semaphore::new(plan.request.jobs));
     let retries = plan.request.retries;
@@ -748,8 +779,10 @@ fn worktree_backend(
     let clone =
         || Arc::new(CloneBackend::new(workspaces).keeping(keep)) as Arc<dyn WorkspaceBackend>;
     let mut uses: HashMap<&str, usize> = HashMap::new();
+    // Each trial provisions its commit twice: the agent's workspace and the one it is
+    // verified in.
     for trial in &plan.trials {
-        *uses.entry(commits[trial.task].as_str()).or_default() += 1;
+        *uses.entry(commits[trial.task].as_str()).or_default() += 2;
     }
     let reused: HashSet<String> = uses
         .iter()

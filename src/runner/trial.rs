@@ -26,9 +26,10 @@ use crate::agent::{
     FnCodingAgentFactory, MockAgent, NoopAgent, OracleAgent, RunCodingNode, RunNodeError,
     StreamEvent, run_coding_node,
 };
-use crate::delta::{DiffStats, TaskProbe, commit_setup};
+use crate::delta::{DiffStats, FreshWorkspace, TaskProbe, commit_setup};
 use crate::metric::{
-    DeltaMetric, DeltaTokenMetric, ExitCodeMetric, GraderMetric, Metric, contradiction,
+    DeltaMetric, DeltaTokenMetric, ExitCodeMetric, GraderMetric, Metric, TestEvidence,
+    VerdictInput, verdict,
 };
 use crate::process::{self, CommandSpec};
 use crate::store::{Outcome, TrialRecord, UsageRecord, VerifyRecord, write_json_atomic};
@@ -39,7 +40,7 @@ use crate::workspace::{
 };
 
 use super::{TrialSpec, now};
-use protect::Protected;
+use protect::{FileVersions, Protected};
 use redact::Secrets;
 
 /// What every trial of a run shares.
@@ -53,6 +54,8 @@ pub struct TrialInputs {
     pub provisioner: BackendProvisioner,
     /// Folders a sandboxed command must not see: the run's workspaces and its run directory.
     pub sandbox_hidden: Vec<PathBuf>,
+    /// What `validate` saw each task's reference solution show, by task id.
+    pub expected: HashMap<String, TestEvidence>,
 }
 
 /// Runs one trial to a record. Never fails: what went wrong is in the record.
@@ -90,6 +93,7 @@ pub async fn run_trial(
         setup: task.setup.clone(),
         timeout: task.timeout,
         log: dir.join("setup.log"),
+        history: history.to_owned(),
     };
     // The agent and the verify command each get their own home, kept with the trial's files.
     let sandbox = |home: &str| {
@@ -99,13 +103,30 @@ pub async fn run_trial(
                 .borrowing_objects_of(history)
         })
     };
+    let verify_provisioner = SetupProvisioner {
+        inner: inputs.provisioner.clone(),
+        setup: task.setup.clone(),
+        timeout: task.timeout,
+        log: dir.join("verify-setup.log"),
+        history: history.to_owned(),
+    };
     let probe = Arc::new(TaskProbe {
         hidden_tests: task.tests.clone(),
         verify: task.verify.clone(),
         artifacts: Some(dir.to_owned()),
         sandbox: sandbox("verify-home"),
-        objects: Some(history.to_owned()),
-        set_aside_excludes: task.isolation != Isolation::Session,
+        objects: history.to_owned(),
+        max_diff: inputs.suite.max_diff,
+        // The verify command runs in a workspace of its own, never the agent's.
+        fresh: FreshWorkspace {
+            provisioner: Arc::new(verify_provisioner),
+            base: WorkspaceBase {
+                repo: history.to_owned(),
+                commit: commit.to_owned(),
+                name: format!("{}--verify", base.name),
+            },
+            isolation: Isolation::Worktree.as_str().to_owned(),
+        },
     });
     let agent_sandbox = sandbox("home");
     let (agent_name, scratch, solution) =
@@ -231,38 +252,45 @@ pub async fn run_trial(
         started_at,
         tampered: Vec::new(),
         invalid: None,
+        reason: None,
         interrupted: false,
     };
     let mut result_json = serde_json::json!({ "lifecycle": lifecycle });
     match ran {
         Ok(report) => {
             let outcome = &report.outcome;
-            record.outcome = if report.score.passed {
-                Outcome::Pass
-            } else {
-                Outcome::Fail
-            };
-            record.passed = report.score.passed;
-            record.score = Some(report.score.score);
-            record.diff = Some(DiffStats::from_patch(&outcome.delta.diff));
-            let verify = &outcome.delta.command_result;
-            record.verify = Some(VerifyRecord {
-                exit_code: verify.exit_code,
-                timed_out: verify.timed_out,
-                duration_ms: verify.duration_ms,
-            });
+            let delta = &outcome.delta;
+            record.diff = Some(DiffStats::from_patch(&delta.diff));
+            let verify = &delta.command_result;
+            if delta.rejected.is_none() {
+                record.verify = Some(VerifyRecord {
+                    exit_code: verify.exit_code,
+                    timed_out: verify.timed_out,
+                    duration_ms: verify.duration_ms,
+                });
+                let evidence = TestEvidence::of(verify);
+                let _ = write_json_atomic(&dir.join("tests.json"), &evidence);
+            }
             describe_result(&mut record, &outcome.result);
             match &protected {
-                Ok(protected) => record.tampered = protected.touched(&outcome.delta.diff),
+                Ok(protected) => {
+                    record.tampered = protected.touched(&delta.diff, &|path| {
+                        file_versions(history, &base.commit, &delta.diff, path)
+                    });
+                    let verdict = verdict(VerdictInput {
+                        delta,
+                        score: report.score,
+                        tampered: &record.tampered,
+                        tamper_fails: matches!(task.metric, MetricSpec::Delta),
+                        expected: inputs.expected.get(&task.id),
+                    });
+                    record.apply(&verdict);
+                }
                 Err(e) => {
-                    record.outcome = Outcome::InfraError;
-                    record.passed = false;
-                    record.score = None;
                     record.infra_error =
                         Some(format!("cannot list the hidden tests to protect them: {e}"));
                 }
             }
-            judge(&mut record, &task.metric, verify);
             result_json["result"] = serde_json::to_value(&outcome.result).unwrap_or_default();
             result_json["summary"] = serde_json::to_value(&outcome.summary).unwrap_or_default();
         }
@@ -295,24 +323,23 @@ pub async fn run_trial(
     record
 }
 
-/// Applies the anti-gaming rules to a scored record. A tampered trial fails under `delta` (the
-/// other metrics keep their verdict, with the flag); otherwise a verify output that contradicts
-/// its exit code, or shows zero tests ran, makes the trial `invalid`.
-fn judge(record: &mut TrialRecord, metric: &MetricSpec, verify: &crate::delta::CommandResult) {
-    if record.outcome == Outcome::InfraError {
-        return;
-    }
-    let not_passed = |record: &mut TrialRecord, outcome| {
-        record.outcome = outcome;
-        record.passed = false;
-        record.score = Some(0.0);
+/// A file's content at the base and after `patch`, for the protected config sections;
+/// `None` when it cannot be told (the caller then counts the file as changed).
+fn file_versions(history: &Path, base: &str, patch: &str, path: &str) -> FileVersions {
+    let repo = git2::Repository::open_bare(history).ok()?;
+    let tree = repo.revparse_single(base).ok()?.peel_to_tree().ok()?;
+    let blob = |id| repo.find_blob(id).ok().map(|b| b.content().to_vec());
+    let before = match tree.get_path(Path::new(path)) {
+        Ok(entry) => Some(blob(entry.id())?),
+        Err(_) => None,
     };
-    if !record.tampered.is_empty() && matches!(metric, MetricSpec::Delta) {
-        not_passed(record, Outcome::Fail);
-    } else if let Some(why) = contradiction(verify) {
-        not_passed(record, Outcome::Invalid);
-        record.invalid = Some(why);
-    }
+    let diff = git2::Diff::from_buffer(patch.as_bytes()).ok()?;
+    let index = repo.apply_to_tree(&tree, &diff, None).ok()?;
+    let after = match index.get_path(Path::new(path), 0) {
+        Some(entry) => Some(blob(entry.id)?),
+        None => None,
+    };
+    Some((before, after))
 }
 
 /// The record with every secret replaced, through its JSON form so no text field is missed.
@@ -381,12 +408,13 @@ fn metric_for(task: &Task, suite: &Suite, dir: &Path) -> Box<dyn Metric> {
 }
 
 /// Provisions through `inner`, then runs the task's setup command; the tree it leaves is the
-/// base the probe diffs against.
+/// base the probe diffs against, and its objects are kept in `history`.
 struct SetupProvisioner {
     inner: BackendProvisioner,
     setup: Option<String>,
     timeout: Option<Duration>,
     log: PathBuf,
+    history: PathBuf,
 }
 
 impl WorkspaceProvisioner for SetupProvisioner {
@@ -419,8 +447,8 @@ impl WorkspaceProvisioner for SetupProvisioner {
                 ))
                 .into());
             }
-            let path = workspace.path.clone();
-            let tree = tokio::task::spawn_blocking(move || commit_setup(&path))
+            let (path, history) = (workspace.path.clone(), self.history.clone());
+            let tree = tokio::task::spawn_blocking(move || commit_setup(&path, &history))
                 .await
                 .map_err(|e| fail(e.to_string()))?
                 .map_err(|e| {

@@ -115,6 +115,9 @@ pub struct TrialRecord {
     /// Why the outcome is `invalid`: what the verify output said against its exit code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invalid: Option<String>,
+    /// Why a scored trial did not pass (`fail` or `invalid`), in a user's words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// The run was interrupted while this trial ran: it is not scored (`infra_error`), and
     /// `resume` runs it again, its new record superseding this one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -125,6 +128,22 @@ impl TrialRecord {
     /// The trial's key in a run: (task, agent, trial).
     pub fn key(&self) -> (&str, &str, u32) {
         (&self.task, &self.agent, self.trial)
+    }
+
+    /// Sets the outcome, score and reason from the trial's verdict.
+    pub fn apply(&mut self, verdict: &crate::metric::Verdict) {
+        use crate::metric::Judgement;
+        self.outcome = match verdict.judgement {
+            Judgement::Pass => Outcome::Pass,
+            Judgement::Fail => Outcome::Fail,
+            Judgement::Invalid => Outcome::Invalid,
+        };
+        self.passed = verdict.passed();
+        self.score = Some(verdict.score);
+        self.reason = verdict.reason.clone();
+        self.invalid = (verdict.judgement == Judgement::Invalid)
+            .then(|| verdict.reason.clone())
+            .flatten();
     }
 
     /// Marks a trial the run's interrupt cut short: unscored, to be run again by `resume`.

@@ -4,6 +4,7 @@
 //! written (with locations), and [`load`] checks every value (paths exist, durations parse,
 //! strategies and kinds are known, ids are unique) before anything runs.
 
+mod lock;
 mod raw;
 
 use std::collections::{BTreeMap, HashMap};
@@ -22,6 +23,7 @@ use crate::delta::VerifySpec;
 use crate::metric::METRIC_NAMES;
 use crate::workspace::{Isolation, Network, Overlay};
 
+pub use lock::{LockError, SuiteLock, lock_path, task_digest, unvalidated};
 pub use raw::{RawAgent, RawAgentsFile, RawSuite};
 use raw::{RawDefaults, RawMetric, RawTask, RawVerify, loc};
 
@@ -217,7 +219,12 @@ pub struct Suite {
     /// The agents a `matrix:` expanded into, with their base name and factor levels.
     pub variants: IndexMap<String, AgentVariant>,
     pub tasks: Vec<Task>,
+    /// The most bytes of changed content a trial's diff may hold.
+    pub max_diff: u64,
 }
+
+/// `max_diff` when the suite does not set it.
+pub const DEFAULT_MAX_DIFF: u64 = 20 * 1024 * 1024;
 
 /// One combination of an ablation matrix.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -470,6 +477,21 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
         return Err(source.at(&raw.name, "the suite `name` is empty"));
     }
     let repo = repo_source(&source, &raw.repo)?;
+    let max_diff = match &raw.max_diff {
+        None => DEFAULT_MAX_DIFF,
+        Some(size) => match size.value.trim().parse::<bytesize::ByteSize>() {
+            Ok(bytes) if bytes.as_u64() > 0 => bytes.as_u64(),
+            _ => {
+                return Err(source.at(
+                    size,
+                    format!(
+                        "invalid max_diff '{}': use a size greater than zero such as 20MiB, 500KB or 1048576",
+                        size.value
+                    ),
+                ));
+            }
+        },
+    };
     let mut tasks = Vec::with_capacity(raw.tasks.value.len());
     let mut seen: HashMap<String, u64> = HashMap::new();
     for raw_task in &raw.tasks.value {
@@ -515,11 +537,12 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
         agents,
         variants,
         tasks,
+        max_diff,
     })
 }
 
 /// Adds a file's bytes, or a folder's file names and bytes in sorted order, to `digest`.
-fn hash_tree(digest: &mut Sha256, path: &Path) {
+pub(crate) fn hash_tree(digest: &mut Sha256, path: &Path) {
     let mut files = Vec::new();
     let mut stack = vec![path.to_owned()];
     while let Some(next) = stack.pop() {

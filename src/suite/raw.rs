@@ -35,6 +35,11 @@ pub struct RawSuite {
     /// Defaults for every task.
     #[serde(default)]
     pub defaults: RawDefaults,
+    /// The most changed content a trial's diff may hold, e.g. `20MiB` (the default); past it
+    /// the trial fails without verifying.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub max_diff: Option<Spanned<String>>,
     #[schemars(with = "Vec<RawTask>")]
     pub tasks: Spanned<Vec<RawTask>>,
 }

@@ -21,7 +21,7 @@ use futures::future::BoxFuture;
 
 pub use clone::CloneBackend;
 pub use git::{git_command, harness_signature, resolve_commit};
-pub use overlay::{Overlay, OverlayError, apply_overlay};
+pub use overlay::{Overlay, OverlayError, apply_overlay, write_entry};
 pub use overlayfs::{OverlayBackend, overlay_changes};
 pub use sandbox::{
     Network, SandboxPolicy, SandboxUnavailableError, UnknownNetworkError, check_bubblewrap,

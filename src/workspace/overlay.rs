@@ -7,6 +7,7 @@
 
 use std::fs;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -201,6 +202,29 @@ fn write_file(
     fs::write(&target, content).map_err(io_err(&target))?;
     let mode = if executable { 0o755 } else { 0o644 };
     fs::set_permissions(&target, fs::Permissions::from_mode(mode)).map_err(io_err(&target))
+}
+
+/// Writes one entry of a tree (a file, an executable or a symlink) at `relative`, or removes
+/// whatever is there when `content` is `None`; nothing is written through a planted link.
+pub fn write_entry(
+    workspace: &Path,
+    relative: &Path,
+    content: Option<&[u8]>,
+    kind: crate::delta::EntryKind,
+) -> Result<(), OverlayError> {
+    use crate::delta::EntryKind;
+    match (content, kind) {
+        (None, _) => remove_file(workspace, relative),
+        (Some(content), EntryKind::Symlink) => {
+            remove_file(workspace, relative)?;
+            let target = prepare_parent(workspace, relative)?;
+            let link = std::ffi::OsStr::from_bytes(content);
+            std::os::unix::fs::symlink(link, &target).map_err(io_err(&target))
+        }
+        (Some(content), kind) => {
+            write_file(workspace, relative, content, kind == EntryKind::Executable)
+        }
+    }
 }
 
 fn remove_file(workspace: &Path, relative: &Path) -> Result<(), OverlayError> {

@@ -279,6 +279,7 @@ impl DeltaProbe for ExistsProbe {
                     exit_code: Some(0),
                     ..CommandResult::default()
                 },
+                rejected: None,
             })
         })
     }
@@ -500,6 +501,7 @@ async fn a_custom_metric_sees_only_the_delta() {
     let delta = EnvironmentDelta {
         diff: "+x".into(),
         command_result: CommandResult::default(),
+        rejected: None,
     };
     let score = metric.score(&delta).await.unwrap();
     assert!(!score.passed);

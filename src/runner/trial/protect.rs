@@ -1,8 +1,15 @@
-//! Protected paths: what the agent must not modify (the hidden tests by default).
+//! Protected paths: what the agent must not modify.
 //!
-//! The hidden tests are copied over the workspace after the agent whatever it did, so editing
-//! them cannot change the verdict directly; the flag records the attempt (an agent that read or
-//! rewrote the tests to fit its fix) and fails the trial under the `delta` metric.
+//! By default: the paths the hidden tests write, the `__init__.py` of their packages, and the
+//! test infrastructure a runner loads before or around the tests (`conftest.py`, `pytest.ini`,
+//! `sitecustomize.py`, `*.pth`, a module that shadows the runner, cargo's `.cargo/` config, a
+//! jest or vitest config, and the test-runner sections of `pyproject.toml`, `setup.cfg`,
+//! `tox.ini` and `package.json`). A task's `protected:` replaces the list; the entry
+//! `defaults` brings the defaults back in, and an entry starting with `!` takes paths out.
+//!
+//! The hidden tests are copied over the verify workspace whatever the agent did, so editing
+//! them cannot change the verdict directly; the flag records the attempt and fails the trial
+//! under the `delta` metric.
 
 use std::io;
 
@@ -11,33 +18,180 @@ use regex::Regex;
 use crate::delta::changed_paths;
 use crate::workspace::Overlay;
 
+/// Infrastructure protected whole, at any depth or at the root.
+pub const DEFAULT_GLOBS: [&str; 21] = [
+    "**/conftest.py",
+    "**/pytest.ini",
+    "**/sitecustomize.py",
+    "**/usercustomize.py",
+    "**/*.pth",
+    "unittest.py",
+    "unittest",
+    "pytest.py",
+    "pytest",
+    "_pytest",
+    "pluggy",
+    "py.py",
+    ".cargo",
+    "rust-toolchain",
+    "rust-toolchain.toml",
+    "**/jest.config.*",
+    "**/vitest.config.*",
+    "**/.mocharc*",
+    "**/.noserc",
+    "**/nose.cfg",
+    "**/go.work",
+];
+
+/// Files protected only where they configure a test runner: (file name, what counts).
+const SECTION_FILES: [(&str, Sections); 4] = [
+    (
+        "pyproject.toml",
+        Sections::Toml(&["tool.pytest", "tool.tox", "tool.nose"]),
+    ),
+    (
+        "setup.cfg",
+        Sections::Ini(&["tool:pytest", "pytest", "nosetests"]),
+    ),
+    ("tox.ini", Sections::Ini(&["pytest", "tox", "testenv"])),
+    (
+        "package.json",
+        Sections::Json(&["scripts", "jest", "mocha", "ava"]),
+    ),
+];
+
+#[derive(Clone, Copy)]
+enum Sections {
+    Toml(&'static [&'static str]),
+    Ini(&'static [&'static str]),
+    Json(&'static [&'static str]),
+}
+
+/// A file's content before and after a patch (`None` for a side where it does not exist), or
+/// `None` when that cannot be told.
+pub type FileVersions = Option<(Option<Vec<u8>>, Option<Vec<u8>>)>;
+
 /// Workspace-relative path patterns.
 #[derive(Debug, Default)]
-pub struct Protected(Vec<Regex>);
+pub struct Protected {
+    protect: Vec<Regex>,
+    except: Vec<Regex>,
+    sections: bool,
+}
 
 impl Protected {
-    /// The task's `protected:` globs, or else the paths its hidden tests write.
+    /// The task's `protected:` globs, or else the defaults for its hidden tests.
     pub fn for_task(globs: Option<&[String]>, tests: Option<&Overlay>) -> io::Result<Self> {
-        let patterns = match (globs, tests) {
-            (Some(globs), _) => globs.iter().map(|g| glob_regex(g)).collect(),
-            (None, Some(overlay)) => overlay_paths(overlay)?
-                .iter()
-                .map(|path| anchored(&regex::escape(path)))
-                .collect(),
-            (None, None) => Vec::new(),
+        let defaults = || -> io::Result<Vec<Regex>> {
+            let mut patterns: Vec<Regex> = DEFAULT_GLOBS.iter().map(|g| glob_regex(g)).collect();
+            if let Some(overlay) = tests {
+                for path in overlay_paths(overlay)? {
+                    patterns.push(anchored(&regex::escape(&path)));
+                    for package in std::path::Path::new(&path).ancestors().skip(1) {
+                        if !package.as_os_str().is_empty() {
+                            let init = package.join("__init__.py");
+                            patterns.push(anchored(&regex::escape(&init.to_string_lossy())));
+                        }
+                    }
+                }
+            }
+            Ok(patterns)
         };
-        Ok(Self(patterns))
+        let Some(globs) = globs else {
+            return Ok(Self {
+                protect: defaults()?,
+                except: Vec::new(),
+                sections: true,
+            });
+        };
+        let mut protected = Self::default();
+        for glob in globs {
+            if glob == "defaults" {
+                protected.protect.extend(defaults()?);
+                protected.sections = true;
+            } else if let Some(excluded) = glob.strip_prefix('!') {
+                protected.except.push(glob_regex(excluded));
+            } else {
+                protected.protect.push(glob_regex(glob));
+            }
+        }
+        Ok(protected)
     }
 
-    /// The paths of `patch` that a pattern covers.
-    pub fn touched(&self, patch: &str) -> Vec<String> {
-        if self.0.is_empty() {
-            return Vec::new();
-        }
+    /// The paths of `patch` that the list covers. `contents(path)` gives a file's content
+    /// before and after the patch (`None` when it does not exist or cannot be told), for the
+    /// files protected only in their test-runner sections.
+    pub fn touched(&self, patch: &str, contents: &dyn Fn(&str) -> FileVersions) -> Vec<String> {
         changed_paths(patch)
             .into_iter()
-            .filter(|path| self.0.iter().any(|re| re.is_match(path)))
+            .filter(|path| !self.except.iter().any(|re| re.is_match(path)))
+            .filter(|path| {
+                self.protect.iter().any(|re| re.is_match(path))
+                    || (self.sections && runner_sections_changed(path, contents))
+            })
             .collect()
+    }
+}
+
+/// Whether a `pyproject.toml`, `setup.cfg`, `tox.ini` or `package.json` changed where it
+/// configures a test runner. When the contents cannot be read back, it counts as changed.
+fn runner_sections_changed(path: &str, contents: &dyn Fn(&str) -> FileVersions) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let Some((_, sections)) = SECTION_FILES.iter().find(|(file, _)| *file == name) else {
+        return false;
+    };
+    let Some((before, after)) = contents(path) else {
+        return true;
+    };
+    let extract = |bytes: Option<Vec<u8>>| {
+        let text = String::from_utf8_lossy(&bytes.unwrap_or_default()).into_owned();
+        runner_config(&text, *sections)
+    };
+    extract(before) != extract(after)
+}
+
+/// The parts of a config file that configure a test runner, normalised for comparison; a file
+/// that does not parse is taken whole.
+fn runner_config(text: &str, sections: Sections) -> String {
+    match sections {
+        Sections::Toml(keys) => match text.parse::<toml::Table>() {
+            Ok(table) => keys
+                .iter()
+                .map(|key| {
+                    let mut value = Some(toml::Value::Table(table.clone()));
+                    for part in key.split('.') {
+                        value = value.and_then(|v| v.get(part).cloned());
+                    }
+                    format!("{key}={value:?}")
+                })
+                .collect(),
+            Err(_) => text.to_owned(),
+        },
+        Sections::Json(keys) => match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(json) => keys
+                .iter()
+                .map(|key| format!("{key}={}", json[key]))
+                .collect(),
+            Err(_) => text.to_owned(),
+        },
+        Sections::Ini(prefixes) => {
+            let mut kept = String::new();
+            let mut inside = false;
+            for line in text.lines() {
+                let trimmed = line.trim();
+                if let Some(header) = trimmed.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+                    let header = header.trim();
+                    inside = prefixes
+                        .iter()
+                        .any(|p| header == *p || header.starts_with(&format!("{p}:")));
+                }
+                if inside && !trimmed.is_empty() && !trimmed.starts_with(['#', ';']) {
+                    kept.push_str(trimmed);
+                    kept.push('\n');
+                }
+            }
+            kept
+        }
     }
 }
 
@@ -96,6 +250,12 @@ fn overlay_paths(overlay: &Overlay) -> io::Result<Vec<String>> {
 mod tests {
     use super::*;
 
+    impl Protected {
+        fn touched_plain(&self, patch: &str) -> Vec<String> {
+            self.touched(patch, &|_| None)
+        }
+    }
+
     fn patch(paths: &[&str]) -> String {
         paths
             .iter()
@@ -111,7 +271,7 @@ mod tests {
             "ci/run?.sh".into(),
         ];
         let protected = Protected::for_task(Some(&globs), None).unwrap();
-        let touched = protected.touched(&patch(&[
+        let touched = protected.touched_plain(&patch(&[
             "tests/unit/test_a.py",
             "Cargo.lock",
             "sub/Cargo.lock",
@@ -132,14 +292,18 @@ mod tests {
         let overlay = Overlay::Dir(dir.path().to_owned());
         let protected = Protected::for_task(None, Some(&overlay)).unwrap();
         assert_eq!(
-            protected.touched(&patch(&["tests/test_x.py", "tests/test_y.py"])),
+            protected.touched_plain(&patch(&["tests/test_x.py", "tests/test_y.py"])),
             ["tests/test_x.py"]
         );
         let by_dir = Protected::for_task(Some(&["tests".to_owned()]), None).unwrap();
         assert_eq!(
-            by_dir.touched(&patch(&["tests/a", "testsuite"])),
+            by_dir.touched_plain(&patch(&["tests/a", "testsuite"])),
             ["tests/a"]
         );
-        assert!(Protected::default().touched(&patch(&["x"])).is_empty());
+        assert!(
+            Protected::default()
+                .touched_plain(&patch(&["x"]))
+                .is_empty()
+        );
     }
 }

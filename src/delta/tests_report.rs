@@ -1,0 +1,105 @@
+//! What the harness's test hook saw during a verify command: which interpreters started and
+//! exited normally, and each test's outcome as the runner itself reported it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestReport {
+    /// Python interpreters that loaded the hook.
+    pub interpreters: u32,
+    /// Of those, the ones that never exited normally (`os._exit`, a signal, a crash).
+    pub unclean_exits: u32,
+    /// The runners that reported (`unittest`, `pytest`).
+    pub runners: BTreeSet<String>,
+    /// Test ids whose every report passed.
+    pub passed: BTreeSet<String>,
+    pub failed: BTreeSet<String>,
+    pub skipped: BTreeSet<String>,
+}
+
+#[derive(Deserialize)]
+struct Line {
+    event: String,
+    pid: u32,
+    #[serde(default)]
+    runner: String,
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    outcome: String,
+}
+
+impl TestReport {
+    /// Reads the hook's JSON lines; a line that does not parse is skipped.
+    pub fn parse(text: &str) -> Self {
+        let mut report = Self::default();
+        let mut live: BTreeMap<u32, bool> = BTreeMap::new();
+        let mut outcomes: BTreeMap<String, &'static str> = BTreeMap::new();
+        for line in text.lines() {
+            let Ok(line) = serde_json::from_str::<Line>(line) else {
+                continue;
+            };
+            match line.event.as_str() {
+                "start" => {
+                    report.interpreters += 1;
+                    live.insert(line.pid, true);
+                }
+                "exit" => {
+                    live.insert(line.pid, false);
+                }
+                "test" => {
+                    report.runners.insert(line.runner);
+                    let outcome = outcomes.entry(line.id).or_insert("passed");
+                    // A failure in any phase (or subtest) fails the test.
+                    match (line.outcome.as_str(), *outcome) {
+                        ("failed", _) => *outcome = "failed",
+                        ("skipped", "passed") => *outcome = "skipped",
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        report.unclean_exits = live.values().filter(|running| **running).count() as u32;
+        for (id, outcome) in outcomes {
+            match outcome {
+                "passed" => report.passed.insert(id),
+                "failed" => report.failed.insert(id),
+                _ => report.skipped.insert(id),
+            };
+        }
+        report
+    }
+
+    /// Tests that ran (passed or failed; skipped ones did not run).
+    pub fn ran(&self) -> u64 {
+        (self.passed.len() + self.failed.len()) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_outcomes_and_unclean_exits() {
+        let text = r#"{"event":"start","pid":1}
+{"event":"test","pid":1,"runner":"unittest","id":"t.A.test_a","outcome":"passed"}
+{"event":"test","pid":1,"runner":"pytest","id":"t.py::b","outcome":"passed"}
+{"event":"test","pid":1,"runner":"pytest","id":"t.py::b","outcome":"failed"}
+{"event":"test","pid":1,"runner":"pytest","id":"t.py::c","outcome":"skipped"}
+{"event":"exit","pid":1}
+{"event":"start","pid":2}
+not json
+"#;
+        let report = TestReport::parse(text);
+        assert_eq!(report.interpreters, 2);
+        assert_eq!(report.unclean_exits, 1);
+        assert_eq!(report.passed, BTreeSet::from(["t.A.test_a".to_owned()]));
+        assert_eq!(report.failed, BTreeSet::from(["t.py::b".to_owned()]));
+        assert_eq!(report.skipped.len(), 1);
+        assert_eq!(report.ran(), 2);
+    }
+}
