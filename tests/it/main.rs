@@ -14,5 +14,6 @@ mod sandbox;
 mod seam;
 mod shard;
 mod suite_errors;
+mod tampered;
 mod trust;
 mod workspace;
