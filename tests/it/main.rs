@@ -9,6 +9,7 @@ mod import;
 mod lifecycle;
 mod model;
 mod procs;
+mod redaction;
 mod reports;
 mod sandbox;
 mod seam;
