@@ -32,7 +32,8 @@ pub enum ResumeError {
 }
 
 impl ResumeError {
-    /// Whether `--force` may override it: a changed plan can be, a live run never.
+    /// Whether `--force` may override it: a changed suite file or agent config can be; other
+    /// trials than the recorded ones, or a live run, never.
     pub fn forcible(&self) -> bool {
         !matches!(self, Self::StillRunning { .. } | Self::PlanChanged { .. })
     }
