@@ -1,6 +1,7 @@
 //! Checks before a run is resumed: the plan must be the one recorded, and no live process may
 //! still be writing the run directory. What the dead run left is reaped first.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::store::{Manifest, Reaped, leases, reap};
@@ -20,34 +21,51 @@ pub enum ResumeError {
     },
     #[error("agent '{0}' config changed since the run started")]
     AgentChanged(String),
-    #[error("the agents changed since the run started: {recorded:?}, now {now:?}")]
-    AgentsChanged {
-        recorded: Vec<String>,
-        now: Vec<String>,
-    },
+    /// The plan now holds other trials than the manifest's: records of the resumed run would
+    /// not be trials of the run's plan, which every reader of the run directory refuses.
+    #[error(
+        "the {what} changed since the run started ({change}): the run directory holds another plan; start a new run instead"
+    )]
+    PlanChanged { what: &'static str, change: String },
     #[error("the run is still running (pid {pid}, lease {})", lease.display())]
     StillRunning { pid: u32, lease: PathBuf },
 }
 
 impl ResumeError {
-    /// Whether `--force` may override it: a changed plan can be, a live run never.
+    /// Whether `--force` may override it: a changed suite file or agent config can be; other
+    /// trials than the recorded ones, or a live run, never.
     pub fn forcible(&self) -> bool {
-        !matches!(self, Self::StillRunning { .. })
+        !matches!(self, Self::StillRunning { .. } | Self::PlanChanged { .. })
     }
 }
 
-/// Checks that `plan` is what `manifest` recorded: the same suite file (by digest) and the
-/// same agent configs. Agent configs are compared first, to name the agent that changed.
+/// Checks that `plan` is what `manifest` recorded: the same trials (tasks, agents, trials per
+/// task, shard), never forcible; then the same suite file (by digest) and the same agent
+/// configs. Agent configs are compared first, to name the agent that changed.
 pub fn check_resumable(manifest: &Manifest, plan: &Plan) -> Result<(), ResumeError> {
     let now = super::recorded_agent_configs(&plan.agents);
-    let (recorded_names, now_names): (Vec<String>, Vec<String>) = (
-        manifest.agents.keys().cloned().collect(),
-        now.keys().cloned().collect(),
-    );
-    if recorded_names != now_names {
-        return Err(ResumeError::AgentsChanged {
-            recorded: recorded_names,
-            now: now_names,
+    let tasks = plan.tasks.iter().map(|&i| plan.suite.tasks[i].id.clone());
+    same_names(
+        "agents",
+        manifest.agents.keys().cloned(),
+        now.keys().cloned(),
+    )?;
+    same_names("tasks", manifest.tasks.iter().cloned(), tasks)?;
+    if manifest.trials_per_task != plan.request.trials {
+        return Err(ResumeError::PlanChanged {
+            what: "trials per task",
+            change: format!("{}, now {}", manifest.trials_per_task, plan.request.trials),
+        });
+    }
+    if manifest.shard != plan.request.shard {
+        let label = |shard: Option<super::Shard>| shard.map_or("none".into(), |s| s.to_string());
+        return Err(ResumeError::PlanChanged {
+            what: "shard",
+            change: format!(
+                "{}, now {}",
+                label(manifest.shard),
+                label(plan.request.shard)
+            ),
         });
     }
     if let Some((name, _)) = now
@@ -64,6 +82,35 @@ pub fn check_resumable(manifest: &Manifest, plan: &Plan) -> Result<(), ResumeErr
         });
     }
     Ok(())
+}
+
+/// Refuses a change of the set of names (their order changes no trial).
+fn same_names(
+    what: &'static str,
+    recorded: impl Iterator<Item = String>,
+    now: impl Iterator<Item = String>,
+) -> Result<(), ResumeError> {
+    let (recorded, now): (BTreeSet<String>, BTreeSet<String>) = (recorded.collect(), now.collect());
+    if recorded == now {
+        return Ok(());
+    }
+    let list = |names: Vec<&String>| {
+        names
+            .into_iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (gone, added) = (
+        list(recorded.difference(&now).collect()),
+        list(now.difference(&recorded).collect()),
+    );
+    let change = match (gone.is_empty(), added.is_empty()) {
+        (false, false) => format!("no longer planned: {gone}; newly planned: {added}"),
+        (false, true) => format!("no longer planned: {gone}"),
+        _ => format!("newly planned: {added}"),
+    };
+    Err(ResumeError::PlanChanged { what, change })
 }
 
 /// Reaps the leases the dead runs of `run_dir` left under `cache` (workspaces, mounts,

@@ -1,7 +1,8 @@
 //! Merging the run directories of a sharded run (`--shard I/N`) into one run directory.
 //!
 //! Every check runs before anything is written: the inputs must come from the same plan (suite
-//! digest, agent configs, trials per task, task list, shard count), be distinct shards, and hold
+//! digest, agent configs, trials per task, task list, shard count), be distinct shards, hold
+//! only trials of that plan and of their own shard (`read_run` checks each record), and hold
 //! disjoint trials. The output is what the unsharded run would have written: each trial's
 //! folder, `trials.jsonl` in plan order, and one manifest covering them all.
 
@@ -132,7 +133,7 @@ pub fn merge_runs(inputs: &[PathBuf], out: &Path) -> Result<Merged, MergeError> 
         .collect();
     // Plan order (task, then agent, then trial), as an unsharded run schedules them.
     let (tasks, agents) = (ranks(manifest.tasks.iter()), ranks(manifest.agents.keys()));
-    // `run` records only names its manifest lists; a stray record goes last, not lost.
+    // `read_run` refused any record whose task or agent the manifest does not list.
     let at = |ranks: &HashMap<&str, usize>, name: &str| ranks.get(name).map_or(usize::MAX, |&i| i);
     records.sort_by_key(|(_, r)| (at(&tasks, &r.task), at(&agents, &r.agent), r.trial));
 

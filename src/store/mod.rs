@@ -13,6 +13,8 @@
 mod lease;
 mod merge;
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -335,9 +337,111 @@ pub enum ReadRunError {
         line: usize,
         message: String,
     },
+    /// A well-formed record the run cannot have written: `line` is 1-based.
+    #[error("{}:{line}: {reason}", path.display())]
+    Record {
+        path: PathBuf,
+        line: usize,
+        reason: BadRecord,
+    },
+}
+
+/// Why a record of `trials.jsonl` is not one the run's plan holds. Such a record would count in
+/// every report, so a tampered or foreign line is refused instead of scored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadRecord {
+    #[error("task '{task}' is not in the run's plan (tasks: {valid})")]
+    Task { task: String, valid: String },
+    #[error("agent '{agent}' is not in the run's plan (agents: {valid})")]
+    Agent { agent: String, valid: String },
+    #[error("trial {trial} is not in the run's plan (trials: {valid})")]
+    Trial { trial: u32, valid: String },
+    #[error(
+        "trial {task} / {agent} #{trial} belongs to shard {owner}, not to this run's shard {shard}"
+    )]
+    Shard {
+        task: String,
+        agent: String,
+        trial: u32,
+        shard: Shard,
+        owner: Shard,
+    },
+    /// Only a record of an interrupted trial is followed by another: the one `resume` writes.
+    #[error(
+        "trial {task} / {agent} #{trial} is already recorded on line {first}; a trial is recorded again only after it was interrupted"
+    )]
+    Duplicate {
+        task: String,
+        agent: String,
+        trial: u32,
+        first: usize,
+    },
+}
+
+impl Manifest {
+    /// Checks that `record` is one of the trials this run directory was planned to hold: a
+    /// planned task and agent (matrix variants by their expanded names), a trial number in
+    /// `1..=trials_per_task`, and, for a shard, a trial of that shard.
+    pub fn check_record(&self, record: &TrialRecord) -> Result<(), BadRecord> {
+        if !self.tasks.contains(&record.task) {
+            return Err(BadRecord::Task {
+                task: record.task.clone(),
+                valid: listing(&self.tasks),
+            });
+        }
+        if !self.agents.contains_key(&record.agent) {
+            return Err(BadRecord::Agent {
+                agent: record.agent.clone(),
+                valid: listing(self.agents.keys()),
+            });
+        }
+        if !(1..=self.trials_per_task).contains(&record.trial) {
+            return Err(BadRecord::Trial {
+                trial: record.trial,
+                valid: match self.trials_per_task {
+                    1 => "1".into(),
+                    n => format!("1 to {n}"),
+                },
+            });
+        }
+        if let Some(shard) = self.shard
+            && !shard.contains(&record.task, &record.agent, record.trial)
+        {
+            let owner = (1..=shard.total)
+                .map(|index| Shard { index, ..shard })
+                .find(|s| s.contains(&record.task, &record.agent, record.trial))
+                .unwrap_or(shard);
+            return Err(BadRecord::Shard {
+                task: record.task.clone(),
+                agent: record.agent.clone(),
+                trial: record.trial,
+                shard,
+                owner,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Names joined with ", ", the first 20 of a longer list and how many more.
+fn listing<T: AsRef<str>>(names: impl IntoIterator<Item = T>) -> String {
+    const SHOWN: usize = 20;
+    let names: Vec<T> = names.into_iter().collect();
+    let mut text = names
+        .iter()
+        .take(SHOWN)
+        .map(AsRef::as_ref)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
 }
 
 /// Reads `manifest.json` and `trials.jsonl`. A torn last line (a crash mid-write) is skipped.
+/// Every record must be a trial of the manifest's plan ([`Manifest::check_record`]), recorded
+/// once, or again after an interrupted record, which the newer record supersedes.
 pub fn read_run(path: &Path) -> Result<StoredRun, ReadRunError> {
     let manifest_path = path.join("manifest.json");
     let io_err = |path: &Path| {
@@ -345,11 +449,12 @@ pub fn read_run(path: &Path) -> Result<StoredRun, ReadRunError> {
         move |source| ReadRunError::Io { path, source }
     };
     let manifest_text = fs::read_to_string(&manifest_path).map_err(io_err(&manifest_path))?;
-    let manifest = serde_json::from_str(&manifest_text).map_err(|e| ReadRunError::Parse {
-        path: manifest_path.clone(),
-        line: e.line(),
-        message: e.to_string(),
-    })?;
+    let manifest: Manifest =
+        serde_json::from_str(&manifest_text).map_err(|e| ReadRunError::Parse {
+            path: manifest_path.clone(),
+            line: e.line(),
+            message: e.to_string(),
+        })?;
     let trials_path = path.join("trials.jsonl");
     let file = File::open(&trials_path).map_err(io_err(&trials_path))?;
     let lines: Vec<String> = BufReader::new(file)
@@ -357,29 +462,48 @@ pub fn read_run(path: &Path) -> Result<StoredRun, ReadRunError> {
         .collect::<Result<_, _>>()
         .map_err(io_err(&trials_path))?;
     let mut trials: Vec<TrialRecord> = Vec::with_capacity(lines.len());
-    let mut at: std::collections::HashMap<(String, String, u32), usize> = Default::default();
+    // Each trial's slot in `trials` and the line its record came from.
+    let mut at: HashMap<(String, String, u32), (usize, usize)> = HashMap::new();
     let last = lines.len();
     for (index, line) in lines.iter().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str::<TrialRecord>(line) {
-            // A resumed trial's record supersedes its interrupted one.
-            Ok(record) => match at.entry((record.task.clone(), record.agent.clone(), record.trial))
-            {
-                std::collections::hash_map::Entry::Occupied(slot) => trials[*slot.get()] = record,
-                std::collections::hash_map::Entry::Vacant(slot) => {
-                    slot.insert(trials.len());
-                    trials.push(record);
-                }
-            },
-            Err(_) if index + 1 == last => {}
+        let record = match serde_json::from_str::<TrialRecord>(line) {
+            Ok(record) => record,
+            Err(_) if index + 1 == last => continue,
             Err(e) => {
                 return Err(ReadRunError::Parse {
                     path: trials_path.clone(),
                     line: index + 1,
                     message: e.to_string(),
                 });
+            }
+        };
+        let bad = |reason| ReadRunError::Record {
+            path: trials_path.clone(),
+            line: index + 1,
+            reason,
+        };
+        manifest.check_record(&record).map_err(bad)?;
+        match at.entry((record.task.clone(), record.agent.clone(), record.trial)) {
+            // A resumed trial's record supersedes its interrupted one, and only that one.
+            Entry::Occupied(mut slot) => {
+                let (i, first) = *slot.get();
+                if !trials[i].interrupted {
+                    return Err(bad(BadRecord::Duplicate {
+                        task: record.task,
+                        agent: record.agent,
+                        trial: record.trial,
+                        first,
+                    }));
+                }
+                slot.insert((i, index + 1));
+                trials[i] = record;
+            }
+            Entry::Vacant(slot) => {
+                slot.insert((trials.len(), index + 1));
+                trials.push(record);
             }
         }
     }
@@ -388,4 +512,68 @@ pub fn read_run(path: &Path) -> Result<StoredRun, ReadRunError> {
         manifest,
         trials,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(tasks: usize, shard: Option<Shard>) -> Manifest {
+        serde_json::from_value(serde_json::json!({
+            "suite": "s", "suite_path": "s.yaml", "suite_digest": "sha256:0",
+            "agents": {"oracle": {"kind": "oracle"}, "a[x=1]": {"kind": "noop"}},
+            "tasks": (0..tasks).map(|i| format!("t{i}")).collect::<Vec<_>>(),
+            "trials_per_task": 2, "jobs": 1, "planned_trials": 0, "shard": shard,
+            "deltabench_version": "0", "started_at": "", "finished_at": null,
+            "host": "", "workdir": "",
+        }))
+        .unwrap()
+    }
+
+    fn record(task: &str, agent: &str, trial: u32) -> TrialRecord {
+        serde_json::from_value(serde_json::json!({
+            "task": task, "agent": agent, "trial": trial, "outcome": "pass", "passed": true,
+            "score": 1.0, "metric": "delta", "status": null, "error": null, "infra_error": null,
+            "session_id": null, "diff": null, "verify": null, "usage": null, "duration_ms": 1,
+            "agent_duration_ms": null, "phases": [], "started_at": "",
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn check_record_names_the_bad_value_and_the_valid_set() {
+        let m = manifest(25, None);
+        assert_eq!(m.check_record(&record("t24", "a[x=1]", 2)), Ok(()));
+        let err = |r| m.check_record(&r).unwrap_err().to_string();
+        assert_eq!(
+            err(record("t1", "a", 1)),
+            "agent 'a' is not in the run's plan (agents: a[x=1], oracle)"
+        );
+        assert_eq!(
+            err(record("t25", "oracle", 1)),
+            "task 't25' is not in the run's plan (tasks: t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, \
+             t10, t11, t12, t13, t14, t15, t16, t17, t18, t19 and 5 more)"
+        );
+        assert_eq!(
+            err(record("t0", "oracle", 3)),
+            "trial 3 is not in the run's plan (trials: 1 to 2)"
+        );
+    }
+
+    #[test]
+    fn a_shard_holds_only_its_own_trials() {
+        let shard = Shard { index: 1, total: 3 };
+        let m = manifest(1, Some(shard));
+        for trial in 1..=2 {
+            let r = record("t0", "oracle", trial);
+            match m.check_record(&r) {
+                Ok(()) => assert!(shard.contains("t0", "oracle", trial)),
+                Err(BadRecord::Shard { owner, .. }) => {
+                    assert_ne!(owner.index, 1);
+                    assert!(owner.contains("t0", "oracle", trial));
+                }
+                Err(other) => panic!("{other}"),
+            }
+        }
+    }
 }

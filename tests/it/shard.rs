@@ -270,3 +270,82 @@ fn an_empty_shard_writes_an_empty_run_that_merges() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(trials(&root.join("m")).len(), 1);
 }
+
+/// A shard's `trials.jsonl` with a record its plan does not hold (an unknown agent, task or
+/// trial number, another shard's trial, a trial twice) is refused, naming the line, and
+/// nothing is written: such a record would be counted in the merged run.
+#[test]
+fn merge_refuses_a_record_off_the_plan_naming_the_line() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    six_task_suite(root);
+    for i in 1..=2 {
+        let (output, _) = run(root, &format!("s{i}"), &["--shard", &format!("{i}/2")]);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    }
+    let jsonl = root.join("s1/trials.jsonl");
+    let clean = std::fs::read_to_string(&jsonl).unwrap();
+    let lines = clean.lines().count();
+    let mine: Value = serde_json::from_str(clean.lines().next().unwrap()).unwrap();
+    let theirs = trials(&root.join("s2"))[0].clone();
+    let (task, agent) = (
+        mine["task"].as_str().unwrap(),
+        mine["agent"].as_str().unwrap(),
+    );
+    let with = |field: &str, value: Value| {
+        let mut record = mine.clone();
+        record[field] = value;
+        record["outcome"] = "pass".into();
+        record["passed"] = true.into();
+        record
+    };
+    let cases = [
+        (
+            with("agent", "evil".into()),
+            "agent 'evil' is not in the run's plan (agents: oracle, noop)".to_owned(),
+        ),
+        (
+            with("task", "t9".into()),
+            "task 't9' is not in the run's plan (tasks: t0, t1, t2, t3, t4, t5)".into(),
+        ),
+        (
+            with("trial", 2.into()),
+            "trial 2 is not in the run's plan (trials: 1)".into(),
+        ),
+        (
+            theirs.clone(),
+            format!(
+                "trial {} / {} #1 belongs to shard 2/2, not to this run's shard 1/2",
+                theirs["task"].as_str().unwrap(),
+                theirs["agent"].as_str().unwrap()
+            ),
+        ),
+        (
+            with("trial", 1.into()),
+            format!("trial {task} / {agent} #1 is already recorded on line 1"),
+        ),
+    ];
+    for (record, reason) in cases {
+        std::fs::write(
+            &jsonl,
+            format!("{clean}{}\n", serde_json::to_string(&record).unwrap()),
+        )
+        .unwrap();
+        let output = merge(root, &["s1", "s2", "--out", "m"]);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{reason}: {err}");
+        assert!(
+            err.contains(&format!("error: s1/trials.jsonl:{}: {reason}", lines + 1)),
+            "{err}"
+        );
+        assert!(!root.join("m").exists(), "a refused merge writes nothing");
+    }
+    std::fs::write(&jsonl, clean).unwrap();
+    let output = merge(root, &["s1", "s2", "--out", "m"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("merged 12 of 12 planned trials into m"),
+        "{}",
+        stdout(&output)
+    );
+}
