@@ -561,10 +561,34 @@ async fn run(args: RunArgs) -> Result<u8, CliError> {
         .map(compare::read_run_arg)
         .transpose()?;
     let out = args.out.unwrap_or_else(|| default_out(&suite.name));
+    note_unvalidated(&plan);
     let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal());
     let outcome = runner::execute(&plan, &out, &mut reporter, CancellationToken::new()).await?;
     reporter.finish();
     finish_run(&plan, &outcome, baseline.as_ref().map(|b| (b, &args.gate)))
+}
+
+/// Says which tasks run without validated evidence: their trials get the output checks only.
+fn note_unvalidated(plan: &runner::Plan) {
+    let unvalidated = plan.unvalidated();
+    if unvalidated.is_empty() {
+        return;
+    }
+    let shown: Vec<&str> = unvalidated.iter().take(5).copied().collect();
+    let more = unvalidated.len() - shown.len();
+    eprintln!(
+        "note: {} of {} task(s) have no validated evidence in {} ({}{}): a pass there is checked against the verify output only; run `deltabench validate {}` to record what the reference solution shows",
+        unvalidated.len(),
+        plan.tasks.len(),
+        suite::lock_path(&plan.suite).display(),
+        shown.join(", "),
+        if more > 0 {
+            format!(", +{more} more")
+        } else {
+            String::new()
+        },
+        plan.suite.path.display()
+    );
 }
 
 /// Prints the summary of a finished (or interrupted) run and returns its exit code.
@@ -674,6 +698,37 @@ fn judge(noop: &[&TrialRecord], oracle: &[&TrialRecord]) -> Option<String> {
     None
 }
 
+/// What every oracle trial's verify run showed (`tests.json` in its folder): the least of them,
+/// so a trial is held only to what the reference always shows.
+fn reference_evidence(
+    run_dir: &Path,
+    task: &str,
+    oracle: &[&TrialRecord],
+) -> Option<crate::metric::TestEvidence> {
+    let mut least: Option<crate::metric::TestEvidence> = None;
+    for record in oracle {
+        let file = run_dir
+            .join("trials")
+            .join(task)
+            .join(store::sanitize(&record.agent))
+            .join(record.trial.to_string())
+            .join("tests.json");
+        let seen: crate::metric::TestEvidence =
+            serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
+        least = Some(match least {
+            None => seen,
+            Some(mut least) => {
+                least.ran = least.ran.min(seen.ran);
+                least.passed = least.passed.min(seen.passed);
+                least.names.retain(|name| seen.names.contains(name));
+                least.runners.retain(|name| seen.runners.contains(name));
+                least
+            }
+        });
+    }
+    least
+}
+
 async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
     let mut loaded = (*load_suite(&args.suite_path, &args.suite)?).clone();
     // The checks always use the real built-ins, whatever the suite calls its agents.
@@ -698,7 +753,9 @@ async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
         agents_file: None,
         retries: 0,
     };
-    let plan = runner::plan(Arc::new(loaded), request)?;
+    let mut plan = runner::plan(Arc::new(loaded), request)?;
+    // The reference is measured afresh, not held to what an earlier validate recorded.
+    plan.expected.clear();
     let scratch = tempfile::Builder::new()
         .prefix("deltabench-validate-")
         .tempdir_in(&workdir)
@@ -714,6 +771,12 @@ async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
     reporter.finish();
 
     let mut bad = 0;
+    let run_dir = scratch.path().join("run");
+    let mut lock = suite::SuiteLock::read(&plan.suite)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let mut locked = 0;
     for task in &plan.suite.tasks {
         let of = |agent: &str| -> Vec<&TrialRecord> {
             outcome
@@ -732,8 +795,23 @@ async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
                 bad += 1;
                 println!("BAD  {}: {reason}", task.id);
             }
-            None => println!("ok   {}", task.id),
+            None => {
+                println!("ok   {}", task.id);
+                if let Some(evidence) = reference_evidence(&run_dir, &task.id, &of("oracle")) {
+                    lock.record(task, evidence, runner::now());
+                    locked += 1;
+                }
+            }
         }
+    }
+    if locked > 0 {
+        let path = lock
+            .write(&plan.suite)
+            .map_err(|e| CliError::failed(e.to_string()))?;
+        println!(
+            "recorded what the reference's verify run showed for {locked} task(s) in {}: trials must show at least as much",
+            path.display()
+        );
     }
     let total = plan.suite.tasks.len();
     if outcome.interrupted {

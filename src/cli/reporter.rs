@@ -51,7 +51,7 @@ impl TerminalReporter {
         {
             line.push_str(&format!(" agent {status}"));
         }
-        if let Some(reason) = &record.infra_error {
+        if let Some(reason) = record.infra_error.as_ref().or(record.reason.as_ref()) {
             line.push_str(&format!(": {reason}"));
         }
         line
