@@ -59,11 +59,19 @@ enum Command {
     /// Run agents on a suite's tasks and write a run directory.
     ///
     /// Each trial is provisioned as a private clone of the suite's repo at the task's base
-    /// commit, the agent runs in it, the diff and the verify command's result are captured,
-    /// the workspace is removed, and the trial is scored on that evidence alone.
+    /// commit, the agent runs in it, the diff is taken with the harness's own view of the tree,
+    /// and the verify command runs in a fresh workspace holding exactly that diff and the
+    /// hidden tests; the trial is scored on that evidence alone.
+    ///
+    /// `isolation: worktree` (the default) gives no protection from the agent: for an agent you
+    /// do not trust, set `isolation: sandbox` under `defaults:` in the suite.
     Run(RunArgs),
     /// Check that every task is sound: the verify command fails on the untouched base (with
     /// the hidden tests) and passes with the reference solution, N times in a row.
+    ///
+    /// What the reference's verify run showed (tests run and passed, and their names) is
+    /// recorded in `<suite>.lock.json` next to the suite; trials must then show at least as
+    /// much to pass.
     Validate(ValidateArgs),
     /// Print a report of a run directory.
     Report(ReportArgs),
