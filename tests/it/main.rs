@@ -5,6 +5,7 @@ mod common;
 mod compare;
 mod crash;
 mod demo;
+mod hostile;
 mod import;
 mod lifecycle;
 mod model;
