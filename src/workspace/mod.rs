@@ -8,6 +8,7 @@ mod clone;
 mod git;
 mod overlay;
 mod overlayfs;
+mod remove;
 mod sandbox;
 mod session;
 mod source;
@@ -23,6 +24,7 @@ pub use clone::CloneBackend;
 pub use git::{git_command, harness_signature, resolve_commit};
 pub use overlay::{Overlay, OverlayError, apply_overlay};
 pub use overlayfs::{OverlayBackend, overlay_changes};
+pub use remove::{LeftBehind, RemoveError, mounts_below, remove_tree, unmount_below};
 pub use sandbox::{
     Network, SandboxPolicy, SandboxUnavailableError, UnknownNetworkError, check_bubblewrap,
     program_paths,

@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::clone::{CloneBackend, make_clone};
 use super::git::run_git;
+use super::remove::remove_tree;
 use super::{
     Isolation, ProvisionedWorkspace, WorkspaceBackend, WorkspaceBase, WorkspaceProvisionError,
 };
@@ -91,7 +92,7 @@ impl OverlayBackend {
         if dir.join(READY).exists() {
             return Ok(tree);
         }
-        let _ = fs::remove_dir_all(&dir);
+        remove_tree(&dir).map_err(|e| e.to_string())?;
         fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         make_clone(&base.repo, &tree, &base.commit)?;
         // Right after a checkout every index entry is "racily clean" (same second as the file),
@@ -137,11 +138,10 @@ impl WorkspaceBackend for OverlayBackend {
                 .map_err(|e| fail(format!("cannot create {}: {e}", part.display())))?;
         }
         if let Err(reason) = mount_overlay(&template, &upper, &work, &merged) {
-            let _ = fs::remove_dir_all(&dir);
+            let _ = remove_tree(&dir);
             return Err(fail(reason));
         }
         let keep = self.keep;
-        let mount_point = merged.clone();
         let workspace = ProvisionedWorkspace::new(
             merged,
             Isolation::Worktree,
@@ -151,9 +151,9 @@ impl WorkspaceBackend for OverlayBackend {
                 if keep {
                     return Ok(());
                 }
-                // A process still inside (a leaked grandchild) must not keep the mount alive.
-                umount2(&mount_point, MntFlags::MNT_DETACH).map_err(std::io::Error::from)?;
-                fs::remove_dir_all(&dir)
+                // Detaches the overlay and whatever the agent mounted inside it (a leaked
+                // grandchild cannot keep them alive), and never deletes through a mount.
+                remove_tree(&dir).map_err(std::io::Error::from)
             },
         );
         Ok(workspace.with_changes(upper))

@@ -4,8 +4,10 @@
 
 use std::process::Command;
 
-use crate::common::{assert_no_leftovers, git_repo, run_suite, stderr, temp_dir, write_suite};
-use crate::crash::processes_with;
+use crate::common::{
+    assert_no_leftovers, git_repo, run_suite, stderr, temp_dir, trials, write_files, write_suite,
+};
+use crate::crash::{mounts_under, processes_with};
 
 /// Whether this process may mount (root); outside CI a skip is printed, under CI it fails.
 fn can_mount(test: &str) -> bool {
@@ -28,6 +30,98 @@ fn can_mount(test: &str) -> bool {
     );
     eprintln!("\n*** SKIPPED: {test} needs root (mount, cgroups) ***\n");
     false
+}
+
+#[test]
+fn a_mount_the_agent_made_is_detached_not_emptied() {
+    if !can_mount("a_mount_the_agent_made_is_detached_not_emptied") {
+        return;
+    }
+    let tmp = temp_dir();
+    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    let host = tmp.path().join("host");
+    write_files(
+        &host,
+        &[("precious.txt", "the host's\n"), ("dir/deep.txt", "deep\n")],
+    );
+    // One agent mounts the host dir below its workspace, the other over the workspace itself.
+    write_suite(
+        tmp.path(),
+        &format!(
+            "name: mounts\nrepo: repo\nagents:\n  sub: {{kind: command, run: \"mkdir -p sub/x && mount --bind {host} sub/x && cat sub/x/precious.txt\"}}\n  top: {{kind: command, run: \"mount --bind {host} $PWD && cat $PWD/precious.txt\"}}\ntasks:\n  - {{id: t, instruction: x, verify: \"true\"}}\n",
+            host = host.display()
+        ),
+    );
+    // One agent at a time: clone workspaces; both agents on one commit: overlay workspaces.
+    for agents in [&["sub"][..], &["top"], &["sub", "top"]] {
+        let mut args = vec![];
+        for agent in agents {
+            args.extend(["--agent", agent]);
+        }
+        let (output, work, out) = run_suite(tmp.path(), &args);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        for agent in agents {
+            let log =
+                std::fs::read_to_string(out.join(format!("trials/t/{agent}/1/agent.log"))).unwrap();
+            assert!(log.contains("the host's"), "{agent} did not mount: {log}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(host.join("precious.txt")).unwrap(),
+            "the host's\n",
+            "dispose deleted through the agent's mount ({agents:?})"
+        );
+        assert!(host.join("dir/deep.txt").exists(), "{agents:?}");
+        assert_eq!(mounts_under(&work), Vec::<String>::new(), "{agents:?}");
+        assert_no_leftovers(&work);
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+}
+
+#[test]
+fn what_dispose_cannot_remove_is_named_to_the_user() {
+    if !can_mount("what_dispose_cannot_remove_is_named_to_the_user") {
+        return;
+    }
+    let tmp = temp_dir();
+    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    // An immutable file: not even root can unlink it until the flag is cleared.
+    write_suite(
+        tmp.path(),
+        "name: stuck\nrepo: repo\nagents:\n  pin: {kind: command, run: \"mkdir -p keep && echo x > keep/stuck && chattr +i keep/stuck\"}\ntasks:\n  - {id: t, instruction: x, verify: \"true\"}\n",
+    );
+    let (output, work, out) = run_suite(tmp.path(), &["--agent", "pin"]);
+    let stuck: Vec<_> = crate::common::leftovers(&work)
+        .into_iter()
+        .filter(|p| p.ends_with("keep/stuck"))
+        .collect();
+    for path in &stuck {
+        let _ = Command::new("chattr")
+            .arg("-i")
+            .arg(work.join(path))
+            .status();
+    }
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let log = std::fs::read_to_string(out.join("trials/t/pin/1/agent.log")).unwrap();
+    assert_eq!(stuck.len(), 1, "the agent could not pin a file: {log}");
+    // The trial keeps its verdict; the trace and the run's warnings name the path.
+    assert_eq!(trials(&out)[0]["outcome"], "pass");
+    let result = std::fs::read_to_string(out.join("trials/t/pin/1/result.json")).unwrap();
+    let result: serde_json::Value = serde_json::from_str(&result).unwrap();
+    let error = result["lifecycle"]["dispose_error"].as_str().unwrap();
+    assert!(error.contains(&stuck[0]), "{error}");
+    assert!(
+        stderr(&output).contains("warning: could not clean up")
+            && stderr(&output).contains(&stuck[0]),
+        "{}",
+        stderr(&output)
+    );
+    // Its lease is kept, so gc finishes the job once the file can go.
+    let gc = crate::common::deltabench(tmp.path())
+        .arg("gc")
+        .output()
+        .unwrap();
+    assert_eq!(gc.status.code(), Some(0), "{}", stderr(&gc));
+    assert_no_leftovers(&work);
 }
 
 /// The unified cgroup hierarchy's mount point, if there is one.
