@@ -5,6 +5,7 @@
 //! shared directory: an unknown strategy, or one with no backend, is an error.
 
 mod clone;
+mod digest;
 mod git;
 mod overlay;
 mod overlayfs;

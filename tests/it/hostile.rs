@@ -2,6 +2,7 @@
 //! through its workspace, and what deltabench undoes or refuses. These agents need root (to
 //! mount, to move between cgroups); without it the tests skip loudly, and fail under CI.
 
+use std::path::Path;
 use std::process::Command;
 
 use crate::common::{
@@ -193,4 +194,93 @@ fn an_agent_that_leaves_its_cgroup_does_not_outlive_the_run() {
         "the escapee outlived `deltabench run`"
     );
     assert_no_leftovers(&work);
+}
+
+/// An agent that writes the fix into the template: first through the `lowerdir` the mount
+/// table shows (the path and the outcome go to `<tmp>/lowerdir`), then straight into the cache.
+fn poison_script(cache: &Path, tmp: &Path) -> String {
+    format!(
+        r#"L=$(grep " $PWD " /proc/self/mountinfo | sed -n 's/.*lowerdir=\([^,]*\).*/\1/p')
+[ -n "$L" ] || exit 1
+echo "$L" > {tmp}/lowerdir
+(echo fixed > "$L/a.txt") 2>> {tmp}/lowerdir && echo written >> {tmp}/lowerdir
+for t in {cache}/templates/*/tree; do echo fixed > "$t/a.txt"; done
+"#,
+        tmp = tmp.display(),
+        cache = cache.display()
+    )
+}
+
+#[test]
+fn a_poisoned_template_is_rebuilt_with_a_warning() {
+    if !can_mount("a_poisoned_template_is_rebuilt_with_a_warning") {
+        return;
+    }
+    let tmp = temp_dir();
+    let root = tmp.path();
+    let (_, base) = git_repo(root, &[("a.txt", "a\n"), ("README", "readme\n")]);
+    let poison = root.join("poison.sh");
+    std::fs::write(&poison, poison_script(&root.join("cache"), root)).unwrap();
+    write_suite(
+        root,
+        &format!(
+            "name: poison\nrepo: repo\nagents:\n  poison: {{kind: command, run: \"sh {}\"}}\n  readme: {{kind: command, run: \"echo more >> README\"}}\ntasks:\n  - {{id: t, instruction: x, verify: \"grep -q fixed a.txt\"}}\n",
+            poison.display()
+        ),
+    );
+    // Two trials of one commit: overlay workspaces over a cached template.
+    let (output, work, out) = run_suite(root, &["--agent", "poison", "--trials", "2", "-j", "1"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    let provisioning = manifest["provisioning"].as_str().unwrap();
+    assert!(provisioning.starts_with("overlay"), "{provisioning}");
+    let lowerdir = std::fs::read_to_string(root.join("lowerdir")).unwrap();
+    assert!(
+        lowerdir.lines().count() > 1 && !lowerdir.contains("written"),
+        "a write through the lowerdir shown in mountinfo went through: {lowerdir}"
+    );
+    let template = std::fs::read_dir(root.join("cache/templates"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("tree"))
+        .find(|tree| tree.is_dir())
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(template.join("a.txt")).unwrap(),
+        "fixed\n",
+        "the agent did not reach the template"
+    );
+    assert_no_leftovers(&work);
+    std::fs::remove_dir_all(&out).unwrap();
+
+    // The next run notices, says so, and rebuilds: README alone does not pass.
+    let (output, work, out) = run_suite(root, &["--agent", "readme", "--trials", "2"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let warning = format!(
+        "warning: the cached template {} (commit {base}) changed since it was built",
+        template.display()
+    );
+    let err = stderr(&output);
+    assert!(err.contains(&warning), "{err}");
+    assert!(err.contains("(first difference: a.txt)"), "{err}");
+    assert_eq!(
+        err.matches("warning: the cached template").count(),
+        1,
+        "{err}"
+    );
+    for record in trials(&out) {
+        assert_eq!(record["outcome"], "fail", "{record}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(template.join("a.txt")).unwrap(),
+        "a\n"
+    );
+    assert_no_leftovers(&work);
+    std::fs::remove_dir_all(&out).unwrap();
+
+    // The rebuilt template has a record of its own: the run after is quiet.
+    let (output, _, _) = run_suite(root, &["--agent", "readme", "--trials", "2"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(!stderr(&output).contains("warning"), "{}", stderr(&output));
 }
