@@ -10,9 +10,13 @@
 //! A process group does not hold a process that calls `setsid()`. Where the machine allows, each
 //! child also gets its own cgroup v2 ([`cgroup`]), joined between fork and exec, and "kill the
 //! group" is `cgroup.kill`: every process in it dies, escapees included, and anything still in
-//! it when the leader is done is killed too. Elsewhere, deltabench is a child subreaper, so
-//! escapees are reparented to it instead of init, and each kill ends with a sweep of those
-//! orphans. [`ProcessOutput::kill_method`] says which ran.
+//! it when the leader is done is killed too. [`ProcessOutput::kill_method`] says which ran.
+//!
+//! A root agent can leave its cgroup too (by writing its pid into another one's
+//! `cgroup.procs`). So deltabench is always a child subreaper: an orphan anywhere below it is
+//! reparented to it rather than to init, and stays findable. Each command's end sweeps the
+//! orphans that belong to no running command (in no live process group or cgroup), with
+//! everything below them; [`cleanup`], at exit, kills every descendant left.
 
 mod cgroup;
 
@@ -56,11 +60,14 @@ pub fn kill_all_live_groups() {
     for dir in cgroups {
         let _ = cgroup::kill_dir(&dir);
     }
+    kill_descendants(|_| true);
     cgroup::remove_parent();
 }
 
-/// Removes the run's parent cgroup (empty once every child is gone). Call before exiting.
+/// Kills every process still below this one (an agent's escapee that no command's kill
+/// reached), then removes the run's parent cgroup. Call before exiting.
 pub fn cleanup() {
+    kill_descendants(|_| true);
     cgroup::remove_parent();
 }
 
@@ -325,16 +332,21 @@ impl Drop for GroupGuard {
         if let Ok(mut live) = LIVE_GROUPS.lock() {
             live.remove(&self.pgid);
         }
-        if let Some(cgroup) = &self.cgroup
-            && let Ok(mut live) = LIVE_CGROUPS.lock()
-        {
-            live.remove(cgroup.dir());
+        if let Some(cgroup) = self.cgroup.take() {
+            if let Ok(mut live) = LIVE_CGROUPS.lock() {
+                live.remove(cgroup.dir());
+            }
+            // Waits until the kernel emptied it: its members' orphans are reparented by then.
+            drop(cgroup);
         }
+        // Whatever left the group and the cgroup (a root agent can move itself out) and
+        // outlived its parent is an orphan of ours now.
+        sweep_orphans();
     }
 }
 
-/// Makes deltabench the reaper of its descendants' orphans, once, when cgroups are not used:
-/// a `setsid()` escapee is then reparented here instead of to init, where the sweep finds it.
+/// Makes deltabench the reaper of its descendants' orphans, once: an escapee from a process
+/// group or a cgroup is then reparented here instead of to init, where the sweeps find it.
 fn become_subreaper() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -345,36 +357,86 @@ fn become_subreaper() {
     });
 }
 
-/// SIGKILLs and reaps every orphan reparented to deltabench (it is a subreaper): children of
-/// ours that are neither a live command's leader (tokio's to reap) nor in our own process group
-/// (git and other direct children). Reaped by explicit pid: `waitpid(-1)` would steal tokio's
-/// exit statuses. Best effort: an orphan of another running command is killed too, since it
-/// escaped its own group all the same.
+/// SIGKILLs every orphan reparented to deltabench, with everything below it, unless it belongs
+/// to a command still running: the orphans are children of ours that are neither a live
+/// command's leader (tokio's to reap) nor in our own process group (git and other direct
+/// children), and a process in a live command's process group or cgroup is spared. Best effort
+/// without cgroups: an orphan of another running command that left its group is killed too.
 fn sweep_orphans() {
-    let me = std::process::id() as i32;
     let own_group = nix::unistd::getpgrp().as_raw();
     // Held while scanning: a leader spawned meanwhile is registered before it can be seen.
     let Ok(live) = LIVE_GROUPS.lock() else {
         return;
     };
-    // Killed orphans may have forked on the way; a few rounds catch the stragglers.
-    for _ in 0..5 {
-        let orphans: Vec<i32> = fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|pid| !live.contains(pid))
-            .filter(|&pid| {
-                parent_and_group(pid).is_some_and(|(ppid, pgid)| ppid == me && pgid != own_group)
-            })
+    let cgroups = LIVE_CGROUPS.lock().map(|g| g.clone()).unwrap_or_default();
+    let in_live_cgroup: BTreeSet<i32> = cgroups
+        .iter()
+        .filter_map(|dir| fs::read_to_string(dir.join("cgroup.procs")).ok())
+        .flat_map(|procs| {
+            procs
+                .lines()
+                .filter_map(|l| l.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect();
+    kill_descendants(|process| {
+        !live.contains(&process.pid)
+            && process.pgid != own_group
+            && !live.contains(&process.pgid)
+            && !in_live_cgroup.contains(&process.pid)
+    });
+}
+
+/// A process as `/proc/PID/stat` describes it.
+#[derive(Debug, Clone, Copy)]
+struct ProcessInfo {
+    pid: i32,
+    ppid: i32,
+    pgid: i32,
+}
+
+fn process_table() -> Vec<ProcessInfo> {
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let (ppid, pgid) = parent_and_group(pid)?;
+            Some(ProcessInfo { pid, ppid, pgid })
+        })
+        .collect()
+}
+
+/// SIGKILLs each child of this process that `is_orphan` accepts, and everything below it, in
+/// rounds until none is left (killed processes may have forked on the way); reaps the ones
+/// that end up as our children. Reaped by explicit pid: `waitpid(-1)` would steal tokio's exit
+/// statuses.
+fn kill_descendants(is_orphan: impl Fn(&ProcessInfo) -> bool) {
+    let me = std::process::id() as i32;
+    for _ in 0..10 {
+        let table = process_table();
+        let mut doomed: Vec<i32> = table
+            .iter()
+            .filter(|p| p.ppid == me && is_orphan(p))
+            .map(|p| p.pid)
             .collect();
-        if orphans.is_empty() {
+        let mut next = 0;
+        while next < doomed.len() {
+            let parent = doomed[next];
+            doomed.extend(table.iter().filter(|p| p.ppid == parent).map(|p| p.pid));
+            next += 1;
+        }
+        if doomed.is_empty() {
             return;
         }
-        for pid in orphans {
+        for &pid in &doomed {
             let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
-            let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
+        }
+        for &pid in &doomed {
+            if table.iter().any(|p| p.pid == pid && p.ppid == me) {
+                let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
+            }
         }
     }
 }
@@ -427,9 +489,7 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
         .process_group(0)
         .kill_on_drop(false);
     let cgroup = cgroup::Cgroup::create();
-    if cgroup.is_none() {
-        become_subreaper();
-    }
+    become_subreaper();
     let procs = cgroup.as_ref().map(cgroup::Cgroup::procs_fd);
     let harness = std::process::id() as libc::pid_t;
     // SAFETY: between fork and exec the closure only makes async-signal-safe system calls

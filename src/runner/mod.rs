@@ -686,11 +686,11 @@ async fn carry_out(
 
     scripted.stop().await;
     let mut leftovers = Vec::new();
+    // Never through a mount an agent left: each such path is named instead.
     if !plan.request.keep_workspaces
-        && root.exists()
-        && let Err(err) = std::fs::remove_dir_all(&root)
+        && let Err(err) = crate::workspace::remove_tree(&root)
     {
-        leftovers.push(format!("{}: {err}", root.display()));
+        leftovers.extend(err.left.iter().map(ToString::to_string));
     }
     // A root that could not be removed keeps its lease, so `gc` can finish the job later.
     if leftovers.is_empty() {

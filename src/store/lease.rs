@@ -5,7 +5,8 @@
 //! the workdir, and removes it once that root is gone. A lease whose process is gone (its pid
 //! is dead, or reused by a process with another start time) belongs to a run that died: `gc`
 //! and `resume` reap it by killing the processes still working inside the root (their current
-//! directory is under it), detaching every mount under it (overlay workspaces), and removing it.
+//! directory is under it), detaching every mount under it (overlay workspaces, and whatever an
+//! agent mounted), and removing it without crossing into a mount.
 
 use std::fs;
 use std::io;
@@ -171,15 +172,16 @@ pub fn reap(found: &FoundLease, dry_run: bool) -> Vec<Reaped> {
         }
         done.push(Reaped::Unmounted(mount));
     }
-    if root.exists() {
+    if fs::symlink_metadata(root).is_ok() {
         match dry_run {
             true => done.push(Reaped::Removed(root.clone())),
-            false => match fs::remove_dir_all(root) {
+            // Never through a mount an agent made, nor one that would not detach.
+            false => match crate::workspace::remove_tree(root) {
                 Ok(()) => done.push(Reaped::Removed(root.clone())),
-                Err(err) => done.push(Reaped::Failed {
-                    what: root.display().to_string(),
-                    error: err.to_string(),
-                }),
+                Err(err) => done.extend(err.left.into_iter().map(|left| Reaped::Failed {
+                    what: left.path.display().to_string(),
+                    error: left.reason,
+                })),
             },
         }
     }
@@ -217,40 +219,9 @@ fn processes_under(root: &Path) -> Vec<(i32, PathBuf)> {
         .collect()
 }
 
-/// Mount points at `root` or below it, from `/proc/self/mounts`.
+/// Mount points at `root` or below it.
 fn mounts_under(root: &Path) -> Vec<PathBuf> {
-    let Ok(text) = fs::read_to_string("/proc/self/mounts") else {
-        return Vec::new();
-    };
-    text.lines()
-        .filter_map(|line| line.split(' ').nth(1))
-        .map(|field| PathBuf::from(unescape_mount_path(field)))
-        .filter(|path| path.starts_with(root))
-        .collect()
-}
-
-/// `/proc/self/mounts` writes space, tab, newline and backslash as octal escapes (`\040`).
-fn unescape_mount_path(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).and_then(|d| {
-            let text = std::str::from_utf8(d).ok()?;
-            u8::from_str_radix(text, 8).ok()
-        });
-        match (bytes[i], octal) {
-            (b'\\', Some(byte)) => {
-                out.push(byte);
-                i += 4;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    crate::workspace::mounts_below(root)
 }
 
 /// The file listing every cache a run used, so `gc` finds leases whatever `--workdir` or
@@ -302,12 +273,6 @@ pub fn registered_caches() -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mount_paths_are_unescaped() {
-        assert_eq!(unescape_mount_path(r"/a\040b/c\134d"), r"/a b/c\d");
-        assert_eq!(unescape_mount_path("/plain"), "/plain");
-    }
 
     #[test]
     fn this_process_is_alive_and_a_reused_pid_is_not() {

@@ -10,6 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::git::run_git;
+use super::remove::remove_tree;
 use super::{
     Isolation, ProvisionedWorkspace, WorkspaceBackend, WorkspaceBase, WorkspaceProvisionError,
 };
@@ -57,7 +58,7 @@ impl WorkspaceBackend for CloneBackend {
             .map_err(|err| fail(format!("cannot create {}: {err}", self.root.display())))?;
         let made = make_clone(&base.repo, &path, &base.commit);
         if let Err(reason) = made {
-            let _ = fs::remove_dir_all(&path);
+            let _ = remove_tree(&path);
             return Err(fail(reason));
         }
         let dispose_path = path.clone();
@@ -73,10 +74,9 @@ impl WorkspaceBackend for CloneBackend {
             path,
             Isolation::Worktree,
             base.commit.clone(),
-            move || match fs::remove_dir_all(&dispose_path) {
-                Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err),
-                _ => Ok(()),
-            },
+            // The agent may have mounted something inside (it runs as root here): dispose
+            // detaches it and never deletes through it.
+            move || remove_tree(&dispose_path).map_err(std::io::Error::from),
         ))
     }
 }

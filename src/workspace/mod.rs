@@ -5,9 +5,11 @@
 //! shared directory: an unknown strategy, or one with no backend, is an error.
 
 mod clone;
+mod digest;
 mod git;
 mod overlay;
 mod overlayfs;
+mod remove;
 mod sandbox;
 mod session;
 mod source;
@@ -23,6 +25,7 @@ pub use clone::CloneBackend;
 pub use git::{git_command, harness_signature, resolve_commit};
 pub use overlay::{Overlay, OverlayError, apply_overlay, write_entry};
 pub use overlayfs::{OverlayBackend, overlay_changes};
+pub use remove::{LeftBehind, RemoveError, mounts_below, remove_tree, unmount_below};
 pub use sandbox::{
     Network, SandboxPolicy, SandboxUnavailableError, UnknownNetworkError, check_bubblewrap,
     program_paths,

@@ -7,6 +7,13 @@
 //! checkout: the agent's writes, its index and its commits land in the trial's own upper dir.
 //! Templates live in the cache, keyed by the source repo and the commit, and are reused across
 //! runs. Dispose unmounts and removes the upper dir; the template is untouched.
+//!
+//! In `worktree` mode the agent may run as root, so the template is guarded twice. The overlay's
+//! lower layer is a read-only bind of the template, detached once the overlay holds it: the
+//! `lowerdir` the agent can read in `/proc/self/mountinfo` then leads nowhere. And the
+//! template's content is recorded when it is built and checked on its first use in every run: a
+//! changed template is rebuilt, with a warning. A root agent that finds the template's real path
+//! and rewrites the record too is not stopped: only `sandbox` isolation protects against that.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -19,13 +26,24 @@ use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use sha2::{Digest, Sha256};
 
 use super::clone::{CloneBackend, make_clone};
+use super::digest::{Entry, first_difference, record_tree};
 use super::git::run_git;
+use super::remove::remove_tree;
 use super::{
     Isolation, ProvisionedWorkspace, WorkspaceBackend, WorkspaceBase, WorkspaceProvisionError,
 };
 
 /// Marks a template whose checkout finished.
 const READY: &str = ".deltabench-ready";
+/// The template's recorded content (see [`record_tree`]), beside its tree.
+const RECORD: &str = "content.json";
+
+/// What [`RECORD`] holds.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ContentRecord {
+    commit: String,
+    entries: Vec<Entry>,
+}
 
 /// Overlay workspaces over cached templates; commits used once fall back to a clone.
 pub struct OverlayBackend {
@@ -36,6 +54,8 @@ pub struct OverlayBackend {
     clone: CloneBackend,
     keep: bool,
     building: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
+    /// Templates whose content this run has checked (or built) already.
+    checked: Mutex<HashSet<PathBuf>>,
 }
 
 impl OverlayBackend {
@@ -49,6 +69,7 @@ impl OverlayBackend {
             clone: CloneBackend::new(root).keeping(keep),
             keep,
             building: Mutex::new(HashMap::new()),
+            checked: Mutex::new(HashSet::new()),
         }
     }
 
@@ -89,9 +110,25 @@ impl OverlayBackend {
         let _flock =
             Flock::lock(lock_file, FlockArg::LockExclusive).map_err(|(_, e)| e.to_string())?;
         if dir.join(READY).exists() {
-            return Ok(tree);
+            if self.is_checked(&dir) {
+                return Ok(tree);
+            }
+            match check_template(&dir, &tree) {
+                Ok(()) => {
+                    self.mark_checked(&dir);
+                    return Ok(tree);
+                }
+                Err(Some(first)) => eprintln!(
+                    "warning: the cached template {} (commit {}) changed since it was built \
+                     (first difference: {first}); rebuilding it",
+                    tree.display(),
+                    base.commit
+                ),
+                // Built before templates had a record: rebuilt quietly.
+                Err(None) => {}
+            }
         }
-        let _ = fs::remove_dir_all(&dir);
+        remove_tree(&dir).map_err(|e| e.to_string())?;
         fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         make_clone(&base.repo, &tree, &base.commit)?;
         // Right after a checkout every index entry is "racily clean" (same second as the file),
@@ -99,8 +136,26 @@ impl OverlayBackend {
         // later settles it for every workspace built on this template.
         std::thread::sleep(Duration::from_millis(1100));
         run_git(&tree, &["update-index", "-q", "--refresh"])?;
+        let record = ContentRecord {
+            commit: base.commit.clone(),
+            entries: record_tree(&tree)
+                .map_err(|e| format!("cannot read back {}: {e}", tree.display()))?,
+        };
+        let json = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
+        fs::write(dir.join(RECORD), json).map_err(|e| e.to_string())?;
         fs::write(dir.join(READY), &base.commit).map_err(|e| e.to_string())?;
+        self.mark_checked(&dir);
         Ok(tree)
+    }
+
+    fn is_checked(&self, dir: &Path) -> bool {
+        self.checked.lock().is_ok_and(|c| c.contains(dir))
+    }
+
+    fn mark_checked(&self, dir: &Path) {
+        if let Ok(mut checked) = self.checked.lock() {
+            checked.insert(dir.to_owned());
+        }
     }
 
     fn has_template(&self, base: &WorkspaceBase) -> bool {
@@ -131,17 +186,17 @@ impl WorkspaceBackend for OverlayBackend {
                 dir.display()
             )));
         }
-        let [upper, work, merged] = ["upper", "work", "merged"].map(|p| dir.join(p));
-        for part in [&upper, &work, &merged] {
+        let [lower, upper, work, merged] =
+            ["lower", "upper", "work", "merged"].map(|p| dir.join(p));
+        for part in [&lower, &upper, &work, &merged] {
             fs::create_dir_all(part)
                 .map_err(|e| fail(format!("cannot create {}: {e}", part.display())))?;
         }
-        if let Err(reason) = mount_overlay(&template, &upper, &work, &merged) {
-            let _ = fs::remove_dir_all(&dir);
+        if let Err(reason) = mount_over_template(&template, &lower, &upper, &work, &merged) {
+            let _ = remove_tree(&dir);
             return Err(fail(reason));
         }
         let keep = self.keep;
-        let mount_point = merged.clone();
         let workspace = ProvisionedWorkspace::new(
             merged,
             Isolation::Worktree,
@@ -151,9 +206,9 @@ impl WorkspaceBackend for OverlayBackend {
                 if keep {
                     return Ok(());
                 }
-                // A process still inside (a leaked grandchild) must not keep the mount alive.
-                umount2(&mount_point, MntFlags::MNT_DETACH).map_err(std::io::Error::from)?;
-                fs::remove_dir_all(&dir)
+                // Detaches the overlay and whatever the agent mounted inside it (a leaked
+                // grandchild cannot keep them alive), and never deletes through a mount.
+                remove_tree(&dir).map_err(std::io::Error::from)
             },
         );
         Ok(workspace.with_changes(upper))
@@ -203,6 +258,78 @@ fn is_opaque(dir: &Path) -> bool {
         )
     };
     n == 1 && value[0] == b'y'
+}
+
+/// Whether the template in `dir` still holds what was recorded when it was built: `Err(Some(path))`
+/// names the first differing path, `Err(None)` means there is no usable record.
+fn check_template(dir: &Path, tree: &Path) -> Result<(), Option<String>> {
+    let recorded: ContentRecord = fs::read(dir.join(RECORD))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .ok_or(None)?;
+    let now = record_tree(tree).map_err(|e| Some(format!("{} ({e})", tree.display())))?;
+    match first_difference(&recorded.entries, &now) {
+        None => Ok(()),
+        Some(path) => Err(Some(path)),
+    }
+}
+
+/// Mounts an overlay on `merged` whose lower layer is a read-only bind of `template` made at
+/// `lower`. The bind is detached and `lower` removed once the overlay holds it (overlayfs keeps a
+/// private clone of its layers), so the `lowerdir` the mount table shows leads nowhere.
+fn mount_over_template(
+    template: &Path,
+    lower: &Path,
+    upper: &Path,
+    work: &Path,
+    merged: &Path,
+) -> Result<(), String> {
+    let bind = |flags: MsFlags| {
+        mount(Some(template), lower, None::<&str>, flags, None::<&str>).map_err(|e| {
+            format!(
+                "cannot bind {} on {}: {e}",
+                template.display(),
+                lower.display()
+            )
+        })
+    };
+    bind(MsFlags::MS_BIND)?;
+    // Read-only is a second line only (the bind is detached below), so a refusal is not fatal.
+    // A bind remount must keep the flags the kernel locked on the source (nosuid, nodev...).
+    let kept = inherited_flags(lower);
+    let _ = bind(MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | kept);
+    let mounted = mount_overlay(lower, upper, work, merged);
+    let _ = umount2(lower, MntFlags::MNT_DETACH);
+    // Nothing needs the path any more: writes through it fail instead of landing anywhere.
+    let _ = fs::remove_dir(lower);
+    mounted
+}
+
+/// The per-mount flags of the mount holding `path`, as remount flags.
+fn inherited_flags(path: &Path) -> MsFlags {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return MsFlags::empty();
+    };
+    // SAFETY: statvfs writes only into the zeroed struct passed.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut st) } != 0 {
+        return MsFlags::empty();
+    }
+    let mut flags = MsFlags::empty();
+    for (st_flag, ms_flag) in [
+        (libc::ST_NOSUID, MsFlags::MS_NOSUID),
+        (libc::ST_NODEV, MsFlags::MS_NODEV),
+        (libc::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (libc::ST_NOATIME, MsFlags::MS_NOATIME),
+        (libc::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (libc::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if st.f_flag & st_flag != 0 {
+            flags |= ms_flag;
+        }
+    }
+    flags
 }
 
 fn mount_overlay(lower: &Path, upper: &Path, work: &Path, merged: &Path) -> Result<(), String> {

@@ -96,7 +96,8 @@ fn pass_counts(out: &Path) -> BTreeMap<String, usize> {
     counts
 }
 
-fn mounts_under(dir: &Path) -> Vec<String> {
+/// Mount points at or below `dir`.
+pub fn mounts_under(dir: &Path) -> Vec<String> {
     let dir = dir.canonicalize().unwrap();
     std::fs::read_to_string("/proc/self/mounts")
         .unwrap()

@@ -6,6 +6,7 @@ mod compare;
 mod crash;
 mod demo;
 mod gaming;
+mod hostile;
 mod import;
 mod lifecycle;
 mod model;
