@@ -99,7 +99,28 @@ fn what_dispose_cannot_remove_is_named_to_the_user() {
         tmp.path(),
         "name: stuck\nrepo: repo\nagents:\n  pin: {kind: command, run: \"mkdir -p keep && echo x > keep/stuck && chattr +i keep/stuck\"}\ntasks:\n  - {id: t, instruction: x, verify: \"true\"}\n",
     );
-    let (output, work, out) = run_suite(tmp.path(), &["--agent", "pin"]);
+    // Without CAP_SYS_ADMIN deltabench clones (every trial now provisions twice, so it would
+    // otherwise take the overlay path, where the pinned file lands in the upper dir).
+    let (work, out) = (tmp.path().join("work"), tmp.path().join("out"));
+    std::fs::create_dir_all(&work).unwrap();
+    let output = Command::new("setpriv")
+        .args([
+            "--bounding-set",
+            "-sys_admin",
+            "--inh-caps",
+            "-sys_admin",
+            "--",
+        ])
+        .arg(env!("CARGO_BIN_EXE_deltabench"))
+        .args(["run", "suite.yaml", "--agent", "pin", "--workdir"])
+        .arg(&work)
+        .arg("--out")
+        .arg(&out)
+        .env("DELTABENCH_CACHE", tmp.path().join("cache"))
+        .env_remove("DELTABENCH_WORKDIR")
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
     let stuck: Vec<_> = crate::common::leftovers(&work)
         .into_iter()
         .filter(|p| p.ends_with("keep/stuck"))
