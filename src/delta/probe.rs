@@ -219,6 +219,17 @@ impl TaskProbe {
                 format!("`{}`: {e}", self.verify.run),
             )
         })?;
+        if !crate::workspace::sandbox_started(&ended) {
+            let text = ended.output.text();
+            let why = text.lines().rev().find(|l| !l.trim().is_empty());
+            return Err(ProbeError::new(
+                ProbeErrorKind::Verify,
+                format!(
+                    "the sandbox could not start the verify command: {}",
+                    why.unwrap_or("no message").trim()
+                ),
+            ));
+        }
         Ok(CommandResult {
             command: self.verify.run.clone(),
             exit_code: ended.exit_code,

@@ -127,6 +127,10 @@ pub struct CommandSpec {
     pub clear_env: bool,
     /// Gives stdout its own pipe, streamed line by line (the log then holds stderr only).
     pub stdout: Option<StdoutLines>,
+    /// Opens fd 3 in the child as the write end of a pipe whose bytes end up in
+    /// [`ProcessOutput::status`]: a channel the program (bubblewrap's `--json-status-fd 3`)
+    /// writes to and the processes it starts do not inherit.
+    pub status_fd: bool,
 }
 
 /// Where a separated stdout goes: every byte to `raw_path` (up to the log cap) and each line,
@@ -160,6 +164,7 @@ impl CommandSpec {
             stdin: None,
             clear_env: false,
             stdout: None,
+            status_fd: false,
         }
     }
 
@@ -211,6 +216,8 @@ pub struct ProcessOutput {
     pub kill_method: Option<KillMethod>,
     pub duration: Duration,
     pub output: BoundedOutput,
+    /// What was written to fd 3, when [`CommandSpec::status_fd`] asked for it (up to 64 KiB).
+    pub status: Option<Vec<u8>>,
 }
 
 impl ProcessOutput {
@@ -492,6 +499,14 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
     become_subreaper();
     let procs = cgroup.as_ref().map(cgroup::Cgroup::procs_fd);
     let harness = std::process::id() as libc::pid_t;
+    let status_pipe = if spec.status_fd {
+        Some(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?)
+    } else {
+        None
+    };
+    let status_write = status_pipe
+        .as_ref()
+        .map(|(_, write)| std::os::fd::AsRawFd::as_raw_fd(write));
     // SAFETY: between fork and exec the closure only makes async-signal-safe system calls
     // (prctl, getppid, write) on values computed before the fork; it allocates nothing.
     unsafe {
@@ -503,6 +518,17 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
                 // Its parent is already gone: do not run an orphan.
                 return Err(io::Error::from_raw_os_error(libc::ESRCH));
             }
+            if let Some(fd) = status_write {
+                // dup2 clears close-on-exec on the copy; fd 3 itself needs it cleared by hand.
+                let ok = if fd == 3 {
+                    libc::fcntl(fd, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(fd, 3)
+                };
+                if ok < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
             match procs {
                 Some(procs) => cgroup::join_from_child(procs),
                 None => Ok(()),
@@ -510,6 +536,11 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
         });
     }
     let (mut child, pgid) = spawn_registered(command)?;
+    // Only the child keeps the status pipe's write end, so its EOF comes with the child.
+    let status_read = status_pipe.map(|(read, write)| {
+        drop(write);
+        read
+    });
     if let Some(cgroup) = &cgroup
         && let Ok(mut live) = LIVE_CGROUPS.lock()
     {
@@ -605,6 +636,10 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
     }
     let kill_method = killed.then(|| guard.method());
     drop(guard);
+    let status_bytes = match status_read {
+        Some(read) => Some(read_status(read)),
+        None => None,
+    };
 
     use std::os::unix::process::ExitStatusExt;
     Ok(ProcessOutput {
@@ -616,7 +651,28 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
         kill_method,
         duration: started.elapsed(),
         output,
+        status: status_bytes,
     })
+}
+
+/// The bytes of the status pipe, up to 64 KiB: what the child wrote before it ended. Read
+/// without blocking, so a descendant that kept the write end open cannot hold us.
+fn read_status(read: std::os::fd::OwnedFd) -> Vec<u8> {
+    use std::io::Read;
+    let _ = nix::fcntl::fcntl(
+        &read,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    );
+    let mut file = std::fs::File::from(read);
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while bytes.len() < 64 * 1024 {
+        match file.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+        }
+    }
+    bytes
 }
 
 /// Spawns `command` (consumed: it holds our copies of the pipe's write end, which must go so

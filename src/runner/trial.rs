@@ -24,7 +24,7 @@ use crate::agent::harness::{Endpoint, HarnessAgent, find_program};
 use crate::agent::{
     BuildContext, CodingAgent, CodingResult, CodingStatus, CodingTask, CommandAgent,
     FnCodingAgentFactory, MockAgent, NoopAgent, OracleAgent, RunCodingNode, RunNodeError,
-    StreamEvent, run_coding_node,
+    SANDBOX_FAILED, StreamEvent, run_coding_node,
 };
 use crate::delta::{DiffStats, FreshWorkspace, TaskProbe, commit_setup};
 use crate::metric::{
@@ -272,7 +272,12 @@ pub async fn run_trial(
                 let _ = write_json_atomic(&dir.join("tests.json"), &evidence);
             }
             describe_result(&mut record, &outcome.result);
+            let sandbox_failed = outcome.result.output.metadata.contains_key(SANDBOX_FAILED);
             match &protected {
+                _ if sandbox_failed => {
+                    // The harness's failure, not the agent's: unscored, and retried.
+                    record.infra_error = outcome.result.error.as_ref().map(|e| e.message.clone());
+                }
                 Ok(protected) => {
                     record.tampered = protected.touched(&delta.diff, &|path| {
                         file_versions(history, &base.commit, &delta.diff, path)

@@ -33,6 +33,17 @@ pub use sandbox::{
 pub use session::SessionBackend;
 pub use source::{PreparedSource, prepare_source};
 
+/// Whether a command wrapped by [`SandboxPolicy::wrap`] got as far as starting its program:
+/// bubblewrap writes the child's pid to its status fd once it has, and nothing when it failed
+/// to set the sandbox up. A command run without the status fd counts as started.
+pub fn sandbox_started(ended: &crate::process::ProcessOutput) -> bool {
+    ended.status.as_ref().is_none_or(|status| {
+        status
+            .windows(b"child-pid".len())
+            .any(|w| w == b"child-pid")
+    })
+}
+
 /// The valid isolation strategies, in the order error messages list them.
 pub const ISOLATION_STRATEGIES: [&str; 3] = ["session", "worktree", "sandbox"];
 

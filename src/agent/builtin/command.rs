@@ -138,6 +138,9 @@ impl CommandAgent {
             })),
         })
         .await;
+        if let Some(failed) = sandbox_failure(self.sandbox.is_some(), &session, &ended) {
+            return failed;
+        }
 
         let mut result = if ended.cancelled {
             CodingResult::aborted(session)
@@ -170,6 +173,41 @@ impl CommandAgent {
         result.output.text = Some(text[start..].to_owned()).filter(|t| !t.is_empty());
         result
     }
+}
+
+/// The key of a result's metadata that marks a sandbox that never started the agent: the
+/// trial is the harness's failure (`infra_error`, retried), not the agent's.
+pub const SANDBOX_FAILED: &str = "deltabench.sandbox_failed";
+
+/// When a sandboxed command never started inside bubblewrap, the failed result that says so.
+/// bubblewrap reports the child's start on its status fd, which the sandboxed processes do
+/// not inherit, so an agent cannot fake this by printing bubblewrap's messages.
+pub(crate) fn sandbox_failure(
+    sandboxed: bool,
+    session: &str,
+    ended: &process::ProcessOutput,
+) -> Option<CodingResult> {
+    if !sandboxed || crate::workspace::sandbox_started(ended) {
+        return None;
+    }
+    let text = ended.output.text();
+    let why = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no message");
+    let mut result = CodingResult::failed(
+        session.to_owned(),
+        CodingError::new(
+            ErrorCode::SdkError,
+            format!("the sandbox could not start the agent: {}", why.trim()),
+        ),
+    );
+    result
+        .output
+        .metadata
+        .insert(SANDBOX_FAILED.to_owned(), serde_json::json!(true));
+    Some(result)
 }
 
 /// `spec` wrapped in `policy`'s sandbox when there is one; an agent's error when the sandbox's

@@ -21,7 +21,7 @@ use super::{
     AiderParser, ClaudeParser, CodexParser, GeminiParser, MiniSweParser, OpencodeParser, ParsedRun,
     StreamParser,
 };
-use crate::agent::builtin::command::sandboxed_spec;
+use crate::agent::builtin::command::{sandbox_failure, sandboxed_spec};
 use crate::agent::{
     CodingAgent, CodingError, CodingHandle, CodingOutput, CodingResult, CodingStatus, CodingTask,
     ErrorCode, RunContext, StreamEvent, Usage, new_session_id,
@@ -326,6 +326,9 @@ impl HarnessAgent {
             })),
         })
         .await;
+        if let Some(failed) = sandbox_failure(self.sandbox.is_some(), &fallback_session, &ended) {
+            return failed;
+        }
         if kind == HarnessKind::Aider {
             self.remove_aider_caches(&aider_caches_before);
         }
