@@ -11,6 +11,7 @@ mod model;
 mod procs;
 mod reports;
 mod sandbox;
+mod sandbox_reach;
 mod seam;
 mod shard;
 mod suite_errors;
