@@ -105,10 +105,11 @@ fn probe_bubblewrap() -> Result<String, SandboxUnavailableError> {
     let mut args = Args::default();
     args.flags(&["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]);
     args.system();
-    args.flags(&["--remount-ro", "/", "--unshare-all", "--cap-drop", "ALL"]);
+    args.seal();
+    args.flags(&["--unshare-all", "--cap-drop", "ALL"]);
     args.flags(&["--die-with-parent", "--new-session", "--", "true"]);
     let trial = std::process::Command::new("bwrap")
-        .args(&args.0)
+        .args(&args.argv)
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| unavailable(format!("`bwrap` cannot be started ({e})")))?;
@@ -247,47 +248,46 @@ impl SandboxPolicy {
             args.ro_bind(&resolv);
         }
 
-        let readable: Vec<&PathBuf> = self
+        let readable = self
             .readable
             .iter()
             .filter(|path| path.is_absolute() && path.exists())
-            .filter(|path| !private.iter().any(|p| p.starts_with(path)))
-            .collect();
-        let mut trees: Vec<&PathBuf> = tools.roots.iter().chain(readable.iter().copied()).collect();
-        // Parents first, so a nested bind is not buried under its parent's.
-        trees.sort_by_key(|path| (path.components().count(), path.as_os_str().to_owned()));
-        trees.dedup();
-        for tree in &trees {
-            args.ro_bind(tree);
-        }
-        // After the trees: a readable path never uncovers a secret.
-        for secret in etc_secrets().iter().chain(&tools.masked) {
-            args.mask(secret);
-        }
+            .filter(|path| !private.iter().any(|p| p.starts_with(path)));
+        let trees: Vec<&PathBuf> = tools.roots.iter().chain(readable).collect();
         exposed.extend(trees.iter().map(|tree| tree.to_path_buf()));
-        let mut masked: Vec<PathBuf> = self
+        let masks = self
             .hidden
             .iter()
             .flat_map(|path| [path.clone(), path.canonicalize().unwrap_or_default()])
             .filter(|path| path.parent().is_some() && path.exists())
             .filter(|path| exposed.iter().any(|tree| path.starts_with(tree)))
+            .filter(|path| !trees.contains(&path));
+        // Parents first, so the deeper mount wins: a hidden folder inside an exposed tree is
+        // masked, a readable path inside a hidden folder (the objects in the cache) shows.
+        let mut mounts: Vec<(PathBuf, bool)> = trees
+            .iter()
+            .map(|tree| (tree.to_path_buf(), true))
+            .chain(masks.map(|path| (path, false)))
             .collect();
-        masked.sort();
-        masked.dedup();
-        for path in &masked {
-            args.mask(path);
-        }
-        for path in readable {
-            if masked.iter().any(|hidden| path.starts_with(hidden)) {
+        mounts.sort_by_key(|(path, _)| (path.components().count(), path.clone()));
+        mounts.dedup();
+        for (path, expose) in &mounts {
+            if *expose {
                 args.ro_bind(path);
+            } else {
+                args.mask(path);
             }
+        }
+        // After every tree: a readable path never uncovers a secret.
+        for secret in etc_secrets().iter().chain(&tools.masked) {
+            args.mask(secret);
         }
 
         // Last, so nothing is mounted over them.
         args.flags(&["--bind"]).path(workspace).path(workspace);
         args.flags(&["--bind"]).path(&self.home).path(&self.home);
-        args.flags(&["--remount-ro", "/", "--setenv", "HOME"])
-            .path(&self.home);
+        args.seal();
+        args.flags(&["--setenv", "HOME"]).path(&self.home);
         args.flags(&["--setenv", "TMPDIR", "/tmp"]);
         for (key, value) in &tools.env {
             if var(key).is_none() {
@@ -301,7 +301,7 @@ impl SandboxPolicy {
         args.flags(&["--cap-drop", "ALL", "--die-with-parent", "--new-session"]);
         args.flags(&["--chdir"]).path(workspace).flags(&["--"]);
         let mut argv = vec![OsString::from("bwrap")];
-        argv.append(&mut args.0);
+        argv.append(&mut args.argv);
         argv.append(&mut spec.argv);
         spec.argv = argv;
         Ok(spec)
@@ -310,16 +310,20 @@ impl SandboxPolicy {
 
 /// bwrap's arguments, built up mount by mount.
 #[derive(Default)]
-struct Args(Vec<OsString>);
+struct Args {
+    argv: Vec<OsString>,
+    /// Masking tmpfs folders, made read-only once nothing more is mounted inside them.
+    masks: Vec<PathBuf>,
+}
 
 impl Args {
     fn flags(&mut self, flags: &[&str]) -> &mut Self {
-        self.0.extend(flags.iter().map(OsString::from));
+        self.argv.extend(flags.iter().map(OsString::from));
         self
     }
 
     fn path(&mut self, path: impl AsRef<std::ffi::OsStr>) -> &mut Self {
-        self.0.push(path.as_ref().to_owned());
+        self.argv.push(path.as_ref().to_owned());
         self
     }
 
@@ -331,9 +335,18 @@ impl Args {
     fn mask(&mut self, path: &Path) {
         if path.is_dir() {
             self.flags(&["--tmpfs"]).path(path);
-            self.flags(&["--remount-ro"]).path(path);
+            self.masks.push(path.to_owned());
         } else {
             self.flags(&["--ro-bind", "/dev/null"]).path(path);
+        }
+    }
+
+    /// Makes the root and the masks read-only: after the last mount, since a readable path, the
+    /// workspace or the home may lie inside a mask and need a mount point made there.
+    fn seal(&mut self) {
+        self.flags(&["--remount-ro", "/"]);
+        for mask in std::mem::take(&mut self.masks) {
+            self.flags(&["--remount-ro"]).path(mask);
         }
     }
 

@@ -368,3 +368,51 @@ fn a_sandboxed_verify_command_finds_the_toolchains_on_path() {
         log("agent.log")
     );
 }
+
+/// A folder the agent is given (here the suite's, named in `run`) is readable, but the
+/// solutions and hidden tests inside it stay masked. (The solution is named through `$d`:
+/// an absolute path written out in `run` counts as part of the agent's program.)
+#[test]
+fn an_exposed_suite_folder_still_masks_its_solutions() {
+    let tmp = temp_dir();
+    let suite = tmp.path().join("suite");
+    git_repo(&suite, &[("a.txt", "a\n")]);
+    write_files(
+        &suite,
+        &[
+            ("sol/a.txt", "SECRET-SOLUTION\n"),
+            ("hidden/check.sh", "grep -q SECRET-SOLUTION a.txt\n"),
+            ("notes.txt", "public\n"),
+        ],
+    );
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let dir = suite.display();
+    for isolation in ["sandbox", "worktree"] {
+        std::fs::write(
+            suite.join("suite.yaml"),
+            format!(
+                "name: peek\nrepo: repo\nagents:\n  peeker: {{kind: command, run: \"ls {dir} >/dev/null; d={dir}; cat $d/notes.txt; cp $d/sol/a.txt a.txt || echo blocked\"}}\n\
+                 tasks:\n  - {{id: t, instruction: x, isolation: {isolation}, tests: hidden/, solution: sol/, verify: \"sh check.sh\"}}\n"
+            ),
+        )
+        .unwrap();
+        let out = tmp.path().join(format!("out-{isolation}"));
+        let output = deltabench(&suite)
+            .args(["run", "suite.yaml", "--workdir"])
+            .arg(&work)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let log = std::fs::read_to_string(out.join("trials/t/peeker/1/agent.log")).unwrap();
+        assert!(log.contains("public"), "{isolation}: {log}");
+        let expected = if isolation == "sandbox" {
+            "fail"
+        } else {
+            "pass"
+        };
+        assert_eq!(trials(&out)[0]["outcome"], expected, "{isolation}: {log}");
+    }
+}
