@@ -907,11 +907,12 @@ pub(crate) fn recorded_agent_configs(
     configs
 }
 
-/// What a sandboxed agent must not see: the run's other workspaces, the run directory and the
-/// `reports/` folder it sits in (earlier runs' diffs hold answers), the suite's folder, the
-/// source repo, every hidden-test and solution path, and the cache (prepared sources and later
-/// commits' histories). The objects a workspace borrows are bound back read-only after this.
-/// Nothing that is the file system's root is hidden: that would hide everything.
+/// What a sandboxed agent must not see even where a tree the sandbox exposes covers it (a CLI
+/// installed in the suite's folder exposes that folder): the run's other workspaces, the run
+/// directory and the `reports/` folder it sits in (earlier runs' diffs hold answers), the
+/// suite's folder, the source repo, every hidden-test and solution path, and the cache
+/// (prepared sources and later commits' histories). The sandbox is an allow-list, so none of it
+/// is there otherwise. Nothing that is the file system's root is listed.
 fn sandbox_hidden(suite: &Suite, root: &Path, run_dir: &Path, cache: &Path) -> Vec<PathBuf> {
     let mut hidden = vec![
         root.to_owned(),

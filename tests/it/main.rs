@@ -14,6 +14,7 @@ mod procs;
 mod redaction;
 mod reports;
 mod sandbox;
+mod sandbox_reach;
 mod seam;
 mod shard;
 mod suite_errors;

@@ -1,5 +1,5 @@
 //! `isolation: sandbox`: the agent and the verify command run in bubblewrap. One agent tries to
-//! escape in four ways; the sandbox blocks them all, and the same agent under `worktree` gets
+//! escape in several ways; the sandbox blocks them all, and the same agent under `worktree` gets
 //! through, so the test proves the sandbox is what blocks them. Needs `bwrap` (`.ci/run`
 //! installs it).
 
@@ -23,6 +23,8 @@ try write_repo sh -c "echo planted > '$REPO_OBJECTS/planted'"
 try umount umount "$REAL_HOME"
 try read_secret cat "$REAL_HOME/.ssh/id_rsa"
 try read_run cat "$RUN_DIR/manifest.json"
+try read_outside cat "$OUTSIDE/.keep"
+try read_shadow test -s /etc/shadow
 try connect python3 -c "import socket, sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3)" "$PORT"
 try git_status git status --porcelain
 try instruction grep -q escape "$DELTABENCH_INSTRUCTION_FILE"
@@ -30,8 +32,8 @@ try write_home sh -c 'mkdir -p "$HOME/.config/agent" && echo x > "$HOME/.config/
 echo changed >> a.txt
 "#;
 
-/// A host folder the sandbox would see read-only (not under `/tmp`, `/dev` or `$HOME`): the
-/// deltabench process's `$HOME` with a planted key, and a folder to escape into.
+/// A host folder outside `/tmp`, `/dev` and `$HOME`, which the sandbox does not expose: the
+/// deltabench process's `$HOME` with a planted key, and a folder to escape into or read.
 struct Host {
     dir: tempfile::TempDir,
     listener_port: u16,
@@ -140,6 +142,8 @@ fn sandbox_blocks_what_worktree_allows() {
             "umount=blocked",
             "read_secret=blocked",
             "read_run=blocked",
+            "read_outside=blocked",
+            "read_shadow=blocked",
             "connect=blocked",
             "git_status=ok",
             "instruction=ok",
@@ -176,6 +180,7 @@ fn sandbox_blocks_what_worktree_allows() {
         "write_outside=ok",
         "read_secret=ok",
         "read_run=ok",
+        "read_outside=ok",
         "connect=ok",
     ] {
         assert!(seen.contains(&allowed.to_owned()), "{allowed}: {seen:?}");
