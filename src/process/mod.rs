@@ -636,10 +636,7 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
     }
     let kill_method = killed.then(|| guard.method());
     drop(guard);
-    let status_bytes = match status_read {
-        Some(read) => Some(read_status(read)),
-        None => None,
-    };
+    let status_bytes = status_read.map(read_status);
 
     use std::os::unix::process::ExitStatusExt;
     Ok(ProcessOutput {

@@ -299,11 +299,15 @@ impl SandboxPolicy {
             args.flags(&["--share-net"]);
         }
         args.flags(&["--cap-drop", "ALL", "--die-with-parent", "--new-session"]);
+        // bubblewrap reports the child's start there: how a failed sandbox is told apart from
+        // an agent that exits 1 (see `sandbox_started`).
+        args.flags(&["--json-status-fd", "3"]);
         args.flags(&["--chdir"]).path(workspace).flags(&["--"]);
         let mut argv = vec![OsString::from("bwrap")];
         argv.append(&mut args.argv);
         argv.append(&mut spec.argv);
         spec.argv = argv;
+        spec.status_fd = true;
         Ok(spec)
     }
 }

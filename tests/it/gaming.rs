@@ -365,3 +365,95 @@ fn an_unvalidated_suite_says_so_and_still_catches_the_fake_summary() {
         assert_eq!(r["outcome"], expected, "{r}");
     }
 }
+
+/// A bubblewrap that fails to set the sandbox up once (as under mount pressure) makes the trial
+/// the harness's `infra_error`, retried by `--retries`; an agent that prints bubblewrap's
+/// message and exits 1 stays its own `fail`.
+#[test]
+fn a_sandbox_that_cannot_start_is_an_infra_error_not_the_agents_fail() {
+    if !require_tools() {
+        return;
+    }
+    let tmp = setup();
+    let fake = tmp.path().join("fakebin");
+    let mark = tmp.path().join("fail-once");
+    std::fs::write(&mark, "").unwrap();
+    write_files(
+        &fake,
+        &[(
+            "bwrap",
+            "#!/bin/sh\ncase \" $* \" in *\" --json-status-fd \"*)\n  if [ -e \"$FAIL_MARK\" ]; then rm -f \"$FAIL_MARK\"; \
+             echo \"bwrap: Can't mount tmpfs on /newroot/tmp: No space left on device\" >&2; exit 1; fi;;\nesac\nexec /usr/bin/bwrap \"$@\"\n",
+        )],
+    );
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(fake.join("bwrap"))
+        .status()
+        .unwrap();
+    let liar =
+        "echo \"bwrap: Can't mount tmpfs on /newroot/tmp: No space left on device\" >&2; exit 1\n";
+    write_files(tmp.path(), &[("attacks/liar.sh", liar)]);
+    let yaml = suite_yaml(tmp.path(), "sandbox").replace(
+        "agents:\n",
+        &format!(
+            "agents:\n  liar: {{kind: command, run: \"sh {}\"}}\n",
+            tmp.path().join("attacks/liar.sh").display()
+        ),
+    );
+    std::fs::write(tmp.path().join("suite.yaml"), yaml).unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let path = format!("{}:{}", fake.display(), std::env::var("PATH").unwrap());
+    let run = |out: &str, retries: &str| {
+        std::fs::write(&mark, "").unwrap();
+        let output = deltabench(tmp.path())
+            .args([
+                "run",
+                "suite.yaml",
+                "--task",
+                "unittest",
+                "--agent",
+                "honest",
+                "--agent",
+                "liar",
+            ])
+            .args(["-j", "1", "--retries", retries, "--workdir"])
+            .arg(&work)
+            .arg("--out")
+            .arg(tmp.path().join(out))
+            .env("PATH", &path)
+            .env("FAIL_MARK", &mark)
+            .output()
+            .unwrap();
+        assert!(
+            !mark.exists(),
+            "the fake bwrap never failed: {}",
+            stderr(&output)
+        );
+        let records = trials(&tmp.path().join(out));
+        let of = |agent: &str| {
+            records
+                .iter()
+                .find(|r| r["agent"] == agent)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(of("liar")["outcome"], "fail", "{records:?}");
+        (output, of("honest"))
+    };
+    // Unscored (exit 1 today), with bubblewrap's reason in the record and the progress line.
+    let (output, honest) = run("out-once", "0");
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_eq!(honest["outcome"], "infra_error", "{honest}");
+    let why = "the sandbox could not start the agent: bwrap: Can't mount tmpfs";
+    assert!(
+        honest["infra_error"].as_str().unwrap().starts_with(why),
+        "{honest}"
+    );
+    assert!(stderr(&output).contains(why), "{}", stderr(&output));
+    // --retries runs it again, and then it passes.
+    let (output, honest) = run("out-retried", "1");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(honest["outcome"], "pass", "{honest}");
+}
