@@ -784,7 +784,7 @@ async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
         .ok()
         .flatten()
         .unwrap_or_default();
-    let mut locked = 0;
+    let (mut locked, mut changed) = (0, false);
     for task in &plan.suite.tasks {
         let of = |agent: &str| -> Vec<&TrialRecord> {
             outcome
@@ -806,19 +806,20 @@ async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
             None => {
                 println!("ok   {}", task.id);
                 if let Some(evidence) = reference_evidence(&run_dir, &task.id, &of("oracle")) {
-                    lock.record(task, evidence, runner::now());
+                    changed |= lock.record(task, evidence, runner::now());
                     locked += 1;
                 }
             }
         }
     }
-    if locked > 0 {
-        let path = lock
-            .write(&plan.suite)
+    if changed {
+        lock.write(&plan.suite)
             .map_err(|e| CliError::failed(e.to_string()))?;
+    }
+    if locked > 0 {
         println!(
             "recorded what the reference's verify run showed for {locked} task(s) in {}: trials must show at least as much",
-            path.display()
+            suite::lock_path(&plan.suite).display()
         );
     }
     let total = plan.suite.tasks.len();

@@ -108,16 +108,27 @@ impl SuiteLock {
             .map(|locked| &locked.tests)
     }
 
-    pub fn record(&mut self, task: &Task, tests: TestEvidence, at: String) {
+    /// Records what `task`'s reference showed; returns false when that is already recorded (the
+    /// file then stays as it is, so a checked-in lock does not churn).
+    pub fn record(&mut self, task: &Task, tests: TestEvidence, at: String) -> bool {
         self.version = VERSION;
+        let digest = task_digest(task);
+        if self
+            .tasks
+            .get(&task.id)
+            .is_some_and(|old| old.digest == digest && old.tests == tests)
+        {
+            return false;
+        }
         self.tasks.insert(
             task.id.clone(),
             LockedTask {
-                digest: task_digest(task),
+                digest,
                 validated_at: at,
                 tests,
             },
         );
+        true
     }
 
     pub fn write(&self, suite: &Suite) -> Result<PathBuf, LockError> {
