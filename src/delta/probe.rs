@@ -220,13 +220,11 @@ impl TaskProbe {
             )
         })?;
         if !crate::workspace::sandbox_started(&ended) {
-            let text = ended.output.text();
-            let why = text.lines().rev().find(|l| !l.trim().is_empty());
             return Err(ProbeError::new(
                 ProbeErrorKind::Verify,
                 format!(
                     "the sandbox could not start the verify command: {}",
-                    why.unwrap_or("no message").trim()
+                    ended.last_line()
                 ),
             ));
         }

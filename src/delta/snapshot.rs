@@ -235,38 +235,7 @@ impl<'a> View<'a> {
             return Ok(());
         }
         let base = self.base_entry(relative);
-        match self.on_disk(relative)? {
-            OnDisk::Missing | OnDisk::Unstorable => {
-                if base.is_some() {
-                    self.removed.insert(relative.to_owned());
-                }
-            }
-            OnDisk::Dir => {
-                let subtree = match base {
-                    Some(BaseEntry::Tree(tree)) => Some(tree),
-                    Some(BaseEntry::Blob(..)) => {
-                        self.removed.insert(relative.to_owned());
-                        None
-                    }
-                    None => None,
-                };
-                let ignored = self.ignored_with_parents(relative, true);
-                self.compare_dir(relative, subtree, ignored)?;
-            }
-            OnDisk::Entry(kind, size) => {
-                let base = match base {
-                    Some(BaseEntry::Blob(oid, kind)) => Some((oid, kind)),
-                    Some(BaseEntry::Tree(_)) => {
-                        self.removed.insert(relative.to_owned());
-                        None
-                    }
-                    None if self.ignored_with_parents(relative, false) => return Ok(()),
-                    None => None,
-                };
-                self.compare_file(relative, kind, size, base)?;
-            }
-        }
-        Ok(())
+        self.visit(relative, base, None)
     }
 
     /// Compares a workspace directory with the base's subtree at the same path, recursively.
@@ -288,41 +257,7 @@ impl<'a> View<'a> {
         for name in &names {
             let path = relative.join(name);
             let base_entry = base.as_ref().and_then(|_| self.base_entry(&path));
-            match self.on_disk(&path)? {
-                OnDisk::Missing => {}
-                OnDisk::Unstorable => {
-                    if base_entry.is_some() {
-                        self.removed.insert(path);
-                    }
-                }
-                OnDisk::Dir => {
-                    let subtree = match base_entry {
-                        Some(BaseEntry::Tree(tree)) => Some(tree),
-                        Some(BaseEntry::Blob(..)) => {
-                            self.removed.insert(path.clone());
-                            None
-                        }
-                        None => None,
-                    };
-                    let ignored = ignored || self.ignored(&path, true);
-                    if ignored && subtree.is_none() {
-                        continue;
-                    }
-                    self.compare_dir(&path, subtree, ignored)?;
-                }
-                OnDisk::Entry(kind, size) => {
-                    let base = match base_entry {
-                        Some(BaseEntry::Blob(oid, kind)) => Some((oid, kind)),
-                        Some(BaseEntry::Tree(_)) => {
-                            self.removed.insert(path.clone());
-                            None
-                        }
-                        None if ignored || self.ignored(&path, false) => continue,
-                        None => None,
-                    };
-                    self.compare_file(&path, kind, size, base)?;
-                }
-            }
+            self.visit(&path, base_entry, Some(ignored))?;
         }
         if let Some(tree) = &base {
             for entry in tree.iter() {
@@ -330,6 +265,54 @@ impl<'a> View<'a> {
                 if !names.contains(name) {
                     self.removed.insert(relative.join(name));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Compares one workspace path with the base's entry there. `parent_ignored` is known when
+    /// walking down a directory; `None` makes the path's parents be checked.
+    fn visit(
+        &mut self,
+        path: &Path,
+        base: Option<BaseEntry<'a>>,
+        parent_ignored: Option<bool>,
+    ) -> Result<(), SnapshotError> {
+        let ignored = |view: &mut Self, is_dir| match parent_ignored {
+            Some(parent) => parent || view.ignored(path, is_dir),
+            None => view.ignored_with_parents(path, is_dir),
+        };
+        match self.on_disk(path)? {
+            OnDisk::Missing | OnDisk::Unstorable => {
+                if base.is_some() {
+                    self.removed.insert(path.to_owned());
+                }
+            }
+            OnDisk::Dir => {
+                let subtree = match base {
+                    Some(BaseEntry::Tree(tree)) => Some(tree),
+                    Some(BaseEntry::Blob(..)) => {
+                        self.removed.insert(path.to_owned());
+                        None
+                    }
+                    None => None,
+                };
+                let ignored = ignored(self, true);
+                if !(ignored && subtree.is_none()) {
+                    self.compare_dir(path, subtree, ignored)?;
+                }
+            }
+            OnDisk::Entry(kind, size) => {
+                let base = match base {
+                    Some(BaseEntry::Blob(oid, kind)) => Some((oid, kind)),
+                    Some(BaseEntry::Tree(_)) => {
+                        self.removed.insert(path.to_owned());
+                        None
+                    }
+                    None if ignored(self, false) => return Ok(()),
+                    None => None,
+                };
+                self.compare_file(path, kind, size, base)?;
             }
         }
         Ok(())

@@ -221,6 +221,13 @@ pub struct ProcessOutput {
 }
 
 impl ProcessOutput {
+    /// The output's last non-empty line: what a failing tool usually says last.
+    pub fn last_line(&self) -> String {
+        let text = self.output.text();
+        let line = text.lines().rev().find(|l| !l.trim().is_empty());
+        line.unwrap_or("no message").trim().to_owned()
+    }
+
     pub fn success(&self) -> bool {
         self.exit_code == Some(0) && !self.timed_out && !self.cancelled
     }

@@ -200,7 +200,10 @@ pub(crate) fn sandbox_failure(
         session.to_owned(),
         CodingError::new(
             ErrorCode::SdkError,
-            format!("the sandbox could not start the agent: {}", why.trim()),
+            format!(
+                "the sandbox could not start the agent: {}",
+                ended.last_line()
+            ),
         ),
     );
     result
