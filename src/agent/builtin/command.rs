@@ -190,12 +190,6 @@ pub(crate) fn sandbox_failure(
     if !sandboxed || crate::workspace::sandbox_started(ended) {
         return None;
     }
-    let text = ended.output.text();
-    let why = text
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("no message");
     let mut result = CodingResult::failed(
         session.to_owned(),
         CodingError::new(
