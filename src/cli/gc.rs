@@ -1,6 +1,6 @@
 //! `deltabench gc`: reap what dead runs left, found through their lease files.
 
-use super::{CliError, EXIT_CHECK_FAILED, EXIT_OK, GcArgs, print_stdout};
+use super::{CliError, EXIT_OK, EXIT_UNSCORED, GcArgs, print_stdout};
 use crate::store::{Reaped, leases, reap, registered_caches};
 
 pub(super) fn gc(args: &GcArgs) -> Result<u8, CliError> {
@@ -72,9 +72,5 @@ pub(super) fn gc(args: &GcArgs) -> Result<u8, CliError> {
         text.push_str(&format!("nothing to clean in {}\n", places.join(", ")));
     }
     print_stdout(&text);
-    Ok(if failed > 0 {
-        EXIT_CHECK_FAILED
-    } else {
-        EXIT_OK
-    })
+    Ok(if failed > 0 { EXIT_UNSCORED } else { EXIT_OK })
 }

@@ -30,16 +30,22 @@ use reporter::TerminalReporter;
 
 /// Exit code: success.
 pub const EXIT_OK: u8 = 0;
-/// Exit code: a trial could not be scored, or `validate` found bad tasks.
+/// Exit code: a verdict failed (the gate found a regression, `validate` found bad tasks).
 pub const EXIT_CHECK_FAILED: u8 = 1;
 /// Exit code: usage or configuration error.
 pub const EXIT_USAGE: u8 = 2;
+/// Exit code: some trials could not be scored (`infra_error`), or the harness itself failed.
+pub const EXIT_UNSCORED: u8 = 3;
+/// Exit code: interrupted (Ctrl-C, SIGTERM); what finished is recorded.
+pub const EXIT_INTERRUPTED: u8 = 130;
 
 const AFTER_HELP: &str = "\
 Exit codes:
-  0  the run completed and every trial was scored
-  1  a trial could not be scored (infrastructure error), or validate found bad tasks
-  2  usage or configuration error (the suite file, an agents file, a flag)
+    0  ok: every trial was scored (failed trials are a result, not an error)
+    1  a verdict failed: the gate found a regression, or validate found bad tasks
+    2  usage or configuration error (the suite file, an agents file, a flag, an --out in use)
+    3  some trials could not be scored (infra_error), or the harness failed
+  130  interrupted (what finished is recorded; `deltabench resume` finishes the run)
 
 Start with:
   deltabench run suites/demo --workdir /dev/shm
@@ -373,7 +379,7 @@ impl CliError {
 
     fn failed(message: impl Into<String>) -> Self {
         Self {
-            code: EXIT_CHECK_FAILED,
+            code: EXIT_UNSCORED,
             message: message.into(),
             snippet: None,
             hint: None,
@@ -445,7 +451,7 @@ pub fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("error: cannot start the async runtime: {err}");
-            return ExitCode::from(EXIT_CHECK_FAILED);
+            return ExitCode::from(EXIT_UNSCORED);
         }
     };
     let result = runtime.block_on(dispatch(cli));
@@ -635,17 +641,16 @@ fn finish_run(
             outcome.records.len(),
             plan.trials.len()
         );
+        return Ok(EXIT_INTERRUPTED);
+    }
+    if gate_failed {
         return Ok(EXIT_CHECK_FAILED);
     }
     if infra > 0 {
         eprintln!("{infra} trial(s) could not be scored (infra_error); see trials.jsonl");
-        return Ok(EXIT_CHECK_FAILED);
+        return Ok(EXIT_UNSCORED);
     }
-    Ok(if gate_failed {
-        EXIT_CHECK_FAILED
-    } else {
-        EXIT_OK
-    })
+    Ok(EXIT_OK)
 }
 
 fn default_out(suite: &str) -> PathBuf {
@@ -825,7 +830,7 @@ async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
     let total = plan.suite.tasks.len();
     if outcome.interrupted {
         println!("interrupted before every check ran");
-        return Ok(EXIT_CHECK_FAILED);
+        return Ok(EXIT_INTERRUPTED);
     }
     if bad > 0 {
         println!("{bad} of {total} tasks are unsound");

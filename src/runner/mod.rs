@@ -451,8 +451,14 @@ pub async fn execute(
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
     let suite = &plan.suite;
-    let store =
-        RunDir::create(run_dir).map_err(|e| RunError::Io(format!("{}: {e}", run_dir.display())))?;
+    let store = RunDir::create(run_dir).map_err(|e| match e.kind() {
+        // An --out that holds a run is the user's choice to fix, not a harness failure.
+        std::io::ErrorKind::AlreadyExists => RunError::Config {
+            message: e.to_string(),
+            at: None,
+        },
+        _ => RunError::Io(format!("{}: {e}", run_dir.display())),
+    })?;
     let manifest = Manifest {
         suite: suite.name.clone(),
         suite_path: suite.path.display().to_string(),
@@ -660,6 +666,7 @@ async fn carry_out(
 
     let mut records = done;
     let mut interrupts = 0;
+    let mut forced = false;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| RunError::Io(e.to_string()))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| RunError::Io(e.to_string()))?;
     loop {
@@ -677,8 +684,10 @@ async fn carry_out(
                     cancel.cancel();
                     observer.interrupted();
                 } else {
+                    // A second interrupt: kill everything and return; the CLI exits 130.
                     crate::process::kill_all_live_groups();
-                    std::process::exit(130);
+                    forced = true;
+                    break;
                 }
             }
         }
@@ -686,8 +695,13 @@ async fn carry_out(
 
     scripted.stop().await;
     let mut leftovers = Vec::new();
-    // Never through a mount an agent left: each such path is named instead.
-    if !plan.request.keep_workspaces
+    if forced {
+        // Trials still stopping may hold their workspaces: gc removes them later.
+        leftovers.push(format!(
+            "{} (a forced stop leaves it to `deltabench gc`)",
+            root.display()
+        ));
+    } else if !plan.request.keep_workspaces
         && let Err(err) = crate::workspace::remove_tree(&root)
     {
         leftovers.extend(err.left.iter().map(ToString::to_string));

@@ -309,7 +309,7 @@ fn retries_rerun_only_infra_errors_and_record_the_last_attempt() {
     );
     crate::common::write_files(root, &[("solution/a.txt", "fixed\n")]);
     let (output, _, out) = run_suite(root, &["--agent", "oracle"]);
-    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     assert_eq!(trials(&out)[0]["outcome"], "infra_error");
 
     std::fs::remove_file(&flag).unwrap();

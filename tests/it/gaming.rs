@@ -442,9 +442,9 @@ fn a_sandbox_that_cannot_start_is_an_infra_error_not_the_agents_fail() {
         assert_eq!(of("liar")["outcome"], "fail", "{records:?}");
         (output, of("honest"))
     };
-    // Unscored (exit 1 today), with bubblewrap's reason in the record and the progress line.
+    // Unscored (exit 3), with bubblewrap's reason in the record and the progress line.
     let (output, honest) = run("out-once", "0");
-    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     assert_eq!(honest["outcome"], "infra_error", "{honest}");
     let why = "the sandbox could not start the agent: bwrap: Can't mount tmpfs";
     assert!(

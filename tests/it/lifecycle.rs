@@ -128,7 +128,7 @@ fn interrupt_aborts_running_trials_and_still_disposes() {
     let status = child.wait().unwrap();
     assert_eq!(
         status.code(),
-        Some(1),
+        Some(130),
         "an interrupted run is not a complete run"
     );
     let records = trials(&out);
@@ -213,7 +213,7 @@ fn an_external_grader_scores_from_the_delta_json() {
     let (output, _, out) = run_suite(tmp.path(), &["--agent", "ok", "--agent", "noop"]);
     assert_eq!(
         output.status.code(),
-        Some(1),
+        Some(3),
         "a failing grader is an infra error: {}",
         stderr(&output)
     );
@@ -237,4 +237,57 @@ fn an_external_grader_scores_from_the_delta_json() {
             .contains("exited with"),
         "{broken}"
     );
+}
+
+/// A second Ctrl-C kills everything and the run returns (no `exit` inside the library): exit
+/// 130, the manifest says interrupted, and what is left is named for `gc`.
+#[test]
+fn a_second_interrupt_kills_everything_and_exits_130() {
+    let tmp = one_file_repo();
+    write_suite(
+        tmp.path(),
+        "name: abort\nrepo: repo\nagents:\n  stubborn: {kind: command, run: \"trap '' TERM INT; sleep 60\"}\ntasks:\n  - id: fix\n    instruction: x\n    verify: \"true\"\n",
+    );
+    let work = tmp.path().join("work");
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&work).unwrap();
+    let mut child = crate::common::deltabench(tmp.path())
+        .args(["run", "suite.yaml", "--workdir"])
+        .arg(&work)
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let instruction = out.join("trials/fix/stubborn/1/instruction.md");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !instruction.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("a forced stop leaves it to `deltabench gc`"),
+        "{err}"
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["interrupted"], true, "{manifest}");
+    let gc = crate::common::deltabench(tmp.path())
+        .args(["gc", "--workdir"])
+        .arg(&work)
+        .output()
+        .unwrap();
+    assert_eq!(gc.status.code(), Some(0), "{}", stderr(&gc));
+    assert_no_leftovers(&work);
 }

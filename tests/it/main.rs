@@ -5,6 +5,7 @@ mod common;
 mod compare;
 mod crash;
 mod demo;
+mod exits;
 mod gaming;
 mod hostile;
 mod import;

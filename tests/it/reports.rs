@@ -373,7 +373,7 @@ fn output_to_an_unwritable_path_fails() {
         &["--format", "markdown", "--output", file.to_str().unwrap()],
     );
     let err = stderr(&output);
-    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert_eq!(output.status.code(), Some(3), "{err}");
     assert!(err.contains("cannot write"), "{err}");
 }
 

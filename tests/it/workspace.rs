@@ -254,7 +254,7 @@ fn session_works_in_place_for_one_trial_only() {
     // Now the work tree is dirty: a second session run refuses it instead of mixing changes.
     std::fs::remove_dir_all(&out).unwrap();
     let (output, _, out) = run_suite(tmp.path(), &["--agent", "edit"]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(3));
     let record = &trials(&out)[0];
     assert_eq!(record["outcome"], "infra_error");
     assert!(
