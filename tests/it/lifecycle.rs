@@ -251,7 +251,7 @@ fn a_second_interrupt_kills_everything_and_exits_130() {
     let work = tmp.path().join("work");
     let out = tmp.path().join("out");
     std::fs::create_dir_all(&work).unwrap();
-    let mut child = crate::common::deltabench(tmp.path())
+    let child = crate::common::deltabench(tmp.path())
         .args(["run", "suite.yaml", "--workdir"])
         .arg(&work)
         .arg("--out")
