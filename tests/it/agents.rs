@@ -129,15 +129,11 @@ impl Cli {
 fn installed(kind: HarnessKind) -> bool {
     match find_program(kind, None) {
         Ok(_) => true,
-        Err(err) if std::env::var_os("CI").is_some() => {
-            panic!("{kind} must be installed under CI (.ci/install-agents): {err}")
-        }
-        Err(err) => {
-            eprintln!(
-                "\n*** SKIPPED: {kind} is not installed, so its real-CLI tests did not run ***\n*** {err} ***\n"
-            );
-            false
-        }
+        Err(err) => crate::common::have_tool(
+            &format!("the {kind} tests"),
+            &format!("{kind} (.ci/install-agents): {err}"),
+            false,
+        ),
     }
 }
 
@@ -634,12 +630,8 @@ fn every_cli_runs_inside_the_sandbox() {
         .arg("--version")
         .output()
         .is_err()
+        && !crate::common::have_tool("every_cli_runs_inside_the_sandbox", "bubblewrap", false)
     {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must install bubblewrap"
-        );
-        eprintln!("\n*** SKIPPED: bubblewrap is not installed ***\n");
         return;
     }
     for kind in HarnessKind::ALL {

@@ -147,3 +147,36 @@ pub fn one_file_repo() -> tempfile::TempDir {
     git_repo(tmp.path(), &[("a.txt", "a\n")]);
     tmp
 }
+
+/// Whether a test's tool is there. Without it: under CI the test fails; elsewhere it is skipped
+/// loudly and recorded in `target/tmp/skipped-tests.txt`, which `.ci/test` lists with a count
+/// at the end (never a silent `ok`).
+pub fn have_tool(test: &str, tool: &str, found: bool) -> bool {
+    if found {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test} needs {tool}, and CI must install it (.ci/install does)"
+    );
+    eprintln!("\n*** SKIPPED: {test} needs {tool} ***\n");
+    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+    {
+        use std::io::Write;
+        let _ = writeln!(file, "{test}: needs {tool}");
+    }
+    false
+}
+
+/// Whether bubblewrap can run here (see [`have_tool`]).
+pub fn have_bwrap(test: &str) -> bool {
+    let found = Command::new("bwrap")
+        .args(["--ro-bind", "/", "/", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    have_tool(test, "bubblewrap (apt-get install bubblewrap)", found)
+}

@@ -144,15 +144,11 @@ fn require_tools() -> bool {
     .filter(|(_, ok)| !ok)
     .map(|(name, _)| name)
     .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "gaming tests need {missing:?} (.ci/run installs them)"
-    );
-    println!("*** SKIPPED: gaming tests need {missing:?} ***");
-    false
+    crate::common::have_tool(
+        "the gaming tests",
+        &format!("{missing:?}"),
+        missing.is_empty(),
+    )
 }
 
 fn run(root: &Path, isolation: &str) -> Vec<serde_json::Value> {

@@ -37,12 +37,8 @@ fn secrets_in_file_names_and_link_targets_of_the_agent_home_are_redacted() {
         .arg("--version")
         .output()
         .is_err()
+        && !crate::common::have_tool("redaction", "bubblewrap", false)
     {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must install bubblewrap"
-        );
-        eprintln!("\n*** SKIPPED: bubblewrap is not installed ***\n");
         return;
     }
     let tmp = one_file_repo();

@@ -728,14 +728,12 @@ fn output_within(mut command: std::process::Command, limit: std::time::Duration)
 
 #[test]
 fn report_html_renders_in_headless_chromium() {
-    let Some(chromium) = chromium() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "chromium is missing; CI must install it (.ci/run does)"
-        );
-        eprintln!("skipped: chromium is not installed (apt-get install chromium)");
+    let found = chromium();
+    let test = "report_html_renders_in_headless_chromium";
+    if !crate::common::have_tool(test, "chromium (apt-get install chromium)", found.is_some()) {
         return;
-    };
+    }
+    let chromium = found.expect("checked above");
     let tmp = temp_dir();
     let run = write_run(tmp.path());
     let page = tmp.path().join("report.html");

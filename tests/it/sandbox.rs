@@ -129,6 +129,9 @@ fn attempts(out: &Path, agent: &str) -> Vec<String> {
 
 #[test]
 fn sandbox_blocks_what_worktree_allows() {
+    if !crate::common::have_bwrap("sandbox_blocks_what_worktree_allows") {
+        return;
+    }
     let host = Host::new();
 
     let boxed = temp_dir();
@@ -245,6 +248,9 @@ fn unknown_network_mode_names_the_place_and_the_valid_set() {
 
 #[test]
 fn a_timed_out_sandbox_takes_its_escaped_daemon_with_it() {
+    if !crate::common::have_bwrap("a_timed_out_sandbox_takes_its_escaped_daemon_with_it") {
+        return;
+    }
     let tmp = one_file_repo();
     // The daemon leaves the process group (setsid); the sandbox's PID namespace still ends it.
     write_suite(
@@ -264,6 +270,11 @@ fn a_timed_out_sandbox_takes_its_escaped_daemon_with_it() {
 
 #[test]
 fn a_sandboxed_agent_cannot_read_the_suites_hidden_tests_or_solutions() {
+    if !crate::common::have_bwrap(
+        "a_sandboxed_agent_cannot_read_the_suites_hidden_tests_or_solutions",
+    ) {
+        return;
+    }
     let tmp = one_file_repo();
     write_files(
         tmp.path(),

@@ -105,6 +105,9 @@ fn seen(out: &Path) -> Vec<String> {
 
 #[test]
 fn a_sandboxed_agent_sees_nothing_of_a_concurrent_run_beside_it() {
+    if !crate::common::have_bwrap("a_sandboxed_agent_sees_nothing_of_a_concurrent_run_beside_it") {
+        return;
+    }
     // The suite's folder, the shared workdir and the runs' parent folder side by side, on a
     // disk folder (a fresh `/dev` alone would hide ones on `/dev/shm`).
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -268,6 +271,9 @@ for name, path in [("self", own)] + [a.split("=", 1) for a in sys.argv[1:]]:
 
 #[test]
 fn a_sandboxed_agent_cannot_connect_to_a_host_unix_socket() {
+    if !crate::common::have_bwrap("a_sandboxed_agent_cannot_connect_to_a_host_unix_socket") {
+        return;
+    }
     let tmp = temp_dir();
     let root = tmp.path();
     git_repo(root, &[("a.txt", "a\n")]);
@@ -333,6 +339,9 @@ fn a_sandboxed_agent_cannot_connect_to_a_host_unix_socket() {
 /// rustup and pyenv, under the home folder, which the sandbox does not expose otherwise).
 #[test]
 fn a_sandboxed_verify_command_finds_the_toolchains_on_path() {
+    if !crate::common::have_bwrap("a_sandboxed_verify_command_finds_the_toolchains_on_path") {
+        return;
+    }
     let tmp = temp_dir();
     git_repo(
         tmp.path(),
@@ -374,6 +383,9 @@ fn a_sandboxed_verify_command_finds_the_toolchains_on_path() {
 /// an absolute path written out in `run` counts as part of the agent's program.)
 #[test]
 fn an_exposed_suite_folder_still_masks_its_solutions() {
+    if !crate::common::have_bwrap("an_exposed_suite_folder_still_masks_its_solutions") {
+        return;
+    }
     let tmp = temp_dir();
     let suite = tmp.path().join("suite");
     git_repo(&suite, &[("a.txt", "a\n")]);
