@@ -1,7 +1,7 @@
 //! The one reporter that owns the terminal: a progress bar on a TTY, plain lines otherwise.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -13,6 +13,9 @@ pub struct TerminalReporter {
     bar: Option<ProgressBar>,
     total: usize,
     done: usize,
+    passed: usize,
+    /// Trials in flight, with when they started, in start order.
+    running: Vec<(String, Instant)>,
 }
 
 impl TerminalReporter {
@@ -22,6 +25,33 @@ impl TerminalReporter {
             bar: None,
             total: 0,
             done: 0,
+            passed: 0,
+            running: Vec::new(),
+        }
+    }
+
+    /// The bar's message: the running pass count and the trials in flight with their time.
+    fn status(&self) -> String {
+        let mut text = format!("passed {}/{}", self.passed, self.done);
+        if !self.running.is_empty() {
+            let names: Vec<String> = self
+                .running
+                .iter()
+                .take(3)
+                .map(|(name, at)| format!("{name} {}s", at.elapsed().as_secs()))
+                .collect();
+            let more = self.running.len().saturating_sub(names.len());
+            text.push_str(&format!(" | running: {}", names.join(", ")));
+            if more > 0 {
+                text.push_str(&format!(" +{more}"));
+            }
+        }
+        text
+    }
+
+    fn refresh(&self) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(self.status());
         }
     }
 
@@ -50,6 +80,9 @@ impl TerminalReporter {
             .filter(|s| *s != crate::agent::CodingStatus::Completed)
         {
             line.push_str(&format!(" agent {status}"));
+            if let Some(error) = &record.error {
+                line.push_str(&format!(" ({})", error.message));
+            }
         }
         if let Some(reason) = record.infra_error.as_ref().or(record.reason.as_ref()) {
             line.push_str(&format!(": {reason}"));
@@ -73,7 +106,7 @@ impl RunObserver for TerminalReporter {
         if self.tty {
             let bar = ProgressBar::new(self.total as u64);
             bar.set_style(
-                ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {msg}")
+                ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} ETA {eta} {msg}")
                     .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
             bar.enable_steady_tick(Duration::from_millis(200));
@@ -81,8 +114,17 @@ impl RunObserver for TerminalReporter {
         }
     }
 
+    fn trial_started(&mut self, name: &str) {
+        self.running.push((name.to_owned(), Instant::now()));
+        self.refresh();
+    }
+
     fn trial_finished(&mut self, record: &TrialRecord) {
         self.done += 1;
+        self.passed += usize::from(record.outcome == Outcome::Pass);
+        let name = format!("{} / {} #{}", record.task, record.agent, record.trial);
+        self.running.retain(|(running, _)| *running != name);
+        self.refresh();
         let line = Self::line(record);
         match &self.bar {
             Some(bar) => {

@@ -413,8 +413,17 @@ fn check_cli_agents(
 }
 
 /// Hears about the run as it goes. Implemented by the terminal reporter.
+/// What a trial's task tells the run loop.
+enum TrialEvent {
+    /// `task / agent #n` began.
+    Started(String),
+    Finished(Result<TrialRecord, RunError>),
+}
+
 pub trait RunObserver: Send {
     fn started(&mut self, plan: &Plan, run_dir: &Path);
+    /// A trial (`task / agent #n`) began; `trial_finished` names it the same way.
+    fn trial_started(&mut self, _name: &str) {}
     fn trial_finished(&mut self, record: &TrialRecord);
     /// The first interrupt: no new trials start, running ones end.
     fn interrupted(&mut self);
@@ -615,7 +624,7 @@ async fn carry_out(
     });
     let semaphore = Arc::new(Semaphore::new(plan.request.jobs));
     let retries = plan.request.retries;
-    let (tx, mut rx) = mpsc::unbounded_channel::<Result<TrialRecord, RunError>>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<TrialEvent>();
     // Trials are started as permits free up, not all at once, so memory stays flat in the
     // number of trials.
     {
@@ -633,10 +642,14 @@ async fn carry_out(
                 let trial_dir = match fresh_trial_dir(&run_path, &task_ids[spec.task], &spec) {
                     Ok(dir) => dir,
                     Err(err) => {
-                        let _ = tx.send(Err(err));
+                        let _ = tx.send(TrialEvent::Finished(Err(err)));
                         return;
                     }
                 };
+                let _ = tx.send(TrialEvent::Started(format!(
+                    "{} / {} #{}",
+                    task_ids[spec.task], spec.agent, spec.trial
+                )));
                 let (inputs, tx, cancel) = (inputs.clone(), tx.clone(), cancel.clone());
                 let commit = commits[spec.task].clone();
                 tokio::spawn(async move {
@@ -658,7 +671,7 @@ async fn carry_out(
                             trial::run_trial(&inputs, &spec, &commit, &trial_dir, cancel.clone())
                                 .await;
                     }
-                    let _ = tx.send(Ok(record));
+                    let _ = tx.send(TrialEvent::Finished(Ok(record)));
                 });
             }
         });
@@ -671,9 +684,15 @@ async fn carry_out(
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| RunError::Io(e.to_string()))?;
     loop {
         tokio::select! {
-            record = rx.recv() => {
-                let Some(record) = record else { break };
-                let record = record?;
+            event = rx.recv() => {
+                let record = match event {
+                    None => break,
+                    Some(TrialEvent::Started(name)) => {
+                        observer.trial_started(&name);
+                        continue;
+                    }
+                    Some(TrialEvent::Finished(record)) => record?,
+                };
                 store.append(&record).map_err(|e| RunError::Io(format!("cannot append to trials.jsonl: {e}")))?;
                 observer.trial_finished(&record);
                 records.push(record);

@@ -58,3 +58,34 @@ fn exit_codes_match_the_help_table() {
         assert!(stdout(&help).contains(line), "{line}: {}", stdout(&help));
     }
 }
+
+/// The plain progress lines (no TTY): one per trial, with the reason a trial did not pass.
+#[test]
+fn progress_lines_give_the_reason() {
+    let tmp = one_file_repo();
+    crate::common::write_files(tmp.path(), &[("hidden/check.txt", "x\n")]);
+    write_suite(
+        tmp.path(),
+        "name: progress\nrepo: repo\nagents:\n  \
+         fixer: {kind: command, run: \"echo fixed > a.txt\"}\n  \
+         cheat: {kind: command, run: \"echo fixed > a.txt; echo y > check.txt\"}\n  \
+         crash: {kind: command, run: \"echo oops >&2; exit 4\"}\n\
+         tasks:\n  - {id: t, instruction: x, tests: hidden, verify: \"grep -q fixed a.txt\"}\n",
+    );
+    let (output, _, _) = run_suite(
+        tmp.path(),
+        &[
+            "-j", "1", "--agent", "fixer", "--agent", "cheat", "--agent", "crash", "--agent",
+            "noop",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let lines: Vec<String> = stderr(&output)
+        .lines()
+        .filter(|l| l.starts_with('['))
+        .map(str::to_owned)
+        .collect();
+    insta::with_settings!({filters => vec![(r"\(\d+\.\d\ds\)", "([TIME])")]}, {
+        insta::assert_snapshot!(lines.join("\n"));
+    });
+}
