@@ -417,7 +417,7 @@ fn check_cli_agents(
 enum TrialEvent {
     /// `task / agent #n` began.
     Started(String),
-    Finished(Result<TrialRecord, RunError>),
+    Finished(Box<Result<TrialRecord, RunError>>),
 }
 
 pub trait RunObserver: Send {
@@ -642,7 +642,7 @@ async fn carry_out(
                 let trial_dir = match fresh_trial_dir(&run_path, &task_ids[spec.task], &spec) {
                     Ok(dir) => dir,
                     Err(err) => {
-                        let _ = tx.send(TrialEvent::Finished(Err(err)));
+                        let _ = tx.send(TrialEvent::Finished(Box::new(Err(err))));
                         return;
                     }
                 };
@@ -671,7 +671,7 @@ async fn carry_out(
                             trial::run_trial(&inputs, &spec, &commit, &trial_dir, cancel.clone())
                                 .await;
                     }
-                    let _ = tx.send(TrialEvent::Finished(Ok(record)));
+                    let _ = tx.send(TrialEvent::Finished(Box::new(Ok(record))));
                 });
             }
         });
@@ -691,7 +691,7 @@ async fn carry_out(
                         observer.trial_started(&name);
                         continue;
                     }
-                    Some(TrialEvent::Finished(record)) => record?,
+                    Some(TrialEvent::Finished(record)) => (*record)?,
                 };
                 store.append(&record).map_err(|e| RunError::Io(format!("cannot append to trials.jsonl: {e}")))?;
                 observer.trial_finished(&record);
