@@ -231,7 +231,8 @@ struct SuiteArgs {
     /// A YAML file with a top-level `agents:` map; its agents override the suite's.
     #[arg(long, value_name = "FILE")]
     agents: Option<PathBuf>,
-    /// Where workspaces are created (a tmpfs such as /dev/shm makes provisioning fast).
+    /// Where workspaces are created (a tmpfs such as /dev/shm makes provisioning fast)
+    /// [default: the system temp dir, $TMPDIR or /tmp].
     #[arg(long, value_name = "DIR", env = "DELTABENCH_WORKDIR")]
     workdir: Option<PathBuf>,
     /// Prepared sources and workspace templates, reused across runs [default: WORKDIR/deltabench-cache].
@@ -263,16 +264,6 @@ struct RunArgs {
     suite_path: Option<PathBuf>,
     #[command(flatten)]
     suite: SuiteArgs,
-    /// Finish the run in RUN_DIR instead (as `deltabench resume RUN_DIR`); the plan is the
-    /// recorded one.
-    #[arg(
-        long,
-        value_name = "RUN_DIR",
-        conflicts_with_all = ["suite_path", "out", "shard", "baseline", "agent", "task", "tag", "trials", "keep_workspaces"]
-    )]
-    resume: Option<PathBuf>,
-    #[command(flatten)]
-    resume_options: ResumeOptions,
     /// Run only this agent (repeatable) [default: the suite's agents, or oracle and noop].
     #[arg(long = "agent", value_name = "NAME")]
     agent: Vec<String>,
@@ -300,6 +291,17 @@ struct RunArgs {
     baseline: Option<PathBuf>,
     #[command(flatten)]
     gate: GateArgs,
+    /// Finish the run in RUN_DIR instead (as `deltabench resume RUN_DIR`); the plan is the
+    /// recorded one.
+    #[arg(
+        long,
+        value_name = "RUN_DIR",
+        help_heading = "Retries and resuming",
+        conflicts_with_all = ["suite_path", "out", "shard", "baseline", "agent", "task", "tag", "trials", "keep_workspaces"]
+    )]
+    resume: Option<PathBuf>,
+    #[command(flatten, next_help_heading = "Retries and resuming")]
+    resume_options: ResumeOptions,
 }
 
 #[derive(Debug, clap::Args)]

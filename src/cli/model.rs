@@ -52,8 +52,8 @@ struct ServeArgs {
     #[arg(value_name = "SCRIPT")]
     script: PathBuf,
     /// The port on 127.0.0.1 [default: any free port].
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    port: u16,
+    #[arg(long, value_name = "N")]
+    port: Option<u16>,
     /// Also write each request (auth headers redacted) as a JSON line to FILE.
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
@@ -83,7 +83,7 @@ async fn serve(args: ServeArgs) -> Result<u8, CliError> {
         }
         None => None,
     };
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, args.port));
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, args.port.unwrap_or(0)));
     let server = ScriptedServer::start_with_log(script, addr, log)
         .await
         .map_err(|e| CliError::usage(format!("cannot listen on {addr}: {e}")))?;

@@ -94,12 +94,14 @@ impl TerminalReporter {
 impl RunObserver for TerminalReporter {
     fn started(&mut self, plan: &Plan, run_dir: &Path) {
         self.total = plan.trials.len();
+        let count =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         eprintln!(
-            "running {} trials ({} tasks x {} agents x {} trials, -j {}) into {}",
-            self.total,
-            plan.tasks.len(),
-            plan.agents.len(),
-            plan.request.trials,
+            "running {} ({} x {} x {}, -j {}) into {}",
+            count(self.total, "trial", "trials"),
+            count(plan.tasks.len(), "task", "tasks"),
+            count(plan.agents.len(), "agent", "agents"),
+            count(plan.request.trials as usize, "trial", "trials"),
             plan.request.jobs,
             run_dir.display()
         );

@@ -55,7 +55,8 @@ pub struct RawAgentsFile {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawAgent {
-    /// `noop`, `oracle`, `mock` or `command`.
+    /// `noop`, `oracle`, `mock`, `command`, or a real CLI: `claude-code`, `codex`, `gemini-cli`,
+    /// `opencode`, `mini-swe-agent`, `aider`.
     #[schemars(with = "String")]
     pub kind: Spanned<String>,
     /// command: the shell command line; a leading `./` or `../` path is relative to this file.
@@ -241,7 +242,9 @@ pub struct RawTask {
     #[schemars(with = "Option<String>")]
     pub tests: Option<Spanned<String>>,
     /// Globs of workspace paths the agent must not modify (`*`, `?`, `**`; a directory covers
-    /// what is under it); a diff touching one fails the trial. Default: the hidden test paths.
+    /// what is under it); a diff touching one fails the trial. Default: the hidden tests and the
+    /// test infrastructure (`conftest.py`, `pytest.ini`, ...); `defaults` in the list brings
+    /// those back, a `!glob` entry takes paths out.
     #[serde(default)]
     pub protected: Option<Vec<String>>,
     /// The verify command: a string, or `{run, timeout}`.
@@ -289,7 +292,7 @@ pub enum RawMetric {
     },
 }
 
-/// Schema-only mirror of [`RawVerify`].
+/// The verify command: a shell command line, or `{run, timeout}`.
 #[derive(JsonSchema)]
 #[serde(untagged)]
 #[expect(dead_code, reason = "only describes the schema")]
@@ -301,7 +304,7 @@ enum VerifySchema {
     },
 }
 
-/// Schema-only mirror of [`RawLevels`].
+/// A factor's levels: a list of values, or a map of label to value.
 #[derive(JsonSchema)]
 #[serde(untagged)]
 #[expect(dead_code, reason = "only describes the schema")]
@@ -310,7 +313,7 @@ enum LevelsSchema {
     Labelled(IndexMap<String, String>),
 }
 
-/// Schema-only mirror of [`RawMetric`].
+/// A metric: `delta`, `delta-token`, `exit-code`, or `{grader: COMMAND, timeout}`.
 #[derive(JsonSchema)]
 #[serde(untagged)]
 #[expect(dead_code, reason = "only describes the schema")]
