@@ -52,7 +52,8 @@ pub struct TrialInputs {
     pub source: PreparedSource,
     /// Shared by every trial, so backends can share their caches.
     pub provisioner: BackendProvisioner,
-    /// Folders a sandboxed command must not see: the run's workspaces and its run directory.
+    /// Folders masked where an exposed tree of the sandbox covers them (the run's workspaces,
+    /// its run directory, the cache, hidden tests and solutions).
     pub sandbox_hidden: Vec<PathBuf>,
     /// What `validate` saw each task's reference solution show, by task id.
     pub expected: HashMap<String, TestEvidence>,
