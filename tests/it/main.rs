@@ -20,4 +20,5 @@ mod shard;
 mod suite_errors;
 mod tampered;
 mod trust;
+mod validate;
 mod workspace;
