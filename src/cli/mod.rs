@@ -6,6 +6,7 @@
 mod compare;
 mod gc;
 mod import;
+mod init;
 mod merge;
 mod model;
 mod reporter;
@@ -44,6 +45,7 @@ Exit codes:
   2  usage or configuration error (the suite file, an agents file, a flag)
 
 Start with:
+  deltabench init my-suite                         # a first suite of your own
   deltabench run suites/demo --workdir /dev/shm
   deltabench validate suites/demo
   deltabench run suites/smoke --workdir /dev/shm   # the six real agent CLIs, offline";
@@ -112,6 +114,10 @@ enum Command {
     Gc(GcArgs),
     /// Local stand-ins for model APIs, to drive agent CLIs offline.
     Model(model::ModelArgs),
+    /// Write a first suite that validates and runs as written: a small git repo with a bug,
+    /// one task with hidden tests and a reference solution, a stand-in agent script, and a
+    /// suite.yaml with every key commented.
+    Init(init::InitArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -492,6 +498,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Resume(args) => resume::resume(&args.run_dir, &args.options, args.jobs).await,
         Command::Gc(args) => gc::gc(&args),
         Command::Model(args) => model::model_cmd(args).await,
+        Command::Init(args) => init::init(&args),
     }
 }
 

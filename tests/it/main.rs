@@ -8,6 +8,7 @@ mod demo;
 mod gaming;
 mod hostile;
 mod import;
+mod init;
 mod lifecycle;
 mod model;
 mod procs;
