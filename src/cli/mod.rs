@@ -76,6 +76,10 @@ enum Command {
     /// What the reference's verify run showed (tests run and passed, and their names) is
     /// recorded in `<suite>.lock.json` next to the suite; trials must then show at least as
     /// much to pass.
+    ///
+    /// A bad task's line says why from what its trials left (zero tests ran, the tests that
+    /// failed, a verify command not found, the tail of verify.log), and the scratch run is kept
+    /// for reading; its path is printed.
     Validate(ValidateArgs),
     /// Print a report of a run directory.
     Report(ReportArgs),
