@@ -58,7 +58,8 @@ pub(super) fn gc(args: &GcArgs) -> Result<u8, CliError> {
         }
         if !args.dry_run && !lease_failed {
             text.push_str(&format!(
-                "{verb} lease of dead run {} (pid {})\n",
+                "{verb} lease of dead {} {} (pid {})\n",
+                what_held(&found.lease),
                 found.lease.run_dir.display(),
                 found.lease.pid
             ));
@@ -73,4 +74,14 @@ pub(super) fn gc(args: &GcArgs) -> Result<u8, CliError> {
     }
     print_stdout(&text);
     Ok(if failed > 0 { EXIT_UNSCORED } else { EXIT_OK })
+}
+
+/// What took a lease: a run, or `validate` for its scratch folder (which it removes or, when a
+/// task was bad, keeps and releases; a lease left on one means validate died).
+fn what_held(lease: &crate::store::Lease) -> &'static str {
+    let scratch = lease
+        .run_dir
+        .file_name()
+        .is_some_and(|name| name.to_string_lossy().starts_with("deltabench-validate-"));
+    if scratch { "validate" } else { "run" }
 }

@@ -6,10 +6,12 @@
 mod compare;
 mod gc;
 mod import;
+mod init;
 mod merge;
 mod model;
 mod reporter;
 mod resume;
+mod validate;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -27,6 +29,7 @@ use crate::suite::{self, AgentSpec, SuiteError};
 
 use compare::{compare, plan_cmd};
 use reporter::TerminalReporter;
+use validate::Trial;
 
 /// Exit code: success.
 pub const EXIT_OK: u8 = 0;
@@ -48,6 +51,7 @@ Exit codes:
   130  interrupted (what finished is recorded; `deltabench resume` finishes the run)
 
 Start with:
+  deltabench init my-suite                         # a first suite of your own
   deltabench run suites/demo --workdir /dev/shm
   deltabench validate suites/demo
   deltabench run suites/smoke --workdir /dev/shm   # the six real agent CLIs, offline";
@@ -78,6 +82,10 @@ enum Command {
     /// What the reference's verify run showed (tests run and passed, and their names) is
     /// recorded in `<suite>.lock.json` next to the suite; trials must then show at least as
     /// much to pass.
+    ///
+    /// A bad task's line says why from what its trials left (zero tests ran, the tests that
+    /// failed, a verify command not found, the tail of verify.log), and the scratch run is kept
+    /// for reading; its path is printed.
     Validate(ValidateArgs),
     /// Print a report of a run directory.
     Report(ReportArgs),
@@ -116,6 +124,10 @@ enum Command {
     Gc(GcArgs),
     /// Local stand-ins for model APIs, to drive agent CLIs offline.
     Model(model::ModelArgs),
+    /// Write a first suite that validates and runs as written: a small git repo with a bug,
+    /// one task with hidden tests and a reference solution, a stand-in agent script, and a
+    /// suite.yaml with every key commented.
+    Init(init::InitArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -314,6 +326,13 @@ struct ValidateArgs {
     /// Times each check must hold (more catches flaky tasks).
     #[arg(long, value_name = "N", default_value_t = 1)]
     trials: u32,
+    /// Check only this task (repeatable).
+    #[arg(long = "task", value_name = "ID")]
+    task: Vec<String>,
+    /// Keep the scratch run (each trial's verify.log, tests.json, diff.patch) even when every
+    /// task is sound; it is always kept when one is not.
+    #[arg(long)]
+    keep: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -491,6 +510,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Resume(args) => resume::resume(&args.run_dir, &args.options, args.jobs).await,
         Command::Gc(args) => gc::gc(&args),
         Command::Model(args) => model::model_cmd(args).await,
+        Command::Init(args) => init::init(&args),
     }
 }
 
@@ -667,50 +687,151 @@ fn default_out(suite: &str) -> PathBuf {
     candidate
 }
 
-/// Why a task is unsound, from its noop and oracle trials.
-fn judge(noop: &[&TrialRecord], oracle: &[&TrialRecord]) -> Option<String> {
-    let verify_passed = |r: &&&TrialRecord| {
-        r.verify
-            .is_some_and(|v| v.exit_code == Some(0) && !v.timed_out)
-    };
-    if let Some(r) = noop
+/// Why a task is unsound, with what shows it.
+struct Unsound<'a> {
+    reason: String,
+    /// Lines shown under the reason (the tests that failed or passed).
+    details: Vec<String>,
+    /// The trial whose verify output is shown.
+    shown: Option<&'a Trial<'a>>,
+}
+
+impl<'a> Unsound<'a> {
+    fn new(reason: impl Into<String>, shown: Option<&'a Trial<'a>>) -> Self {
+        Self {
+            reason: reason.into(),
+            details: Vec::new(),
+            shown,
+        }
+    }
+}
+
+/// Why a task is unsound, from its noop and oracle trials and what their folders hold.
+fn judge<'a>(noop: &'a [Trial<'a>], oracle: &'a [Trial<'a>]) -> Option<Unsound<'a>> {
+    if let Some(t) = noop
         .iter()
         .chain(oracle)
-        .find(|r| r.outcome == Outcome::InfraError)
+        .find(|t| t.record.outcome == Outcome::InfraError)
     {
-        return Some(format!(
-            "could not be checked: {}",
-            r.infra_error.as_deref().unwrap_or("unknown")
+        let why = t.record.infra_error.as_deref().unwrap_or("unknown");
+        return Some(Unsound::new(
+            format!("could not be checked: {why}"),
+            Some(t),
         ));
     }
-    if let Some(r) = oracle
+    if let Some(t) = oracle
         .iter()
-        .find(|r| r.status != Some(crate::agent::CodingStatus::Completed))
+        .find(|t| t.record.status != Some(crate::agent::CodingStatus::Completed))
     {
-        let why = r
+        let why = t
+            .record
             .error
             .as_ref()
             .map_or("unknown".to_owned(), |e| e.message.clone());
-        return Some(format!("reference solution could not be applied: {why}"));
+        return Some(Unsound::new(
+            format!("reference solution could not be applied: {why}"),
+            None,
+        ));
     }
-    let base_passes = noop.iter().filter(verify_passed).count();
-    let reference_passes = oracle.iter().filter(|r| r.passed).count();
+    // A shell's "command not found" (127) or "not executable" (126), not a test verdict. Only
+    // the reference's counts: on the base, a tool the solution adds is rightly missing.
+    if let Some(t) = oracle
+        .iter()
+        .find(|t| matches!(t.verify_exit(), Some(126 | 127)))
+    {
+        let reason = match t.verify_exit() {
+            Some(127) => "the verify command was not found: exit 127 (with the solution applied)",
+            _ => "the verify command could not be executed: exit 126 (with the solution applied)",
+        };
+        return Some(Unsound::new(reason, Some(t)));
+    }
+    const WHERE_TESTS_GO: &str = "check that it runs the hidden tests where `tests:` puts them (its folder is copied onto the workspace root)";
+    if let Some((t, runners)) = oracle.iter().find_map(|t| Some((t, t.zero_tests()?))) {
+        return Some(Unsound::new(
+            format!(
+                "zero tests ran: with the solution applied, the test runner ({runners}) ran no test; {WHERE_TESTS_GO}"
+            ),
+            Some(t),
+        ));
+    }
     let n = noop.len();
-    if base_passes == n {
-        return Some(
-            "passes without change: the verify command succeeds on the untouched base".into(),
+    let base_passes: Vec<&Trial> = noop.iter().filter(|t| t.verify_passed()).collect();
+    let reference_passes = oracle.iter().filter(|t| t.record.passed).count();
+    if base_passes.len() == n
+        && let Some(&t) = base_passes.first()
+    {
+        if let Some(runners) = t.zero_tests() {
+            return Some(Unsound::new(
+                format!(
+                    "zero tests ran: the verify command succeeds on the untouched base, but the test runner ({runners}) ran no test; {WHERE_TESTS_GO}"
+                ),
+                Some(t),
+            ));
+        }
+        let mut unsound = Unsound::new(
+            "passes without change: the verify command succeeds on the untouched base",
+            Some(t),
         );
+        if let Some(tests) = t.tests.as_ref().filter(|tests| !tests.names.is_empty()) {
+            unsound.details.push(format!(
+                "passed on the base: {}",
+                validate::name_list(&tests.names)
+            ));
+        }
+        return Some(unsound);
     }
-    if reference_passes == 0 {
-        return Some("reference fails: the verify command fails with the solution applied".into());
+    if reference_passes == 0
+        && let Some(t) = oracle.first()
+    {
+        let why = t.record.reason.as_deref().unwrap_or("it did not pass");
+        let mut unsound = Unsound::new(
+            format!("reference fails: the verify command fails with the solution applied ({why})"),
+            Some(t),
+        );
+        let failed = t.failed_tests();
+        if !failed.is_empty() {
+            unsound
+                .details
+                .push(format!("failed: {}", validate::name_list(&failed)));
+        }
+        return Some(unsound);
     }
-    if base_passes > 0 || reference_passes < oracle.len() {
-        return Some(format!(
-            "flaky: base passed {base_passes} of {n} times, reference passed {reference_passes} of {} times",
-            oracle.len()
+    if !base_passes.is_empty() || reference_passes < oracle.len() {
+        // Show the trial that broke the pattern.
+        let odd = base_passes
+            .first()
+            .copied()
+            .or_else(|| oracle.iter().find(|t| !t.record.passed));
+        return Some(Unsound::new(
+            format!(
+                "flaky: base passed {} of {n} times, reference passed {reference_passes} of {} times",
+                base_passes.len(),
+                oracle.len()
+            ),
+            odd,
         ));
     }
     None
+}
+
+impl Unsound<'_> {
+    /// The task's `BAD` line and the evidence under it.
+    fn render(&self, task: &str) -> String {
+        let mut text = format!(
+            "BAD  {task}: {}
+",
+            self.reason
+        );
+        for line in &self.details {
+            text.push_str(&format!("       {line}\n"));
+        }
+        if let Some(t) = self.shown
+            && t.dir.join("verify.log").exists()
+        {
+            text.push_str(&t.log_tail("       "));
+        }
+        text
+    }
 }
 
 /// What every oracle trial's verify run showed (`tests.json` in its folder): the least of them,
@@ -759,7 +880,7 @@ async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
         agents: vec!["noop".into(), "oracle".into()],
         trials: args.trials,
         jobs: args.suite.jobs.unwrap_or_else(default_jobs),
-        tasks: Vec::new(),
+        tasks: args.task.clone(),
         tags: Vec::new(),
         cache: cache_dir(&args.suite, &workdir),
         workdir: workdir.clone(),
@@ -771,78 +892,134 @@ async fn validate(args: ValidateArgs) -> Result<u8, CliError> {
     let mut plan = runner::plan(Arc::new(loaded), request)?;
     // The reference is measured afresh, not held to what an earlier validate recorded.
     plan.expected.clear();
-    let scratch = tempfile::Builder::new()
-        .prefix("deltabench-validate-")
-        .tempdir_in(&workdir)
-        .map_err(|e| CliError::failed(format!("cannot create a scratch run directory: {e}")))?;
+    let scratch = Scratch::create(&plan.request.cache, &workdir)?;
+    let run_dir = scratch.path.join("run");
     let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal());
-    let outcome = runner::execute(
-        &plan,
-        &scratch.path().join("run"),
-        &mut reporter,
-        CancellationToken::new(),
-    )
-    .await?;
+    let outcome = runner::execute(&plan, &run_dir, &mut reporter, CancellationToken::new()).await;
     reporter.finish();
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(err) => {
+            scratch.finish(false);
+            return Err(err.into());
+        }
+    };
 
     let mut bad = 0;
-    let run_dir = scratch.path().join("run");
     let mut lock = suite::SuiteLock::read(&plan.suite)
         .ok()
         .flatten()
         .unwrap_or_default();
     let (mut locked, mut changed) = (0, false);
-    for task in &plan.suite.tasks {
-        let of = |agent: &str| -> Vec<&TrialRecord> {
+    for task in plan.tasks.iter().map(|&i| &plan.suite.tasks[i]) {
+        let of = |agent: &str| -> Vec<Trial> {
             outcome
                 .records
                 .iter()
                 .filter(|r| r.task == task.id && r.agent == agent)
+                .map(|r| Trial::read(&run_dir, r))
                 .collect()
         };
+        let (noop, oracle) = (of("noop"), of("oracle"));
         let verdict = if task.solution.is_none() {
-            Some("has no `solution`: nothing proves the task can be solved".to_owned())
+            Some(Unsound::new(
+                "has no `solution`: nothing proves the task can be solved",
+                None,
+            ))
         } else {
-            judge(&of("noop"), &of("oracle"))
+            judge(&noop, &oracle)
         };
         match verdict {
-            Some(reason) => {
+            Some(unsound) => {
                 bad += 1;
-                println!("BAD  {}: {reason}", task.id);
+                print_stdout(&unsound.render(&task.id));
             }
             None => {
-                println!("ok   {}", task.id);
-                if let Some(evidence) = reference_evidence(&run_dir, &task.id, &of("oracle")) {
+                print_stdout(&format!("ok   {}\n", task.id));
+                let records: Vec<&TrialRecord> = oracle.iter().map(|t| t.record).collect();
+                if let Some(evidence) = reference_evidence(&run_dir, &task.id, &records) {
                     changed |= lock.record(task, evidence, runner::now());
                     locked += 1;
                 }
             }
         }
     }
-    if changed {
-        lock.write(&plan.suite)
-            .map_err(|e| CliError::failed(e.to_string()))?;
+    if changed && let Err(e) = lock.write(&plan.suite) {
+        scratch.finish(args.keep || bad > 0);
+        return Err(CliError::failed(e.to_string()));
     }
     if locked > 0 {
-        println!(
-            "recorded what the reference's verify run showed for {locked} task(s) in {}: trials must show at least as much",
+        print_stdout(&format!(
+            "recorded what the reference's verify run showed for {locked} task(s) in {}: trials must show at least as much\n",
             suite::lock_path(&plan.suite).display()
-        );
+        ));
     }
-    let total = plan.suite.tasks.len();
+    let total = plan.tasks.len();
+    let keep = args.keep || (bad > 0 && !outcome.interrupted);
+    if keep {
+        print_stdout(&format!(
+            "kept the validate run: {} (each trial's verify.log, tests.json, diff.patch, result.json under run/trials/TASK/AGENT/N/)\n",
+            scratch.path.display()
+        ));
+    }
+    scratch.finish(keep);
     if outcome.interrupted {
-        println!("interrupted before every check ran");
+        print_stdout("interrupted before every check ran\n");
         return Ok(EXIT_INTERRUPTED);
     }
     if bad > 0 {
-        println!("{bad} of {total} tasks are unsound");
+        print_stdout(&format!("{bad} of {total} tasks are unsound\n"));
         Ok(EXIT_CHECK_FAILED)
     } else {
-        println!(
-            "all {total} tasks are sound ({} trial(s) each way)",
+        print_stdout(&format!(
+            "all {total} tasks are sound ({} trial(s) each way)\n",
             args.trials
-        );
+        ));
         Ok(EXIT_OK)
+    }
+}
+
+/// `validate`'s scratch folder (`WORKDIR/deltabench-validate-*`), held under a lease of its own
+/// for its whole life: a validate that dies (kill -9, a closed pipe) leaves it to `gc`.
+struct Scratch {
+    path: PathBuf,
+    lease: store::HeldLease,
+}
+
+impl Scratch {
+    fn create(cache: &Path, workdir: &Path) -> Result<Self, CliError> {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = workdir.join(format!(
+            "deltabench-validate-{}-{stamp:08x}",
+            std::process::id()
+        ));
+        let cannot = |e: std::io::Error| {
+            CliError::failed(format!(
+                "cannot create the scratch run directory {}: {e}",
+                path.display()
+            ))
+        };
+        // Taken before the folder exists: whatever this validate leaves, gc can find.
+        let lease = store::HeldLease::acquire(cache, &path, &path).map_err(cannot)?;
+        if let Err(e) = std::fs::create_dir(&path) {
+            lease.release();
+            return Err(cannot(e));
+        }
+        Ok(Self { path, lease })
+    }
+
+    /// Removes the folder unless `keep`; a kept folder is the user's, so gc leaves it alone.
+    fn finish(self, keep: bool) {
+        if !keep && let Err(err) = crate::workspace::remove_tree(&self.path) {
+            for left in &err.left {
+                eprintln!("warning: could not clean up {left}");
+            }
+            // The lease stays, so `gc` can finish the job.
+            return;
+        }
+        self.lease.release();
     }
 }
 

@@ -1,0 +1,182 @@
+//! What `validate` shows of a bad task: the evidence its trials left in their folders
+//! (`verify.log`, `tests.json`, the test hook's report), so the reason reads without a rerun.
+
+use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use crate::metric::TestEvidence;
+use crate::store::{self, TrialRecord};
+
+/// Lines of `verify.log` shown under a bad task: enough for an assertion and its summary.
+pub(super) const TAIL_LINES: usize = 10;
+/// Failed test names shown before "+N more".
+const SHOWN_NAMES: usize = 5;
+/// A longer log line is cut, so a minified blob does not flood the terminal.
+const MAX_LINE_CHARS: usize = 200;
+
+/// One trial of a task, with what its folder holds.
+pub(super) struct Trial<'a> {
+    pub record: &'a TrialRecord,
+    pub dir: PathBuf,
+    /// `tests.json`: absent when verify did not run.
+    pub tests: Option<TestEvidence>,
+}
+
+impl<'a> Trial<'a> {
+    pub fn read(run_dir: &Path, record: &'a TrialRecord) -> Self {
+        let dir = run_dir
+            .join("trials")
+            .join(&record.task)
+            .join(store::sanitize(&record.agent))
+            .join(record.trial.to_string());
+        let tests = std::fs::read(dir.join("tests.json"))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        Self { record, dir, tests }
+    }
+
+    pub fn verify_exit(&self) -> Option<i32> {
+        self.record.verify.and_then(|v| v.exit_code)
+    }
+
+    /// Whether the verify command exited 0 in time.
+    pub fn verify_passed(&self) -> bool {
+        self.record
+            .verify
+            .is_some_and(|v| v.exit_code == Some(0) && !v.timed_out)
+    }
+
+    /// The test runners that reported, when they ran zero tests.
+    pub fn zero_tests(&self) -> Option<String> {
+        self.tests
+            .as_ref()
+            .filter(|t| !t.runners.is_empty() && t.ran == 0)
+            .map(|t| t.runners.join(", "))
+    }
+
+    /// The ids of the tests that failed: the hook's report, else the runner's output.
+    pub fn failed_tests(&self) -> Vec<String> {
+        // Where the probe's test hook writes (validate runs every task under `worktree`).
+        let hooked = std::fs::read_to_string(self.dir.join("verify-home/.deltabench/tests.jsonl"))
+            .map(|text| crate::delta::TestReport::parse(&text).failed)
+            .unwrap_or_default();
+        if !hooked.is_empty() {
+            return hooked.into_iter().collect();
+        }
+        std::fs::read(self.dir.join("verify.log"))
+            .map(|bytes| failed_in_output(&String::from_utf8_lossy(&bytes)))
+            .unwrap_or_default()
+    }
+
+    /// The last lines of `verify.log`, indented, after a line naming the file.
+    pub fn log_tail(&self, indent: &str) -> String {
+        let path = self.dir.join("verify.log");
+        let text = match std::fs::read(&path) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) => return format!("{indent}(cannot read {}: {e})\n", path.display()),
+        };
+        let lines: Vec<&str> = text
+            .trim_end()
+            .lines()
+            .skip_while(|line| line.trim().is_empty())
+            .collect();
+        if lines.is_empty() {
+            return format!("{indent}(the verify command printed nothing)\n");
+        }
+        let skipped = lines.len().saturating_sub(TAIL_LINES);
+        let mut out = match skipped {
+            0 => format!("{indent}{}:\n", path.display()),
+            _ => format!(
+                "{indent}{} (last {TAIL_LINES} of {} lines):\n",
+                path.display(),
+                lines.len()
+            ),
+        };
+        for line in &lines[skipped..] {
+            let line = match line.char_indices().nth(MAX_LINE_CHARS) {
+                Some((cut, _)) => format!("{} [... line cut]", &line[..cut]),
+                None => (*line).to_owned(),
+            };
+            out.push_str(format!("{indent}  {line}").trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// `a, b, c (+2 more)`.
+pub(super) fn name_list(names: &[String]) -> String {
+    let shown: Vec<&str> = names.iter().take(SHOWN_NAMES).map(String::as_str).collect();
+    match names.len() - shown.len() {
+        0 => shown.join(", "),
+        more => format!("{} (+{more} more)", shown.join(", ")),
+    }
+}
+
+/// `FAILED tests/test_x.py::test_a - assert ...` and `ERROR ...` (pytest's short summary).
+static PYTEST_FAILED: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^(?:FAILED|ERROR) ([^\s(]\S*)").unwrap());
+/// `FAIL: test_a (tests.test_x.XTest.test_a)`, or `(tests.test_x.XTest)` before Python 3.11.
+static UNITTEST_FAILED: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^(?:FAIL|ERROR): (\S+) \(([^)\s]+)\)").unwrap());
+/// `test tests::adds ... FAILED` (cargo test).
+static CARGO_FAILED: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^test (\S+) \.\.\. FAILED\s*$").unwrap());
+
+/// The failed test ids a runner's output names (pytest, unittest, `cargo test`), in order.
+pub(super) fn failed_in_output(output: &str) -> Vec<String> {
+    let mut names: Vec<String> = PYTEST_FAILED
+        .captures_iter(output)
+        .map(|c| c[1].to_owned())
+        .collect();
+    names.extend(UNITTEST_FAILED.captures_iter(output).map(|c| {
+        let (test, id) = (&c[1], &c[2]);
+        match id.ends_with(&format!(".{test}")) {
+            true => id.to_owned(),
+            false => format!("{id}.{test}"),
+        }
+    }));
+    names.extend(CARGO_FAILED.captures_iter(output).map(|c| c[1].to_owned()));
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|name| seen.insert(name.clone()));
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_names_come_from_each_runners_output() {
+        let pytest = "FAILED tests/test_calc.py::test_add - assert 1 == 2\n\
+            ERROR tests/test_calc.py::test_io\n=== 1 failed, 1 error in 0.1s ===\n";
+        assert_eq!(
+            failed_in_output(pytest),
+            [
+                "tests/test_calc.py::test_add",
+                "tests/test_calc.py::test_io"
+            ]
+        );
+        let unittest = "FAIL: test_add (tests.test_calc.CalcTest.test_add)\n\
+            ERROR: test_div (tests.test_calc.CalcTest)\nFAIL: test_add (tests.test_calc.CalcTest.test_add)\n";
+        assert_eq!(
+            failed_in_output(unittest),
+            [
+                "tests.test_calc.CalcTest.test_add",
+                "tests.test_calc.CalcTest.test_div"
+            ]
+        );
+        let cargo = "test tests::adds ... FAILED\ntest tests::subtracts ... ok\n";
+        assert_eq!(failed_in_output(cargo), ["tests::adds"]);
+        assert!(failed_in_output("FAILED (failures=1)\nall good\n").is_empty());
+    }
+
+    #[test]
+    fn long_name_lists_are_cut() {
+        let names: Vec<String> = (1..=7).map(|i| format!("t{i}")).collect();
+        assert_eq!(name_list(&names), "t1, t2, t3, t4, t5 (+2 more)");
+        assert_eq!(name_list(&names[..2]), "t1, t2");
+    }
+}
