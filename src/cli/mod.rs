@@ -362,19 +362,26 @@ struct ReportArgs {
     /// A run directory written by `deltabench run`.
     #[arg(value_name = "RUN_DIR")]
     run_dir: PathBuf,
+    /// table and markdown: the per-agent summary (with each agent's false claims), then a
+    /// task x agent table of passed/scored trials, failing tasks first.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
     /// Write the report to FILE instead of stdout.
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Report only this agent (repeatable); the name of a `matrix:` selects all its combinations.
+    #[arg(long, value_name = "NAME")]
+    agent: Vec<String>,
     /// Instead of the summary: each `matrix:` factor's main effect on pass rate, cost and time,
-    /// the two-factor interaction, and the Pareto front.
-    #[arg(long, conflicts_with = "format")]
+    /// the two-factor interaction, and the Pareto front (table, markdown, json; the html page
+    /// shows them whenever the run has a matrix).
+    #[arg(long)]
     ablation: bool,
     /// Confidence of the intervals in --ablation and of the comparison with --baseline.
     #[arg(long, value_name = "LEVEL", default_value_t = 0.95)]
     confidence: f64,
-    /// Markdown: add each agent's per-task flips and verdict against this earlier run.
+    /// Add each agent's per-task flips and verdict against this earlier run (table, markdown,
+    /// json, html).
     #[arg(long, value_name = "RUN_DIR")]
     baseline: Option<PathBuf>,
 }
@@ -1024,47 +1031,98 @@ impl Scratch {
 }
 
 fn report_cmd(args: ReportArgs) -> Result<u8, CliError> {
-    let run = store::read_run(&args.run_dir).map_err(|e| {
-        CliError::usage(e.to_string()).hint(Some(
-            "RUN_DIR is a folder written by `deltabench run`".into(),
-        ))
-    })?;
-    let agents: Vec<String> = run.manifest.agents.keys().cloned().collect();
-    let summaries = report::summarize(&run.trials, &agents);
     if !(0.5..1.0).contains(&args.confidence) {
         return Err(CliError::usage(format!(
             "--confidence {} is out of range: use a level in [0.5, 1), e.g. 0.95",
             args.confidence
         )));
     }
+    let format = match args.format {
+        Format::Table => "table",
+        Format::Markdown => "markdown",
+        Format::Csv => "csv",
+        Format::Json => "json",
+        Format::Junit => "junit",
+        Format::Html => "html",
+    };
+    // CSV and JUnit hold one row or test case per trial: neither has room for either.
+    if matches!(args.format, Format::Csv | Format::Junit) {
+        for (given, flag) in [
+            (args.ablation, "--ablation"),
+            (args.baseline.is_some(), "--baseline"),
+        ] {
+            if given {
+                return Err(CliError::usage(format!(
+                    "{flag} has no {format} form (one row per trial): use --format table, markdown, json or html"
+                )));
+            }
+        }
+    }
+    if args.ablation && args.baseline.is_some() && !matches!(args.format, Format::Html) {
+        return Err(CliError::usage(
+            "--ablation replaces the summary the --baseline comparison goes with: use one at a time, or --format html for both",
+        ));
+    }
+    let run = store::read_run(&args.run_dir).map_err(|e| {
+        CliError::usage(e.to_string()).hint(Some(
+            "RUN_DIR is a folder written by `deltabench run`".into(),
+        ))
+    })?;
+    let run =
+        report::select_agents(&run, &args.agent).map_err(|e| CliError::usage(e.to_string()))?;
+    let agents: Vec<String> = run.manifest.agents.keys().cloned().collect();
+    let summaries = report::summarize(&run.trials, &agents);
+    let baseline = match &args.baseline {
+        Some(path) => {
+            let gate = GateArgs {
+                gate: false,
+                max_drop: 0.0,
+                confidence: args.confidence,
+            };
+            let (text, _) = compare::against_baseline(&compare::read_run_arg(path)?, &run, &gate)?;
+            Some(report::Baseline {
+                run_dir: path.display().to_string(),
+                text,
+            })
+        }
+        None => None,
+    };
     let text = match args.format {
-        _ if args.ablation => report::ablation(&run, args.confidence),
-        Format::Table => report::table(&summaries) + "\n",
+        Format::Table if args.ablation => report::ablation(&run, args.confidence),
+        Format::Markdown if args.ablation => report::ablation_markdown(&run, args.confidence),
+        Format::Json if args.ablation => report::ablation_json(&run, args.confidence),
+        Format::Table => {
+            let mut text = report::text(&run, &summaries);
+            if let Some(baseline) = &baseline {
+                text.push_str(&format!(
+                    "\nAgainst the baseline {}:\n{}",
+                    baseline.run_dir, baseline.text
+                ));
+            }
+            text
+        }
         Format::Markdown => {
             let mut text = report::markdown(&run, &summaries);
-            if let Some(path) = &args.baseline {
-                let gate = GateArgs {
-                    gate: false,
-                    max_drop: 0.0,
-                    confidence: args.confidence,
-                };
-                let (flips, _) =
-                    compare::against_baseline(&compare::read_run_arg(path)?, &run, &gate)?;
+            if let Some(baseline) = &baseline {
                 text.push_str(&format!(
                     "\n### Against the baseline `{}`\n\n```\n{}```\n",
-                    path.display(),
-                    flips
+                    baseline.run_dir, baseline.text
                 ));
             }
             text
         }
         Format::Csv => report::csv(&run.trials).map_err(|e| CliError::failed(e.to_string()))?,
-        Format::Json => report::json(&run, &summaries),
+        Format::Json => report::json(&run, &summaries, baseline.as_ref()),
         Format::Junit => {
             report::junit(&run, &summaries).map_err(|e| CliError::failed(e.to_string()))?
         }
         Format::Html => {
-            report::html(&run, &summaries).map_err(|e| CliError::failed(e.to_string()))?
+            let options = report::HtmlOptions {
+                baseline: baseline.as_ref(),
+                confidence: args.confidence,
+                ablation: args.ablation,
+            };
+            report::html(&run, &summaries, &options).map_err(|e| CliError::failed(e.to_string()))?
         }
     };
     match args.output {

@@ -17,8 +17,15 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::AgentSummary;
+use indexmap::IndexMap;
+
+use super::ablation::{
+    Ablation, ci_text, cost_text, effect_text, interaction_line, pct as ablation_pct, rate_text,
+    time_text,
+};
 use super::junit::{LOG_TAIL_LINES, relative, task_position, trial_dir, verify_log_tail};
+use super::tasks::task_order;
+use super::{AgentSummary, Baseline, FALSE_CLAIMS_NOTE, ablations, rows};
 use crate::store::{Outcome, StoredRun, TrialRecord};
 
 /// A diff larger than this is cut: one huge generated file must not make the page unusable.
@@ -31,10 +38,27 @@ const MAX_EVENT_CHARS: usize = 200;
 const MAX_AGENT_TEXT_CHARS: usize = 4_000;
 /// A why-note in the static trial list.
 const MAX_NOTE_CHARS: usize = 120;
+/// A task's instruction in the drill-down.
+const MAX_INSTRUCTION_BYTES: usize = 64 * 1024;
+
+/// What the page shows beyond the run itself.
+#[derive(Debug, Clone, Default)]
+pub struct HtmlOptions<'a> {
+    /// The comparison with an earlier run (`report --baseline`).
+    pub baseline: Option<&'a Baseline>,
+    /// Confidence of the ablation's intervals.
+    pub confidence: f64,
+    /// `--ablation` was asked for: say so when the run has no matrix.
+    pub ablation: bool,
+}
 
 /// The whole page.
-pub fn html(run: &StoredRun, summaries: &[AgentSummary]) -> Result<String, serde_json::Error> {
-    let tasks = tasks(run);
+pub fn html(
+    run: &StoredRun,
+    summaries: &[AgentSummary],
+    options: &HtmlOptions,
+) -> Result<String, serde_json::Error> {
+    let tasks = task_order(run);
     let agents: Vec<AgentData> = summaries
         .iter()
         .map(|summary| AgentData {
@@ -63,6 +87,10 @@ pub fn html(run: &StoredRun, summaries: &[AgentSummary]) -> Result<String, serde
         interrupted: run.manifest.interrupted,
         log_tail_lines: LOG_TAIL_LINES,
         tasks: tasks.clone(),
+        instructions: tasks
+            .iter()
+            .map(|task| (*task, instruction(run, &trials, task)))
+            .collect(),
         agents,
         trials: trials.iter().map(|r| trial_data(run, r)).collect(),
     };
@@ -95,20 +123,50 @@ pub fn html(run: &StoredRun, summaries: &[AgentSummary]) -> Result<String, serde
         );
     }
     out.push_str("</header>\n<main>\n<div class=\"grid\">\n");
+    let has_cost = data.agents.iter().any(|a| a.mean_cost_usd.is_some());
     let _ = write!(
         out,
         "<section class=\"panel\">\n<h2>Pass rate per agent</h2>\n<p class=\"note\">Scored \
-         trials only; whiskers are 95% intervals (Wilson for one trial per task, task-clustered for several).</p>\n{}</section>\n",
-        pass_rate_chart(summaries)
+         trials only; whiskers are 95% intervals (Wilson for one trial per task, task-clustered for several).</p>\n{}{}</section>\n",
+        pass_rate_chart(summaries),
+        if has_cost {
+            ""
+        } else {
+            "<p class=\"note\" id=\"no-cost\">No agent reported a cost, so there is no cost \
+             chart.</p>\n"
+        }
     );
-    let (scatter, scatter_note) = cost_scatter(&data.agents);
+    if has_cost {
+        let (scatter, scatter_note) = cost_scatter(&data.agents);
+        let _ = write!(
+            out,
+            "<section class=\"panel\">\n<h2>Cost vs pass rate</h2>\n<p class=\"note\">Mean cost \
+             per trial over the trials that reported one.</p>\n{scatter}<p class=\"note\" \
+             id=\"cost-note\">{}</p>\n</section>\n",
+            esc(&scatter_note)
+        );
+    }
+    out.push_str("</div>\n");
     let _ = write!(
         out,
-        "<section class=\"panel\">\n<h2>Cost vs pass rate</h2>\n<p class=\"note\">Mean cost \
-         per trial over the trials that reported one.</p>\n{scatter}<p class=\"note\" \
-         id=\"cost-note\">{}</p>\n</section>\n</div>\n",
-        esc(&scatter_note)
+        "<section class=\"panel\">\n<h2>Summary</h2>\n{}<p class=\"note\">{}.</p>\n</section>\n",
+        summary_table(summaries),
+        code_spans(&esc(FALSE_CLAIMS_NOTE))
     );
+    if let Some(baseline) = options.baseline {
+        let _ = write!(
+            out,
+            "<section class=\"panel\" id=\"baseline\">\n<h2>Against the baseline</h2>\n\
+             <p class=\"note\">Each agent's per-task flips and verdict against the earlier run \
+             <code>{}</code>.</p>\n<pre class=\"compare\">{}</pre>\n</section>\n",
+            esc(&baseline.run_dir),
+            esc(baseline.text.trim_end())
+        );
+    }
+    let ablations = ablations(run, options.confidence);
+    if !ablations.is_empty() || options.ablation {
+        out.push_str(&ablation_section(&ablations, options.confidence));
+    }
     let _ = write!(
         out,
         "<section class=\"panel\">\n<h2>Tasks \u{d7} agents</h2>\n<p class=\"note\">Each cell \
@@ -119,8 +177,8 @@ pub fn html(run: &StoredRun, summaries: &[AgentSummary]) -> Result<String, serde
     out.push_str(
         "<section class=\"panel\" id=\"trial-detail\">\n<h2>Trial \
          details</h2>\n<p class=\"note\">Select a heat-map cell or a row of the trial list to \
-         see each trial's diff, verify log and events. (This needs JavaScript; the data is \
-         embedded in this file.)</p>\n</section>\n",
+         see the task's instruction and each trial's diff, verify log and events. (This needs \
+         JavaScript; the data is embedded in this file.)</p>\n</section>\n",
     );
     let _ = write!(
         out,
@@ -149,6 +207,8 @@ struct Data<'a> {
     /// How many lines of verify.log each trial carries.
     log_tail_lines: usize,
     tasks: Vec<&'a str>,
+    /// Each task's instruction, as a trial folder of the run recorded it.
+    instructions: IndexMap<&'a str, Artifact>,
     agents: Vec<AgentData<'a>>,
     trials: Vec<TrialData<'a>>,
 }
@@ -189,15 +249,38 @@ struct EventLine {
     summary: String,
 }
 
-/// The manifest's tasks, then any task only the records name.
-fn tasks(run: &StoredRun) -> Vec<&str> {
-    let mut tasks: Vec<&str> = run.manifest.tasks.iter().map(String::as_str).collect();
-    for record in &run.trials {
-        if !tasks.contains(&record.task.as_str()) {
-            tasks.push(&record.task);
-        }
+/// The instruction the task's agents were given: `instruction.md` of the first trial folder
+/// (in plan order) that holds one. Only `command` agents get that file; for the others the run
+/// directory does not record the instruction.
+fn instruction(run: &StoredRun, trials: &[&TrialRecord], task: &str) -> Artifact {
+    for record in trials.iter().filter(|r| r.task == task) {
+        let path = trial_dir(run, record).join("instruction.md");
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        let cut = bytes.len() > MAX_INSTRUCTION_BYTES;
+        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_INSTRUCTION_BYTES)]);
+        let source = relative(run, &path);
+        return Artifact {
+            text: Some(text.into_owned()),
+            note: Some(if cut {
+                format!(
+                    "From {source}; the first 64 KB of {} KB are shown.",
+                    bytes.len().div_ceil(1024)
+                )
+            } else {
+                format!("From {source}.")
+            }),
+        };
     }
-    tasks
+    Artifact {
+        text: None,
+        note: Some(
+            "The run directory does not record this task's instruction: only command agents \
+             keep it, as instruction.md in their trial folders."
+                .into(),
+        ),
+    }
 }
 
 fn mean_cost(records: &[TrialRecord], agent: &str) -> Option<f64> {
@@ -412,6 +495,25 @@ fn esc(text: &str) -> String {
     out.replace("://", ":&#47;&#47;")
 }
 
+/// Escaped text whose `backticked` words become `<code>` elements.
+fn code_spans(escaped: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in escaped.split('`').enumerate() {
+        if i % 2 == 1 {
+            let _ = write!(out, "<code>{part}</code>");
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+/// An agent name for an HTML table cell: escaped, and breakable after a matrix name's `[` and
+/// each `,` (the browser would otherwise break it mid-word, or not at all).
+fn name_cell(name: &str) -> String {
+    esc(name).replace('[', "[<wbr>").replace(',', ",<wbr>")
+}
+
 /// Pixels a label of `text` needs at the charts' 12px font, roughly.
 fn label_width<'a>(texts: impl Iterator<Item = &'a str>, min: f64, max: f64) -> f64 {
     let longest = texts.map(|t| t.chars().count()).max().unwrap_or(0);
@@ -431,12 +533,21 @@ const BAR: &str = "#3b78b8";
 const INK: &str = "#1f2933";
 const MUTED: &str = "#52606d";
 const GRID: &str = "#d9e2ec";
+/// Degrees the heat map's column names rise when they are too long to lie flat.
+const SLANT: f64 = 35.0;
 
 /// Horizontal bars of the pass rate per agent, each with its 95% interval as a whisker.
 fn pass_rate_chart(summaries: &[AgentSummary]) -> String {
-    let label_w = label_width(summaries.iter().map(|s| s.agent.as_str()), 64.0, 200.0);
-    let (plot_w, value_w, row_h, top, axis_h) = (300.0, 150.0, 36.0, 8.0, 24.0);
-    let width = label_w + plot_w + value_w;
+    let (plot_w, value_w, top, axis_h) = (300.0, 150.0, 8.0, 24.0);
+    // Names too long for a label column (matrix combinations) go whole above their bar.
+    let needed = label_width(summaries.iter().map(|s| s.agent.as_str()), 64.0, f64::MAX);
+    let stacked = needed > 200.0;
+    let (label_w, row_h, bar_y) = if stacked {
+        (12.0, 54.0, 36.0)
+    } else {
+        (needed, 36.0, 18.0)
+    };
+    let width = (label_w + plot_w + value_w).max(if stacked { needed + 12.0 } else { 0.0 });
     let rows_h = row_h * summaries.len() as f64;
     let height = top + rows_h + axis_h;
     let x = |v: f64| label_w + v * plot_w;
@@ -459,15 +570,27 @@ fn pass_rate_chart(summaries: &[AgentSummary]) -> String {
         );
     }
     for (i, s) in summaries.iter().enumerate() {
-        let cy = top + row_h * i as f64 + row_h / 2.0;
+        let row_top = top + row_h * i as f64;
+        let cy = row_top + bar_y;
+        let label = if stacked {
+            format!(
+                "<text class=\"agent-label\" x=\"{label_w:.1}\" y=\"{:.1}\" dy=\"0.35em\">{}</text>",
+                row_top + 12.0,
+                esc(&s.agent)
+            )
+        } else {
+            format!(
+                "<text class=\"agent-label\" x=\"{:.1}\" y=\"{cy:.1}\" dy=\"0.35em\" \
+                 text-anchor=\"end\">{}</text>",
+                label_w - 8.0,
+                esc(&s.agent)
+            )
+        };
         let _ = write!(
             svg,
-            "<g class=\"agent-row\" data-agent=\"{agent}\">\n<text x=\"{lx:.1}\" y=\"{cy:.1}\" \
-             dy=\"0.35em\" text-anchor=\"end\">{label}</text>\n<rect x=\"{x0:.1}\" y=\"{ty:.1}\" \
-             width=\"{plot_w}\" height=\"16\" rx=\"3\" fill=\"#eef2f7\"/>\n",
+            "<g class=\"agent-row\" data-agent=\"{agent}\">\n{label}\n<rect x=\"{x0:.1}\" \
+             y=\"{ty:.1}\" width=\"{plot_w}\" height=\"16\" rx=\"3\" fill=\"#eef2f7\"/>\n",
             agent = esc(&s.agent),
-            label = esc(&fit(&s.agent, label_w)),
-            lx = label_w - 8.0,
             x0 = x(0.0),
             ty = cy - 8.0,
         );
@@ -567,11 +690,24 @@ fn heat_colour(fraction: f64) -> String {
 /// The task x agent grid; a corner triangle marks cells with infra errors, hatching cells
 /// where nothing could be scored.
 fn heatmap(run: &StoredRun, tasks: &[&str], agents: &[&str]) -> String {
-    let label_w = label_width(tasks.iter().copied(), 80.0, 240.0);
-    let col_w = label_width(agents.iter().copied(), 72.0, 150.0);
-    let (cell_h, header_h, legend_h) = (30.0, 28.0, 44.0);
-    // Wide enough for the grid and for the legend under it.
-    let width = (label_w + col_w * agents.len() as f64 + 8.0).max(label_w + 400.0);
+    let label_w = label_width(tasks.iter().copied(), 80.0, 320.0);
+    // Column names that do not fit across a column (matrix combinations) are written whole,
+    // slanted up to the right.
+    let needed = label_width(agents.iter().copied(), 72.0, f64::MAX);
+    let slanted = needed > 150.0;
+    let col_w = if slanted { 84.0 } else { needed };
+    // Bold capitals run wider than the 7px a character `label_width` assumes.
+    let longest = agents.iter().map(|a| a.chars().count()).max().unwrap_or(0) as f64 * 8.0;
+    let (cos, sin) = (SLANT.to_radians().cos(), SLANT.to_radians().sin());
+    let (cell_h, legend_h) = (30.0, 44.0);
+    let header_h = if slanted { longest * sin + 20.0 } else { 28.0 };
+    // Wide enough for the grid, the slanted names that overhang it, and the legend under it.
+    let overhang = if slanted {
+        (longest * cos - col_w / 2.0).max(0.0)
+    } else {
+        0.0
+    };
+    let width = (label_w + col_w * agents.len() as f64 + 8.0 + overhang).max(label_w + 400.0);
     let grid_h = cell_h * tasks.len() as f64;
     let height = header_h + grid_h + legend_h;
     let mut svg = String::new();
@@ -591,13 +727,21 @@ fn heatmap(run: &StoredRun, tasks: &[&str], agents: &[&str]) -> String {
         heat_colour(1.0)
     );
     for (j, agent) in agents.iter().enumerate() {
-        let _ = writeln!(
-            svg,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" class=\"col\">{}</text>",
-            label_w + col_w * (j as f64 + 0.5),
-            header_h - 10.0,
-            esc(&fit(agent, col_w))
-        );
+        let (x, y) = (label_w + col_w * (j as f64 + 0.5), header_h - 10.0);
+        if slanted {
+            let _ = writeln!(
+                svg,
+                "<text x=\"{x:.1}\" y=\"{y:.1}\" transform=\"rotate(-{SLANT} {x:.1} {y:.1})\" \
+                 class=\"col\">{}</text>",
+                esc(agent)
+            );
+        } else {
+            let _ = writeln!(
+                svg,
+                "<text x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"middle\" class=\"col\">{}</text>",
+                esc(agent)
+            );
+        }
     }
     for (i, task) in tasks.iter().enumerate() {
         let y = header_h + cell_h * i as f64;
@@ -776,16 +920,23 @@ fn cost_scatter(agents: &[AgentData]) -> (String, String) {
         top + plot_h / 2.0
     );
     // Points drawn lowest first so a label that would collide moves down past the previous one.
-    let mut points: Vec<(&AgentData, f64, f64)> = agents
+    let mut points: Vec<(usize, &AgentData, f64, f64)> = agents
         .iter()
-        .filter_map(|a| {
+        .enumerate()
+        .filter_map(|(i, a)| {
             let rate = a.summary.pass_rate?;
-            Some((a, x(a.mean_cost_usd.unwrap_or(0.0)), y(rate)))
+            Some((i + 1, a, x(a.mean_cost_usd.unwrap_or(0.0)), y(rate)))
         })
         .collect();
-    points.sort_by(|a, b| a.2.total_cmp(&b.2));
+    // A name that does not fit beside its point (matrix combinations) would be cut: number the
+    // points instead, and name them in a key under the chart.
+    let label_w = right + 20.0;
+    let numbered = points
+        .iter()
+        .any(|(_, a, _, _)| fit(&a.summary.agent, label_w) != a.summary.agent);
+    points.sort_by(|a, b| a.3.total_cmp(&b.3));
     let mut placed: Vec<(f64, f64)> = Vec::new();
-    for (agent, px, py) in &points {
+    for (number, agent, px, py) in &points {
         let s = agent.summary;
         if let Some((lo, hi)) = s.interval {
             let _ = write!(
@@ -817,10 +968,26 @@ fn cost_scatter(agents: &[AgentData]) -> (String, String) {
             rate = pct(s.pass_rate.unwrap_or(0.0)),
             cost = esc(&cost),
             lx = px + 9.0,
-            label = esc(&fit(&s.agent, right + 20.0)),
+            label = if numbered {
+                number.to_string()
+            } else {
+                esc(&s.agent)
+            },
         );
     }
     svg.push_str("</svg>\n");
+    if numbered {
+        points.sort_by_key(|p| p.0);
+        svg.push_str("<ol class=\"point-key\">\n");
+        for (number, agent, _, _) in &points {
+            let _ = writeln!(
+                svg,
+                "<li value=\"{number}\" data-agent=\"{a}\">{a}</li>",
+                a = esc(&agent.summary.agent)
+            );
+        }
+        svg.push_str("</ol>\n");
+    }
 
     let no_cost: Vec<&str> = agents
         .iter()
@@ -848,6 +1015,123 @@ fn cost_scatter(agents: &[AgentData]) -> (String, String) {
         );
     }
     (svg, note.trim().to_owned())
+}
+
+/// The summary table of the terminal report, as HTML (full agent names, false claims).
+fn summary_table(summaries: &[AgentSummary]) -> String {
+    let mut out = String::from(
+        "<table id=\"summary\">\n<thead><tr><th>agent</th><th>trials</th><th>passed</th>\
+         <th>pass rate</th><th>95% CI</th><th>false claims</th><th>pass@k / pass^k</th>\
+         <th>invalid</th><th>infra errors</th><th>mean cost</th><th>median time</th></tr>\
+         </thead>\n<tbody>\n",
+    );
+    for row in rows(summaries) {
+        let _ = writeln!(
+            out,
+            "<tr data-agent=\"{agent}\"><td class=\"name\">{name}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td class=\"false-claims\">{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td></tr>",
+            row.trials,
+            row.passed,
+            esc(&row.pass_rate),
+            esc(&row.interval),
+            esc(&row.false_claims),
+            esc(&row.at_k),
+            row.invalid,
+            row.infra_errors,
+            esc(&row.cost),
+            esc(&row.median),
+            agent = esc(&row.agent),
+            name = name_cell(&row.agent),
+        );
+    }
+    out.push_str("</tbody>\n</table>\n");
+    out
+}
+
+/// The `--ablation` tables of every matrix in the run.
+fn ablation_section(ablations: &[Ablation], confidence: f64) -> String {
+    let mut out = String::from("<section class=\"panel\" id=\"ablation\">\n<h2>Ablation</h2>\n");
+    if ablations.is_empty() {
+        let _ = writeln!(out, "<p class=\"note\">{}.</p>", esc(super::NO_ABLATION));
+    }
+    for ablation in ablations {
+        let _ = writeln!(
+            out,
+            "<h3>{}: {} combinations, {} trials</h3>\n<table class=\"ablation\" \
+             data-base=\"{base}\">\n<thead><tr><th>factor</th><th>level</th><th>pass rate</th>\
+             <th>{ci:.0}% CI</th><th>effect vs first (pts)</th><th>mean cost</th><th>time</th>\
+             </tr></thead>\n<tbody>",
+            esc(&ablation.base),
+            ablation.combinations.len(),
+            ablation.trials,
+            base = esc(&ablation.base),
+            ci = confidence * 100.0,
+        );
+        for factor in &ablation.factors {
+            for (i, level) in factor.levels.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+                     <td>{}</td></tr>",
+                    if i == 0 {
+                        esc(&factor.factor)
+                    } else {
+                        String::new()
+                    },
+                    esc(&level.level),
+                    rate_text(level.pass_rate),
+                    ci_text(level.interval),
+                    effect_text(level.effect, i == 0),
+                    cost_text(level.mean_cost_usd),
+                    time_text(level.median_duration_ms)
+                );
+            }
+        }
+        out.push_str("</tbody>\n</table>\n");
+        if let Some(table) = &ablation.interaction {
+            let _ = write!(
+                out,
+                "<h4>Interaction: pass rate by {} (rows) \u{d7} {} (columns)</h4>\n\
+                 <table class=\"interaction\">\n<thead><tr><th></th>",
+                esc(&table.rows_factor),
+                esc(&table.columns_factor)
+            );
+            for column in &table.columns {
+                let _ = write!(out, "<th>{}</th>", esc(column));
+            }
+            out.push_str("</tr></thead>\n<tbody>\n");
+            for (row, cells) in table.rows.iter().zip(&table.cells) {
+                let _ = write!(out, "<tr><th>{}</th>", esc(row));
+                for cell in cells {
+                    let _ = write!(out, "<td>{}</td>", rate_text(*cell));
+                }
+                out.push_str("</tr>\n");
+            }
+            out.push_str("</tbody>\n</table>\n");
+            if let Some(line) = interaction_line(table) {
+                let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(&line));
+            }
+        }
+        out.push_str(
+            "<h4>Pareto front (pass rate higher, cost and time lower)</h4>\n<table \
+             class=\"pareto\">\n<thead><tr><th>combination</th><th>pass rate</th>\
+             <th>mean cost</th><th>time</th></tr></thead>\n<tbody>\n",
+        );
+        for p in &ablation.pareto {
+            let _ = writeln!(
+                out,
+                "<tr><td class=\"name\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                name_cell(&p.agent),
+                ablation_pct(p.pass_rate),
+                cost_text(p.mean_cost_usd),
+                time_text(p.median_duration_ms)
+            );
+        }
+        out.push_str("</tbody>\n</table>\n");
+    }
+    out.push_str("</section>\n");
+    out
 }
 
 /// Every trial as a table row (useful without JS; with JS a row opens its drill-down).
@@ -958,6 +1242,13 @@ pre.diff .hunk { color: #5b3f9e; }
 pre.diff .meta { color: var(--muted); }
 ol.timeline { list-style: none; margin: 4px 0 0; padding: 0 0 0 12px; border-left: 2px solid var(--line); }
 ol.timeline li { padding: 2px 0; overflow-wrap: anywhere; }
+td.name { white-space: normal; min-width: 12em; }
+h4 { font-size: 14px; margin: 12px 0 4px; }
+section h3 { margin-top: 12px; }
+table.ablation, table.interaction, table.pareto { width: auto; margin: 4px 0; }
+pre.compare, pre.instruction-text { white-space: pre-wrap; overflow-wrap: anywhere; }
+ol.point-key { margin: 4px 0 0; padding-left: 28px; font-size: 13px; overflow-wrap: anywhere; }
+#trial-detail > details.instruction { margin-top: 4px; }
 .etype { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: #eef2f7;
   border-radius: 4px; padding: 0 4px; margin-right: 6px; }
 "#;
@@ -1052,6 +1343,14 @@ const JS: &str = r##"
       section("events (" + t.events.length + ")", t.events_note, timeline));
   }
 
+  // The task's instruction, the same for every agent: open, above the trials.
+  function instruction(art) {
+    if (!art) return null;
+    return h("details", { class: "instruction", open: "" }, h("summary", null, "Task instruction"),
+      art.note ? h("p", { class: "note" }, art.note) : null,
+      art.text === null ? null : h("pre", { class: "instruction-text" }, art.text));
+  }
+
   const cells = Array.from(document.querySelectorAll("#heatmap g.cell"));
   const rows = Array.from(document.querySelectorAll("#trial-list tbody tr"));
 
@@ -1063,6 +1362,7 @@ const JS: &str = r##"
     const trials = byCell.get(key(task, agent)) || [];
     detail.replaceChildren(
       h("h2", null, "Trial details: " + task + " \u00d7 " + agent),
+      instruction(data.instructions[task]),
       ...(trials.length ? trials.map(card) : [h("p", { class: "note" }, "No trials were recorded for this cell.")]));
     detail.dataset.task = task;
     detail.dataset.agent = agent;
@@ -1107,6 +1407,14 @@ mod tests {
         assert_eq!(
             esc("<a href=\"https://x\">&'</a>"),
             "&lt;a href=&quot;https:&#47;&#47;x&quot;&gt;&amp;&#39;&lt;/a&gt;"
+        );
+    }
+
+    #[test]
+    fn backticks_become_code() {
+        assert_eq!(
+            code_spans("ended `completed` or `error`."),
+            "ended <code>completed</code> or <code>error</code>."
         );
     }
 

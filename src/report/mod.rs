@@ -1,4 +1,5 @@
-//! Reports derived from a run directory alone: a per-agent summary in several formats.
+//! Reports derived from a run directory alone: a per-agent summary, a per-task table and the
+//! ablation of a `matrix:`, in several formats.
 
 use std::fmt::Write as _;
 
@@ -10,14 +11,31 @@ use crate::stats;
 use crate::store::{Outcome, StoredRun, TrialRecord};
 
 mod ablation;
+mod claims;
 mod html;
 mod junit;
-pub use ablation::ablation;
-pub use html::html;
+mod select;
+mod tasks;
+pub use ablation::{
+    Ablation, Effect, Factor, Interaction, Level, NO_ABLATION, ParetoPoint, ablation,
+    ablation_json, ablation_markdown, ablations,
+};
+pub use claims::{FalseClaims, false_claims};
+pub use html::{HtmlOptions, html};
 pub use junit::junit;
+pub use select::{UnknownAgent, select_agents};
+pub use tasks::{PER_TASK_NOTE, TaskCell, TaskRow, per_task, per_task_markdown, per_task_table};
 
 /// Output formats of `deltabench report`.
 pub const FORMATS: [&str; 6] = ["table", "markdown", "csv", "json", "junit", "html"];
+
+/// The comparison of a run with an earlier one, as `compare` words it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Baseline {
+    /// The earlier run directory, as given.
+    pub run_dir: String,
+    pub text: String,
+}
 
 /// One agent's results.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -35,6 +53,14 @@ pub struct AgentSummary {
     /// 95% interval of the pass rate: Wilson with one trial per task, task-clustered otherwise.
     pub interval: Option<(f64, f64)>,
     pub interval_method: Option<&'static str>,
+    /// Scored trials the agent ended `completed`: it said the work is done.
+    pub claimed: usize,
+    /// Of those, the ones that did not pass verification.
+    pub false_claims: usize,
+    /// `false_claims / claimed`; None when the agent never ended `completed`.
+    pub false_claim_rate: Option<f64>,
+    /// 95% Wilson interval of the false-claim rate.
+    pub false_claim_interval: Option<(f64, f64)>,
     /// Trials per task when every task has several (the k of pass@k and pass^k).
     pub k: Option<usize>,
     /// Unbiased pass@k averaged over tasks: at least one of k trials passes.
@@ -78,6 +104,7 @@ pub fn summarize(records: &[TrialRecord], agents: &[String]) -> Vec<AgentSummary
             let estimate = stats::pass_rate(&outcomes, 0.95);
             let scored = outcomes.iter().map(|o| o.trials).sum();
             let k = outcomes.iter().map(|o| o.trials).min().filter(|k| *k > 1);
+            let claims = false_claims(records, &agent, 0.95);
             let costs: Vec<f64> = mine
                 .iter()
                 .filter_map(|r| r.usage.and_then(|u| u.cost_usd))
@@ -94,6 +121,10 @@ pub fn summarize(records: &[TrialRecord], agents: &[String]) -> Vec<AgentSummary
                 pass_rate: estimate.as_ref().map(|e| e.rate),
                 interval: estimate.as_ref().map(|e| (e.interval.lo, e.interval.hi)),
                 interval_method: estimate.as_ref().map(|e| e.method),
+                claimed: claims.claimed,
+                false_claims: claims.false_claims,
+                false_claim_rate: claims.rate,
+                false_claim_interval: claims.interval,
                 k,
                 pass_at_k: k.and_then(|k| stats::mean_pass_at_k(&outcomes, k)),
                 pass_hat_k: k.and_then(|k| stats::mean_pass_hat_k(&outcomes, k)),
@@ -123,6 +154,23 @@ fn seconds(ms: Option<u64>) -> String {
     ms.map_or("-".into(), |ms| format!("{:.2}s", ms as f64 / 1000.0))
 }
 
+/// `1/6 16.7% (3.0-56.4%)`: false claims of claimed, the rate and its interval.
+fn false_claims_text(s: &AgentSummary) -> String {
+    match s.false_claim_rate {
+        Some(rate) => format!(
+            "{}/{} {} ({})",
+            s.false_claims,
+            s.claimed,
+            percent(Some(rate)),
+            interval_text(s.false_claim_interval)
+        ),
+        None => "-".into(),
+    }
+}
+
+/// What the `false claims` column counts, said under the tables that show it.
+pub const FALSE_CLAIMS_NOTE: &str = "false claims: trials the agent ended `completed` (it said the work is done) that did not pass verification, of all it ended `completed`, with a 95% Wilson interval";
+
 #[derive(Tabled)]
 struct Row {
     agent: String,
@@ -132,6 +180,8 @@ struct Row {
     pass_rate: String,
     #[tabled(rename = "95% CI")]
     interval: String,
+    #[tabled(rename = "false claims")]
+    false_claims: String,
     #[tabled(rename = "pass@k / pass^k")]
     at_k: String,
     invalid: usize,
@@ -152,6 +202,7 @@ fn rows(summaries: &[AgentSummary]) -> Vec<Row> {
             passed: s.passed,
             pass_rate: percent(s.pass_rate),
             interval: interval_text(s.interval),
+            false_claims: false_claims_text(s),
             at_k: match (s.k, s.pass_at_k, s.pass_hat_k) {
                 (Some(k), Some(at), Some(all)) => {
                     format!("k={k}: {} / {}", percent(Some(at)), percent(Some(all)))
@@ -176,6 +227,20 @@ pub fn table(summaries: &[AgentSummary]) -> String {
         .to_string()
 }
 
+fn agents_of(summaries: &[AgentSummary]) -> Vec<String> {
+    summaries.iter().map(|s| s.agent.clone()).collect()
+}
+
+/// The terminal report: the summary table, then the per-task table.
+pub fn text(run: &StoredRun, summaries: &[AgentSummary]) -> String {
+    let agents = agents_of(summaries);
+    format!(
+        "{}\n{FALSE_CLAIMS_NOTE}\n\nPer task: {PER_TASK_NOTE}\n{}\n",
+        table(summaries),
+        per_task_table(&per_task(run, &agents), &agents)
+    )
+}
+
 /// A markdown report fit for `$GITHUB_STEP_SUMMARY`.
 pub fn markdown(run: &StoredRun, summaries: &[AgentSummary]) -> String {
     let mut out = String::new();
@@ -192,7 +257,14 @@ pub fn markdown(run: &StoredRun, summaries: &[AgentSummary]) -> String {
             .with(Style::markdown())
             .to_string(),
     );
-    out.push('\n');
+    let _ = writeln!(out, "\n\n{FALSE_CLAIMS_NOTE}.");
+    let agents = agents_of(summaries);
+    let _ = writeln!(
+        out,
+        "\n### Per task\n\n{}.\n\n{}",
+        capitalized(PER_TASK_NOTE),
+        per_task_markdown(&per_task(run, &agents), &agents)
+    );
     let failures: Vec<&TrialRecord> = run
         .trials
         .iter()
@@ -233,6 +305,13 @@ pub fn markdown(run: &StoredRun, summaries: &[AgentSummary]) -> String {
         }
     }
     out
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map_or(String::new(), |first| {
+        first.to_uppercase().chain(chars).collect()
+    })
 }
 
 /// One CSV row per trial.
@@ -287,16 +366,24 @@ pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// A JSON summary.
-pub fn json(run: &StoredRun, summaries: &[AgentSummary]) -> String {
-    let value = serde_json::json!({
+/// A JSON summary: per agent, and per task (failing tasks first). `baseline` is the text of the
+/// comparison with an earlier run, and the run directory it names.
+pub fn json(run: &StoredRun, summaries: &[AgentSummary], baseline: Option<&Baseline>) -> String {
+    let mut value = serde_json::json!({
         "suite": run.manifest.suite,
         "suite_digest": run.manifest.suite_digest,
         "trials": run.trials.len(),
         "planned_trials": run.manifest.planned_trials,
         "interrupted": run.manifest.interrupted,
         "agents": summaries,
+        "tasks": per_task(run, &agents_of(summaries)),
     });
+    if let Some(baseline) = baseline {
+        value["baseline"] = serde_json::json!({
+            "run_dir": baseline.run_dir,
+            "comparison": baseline.text,
+        });
+    }
     serde_json::to_string_pretty(&value).unwrap_or_default() + "\n"
 }
 

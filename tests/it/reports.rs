@@ -204,6 +204,12 @@ fn write_artifacts(run: &Path) {
             "\n",
         ),
     );
+    // Only command agents record the instruction they were given.
+    file(
+        trial("t1", "beta", 1),
+        "instruction.md",
+        "Make `call()` return 200, not 429.\n<b>Do not</b> touch tests/.\n",
+    );
     file(
         trial("t1", "beta", 1),
         "result.json",
@@ -234,6 +240,22 @@ fn formatted(format: &str) -> String {
 fn report_table() {
     let text = formatted("table");
     assert!(text.contains("alpha"), "{text}");
+    // alpha ended all 6 trials `completed` and one failed; beta claimed 4 (one ended in an error,
+    // one is an infra error) and 2 failed.
+    assert!(text.contains("1/6 16.7% (3.0-56.4%)"), "{text}");
+    assert!(text.contains("2/4 50.0% (15.0-85.0%)"), "{text}");
+    // The per-task table, failing tasks first: t2 (1/2 and 0/1) before t1 and t3.
+    let per_task = &text[text.find("Per task:").expect("no per-task table")..];
+    let order: Vec<usize> = ["│ t2", "│ t1", "│ t3"]
+        .iter()
+        .map(|row| {
+            per_task
+                .find(row)
+                .unwrap_or_else(|| panic!("no {row}: {text}"))
+        })
+        .collect();
+    assert!(order.is_sorted(), "{per_task}");
+    assert!(per_task.contains("0/1 +1 infra"), "{per_task}");
     insta::assert_snapshot!(text);
 }
 
@@ -254,6 +276,8 @@ fn report_markdown() {
         "{text}"
     );
     assert!(text.contains("no space left on device"), "{text}");
+    assert!(text.contains("### Per task"), "{text}");
+    assert!(text.contains("| t2   | 1/2   | 0/1 +1 infra |"), "{text}");
     insta::assert_snapshot!(text);
 }
 
@@ -296,6 +320,20 @@ fn report_json() {
     );
     // The mean of per-task pass fractions (1/2, 1/2, 0/1), not the pooled 2 of 5 trials.
     assert!((beta["pass_rate"].as_f64().unwrap() - 1.0 / 3.0).abs() < 1e-12);
+    assert_eq!(
+        (
+            beta["claimed"].as_u64(),
+            beta["false_claims"].as_u64(),
+            beta["false_claim_rate"].as_f64()
+        ),
+        (Some(4), Some(2), Some(0.5))
+    );
+    let tasks: Vec<&Value> = value["tasks"].as_array().unwrap().iter().collect();
+    assert_eq!(tasks[0]["task"], "t2", "failing tasks first");
+    assert_eq!(
+        tasks[0]["agents"]["beta"],
+        json!({"passed": 0, "scored": 1, "infra_errors": 1})
+    );
     insta::assert_snapshot!(text);
 }
 
@@ -726,20 +764,19 @@ fn output_within(mut command: std::process::Command, limit: std::time::Duration)
     }
 }
 
-#[test]
-fn report_html_renders_in_headless_chromium() {
+/// The DOM of `report --format html` of the run at `run` after headless Chromium ran its
+/// script; None (the test is skipped) when Chromium is not installed outside CI.
+fn rendered(tmp: &Path, run: &Path) -> Option<String> {
     let found = chromium();
-    let test = "report_html_renders_in_headless_chromium";
+    let test = "the headless Chromium report tests";
     if !crate::common::have_tool(test, "chromium (apt-get install chromium)", found.is_some()) {
-        return;
+        return None;
     }
     let chromium = found.expect("checked above");
-    let tmp = temp_dir();
-    let run = write_run(tmp.path());
-    let page = tmp.path().join("report.html");
+    let page = tmp.join("report.html");
     let output = report(
-        tmp.path(),
-        &run,
+        tmp,
+        run,
         &["--format", "html", "-o", page.to_str().unwrap()],
     );
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
@@ -756,16 +793,28 @@ fn report_html_renders_in_headless_chromium() {
             "--disable-component-update",
             "--disable-sync",
         ])
-        .arg(format!(
-            "--user-data-dir={}",
-            tmp.path().join("profile").display()
-        ))
+        .arg(format!("--user-data-dir={}", tmp.join("profile").display()))
         .args(["--virtual-time-budget=5000", "--dump-dom"])
         .arg(format!("file://{}", page.display()))
         .stdin(std::process::Stdio::null());
     let output = output_within(command, std::time::Duration::from_secs(120));
-    let dom = stdout(&output);
     assert!(output.status.success(), "{}", stderr(&output));
+    Some(stdout(&output))
+}
+
+/// The drill-down section of a rendered page.
+fn detail_of(dom: &str) -> &str {
+    let start = dom.find("id=\"trial-detail\"").unwrap();
+    &dom[start..start + dom[start..].find("</section>").unwrap()]
+}
+
+#[test]
+fn report_html_renders_in_headless_chromium() {
+    let tmp = temp_dir();
+    let run = write_run(tmp.path());
+    let Some(dom) = rendered(tmp.path(), &run) else {
+        return;
+    };
 
     // The script ran: every heat-map cell and list row was made interactive...
     let hydrated = |pattern: &str| regex::Regex::new(pattern).unwrap().find_iter(&dom).count();
@@ -777,8 +826,7 @@ fn report_html_renders_in_headless_chromium() {
     assert_eq!(hydrated(r#"<tr [^>]*data-rendered="true""#), 12);
     assert_eq!(dom.matches("class=\"bar\"").count(), 2);
     // ...and opened the first cell that did not fully pass: t1 x beta, with its two trials.
-    let detail_start = dom.find("id=\"trial-detail\"").unwrap();
-    let detail = &dom[detail_start..dom[detail_start..].find("</section>").unwrap() + detail_start];
+    let detail = detail_of(&dom);
     assert!(
         detail.contains("data-rendered=\"true\""),
         "drill-down not rendered: {detail}"
@@ -789,7 +837,378 @@ fn report_html_renders_in_headless_chromium() {
     assert!(detail.contains("FAILED test_api.py::test_call"));
     assert!(detail.contains("<span class=\"add\">+URL = 'https:"));
     assert!(detail.contains("<span class=\"etype\">tool_call</span>"));
+    // The task's instruction, above the trials; its markup stayed text.
+    assert!(detail.contains("Task instruction"), "{detail}");
+    assert!(
+        detail.contains(
+            "Make `call()` return 200, not 429.\n&lt;b&gt;Do not&lt;/b&gt; touch tests/."
+        ),
+        "{detail}"
+    );
     // The run's hostile text stayed text.
     assert!(detail.contains("&lt;/script&gt;&lt;!--"), "{detail}");
     assert_eq!(dom.matches("<script").count(), 2);
+}
+
+#[test]
+fn report_html_of_a_matrix_renders_in_headless_chromium() {
+    let tmp = temp_dir();
+    let run = write_matrix_run(tmp.path());
+    let Some(dom) = rendered(tmp.path(), &run) else {
+        return;
+    };
+    // The first cell that did not fully pass is t2 x low/fast; t2's instruction was recorded in
+    // another combination's folder, and is the task's all the same.
+    let detail = detail_of(&dom);
+    assert!(
+        detail.contains("Trial details: t2 × idle[env.LEVEL=low,env.MODE=fast]"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("Return the level, not the mode."),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("From trials/t2/idle_env.LEVEL_high_env.MODE_slow_/1/instruction.md."),
+        "{detail}"
+    );
+    assert!(!dom.contains("id=\"cost-scatter\""));
+    for (name, _, _) in COMBOS {
+        assert!(
+            dom.contains(&format!(">{name}</text>")),
+            "{name} is not written whole"
+        );
+    }
+}
+
+/// The four combinations of a 2x2 `matrix:` of the agent `idle`.
+const COMBOS: [(&str, &str, &str); 4] = [
+    ("idle[env.LEVEL=low,env.MODE=fast]", "low", "fast"),
+    ("idle[env.LEVEL=low,env.MODE=slow]", "low", "slow"),
+    ("idle[env.LEVEL=high,env.MODE=fast]", "high", "fast"),
+    ("idle[env.LEVEL=high,env.MODE=slow]", "high", "slow"),
+];
+
+/// A run of the 2x2 matrix on t1..t3, one trial each, no costs: `high` passes more than `low`,
+/// `slow` more than `fast`. t1's and t2's instructions are each in one combination's trial
+/// folder; t3's is not recorded.
+fn write_matrix_run(root: &Path) -> std::path::PathBuf {
+    let run = root.join("run");
+    std::fs::create_dir_all(run.join("trials")).unwrap();
+    let mut manifest = manifest();
+    manifest["suite"] = json!("matrix");
+    manifest["trials_per_task"] = json!(1);
+    // Objects written by hand: a serde_json::Map would sort the combinations by name, and the
+    // run's order is what the reports keep.
+    let object = |entries: Vec<String>| format!("{{{}}}", entries.join(","));
+    let agents = object(
+        COMBOS
+            .iter()
+            .map(|(name, _, _)| {
+                format!("{}:{{\"kind\":\"command\",\"run\":\"true\"}}", json!(name))
+            })
+            .collect(),
+    );
+    let variants = object(
+        COMBOS
+            .iter()
+            .map(|(name, level, mode)| {
+                format!(
+                    "{}:{{\"base\":\"idle\",\"factors\":{{\"env.LEVEL\":\"{level}\",\"env.MODE\":\"{mode}\"}}}}",
+                    json!(name)
+                )
+            })
+            .collect(),
+    );
+    manifest["agents"] = json!("AGENTS");
+    manifest["variants"] = json!("VARIANTS");
+    let mut records = Vec::new();
+    for (n, task) in TASKS.iter().enumerate() {
+        for (i, (name, level, mode)) in COMBOS.iter().enumerate() {
+            // high passes t1 and t2, low only t1 (fast) or t1 and t3 (slow); t2 fails for low.
+            let pass = match (*level, *mode, *task) {
+                ("high", "slow", _) => true,
+                ("high", "fast", task) => task != "t3",
+                ("low", "slow", task) => task != "t2",
+                (_, _, task) => task == "t1",
+            };
+            let kind = if pass { Kind::Pass } else { Kind::Fail };
+            records.push(record(
+                task,
+                name,
+                1,
+                kind,
+                2_000 + 100 * (4 * n + i) as u64,
+            ));
+        }
+    }
+    manifest["planned_trials"] = json!(records.len());
+    let text = serde_json::to_string_pretty(&manifest)
+        .unwrap()
+        .replace("\"AGENTS\"", &agents)
+        .replace("\"VARIANTS\"", &variants);
+    std::fs::write(run.join("manifest.json"), text).unwrap();
+    std::fs::write(run.join("trials.jsonl"), jsonl(&records)).unwrap();
+    write_files(
+        &run,
+        &[
+            (
+                "trials/t1/idle_env.LEVEL_low_env.MODE_fast_/1/instruction.md",
+                "Print the level.\nKeep it <short> & plain.\n",
+            ),
+            (
+                "trials/t2/idle_env.LEVEL_high_env.MODE_slow_/1/instruction.md",
+                "Return the level, not the mode.\n",
+            ),
+        ],
+    );
+    run
+}
+
+/// `report RUN extra...` of the matrix run; must succeed.
+fn matrix_report(extra: &[&str]) -> String {
+    let tmp = temp_dir();
+    let run = write_matrix_run(tmp.path());
+    let output = report(tmp.path(), &run, extra);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    stdout(&output)
+}
+
+#[test]
+fn report_ablation_markdown() {
+    let text = matrix_report(&["--ablation", "--format", "markdown"]);
+    assert!(
+        text.contains("### Ablation of `idle`: 4 combinations, 12 trials"),
+        "{text}"
+    );
+    // low passes 3 of 6, high 5 of 6: +33.3 points.
+    assert!(text.contains("| env.LEVEL | low | 50.0% |"), "{text}");
+    assert!(
+        text.contains("| | high | 83.3% |") || text.contains("|  | high | 83.3% |"),
+        "{text}"
+    );
+    assert!(text.contains("+33.3 ("), "{text}");
+    assert!(text.contains("interaction = "), "{text}");
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn report_ablation_json() {
+    let text = matrix_report(&["--ablation", "--format", "json"]);
+    let value: Value = serde_json::from_str(&text).unwrap();
+    let ablation = &value["ablations"][0];
+    assert_eq!(ablation["base"], "idle");
+    assert_eq!(ablation["trials"], 12);
+    let level = &ablation["factors"][0];
+    assert_eq!(level["factor"], "env.LEVEL");
+    let diff = level["levels"][1]["effect"]["diff"].as_f64().unwrap();
+    assert!((diff - 1.0 / 3.0).abs() < 1e-12, "{level}");
+    assert_eq!(
+        ablation["interaction"]["cells"],
+        json!([[1.0 / 3.0, 2.0 / 3.0], [2.0 / 3.0, 1.0]])
+    );
+    // high/fast is as good as low/slow but slower; the others each win on rate or time.
+    let front: Vec<&str> = ablation["pareto"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["agent"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        front,
+        [
+            "idle[env.LEVEL=low,env.MODE=fast]",
+            "idle[env.LEVEL=low,env.MODE=slow]",
+            "idle[env.LEVEL=high,env.MODE=slow]"
+        ]
+    );
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn report_ablation_text_is_unchanged_by_the_other_formats() {
+    let text = matrix_report(&["--ablation"]);
+    assert!(
+        text.starts_with("Ablation of idle: 4 combinations, 12 trials\n"),
+        "{text}"
+    );
+    assert!(text.contains("Pareto front"), "{text}");
+}
+
+#[test]
+fn report_ablation_json_of_a_run_without_a_matrix_is_empty() {
+    let value: Value =
+        serde_json::from_str(&formatted_with(&["--ablation", "--format", "json"])).unwrap();
+    assert_eq!(value["ablations"], json!([]));
+}
+
+/// `report --format ...` of the fixed run with `extra`; must succeed.
+fn formatted_with(extra: &[&str]) -> String {
+    let tmp = temp_dir();
+    let run = write_run(tmp.path());
+    let output = report(tmp.path(), &run, extra);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    stdout(&output)
+}
+
+#[test]
+fn ablation_and_baseline_have_no_csv_or_junit_form() {
+    let tmp = temp_dir();
+    let run = write_run(tmp.path());
+    let baseline = run.to_str().unwrap();
+    for format in ["csv", "junit"] {
+        for extra in [vec!["--ablation"], vec!["--baseline", baseline]] {
+            let mut args = vec!["--format", format];
+            args.extend(&extra);
+            let output = report(tmp.path(), &run, &args);
+            let err = stderr(&output);
+            assert_eq!(output.status.code(), Some(2), "{args:?}: {err}");
+            assert!(output.stdout.is_empty(), "{args:?}");
+            assert!(
+                err.contains(&format!("{} has no {format} form", extra[0]))
+                    && err.contains("use --format table, markdown, json or html"),
+                "{err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn report_agent_flag_keeps_only_the_named_agents() {
+    let text = formatted_with(&["--agent", "beta", "--format", "json"]);
+    let value: Value = serde_json::from_str(&text).unwrap();
+    let agents: Vec<&Value> = value["agents"].as_array().unwrap().iter().collect();
+    assert_eq!(agents.len(), 1);
+    assert_eq!(agents[0]["agent"], "beta");
+    assert_eq!(value["trials"], 6);
+    assert_eq!(value["planned_trials"], 6);
+    assert_eq!(
+        value["tasks"][0]["agents"].as_object().unwrap().len(),
+        1,
+        "{text}"
+    );
+
+    // A matrix's name selects all its combinations; naming two agents keeps both.
+    let text = matrix_report(&["--agent", "idle", "--format", "json"]);
+    let value: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(value["agents"].as_array().unwrap().len(), 4);
+    let text = matrix_report(&[
+        "--agent",
+        "idle[env.LEVEL=high,env.MODE=slow]",
+        "--agent",
+        "idle[env.LEVEL=low,env.MODE=fast]",
+        "--format",
+        "json",
+    ]);
+    let value: Value = serde_json::from_str(&text).unwrap();
+    let names: Vec<&str> = value["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["agent"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "idle[env.LEVEL=low,env.MODE=fast]",
+            "idle[env.LEVEL=high,env.MODE=slow]"
+        ]
+    );
+}
+
+#[test]
+fn report_agent_flag_with_an_unknown_name_lists_the_valid_ones() {
+    let tmp = temp_dir();
+    let run = write_matrix_run(tmp.path());
+    let output = report(tmp.path(), &run, &["--agent", "nope"]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(output.stdout.is_empty());
+    insta::assert_snapshot!(err);
+}
+
+#[test]
+fn report_with_a_baseline_adds_the_comparison() {
+    let tmp = temp_dir();
+    let run = write_run(tmp.path());
+    let earlier = tmp.path().join("earlier");
+    std::fs::create_dir_all(&earlier).unwrap();
+    for file in ["manifest.json", "trials.jsonl"] {
+        std::fs::copy(run.join(file), earlier.join(file)).unwrap();
+    }
+    for format in ["table", "markdown", "json", "html"] {
+        let output = report(
+            tmp.path(),
+            &run,
+            &["--format", format, "--baseline", earlier.to_str().unwrap()],
+        );
+        let text = stdout(&output).replace("&#39;", "'");
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert!(
+            text.contains("candidate 'alpha' vs baseline"),
+            "{format}: {text}"
+        );
+        assert!(text.contains("verdict: "), "{format}: {text}");
+        if format == "html" {
+            assert!(text.contains("<section class=\"panel\" id=\"baseline\">"));
+        }
+        // Not a snapshot: the comparison's wording belongs to `compare`.
+        let heading = match format {
+            "table" => format!("Against the baseline {}:\n", earlier.display()),
+            "markdown" => format!("### Against the baseline `{}`", earlier.display()),
+            "json" => format!("\"run_dir\": \"{}\"", earlier.display()),
+            _ => format!("<code>{}</code>", earlier.display()),
+        };
+        assert!(text.contains(&heading), "{format}: {text}");
+    }
+}
+
+/// The `<text>` labels of one SVG chart of an HTML page.
+fn svg_texts(html: &str, id: &str) -> Vec<String> {
+    let start = html.find(&format!("<svg id=\"{id}\"")).expect(id);
+    let end = start + html[start..].find("</svg>").unwrap();
+    regex::Regex::new(r"<text[^>]*>([^<]*)</text>")
+        .unwrap()
+        .captures_iter(&html[start..end])
+        .map(|c| c[1].to_owned())
+        .collect()
+}
+
+#[test]
+fn report_html_shows_full_matrix_names_the_instruction_and_no_cost_chart_without_costs() {
+    let html = matrix_report(&["--format", "html"]);
+    // Every combination's whole name, in the bar chart and over its heat-map column.
+    for (name, _, _) in COMBOS {
+        for id in ["pass-rate-chart", "heatmap"] {
+            let texts = svg_texts(&html, id);
+            assert_eq!(
+                texts.iter().filter(|t| *t == name).count(),
+                1,
+                "{id}: {name} in {texts:?}"
+            );
+        }
+    }
+    assert!(!html.contains('\u{2026}'), "a label was cut");
+    // Nobody reported a cost: no scatter, a sentence instead.
+    assert!(!html.contains("id=\"cost-scatter\""));
+    assert!(html.contains("No agent reported a cost, so there is no cost chart."));
+    // The ablation tables and the false-claim column are on the page.
+    assert!(html.contains("<section class=\"panel\" id=\"ablation\">"));
+    assert!(html.contains("<h3>idle: 4 combinations, 12 trials</h3>"));
+    assert!(html.contains("<th>false claims</th>"));
+    assert!(html.contains("<td class=\"false-claims\">1/3 33.3% ("));
+    // The instruction, read from the trial folder that recorded it.
+    let data = data_blob(&html);
+    assert_eq!(
+        data["instructions"]["t1"]["text"],
+        "Print the level.\nKeep it <short> & plain.\n"
+    );
+    assert!(
+        data["instructions"]["t3"]["note"]
+            .as_str()
+            .unwrap()
+            .contains("does not record this task's instruction"),
+        "{}",
+        data["instructions"]
+    );
 }
