@@ -127,13 +127,29 @@ impl Cli {
 
 /// Whether the CLI is there to test; outside CI a missing one skips loudly, under CI it fails.
 fn installed(kind: HarnessKind) -> bool {
+    let test = format!("the {kind} tests");
     match find_program(kind, None) {
+        // Gemini CLI's code needs Node 20 (Debian 12's Node 18 fails to parse it).
+        Ok(_) if kind == HarnessKind::GeminiCli => {
+            let major = std::process::Command::new("node")
+                .arg("--version")
+                .output()
+                .ok()
+                .and_then(|o| {
+                    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+                    text.trim()
+                        .trim_start_matches('v')
+                        .split('.')
+                        .next()?
+                        .parse::<u32>()
+                        .ok()
+                });
+            crate::common::have_tool(&test, "Node.js 20 or newer", major.is_some_and(|m| m >= 20))
+        }
         Ok(_) => true,
-        Err(err) => crate::common::have_tool(
-            &format!("the {kind} tests"),
-            &format!("{kind} (.ci/install-agents): {err}"),
-            false,
-        ),
+        Err(err) => {
+            crate::common::have_tool(&test, &format!("{kind} (.ci/install-agents): {err}"), false)
+        }
     }
 }
 
@@ -626,12 +642,7 @@ fn runs_inside_the_sandbox(kind: HarnessKind) {
 
 #[test]
 fn every_cli_runs_inside_the_sandbox() {
-    if std::process::Command::new("bwrap")
-        .arg("--version")
-        .output()
-        .is_err()
-        && !crate::common::have_tool("every_cli_runs_inside_the_sandbox", "bubblewrap", false)
-    {
+    if !crate::common::have_bwrap("every_cli_runs_inside_the_sandbox") {
         return;
     }
     for kind in HarnessKind::ALL {

@@ -175,7 +175,7 @@ pub fn have_tool(test: &str, tool: &str, found: bool) -> bool {
 /// Whether bubblewrap can run here (see [`have_tool`]).
 pub fn have_bwrap(test: &str) -> bool {
     let found = Command::new("bwrap")
-        .args(["--ro-bind", "/", "/", "true"])
+        .args(["--unshare-all", "--ro-bind", "/", "/", "true"])
         .output()
         .is_ok_and(|o| o.status.success());
     have_tool(test, "bubblewrap (apt-get install bubblewrap)", found)

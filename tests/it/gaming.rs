@@ -132,7 +132,10 @@ fn require_tools() -> bool {
             .is_ok_and(|o| o.status.success())
     };
     let missing: Vec<&str> = [
-        ("bwrap", have("bwrap", &["--version"])),
+        (
+            "bubblewrap that can make namespaces",
+            have("bwrap", &["--unshare-all", "--ro-bind", "/", "/", "true"]),
+        ),
         ("pytest", have("python3", &["-m", "pytest", "--version"])),
         // Sandboxed commands see the system's Python only.
         (

@@ -33,12 +33,7 @@ fn entries(dir: &Path) -> Vec<(String, Option<String>)> {
 
 #[test]
 fn secrets_in_file_names_and_link_targets_of_the_agent_home_are_redacted() {
-    if std::process::Command::new("bwrap")
-        .arg("--version")
-        .output()
-        .is_err()
-        && !crate::common::have_tool("redaction", "bubblewrap", false)
-    {
+    if !crate::common::have_bwrap("redaction") {
         return;
     }
     let tmp = one_file_repo();
