@@ -119,16 +119,22 @@ pub fn wilson(passed: usize, n: usize, confidence: f64) -> Option<Interval> {
     if n == 0 || passed > n {
         return None;
     }
-    let z = z_for(confidence);
-    let n = n as f64;
-    let p = passed as f64 / n;
+    Some(wilson_at(
+        passed as f64 / n as f64,
+        n as f64,
+        z_for(confidence),
+    ))
+}
+
+/// The Wilson interval of a proportion `p` observed on `n` (possibly effective, so real) trials.
+fn wilson_at(p: f64, n: f64, z: f64) -> Interval {
     let denominator = 1.0 + z * z / n;
     let centre = (p + z * z / (2.0 * n)) / denominator;
     let half = z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt() / denominator;
-    Some(Interval {
+    Interval {
         lo: (centre - half).max(0.0),
         hi: (centre + half).min(1.0),
-    })
+    }
 }
 
 /// The unbiased pass@k estimator (Chen et al., 2021): the probability that at least one of `k`
@@ -229,10 +235,12 @@ pub struct RateEstimate {
 ///
 /// With one trial per task (or a single task) trials are independent: the rate is passed/trials
 /// with a Wilson interval. With several trials per task, trials of one task are correlated, so
-/// the task is the unit (`"clustered"`): the rate is the mean of per-task pass fractions and the
-/// interval mean ± z·sd/√tasks (sample sd of the fractions), clamped to `[0, 1]` and widened to
-/// hold the Wilson interval of the pooled trials: clustering only adds uncertainty, and this keeps
-/// the interval from collapsing to a point when every task happens to have the same fraction.
+/// the task is the unit (`"clustered"`): the rate is the mean of per-task pass fractions, its
+/// variance is estimated from the spread of those fractions (sample variance / tasks), and the
+/// interval is Wilson's on the effective number of trials that variance stands for,
+/// p(1 − p)/variance, never more than the real trials (clustering only adds uncertainty). Being
+/// Wilson's, it stays inside (0, 1) unless every trial agreed: 7 of 15 trials over 3 tasks is
+/// not "somewhere in 0–100%".
 pub fn pass_rate(outcomes: &[TaskOutcome], confidence: f64) -> Option<RateEstimate> {
     let tasks = by_task(outcomes);
     let trials = tasks.values().map(|t| t.trials).sum();
@@ -251,13 +259,18 @@ pub fn pass_rate(outcomes: &[TaskOutcome], confidence: f64) -> Option<RateEstima
     }
     let fractions: Vec<f64> = tasks.values().map(|t| t.fraction()).collect();
     let rate = mean(&fractions);
-    let half = z_for(confidence) * (sample_variance(&fractions) / fractions.len() as f64).sqrt();
+    let variance = sample_variance(&fractions) / fractions.len() as f64;
+    // Equal fractions (variance 0) say nothing against independence: the pooled trials count.
+    // Otherwise p(1 − p)/variance ≥ tasks − 1, since fractions in [0, 1] with mean p vary by at
+    // most p(1 − p)·tasks/(tasks − 1).
+    let effective = if variance > 0.0 {
+        (rate * (1.0 - rate) / variance).min(trials as f64)
+    } else {
+        trials as f64
+    };
     Some(RateEstimate {
         rate,
-        interval: Interval {
-            lo: (rate - half).max(0.0).min(pooled.lo),
-            hi: (rate + half).min(1.0).max(pooled.hi),
-        },
+        interval: wilson_at(rate, effective, z_for(confidence)),
         method: "clustered",
         ..independent
     })
@@ -848,23 +861,35 @@ mod tests {
 
     #[test]
     fn pass_rate_is_clustered_with_several_trials() {
-        // Fractions [1, 0.5, 0]: mean 0.5, sd √(0.5/2) = 0.5, se 0.5/√3 = 0.288675,
-        // z·se = 0.565793, so 0.5 ± 0.5658 clamps to [0, 1].
+        // Fractions [1, 0.5, 0]: mean 0.5, sample variance 0.25, variance of the mean 0.25/3, so
+        // 0.25/(0.25/3) = 3 effective trials (of 6): Wilson(0.5, 3) = [0.125334, 0.874666].
         let estimate = pass_rate(&tasks(&[(2, 2), (1, 2), (0, 2)]), 0.95).unwrap();
         assert_eq!(estimate.method, "clustered");
         close(estimate.rate, 0.5, 1e-12);
-        assert_eq!(estimate.interval, Interval { lo: 0.0, hi: 1.0 });
+        close(estimate.interval.lo, 0.125_334, 1e-6);
+        close(estimate.interval.hi, 0.874_666, 1e-6);
 
-        // Fractions [1, 0.5, 0.5, 0, 0]: mean 0.4, squared deviations 0.36 + 0.01 + 0.01 + 0.16 +
-        // 0.16 = 0.7, sd √(0.7/4) = 0.418330, se 0.418330/√5 = 0.187083, z·se = 0.366676:
-        // [0.033324, 0.766676], which holds the pooled Wilson(4, 10) = [0.168180, 0.687326].
+        // 7 of 15 trials over 3 tasks (0/5, 2/5, 5/5): mean 7/15, sample variance 0.253333,
+        // 0.248889/(0.253333/3) = 2.947368 effective trials: Wilson = [0.109776, 0.861280], not
+        // 0-100%. At 80%: [0.179925, 0.777264].
+        let seven = tasks(&[(0, 5), (2, 5), (5, 5)]);
+        let estimate = pass_rate(&seven, 0.95).unwrap();
+        close(estimate.rate, 7.0 / 15.0, 1e-12);
+        close(estimate.interval.lo, 0.109_776, 1e-6);
+        close(estimate.interval.hi, 0.861_280, 1e-6);
+        let estimate = pass_rate(&seven, 0.8).unwrap();
+        close(estimate.interval.lo, 0.179_925, 1e-6);
+        close(estimate.interval.hi, 0.777_264, 1e-6);
+
+        // Fractions [1, 0.5, 0.5, 0, 0]: mean 0.4, sample variance 0.175, 0.24/(0.175/5) =
+        // 6.857143 effective trials (of 10): [0.140163, 0.731649].
         let estimate = pass_rate(&tasks(&[(2, 2), (1, 2), (1, 2), (0, 2), (0, 2)]), 0.95).unwrap();
         close(estimate.rate, 0.4, 1e-12);
-        close(estimate.interval.lo, 0.033_324, 1e-6);
-        close(estimate.interval.hi, 0.766_676, 1e-6);
+        close(estimate.interval.lo, 0.140_163, 1e-6);
+        close(estimate.interval.hi, 0.731_649, 1e-6);
 
-        // Every task 1/2: sd 0, so the interval is the pooled Wilson(4, 8) = [0.215216, 0.784784],
-        // not the point 0.5.
+        // Every task 1/2: the spread is 0, so the 8 pooled trials count: Wilson(4, 8) =
+        // [0.215216, 0.784784], not the point 0.5.
         let estimate = pass_rate(&tasks(&[(1, 2), (1, 2), (1, 2), (1, 2)]), 0.95).unwrap();
         close(estimate.interval.lo, 0.215_216, 1e-6);
         close(estimate.interval.hi, 0.784_784, 1e-6);
