@@ -671,6 +671,10 @@ fn finish_run(
         );
         return Ok(EXIT_CHECK_FAILED);
     }
+    // A regression among the scored trials is a verdict, whatever else could not be scored.
+    if gate_code == EXIT_CHECK_FAILED {
+        return Ok(EXIT_CHECK_FAILED);
+    }
     if infra > 0 {
         eprintln!("{infra} trial(s) could not be scored (infra_error); see trials.jsonl");
         return Ok(EXIT_CHECK_FAILED);
