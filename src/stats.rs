@@ -6,10 +6,12 @@
 //! - **pass rates with intervals**: [`wilson`] for independent trials, [`pass_rate`] for trials
 //!   clustered in tasks, and the unbiased [`pass_at_k`] / [`pass_hat_k`] estimators;
 //! - **paired comparison** of a baseline and a candidate on the tasks both ran ([`compare`]):
-//!   per-task flips, an exact McNemar or sign-flip permutation test, an interval on the difference
-//!   and the minimum detectable effect at this sample size;
+//!   across tasks, a sign-flip permutation test on per-task pass-fraction differences whose
+//!   inversion is also the interval of the difference ([`sign_flip`]), so the two cannot disagree;
+//!   within tasks, an exact Fisher test on each task's trial counts ([`fisher_exact`]), corrected
+//!   for the number of tasks ([`holm`]); and the minimum detectable effect at this sample size;
 //! - **a noise-aware CI gate** ([`gate`]): fail only on a drop that is significant *and* larger
-//!   than the tolerance, and say why in words;
+//!   than the tolerance (or on more tasks broken outright than allowed), and say why in words;
 //! - **sample-size planning** ([`plan`]): how many tasks × trials an effect of a given size needs.
 //!
 //! Every function is pure: no I/O, no printing, no clock. Resampling takes a `seed`, so the same
@@ -24,11 +26,11 @@ use serde::Serialize;
 
 use crate::store::{Outcome, TrialRecord};
 
-/// Resamples used by [`compare`] for the permutation test and the bootstrap.
+/// Random sign assignments [`compare`] draws when enumerating them all is too much.
 const RESAMPLES: usize = 10_000;
-/// Permutation tests enumerate every sign assignment up to this many non-zero differences
-/// (2^20 ≈ 10^6 sums), and sample beyond.
-const EXACT_MAX: usize = 20;
+/// [`sign_flip`] enumerates sign assignments exactly (tasks with equal differences grouped, so
+/// 500 tasks of which 480 did not change still count as few) up to this many combinations.
+const EXACT_LIMIT: usize = 1 << 20;
 /// The power [`Comparison::mde`] is computed for.
 const MDE_POWER: f64 = 0.8;
 /// Trial counts [`plan`] proposes.
@@ -41,6 +43,7 @@ pub struct Interval {
     pub hi: f64,
 }
 
+#[cfg(test)]
 impl Interval {
     fn point(value: f64) -> Self {
         Self {
@@ -119,16 +122,22 @@ pub fn wilson(passed: usize, n: usize, confidence: f64) -> Option<Interval> {
     if n == 0 || passed > n {
         return None;
     }
-    let z = z_for(confidence);
-    let n = n as f64;
-    let p = passed as f64 / n;
+    Some(wilson_at(
+        passed as f64 / n as f64,
+        n as f64,
+        z_for(confidence),
+    ))
+}
+
+/// The Wilson interval of a proportion `p` observed on `n` (possibly effective, so real) trials.
+fn wilson_at(p: f64, n: f64, z: f64) -> Interval {
     let denominator = 1.0 + z * z / n;
     let centre = (p + z * z / (2.0 * n)) / denominator;
     let half = z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt() / denominator;
-    Some(Interval {
+    Interval {
         lo: (centre - half).max(0.0),
         hi: (centre + half).min(1.0),
-    })
+    }
 }
 
 /// The unbiased pass@k estimator (Chen et al., 2021): the probability that at least one of `k`
@@ -229,10 +238,12 @@ pub struct RateEstimate {
 ///
 /// With one trial per task (or a single task) trials are independent: the rate is passed/trials
 /// with a Wilson interval. With several trials per task, trials of one task are correlated, so
-/// the task is the unit (`"clustered"`): the rate is the mean of per-task pass fractions and the
-/// interval mean ± z·sd/√tasks (sample sd of the fractions), clamped to `[0, 1]` and widened to
-/// hold the Wilson interval of the pooled trials: clustering only adds uncertainty, and this keeps
-/// the interval from collapsing to a point when every task happens to have the same fraction.
+/// the task is the unit (`"clustered"`): the rate is the mean of per-task pass fractions, its
+/// variance is estimated from the spread of those fractions (sample variance / tasks), and the
+/// interval is Wilson's on the effective number of trials that variance stands for,
+/// p(1 − p)/variance, never more than the real trials (clustering only adds uncertainty). Being
+/// Wilson's, it stays inside (0, 1) unless every trial agreed: 7 of 15 trials over 3 tasks is
+/// not "somewhere in 0–100%".
 pub fn pass_rate(outcomes: &[TaskOutcome], confidence: f64) -> Option<RateEstimate> {
     let tasks = by_task(outcomes);
     let trials = tasks.values().map(|t| t.trials).sum();
@@ -251,13 +262,18 @@ pub fn pass_rate(outcomes: &[TaskOutcome], confidence: f64) -> Option<RateEstima
     }
     let fractions: Vec<f64> = tasks.values().map(|t| t.fraction()).collect();
     let rate = mean(&fractions);
-    let half = z_for(confidence) * (sample_variance(&fractions) / fractions.len() as f64).sqrt();
+    let variance = sample_variance(&fractions) / fractions.len() as f64;
+    // Equal fractions (variance 0) say nothing against independence: the pooled trials count.
+    // Otherwise p(1 − p)/variance ≥ tasks − 1, since fractions in [0, 1] with mean p vary by at
+    // most p(1 − p)·tasks/(tasks − 1).
+    let effective = if variance > 0.0 {
+        (rate * (1.0 - rate) / variance).min(trials as f64)
+    } else {
+        trials as f64
+    };
     Some(RateEstimate {
         rate,
-        interval: Interval {
-            lo: (rate - half).max(0.0).min(pooled.lo),
-            hi: (rate + half).min(1.0).max(pooled.hi),
-        },
+        interval: wilson_at(rate, effective, z_for(confidence)),
         method: "clustered",
         ..independent
     })
@@ -298,7 +314,8 @@ pub struct Flips {
 }
 
 /// The exact two-sided McNemar test: with X ~ Bin(broken + fixed, ½), p = min(1, 2·P(X ≤
-/// min(broken, fixed))). 1.0 when there are no discordant pairs.
+/// min(broken, fixed))). 1.0 when there are no discordant pairs. With one trial per task it is
+/// the same test as [`sign_flip`] on the per-task differences.
 pub fn mcnemar_exact(broken: usize, fixed: usize) -> f64 {
     let n = broken + fixed;
     if n == 0 {
@@ -317,82 +334,281 @@ pub fn mcnemar_exact(broken: usize, fixed: usize) -> f64 {
     (2.0 * tail).min(1.0)
 }
 
-/// A two-sided sign-flip permutation test of mean(diffs) == 0: the share of sign assignments
-/// whose |mean| is at least the observed one.
-///
-/// Zero differences are the same under either sign, so only the non-zero ones are flipped (the
-/// statistic is unchanged: |sum| ranks assignments as |mean| does). With at most 20 of them every
-/// assignment is enumerated and p is exact; beyond, `iterations` random assignments give
-/// p = (hits + 1)/(iterations + 1). 1.0 when every difference is 0.
-pub fn paired_permutation_p(diffs: &[f64], iterations: usize, seed: u64) -> f64 {
-    let nonzero: Vec<f64> = diffs.iter().copied().filter(|d| *d != 0.0).collect();
-    if nonzero.is_empty() {
+/// ln(k!) for k in 0..=n.
+fn ln_factorials(n: usize) -> Vec<f64> {
+    let mut table = Vec::with_capacity(n + 1);
+    table.push(0.0);
+    for k in 1..=n {
+        table.push(table[k - 1] + (k as f64).ln());
+    }
+    table
+}
+
+/// The two-sided Fisher exact test of a 2×2 table: `passed_a` of `trials_a` against `passed_b`
+/// of `trials_b`. With both margins fixed the table follows a hypergeometric law; p sums the
+/// probability of every table no more likely than the observed one (as R's `fisher.test`).
+/// 1.0 when a side has no trials.
+pub fn fisher_exact(passed_a: usize, trials_a: usize, passed_b: usize, trials_b: usize) -> f64 {
+    assert!(
+        passed_a <= trials_a && passed_b <= trials_b,
+        "more passes than trials"
+    );
+    if trials_a == 0 || trials_b == 0 {
         return 1.0;
     }
-    let observed = nonzero.iter().sum::<f64>().abs();
-    // Summing in another order can round the observed assignment (or an exact tie) a hair below
-    // itself; the slack keeps it counted.
-    let threshold = observed - 1e-9 * nonzero.iter().map(|d| d.abs()).sum::<f64>();
-    if nonzero.len() <= EXACT_MAX {
-        let assignments = 1_u64 << nonzero.len();
-        let hits = (0..assignments)
-            .filter(|mask| {
-                let sum: f64 = nonzero
-                    .iter()
-                    .enumerate()
-                    .map(|(i, d)| if mask >> i & 1 == 1 { -d } else { *d })
-                    .sum();
-                sum.abs() >= threshold
+    let n = trials_a + trials_b;
+    let passes = passed_a + passed_b;
+    let ln_fact = ln_factorials(n);
+    let ln_choose = |n: usize, k: usize| ln_fact[n] - ln_fact[k] - ln_fact[n - k];
+    // ln P(x of side a's trials pass), up to the constant −ln C(n, trials_a).
+    let ln_p = |x: usize| ln_choose(passes, x) + ln_choose(n - passes, trials_a - x);
+    let observed = ln_p(passed_a);
+    // The tolerance keeps tables exactly as likely as the observed one counted despite rounding;
+    // dividing by the total makes "every table counts" exactly 1.
+    let (mut counted, mut total) = (0.0, 0.0);
+    for x in passes.saturating_sub(trials_b)..=passes.min(trials_a) {
+        let ln = ln_p(x);
+        total += ln.exp();
+        if ln <= observed + 1e-7 {
+            counted += ln.exp();
+        }
+    }
+    (counted / total).min(1.0)
+}
+
+/// Holm's step-down adjustment of `p_values` (returned in the same order): rejecting every
+/// hypothesis whose adjusted p is below α keeps the chance of any false rejection among them
+/// at most α.
+pub fn holm(p_values: &[f64]) -> Vec<f64> {
+    let m = p_values.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| p_values[a].total_cmp(&p_values[b]));
+    let mut adjusted = vec![0.0; m];
+    let mut running = 0.0_f64;
+    for (rank, &i) in order.iter().enumerate() {
+        running = running.max(((m - rank) as f64 * p_values[i]).min(1.0));
+        adjusted[i] = running;
+    }
+    adjusted
+}
+
+/// The paired test across tasks and the interval it implies, from one set of sign assignments.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SignFlip {
+    /// Two-sided p of mean difference 0.
+    pub p_value: f64,
+    /// Every mean difference δ the test does not reject (its p for differences − δ is at least
+    /// 1 − confidence), so 0 lies in it exactly when p ≥ 1 − confidence. When no δ can be
+    /// rejected (`powerless`), the span of the observed differences and 0.
+    pub interval: Interval,
+    /// Every sign assignment was counted; else `RESAMPLES` seeded random ones.
+    pub exact: bool,
+    /// The smallest p this many tasks can give (2/2^tasks when exact).
+    pub min_p: f64,
+    /// `min_p` is not below 1 − confidence: on this many tasks the test can never be significant.
+    pub powerless: bool,
+}
+
+/// Sums of one sign assignment: A = Σ sᵢ·dᵢ, B = Σ sᵢ, and its probability under the null.
+struct Assignment {
+    sum: f64,
+    signs: i64,
+    weight: f64,
+}
+
+/// P(X = x) for X ~ Bin(m, ½), x in 0..=m. Exact (dyadic) while C(m, x) fits an f64's mantissa,
+/// so small samples give exact p-values; in log space for groups too large for 2^−m.
+fn binomial_half(m: usize) -> Vec<f64> {
+    if m <= 1000 {
+        let half_m = 0.5_f64.powi(m as i32);
+        let mut choose = 1.0_f64;
+        (0..=m)
+            .map(|x| {
+                if x > 0 {
+                    choose = choose * (m - x + 1) as f64 / x as f64;
+                }
+                choose * half_m
             })
-            .count();
-        hits as f64 / assignments as f64
+            .collect()
     } else {
-        let mut rng = SmallRng::seed_from_u64(seed);
-        let hits = (0..iterations)
-            .filter(|_| {
-                let sum: f64 = nonzero
-                    .iter()
-                    .map(|d| if rng.random() { -d } else { *d })
-                    .sum();
-                sum.abs() >= threshold
-            })
-            .count();
-        (hits + 1) as f64 / (iterations + 1) as f64
+        let ln_fact = ln_factorials(m);
+        let ln_half_m = m as f64 * 0.5_f64.ln();
+        (0..=m)
+            .map(|x| (ln_fact[m] - ln_fact[x] - ln_fact[m - x] + ln_half_m).exp())
+            .collect()
     }
 }
 
-/// The percentile bootstrap interval of mean(diffs) from `iterations` resamples (quantiles by
-/// linear interpolation between order statistics). A zero-width interval when all diffs are equal.
+/// Every sign assignment of `diffs` with its probability, grouping equal differences (x of a
+/// group's m members flipped to + has probability C(m, x)/2^m); `None` when there are more than
+/// [`EXACT_LIMIT`] combinations.
+fn exact_assignments(diffs: &[f64]) -> Option<Vec<Assignment>> {
+    let mut sorted = diffs.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mut groups: Vec<(f64, usize)> = Vec::new();
+    for d in sorted {
+        match groups.last_mut() {
+            Some((value, count)) if *value == d => *count += 1,
+            _ => groups.push((d, 1)),
+        }
+    }
+    let combinations = groups
+        .iter()
+        .try_fold(1_usize, |acc, (_, m)| acc.checked_mul(m + 1))
+        .filter(|c| *c <= EXACT_LIMIT)?;
+    // Per group and x: (contribution to A, to B, probability).
+    let parts: Vec<Vec<(f64, i64, f64)>> = groups
+        .iter()
+        .map(|&(value, m)| {
+            let probabilities = binomial_half(m);
+            (0..=m)
+                .map(|x| {
+                    let signs = 2 * x as i64 - m as i64;
+                    (value * signs as f64, signs, probabilities[x])
+                })
+                .collect()
+        })
+        .collect();
+    let mut all = Vec::with_capacity(combinations);
+    for mut index in 0..combinations {
+        let (mut sum, mut signs, mut weight) = (0.0, 0, 1.0);
+        for part in &parts {
+            let (a, b, w) = part[index % part.len()];
+            index /= part.len();
+            sum += a;
+            signs += b;
+            weight *= w;
+        }
+        all.push(Assignment { sum, signs, weight });
+    }
+    Some(all)
+}
+
+/// The observed assignment and `iterations` random ones, each weighing 1/(iterations + 1).
+fn sampled_assignments(diffs: &[f64], iterations: usize, seed: u64) -> Vec<Assignment> {
+    let weight = 1.0 / (iterations + 1) as f64;
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut all = vec![Assignment {
+        sum: diffs.iter().sum(),
+        signs: diffs.len() as i64,
+        weight,
+    }];
+    all.extend((0..iterations).map(|_| {
+        let (mut sum, mut signs) = (0.0, 0);
+        for d in diffs {
+            if rng.random() {
+                sum += d;
+                signs += 1;
+            } else {
+                sum -= d;
+                signs -= 1;
+            }
+        }
+        Assignment { sum, signs, weight }
+    }));
+    all
+}
+
+/// The two-sided sign-flip permutation test of mean(diffs) == 0, and its inversion as the
+/// interval of the mean.
+///
+/// Under the null each difference is as likely negated, so p is the share of sign assignments
+/// whose |Σ sᵢ·dᵢ| reaches the observed |Σ dᵢ|: exact (grouped enumeration, see
+/// [`EXACT_LIMIT`]) when feasible, else from `iterations` seeded random assignments plus the
+/// observed one. With one trial per task (differences −1, 0, 1) this is the exact McNemar test.
+///
+/// The interval holds every δ the same test, on the same assignments, does not reject for
+/// dᵢ − δ. Each assignment keeps counting on a closed range [ℓ, u] of δ around the mean (the
+/// observed statistic |Σ dᵢ − nδ| grows fastest away from it), so the interval's ends are
+/// weighted order statistics of those ranges' ends: no search, no second method to disagree
+/// with the p-value. Beyond the observed range only the all-plus and all-minus assignments
+/// count, so when 2/2^n is below 1 − confidence the interval lies within the observed
+/// differences; when it is not, no δ is rejected at all and the interval is the span of the
+/// differences and 0.
 ///
 /// # Panics
-/// When `diffs` is empty, or `iterations` is 0 while the diffs differ.
-pub fn paired_bootstrap(diffs: &[f64], confidence: f64, iterations: usize, seed: u64) -> Interval {
+/// When `diffs` is empty.
+pub fn sign_flip(diffs: &[f64], confidence: f64, iterations: usize, seed: u64) -> SignFlip {
     check_confidence(confidence);
-    assert!(!diffs.is_empty(), "bootstrap of no differences");
-    if diffs.iter().all(|d| *d == diffs[0]) {
-        return Interval::point(diffs[0]);
-    }
-    assert!(iterations > 0, "bootstrap needs at least one resample");
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let n = diffs.len();
-    let mut means: Vec<f64> = (0..iterations)
-        .map(|_| (0..n).map(|_| diffs[rng.random_range(0..n)]).sum::<f64>() / n as f64)
-        .collect();
-    means.sort_by(f64::total_cmp);
-    let tail = (1.0 - confidence) / 2.0;
-    Interval {
-        lo: quantile(&means, tail),
-        hi: quantile(&means, 1.0 - tail),
-    }
-}
+    assert!(!diffs.is_empty(), "sign-flip test of no differences");
+    let alpha = 1.0 - confidence;
+    let (assignments, exact) = match exact_assignments(diffs) {
+        Some(all) => (all, true),
+        None => (sampled_assignments(diffs, iterations, seed), false),
+    };
+    let n = diffs.len() as i64;
+    // The observed sum exactly as the all-plus assignment computed it, so it ties with itself.
+    let observed = assignments
+        .iter()
+        .find(|a| a.signs == n)
+        .map_or_else(|| diffs.iter().sum(), |a| a.sum);
+    // Summing in another order can round an exact tie a hair below the observed; the slack
+    // keeps it counted.
+    let slack = 1e-9 * diffs.iter().map(|d| d.abs()).sum::<f64>();
+    let p_value: f64 = assignments
+        .iter()
+        .filter(|a| a.sum.abs() >= observed.abs() - slack)
+        .map(|a| a.weight)
+        .sum::<f64>()
+        .min(1.0);
 
-/// The `q` quantile of sorted, non-empty values, interpolating linearly between order statistics.
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let position = q * (sorted.len() - 1) as f64;
-    let i = position.floor() as usize;
-    match sorted.get(i + 1) {
-        Some(next) => sorted[i] + position.fract() * (next - sorted[i]),
-        None => sorted[i],
+    // For δ below the mean the assignment counts while |A − Bδ| ≥ S − nδ, i.e. from
+    // min((S − A)/(n − B), (S + A)/(n + B)) on; above it, up to the max of the two. All-plus
+    // (B = n) and all-minus (B = −n) always count.
+    let (s, nf) = (observed, n as f64);
+    let ends: Vec<(f64, f64, f64)> = assignments
+        .iter()
+        .map(|a| {
+            if a.signs == n || a.signs == -n {
+                return (f64::NEG_INFINITY, f64::INFINITY, a.weight);
+            }
+            let t1 = (s - a.sum) / (nf - a.signs as f64);
+            let t2 = (s + a.sum) / (nf + a.signs as f64);
+            (t1.min(t2), t1.max(t2), a.weight)
+        })
+        .collect();
+    // The first end at which the accumulated weight reaches α.
+    let bound = |mut ends: Vec<(f64, f64)>| {
+        ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut total = 0.0;
+        for (end, weight) in ends {
+            total += weight;
+            if total >= alpha - 1e-12 {
+                return end;
+            }
+        }
+        f64::INFINITY
+    };
+    let lo = bound(ends.iter().map(|&(l, _, w)| (l, w)).collect());
+    let hi = -bound(ends.iter().map(|&(_, u, w)| (-u, w)).collect());
+    let min_p = if exact {
+        2.0 * 0.5_f64.powi(diffs.len().min(2000) as i32)
+    } else {
+        1.0 / (iterations + 1) as f64
+    };
+    let powerless = !lo.is_finite() || !hi.is_finite();
+    let mut interval = if powerless {
+        let (low, high) = diffs
+            .iter()
+            .fold((0.0_f64, 0.0_f64), |(l, h), d| (l.min(*d), h.max(*d)));
+        Interval { lo: low, hi: high }
+    } else {
+        Interval {
+            lo: lo.max(-1.0),
+            hi: hi.min(1.0),
+        }
+    };
+    // A tie the p-value counted (with its slack) can miss 0 by a rounding error in the ends.
+    if p_value >= alpha {
+        interval.lo = interval.lo.min(0.0);
+        interval.hi = interval.hi.max(0.0);
+    }
+    SignFlip {
+        p_value,
+        interval,
+        exact,
+        min_p,
+        powerless,
     }
 }
 
@@ -405,38 +621,135 @@ pub enum Verdict {
     Inconclusive,
 }
 
+/// One shared task: its trials on each side and the within-task test.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskComparison {
+    pub task: String,
+    pub base_passed: usize,
+    pub base_trials: usize,
+    pub candidate_passed: usize,
+    pub candidate_trials: usize,
+    /// Two-sided [`fisher_exact`] p of the two sides' trial counts.
+    pub p_value: f64,
+    /// `p_value` after [`holm`] over all shared tasks.
+    pub adjusted_p: f64,
+}
+
+impl TaskComparison {
+    fn base_fraction(&self) -> f64 {
+        self.base_passed as f64 / self.base_trials as f64
+    }
+
+    fn candidate_fraction(&self) -> f64 {
+        self.candidate_passed as f64 / self.candidate_trials as f64
+    }
+
+    /// candidate − base pass fraction.
+    pub fn diff(&self) -> f64 {
+        self.candidate_fraction() - self.base_fraction()
+    }
+
+    /// `t1 5/5 -> 0/5`.
+    pub fn counts(&self) -> String {
+        format!(
+            "{} {}/{} -> {}/{}",
+            self.task,
+            self.base_passed,
+            self.base_trials,
+            self.candidate_passed,
+            self.candidate_trials
+        )
+    }
+}
+
 /// A paired comparison of a candidate against a baseline on the tasks both ran.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
     /// Tasks both ran.
     pub tasks: usize,
+    /// Each shared task, sorted by task.
+    pub per_task: Vec<TaskComparison>,
     pub flips: Flips,
-    /// Mean per-task pass fraction on the shared tasks.
+    /// Mean per-task pass fraction on the shared tasks, with its [`pass_rate`] interval.
     pub base_rate: f64,
+    pub base_interval: Interval,
     pub candidate_rate: f64,
+    pub candidate_interval: Interval,
     /// candidate_rate − base_rate.
     pub diff: f64,
-    /// Interval of `diff`: Newcombe's hybrid score interval for paired proportions when every
-    /// task ran exactly one trial on both sides, else [`paired_bootstrap`] of the per-task
-    /// pass-fraction differences.
-    pub interval: Interval,
-    /// `"mcnemar-exact"` (one trial per task on both sides) or `"paired-permutation"`.
+    /// The test across tasks: `"paired-permutation"` ([`sign_flip`] on per-task differences).
     pub test: &'static str,
     pub p_value: f64,
+    /// Interval of `diff`: the inversion of the same test (see [`SignFlip::interval`]).
+    pub interval: Interval,
+    pub exact: bool,
+    pub min_p: f64,
+    pub powerless: bool,
+    /// Tasks whose pass fraction fell (`dropped`) or rose (`gained`) significantly within their
+    /// own trials: Holm-adjusted Fisher p below 1 − confidence.
+    pub dropped: Vec<String>,
+    pub gained: Vec<String>,
+    /// Tasks broken outright: every baseline trial passed and no candidate trial did.
+    pub broken_outright: Vec<String>,
+    /// Tasks fixed outright: no baseline trial passed and every candidate trial did.
+    pub fixed_outright: Vec<String>,
+    /// More tasks than this broken outright is a regression, whatever the tests say.
+    pub max_broken: Option<usize>,
     pub verdict: Verdict,
     /// The smallest |diff| this many tasks detect with 80% power at `confidence`.
     pub mde: f64,
     pub confidence: f64,
 }
 
+impl Comparison {
+    /// 1 − confidence.
+    fn alpha(&self) -> f64 {
+        1.0 - self.confidence
+    }
+
+    /// The test across tasks found a significant drop.
+    pub fn paired_drop(&self) -> bool {
+        self.p_value < self.alpha() && self.diff < 0.0
+    }
+
+    /// The test across tasks found a significant gain.
+    pub fn paired_gain(&self) -> bool {
+        self.p_value < self.alpha() && self.diff > 0.0
+    }
+
+    /// More tasks broken outright than `max_broken` allows.
+    pub fn too_many_broken(&self) -> bool {
+        self.max_broken
+            .is_some_and(|max| self.broken_outright.len() > max)
+    }
+
+    /// Some task ran several trials on a side: the within-task tests can say something.
+    pub fn within_tested(&self) -> bool {
+        self.per_task
+            .iter()
+            .any(|t| t.base_trials > 1 || t.candidate_trials > 1)
+    }
+
+    /// The shared task named `task`.
+    pub fn task(&self, task: &str) -> Option<&TaskComparison> {
+        self.per_task.iter().find(|t| t.task == task)
+    }
+}
+
 /// Compares `candidate` with `base` on the tasks both ran; `None` when they share no task.
 ///
-/// The verdict is `Regressed` or `Improved` when p < 1 − confidence, by the sign of `diff`, else
-/// `Inconclusive`. Paired throughout: each task is compared with itself, so task difficulty cancels.
+/// Two tests, each at 1 − confidence: across tasks, [`sign_flip`] on the per-task differences of
+/// pass fractions (task difficulty cancels, and the task is the unit, so it says whether the
+/// change generalises over tasks, but a few tasks cannot reach significance); within tasks, a
+/// [`fisher_exact`] test on each task's trial counts, [`holm`]-corrected over the shared tasks
+/// (so one task going from 5/5 to 0/5 is evidence even on a 3-task suite). The verdict is
+/// `Regressed` when either finds a significant drop, or when more than `max_broken` tasks are
+/// broken outright; else `Improved` when either finds a significant gain; else `Inconclusive`.
 pub fn compare(
     base: &[TaskOutcome],
     candidate: &[TaskOutcome],
     confidence: f64,
+    max_broken: Option<usize>,
     seed: u64,
 ) -> Option<Comparison> {
     let candidate = by_task(candidate);
@@ -447,6 +760,7 @@ pub fn compare(
     if shared.is_empty() {
         return None;
     }
+    let alpha = 1.0 - confidence;
     let mut flips = Flips::default();
     for (task, b, c) in &shared {
         let list = match (b.passes(), c.passes()) {
@@ -457,36 +771,62 @@ pub fn compare(
         };
         list.push((*task).to_owned());
     }
-    let base_fractions: Vec<f64> = shared.iter().map(|(_, b, _)| b.fraction()).collect();
-    let candidate_fractions: Vec<f64> = shared.iter().map(|(_, _, c)| c.fraction()).collect();
-    let diffs: Vec<f64> = shared
+    let p_values: Vec<f64> = shared
         .iter()
-        .map(|(_, b, c)| c.fraction() - b.fraction())
+        .map(|(_, b, c)| fisher_exact(b.passed, b.trials, c.passed, c.trials))
         .collect();
-    let base_rate = mean(&base_fractions);
-    let candidate_rate = mean(&candidate_fractions);
-    let diff = candidate_rate - base_rate;
-
-    let one_trial = shared
+    let per_task: Vec<TaskComparison> = shared
         .iter()
-        .all(|(_, b, c)| b.trials == 1 && c.trials == 1);
-    let (test, p_value, interval) = if one_trial {
-        (
-            "mcnemar-exact",
-            mcnemar_exact(flips.broken.len(), flips.fixed.len()),
-            newcombe_paired(&flips, confidence),
-        )
-    } else {
-        (
-            "paired-permutation",
-            paired_permutation_p(&diffs, RESAMPLES, seed),
-            paired_bootstrap(&diffs, confidence, RESAMPLES, seed),
-        )
+        .zip(p_values.iter().zip(holm(&p_values)))
+        .map(|((task, b, c), (&p_value, adjusted_p))| TaskComparison {
+            task: (*task).to_owned(),
+            base_passed: b.passed,
+            base_trials: b.trials,
+            candidate_passed: c.passed,
+            candidate_trials: c.trials,
+            p_value,
+            adjusted_p,
+        })
+        .collect();
+    let names = |keep: &dyn Fn(&TaskComparison) -> bool| -> Vec<String> {
+        per_task
+            .iter()
+            .filter(|t| keep(t))
+            .map(|t| t.task.clone())
+            .collect()
     };
-    let significant = p_value < 1.0 - confidence;
-    let verdict = if significant && diff < 0.0 {
+    let dropped = names(&|t| t.adjusted_p < alpha && t.diff() < 0.0);
+    let gained = names(&|t| t.adjusted_p < alpha && t.diff() > 0.0);
+    let broken_outright = names(&|t| t.base_passed == t.base_trials && t.candidate_passed == 0);
+    let fixed_outright = names(&|t| t.base_passed == 0 && t.candidate_passed == t.candidate_trials);
+
+    let rate = |side: &dyn Fn(&(&str, Tally, Tally)) -> Tally| {
+        let outcomes: Vec<TaskOutcome> = shared
+            .iter()
+            .map(|shared| {
+                let tally = side(shared);
+                TaskOutcome {
+                    task: shared.0.to_owned(),
+                    passed: tally.passed,
+                    trials: tally.trials,
+                }
+            })
+            .collect();
+        pass_rate(&outcomes, confidence).expect("a shared task has trials")
+    };
+    let base_estimate = rate(&|s| s.1);
+    let candidate_estimate = rate(&|s| s.2);
+    let diffs: Vec<f64> = per_task.iter().map(TaskComparison::diff).collect();
+    let base_rate = mean(&shared.iter().map(|s| s.1.fraction()).collect::<Vec<_>>());
+    let candidate_rate = mean(&shared.iter().map(|s| s.2.fraction()).collect::<Vec<_>>());
+    let diff = candidate_rate - base_rate;
+    let paired = sign_flip(&diffs, confidence, RESAMPLES, seed);
+
+    let significant = paired.p_value < alpha;
+    let too_many_broken = max_broken.is_some_and(|max| broken_outright.len() > max);
+    let verdict = if (significant && diff < 0.0) || !dropped.is_empty() || too_many_broken {
         Verdict::Regressed
-    } else if significant && diff > 0.0 {
+    } else if (significant && diff > 0.0) || !gained.is_empty() {
         Verdict::Improved
     } else {
         Verdict::Inconclusive
@@ -512,69 +852,37 @@ pub fn compare(
 
     Some(Comparison {
         tasks,
+        per_task,
         flips,
         base_rate,
+        base_interval: base_estimate.interval,
         candidate_rate,
+        candidate_interval: candidate_estimate.interval,
         diff,
-        interval,
-        test,
-        p_value,
+        test: "paired-permutation",
+        p_value: paired.p_value,
+        interval: paired.interval,
+        exact: paired.exact,
+        min_p: paired.min_p,
+        powerless: paired.powerless,
+        dropped,
+        gained,
+        broken_outright,
+        fixed_outright,
+        max_broken,
         verdict,
         mde,
         confidence,
     })
 }
 
-/// Newcombe's hybrid score interval for a difference of paired proportions (Newcombe 1998,
-/// method 10; as in Fagerland, Lydersen & Laake, *Statistical Analysis of Contingency Tables*,
-/// ch. 8), for candidate − base: Wilson intervals of both rates combined by square-and-add,
-/// corrected by their estimated correlation.
-fn newcombe_paired(flips: &Flips, confidence: f64) -> Interval {
-    let (both_pass, fixed, broken, both_fail) = (
-        flips.both_pass.len(),
-        flips.fixed.len(),
-        flips.broken.len(),
-        flips.both_fail.len(),
-    );
-    let n = both_pass + fixed + broken + both_fail;
-    let candidate_passed = both_pass + fixed;
-    let base_passed = both_pass + broken;
-    let wilson_of = |passed| wilson(passed, n, confidence).expect("a shared task exists");
-    let (c, b) = (wilson_of(candidate_passed), wilson_of(base_passed));
-    let p1 = candidate_passed as f64 / n as f64;
-    let p2 = base_passed as f64 / n as f64;
-    let margins = [
-        candidate_passed,
-        n - candidate_passed,
-        base_passed,
-        n - base_passed,
-    ];
-    // The correlation of the two rates, with Newcombe's continuity correction on its numerator.
-    let psi = if margins.contains(&0) {
-        0.0
-    } else {
-        let numerator = (both_pass * both_fail) as f64 - (fixed * broken) as f64;
-        let half_n = n as f64 / 2.0;
-        let corrected = if numerator > half_n {
-            numerator - half_n
-        } else {
-            numerator.min(0.0)
-        };
-        corrected / margins.iter().map(|&m| m as f64).product::<f64>().sqrt()
-    };
-    let combine = |x: f64, y: f64| (x * x + y * y - 2.0 * psi * x * y).max(0.0).sqrt();
-    let estimate = p1 - p2;
-    Interval {
-        lo: (estimate - combine(p1 - c.lo, b.hi - p2)).max(-1.0),
-        hi: (estimate + combine(p2 - b.lo, c.hi - p1)).min(1.0),
-    }
-}
-
+/// Points; `+ 0.0` turns −0 into 0, so nothing prints "-0.0".
 fn percent(fraction: f64) -> f64 {
-    fraction * 100.0
+    fraction * 100.0 + 0.0
 }
 
-fn p_text(p: f64) -> String {
+/// `p=0.0123`, or `p<0.0001`.
+pub fn p_text(p: f64) -> String {
     if p < 1e-4 {
         "p<0.0001".into()
     } else {
@@ -583,45 +891,110 @@ fn p_text(p: f64) -> String {
 }
 
 /// The gate: fail when the candidate is worse by more than `max_drop` (a fraction: 0.05 is five
-/// points) with the given confidence, i.e. the verdict is `Regressed` and the whole interval lies
-/// below −max_drop. A significant drop whose interval reaches −max_drop is within tolerance.
+/// points) with the comparison's confidence, or breaks more tasks outright than its `max_broken`.
 /// Returns (failed, the reason for humans).
+///
+/// A drop fails when
+/// - the test across tasks finds it and its whole interval lies below −max_drop, or
+/// - tasks dropped significantly within their own trials, and those tasks alone cost the pass
+///   rate more than max_drop (their fraction changes summed over the shared tasks).
+///
+/// A significant drop within the tolerance passes, and says so.
 pub fn gate(cmp: &Comparison, max_drop: f64) -> (bool, String) {
+    let level = (cmp.confidence * 1000.0).round() / 10.0;
     let ci = format!(
-        "{}% CI {:.1} to {:.1}",
-        (cmp.confidence * 1000.0).round() / 10.0,
+        "{level}% CI {:.1} to {:.1}",
         percent(cmp.interval.lo),
         percent(cmp.interval.hi)
     );
     let evidence = format!("{}, {}", p_text(cmp.p_value), cmp.test);
     let change = percent(cmp.diff.abs());
     let allowed = percent(max_drop);
-    match cmp.verdict {
-        Verdict::Regressed if cmp.interval.hi < -max_drop => (
-            true,
-            format!(
-                "candidate is worse by {change:.1} points ({ci}), more than the allowed {allowed:.1} ({evidence})"
+    let counts = |names: &[String]| -> String {
+        names
+            .iter()
+            .filter_map(|name| cmp.task(name))
+            .map(TaskComparison::counts)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut failures = Vec::new();
+    let mut tolerated = Vec::new();
+    if cmp.too_many_broken() {
+        failures.push(format!(
+            "{} task(s) went from always passing to never passing ({}), more than --max-broken {}",
+            cmp.broken_outright.len(),
+            counts(&cmp.broken_outright),
+            cmp.max_broken.unwrap_or_default()
+        ));
+    }
+    if cmp.paired_drop() {
+        let across = format!("candidate is worse by {change:.1} points ({ci})");
+        if cmp.interval.hi < -max_drop {
+            failures.push(format!(
+                "{across}, more than the allowed {allowed:.1} ({evidence})"
+            ));
+        } else {
+            tolerated.push(format!(
+                "{across}, but not clearly by more than the allowed {allowed:.1} ({evidence})"
+            ));
+        }
+    }
+    if !cmp.dropped.is_empty() {
+        let cost: f64 = cmp
+            .dropped
+            .iter()
+            .filter_map(|name| cmp.task(name))
+            .map(|t| -t.diff())
+            .sum::<f64>()
+            / cmp.tasks as f64;
+        let within = format!(
+            "{} dropped within its trials (Fisher exact, Holm-corrected over {} tasks, {} at most), costing {:.1} points",
+            counts(&cmp.dropped),
+            cmp.tasks,
+            p_text(
+                cmp.dropped
+                    .iter()
+                    .filter_map(|name| cmp.task(name))
+                    .map(|t| t.adjusted_p)
+                    .fold(0.0, f64::max)
             ),
-        ),
-        Verdict::Regressed => (
-            false,
-            format!(
-                "candidate is worse by {change:.1} points ({ci}), but not clearly by more than the allowed {allowed:.1} ({evidence})"
-            ),
-        ),
-        Verdict::Improved => (
+            percent(cost)
+        );
+        if cost > max_drop {
+            failures.push(format!("{within}, more than the allowed {allowed:.1}"));
+        } else {
+            tolerated.push(format!("{within}, within the allowed {allowed:.1}"));
+        }
+    }
+    if !failures.is_empty() {
+        return (true, failures.join("; "));
+    }
+    if !tolerated.is_empty() {
+        return (false, tolerated.join("; "));
+    }
+    if cmp.paired_gain() {
+        return (
             false,
             format!("candidate is better by {change:.1} points ({ci}; {evidence})"),
-        ),
-        Verdict::Inconclusive => (
+        );
+    }
+    let across = format!(
+        "{:+.1} points ({ci}; {evidence}); on {} tasks only a change of about {:.1} points or more is reliably detected",
+        percent(cmp.diff),
+        cmp.tasks,
+        percent(cmp.mde)
+    );
+    if cmp.gained.is_empty() {
+        (false, format!("no significant difference: {across}"))
+    } else {
+        (
             false,
             format!(
-                "no significant difference: {:+.1} points ({ci}; {evidence}); on {} tasks only a change of about {:.1} points or more is reliably detected",
-                percent(cmp.diff),
-                cmp.tasks,
-                percent(cmp.mde)
+                "{} improved within its trials; across tasks {across}",
+                counts(&cmp.gained)
             ),
-        ),
+        )
     }
 }
 
@@ -848,23 +1221,35 @@ mod tests {
 
     #[test]
     fn pass_rate_is_clustered_with_several_trials() {
-        // Fractions [1, 0.5, 0]: mean 0.5, sd √(0.5/2) = 0.5, se 0.5/√3 = 0.288675,
-        // z·se = 0.565793, so 0.5 ± 0.5658 clamps to [0, 1].
+        // Fractions [1, 0.5, 0]: mean 0.5, sample variance 0.25, variance of the mean 0.25/3, so
+        // 0.25/(0.25/3) = 3 effective trials (of 6): Wilson(0.5, 3) = [0.125334, 0.874666].
         let estimate = pass_rate(&tasks(&[(2, 2), (1, 2), (0, 2)]), 0.95).unwrap();
         assert_eq!(estimate.method, "clustered");
         close(estimate.rate, 0.5, 1e-12);
-        assert_eq!(estimate.interval, Interval { lo: 0.0, hi: 1.0 });
+        close(estimate.interval.lo, 0.125_334, 1e-6);
+        close(estimate.interval.hi, 0.874_666, 1e-6);
 
-        // Fractions [1, 0.5, 0.5, 0, 0]: mean 0.4, squared deviations 0.36 + 0.01 + 0.01 + 0.16 +
-        // 0.16 = 0.7, sd √(0.7/4) = 0.418330, se 0.418330/√5 = 0.187083, z·se = 0.366676:
-        // [0.033324, 0.766676], which holds the pooled Wilson(4, 10) = [0.168180, 0.687326].
+        // 7 of 15 trials over 3 tasks (0/5, 2/5, 5/5): mean 7/15, sample variance 0.253333,
+        // 0.248889/(0.253333/3) = 2.947368 effective trials: Wilson = [0.109776, 0.861280], not
+        // 0-100%. At 80%: [0.179925, 0.777264].
+        let seven = tasks(&[(0, 5), (2, 5), (5, 5)]);
+        let estimate = pass_rate(&seven, 0.95).unwrap();
+        close(estimate.rate, 7.0 / 15.0, 1e-12);
+        close(estimate.interval.lo, 0.109_776, 1e-6);
+        close(estimate.interval.hi, 0.861_280, 1e-6);
+        let estimate = pass_rate(&seven, 0.8).unwrap();
+        close(estimate.interval.lo, 0.179_925, 1e-6);
+        close(estimate.interval.hi, 0.777_264, 1e-6);
+
+        // Fractions [1, 0.5, 0.5, 0, 0]: mean 0.4, sample variance 0.175, 0.24/(0.175/5) =
+        // 6.857143 effective trials (of 10): [0.140163, 0.731649].
         let estimate = pass_rate(&tasks(&[(2, 2), (1, 2), (1, 2), (0, 2), (0, 2)]), 0.95).unwrap();
         close(estimate.rate, 0.4, 1e-12);
-        close(estimate.interval.lo, 0.033_324, 1e-6);
-        close(estimate.interval.hi, 0.766_676, 1e-6);
+        close(estimate.interval.lo, 0.140_163, 1e-6);
+        close(estimate.interval.hi, 0.731_649, 1e-6);
 
-        // Every task 1/2: sd 0, so the interval is the pooled Wilson(4, 8) = [0.215216, 0.784784],
-        // not the point 0.5.
+        // Every task 1/2: the spread is 0, so the 8 pooled trials count: Wilson(4, 8) =
+        // [0.215216, 0.784784], not the point 0.5.
         let estimate = pass_rate(&tasks(&[(1, 2), (1, 2), (1, 2), (1, 2)]), 0.95).unwrap();
         close(estimate.interval.lo, 0.215_216, 1e-6);
         close(estimate.interval.hi, 0.784_784, 1e-6);
@@ -885,69 +1270,167 @@ mod tests {
     }
 
     #[test]
-    fn permutation_p_is_exact_for_small_samples() {
-        // Eight −1s and two 0s: only the 8 non-zero diffs are flipped, 2^8 = 256 assignments, and
-        // only all −1 or all +1 reach |sum| = 8: p = 2/256 = 0.0078125.
+    fn fisher_exact_p() {
+        // 5/5 against 0/5: 5 passes among 10 trials; the observed table is one of the two most
+        // extreme, each C(5,5)·C(5,0)/C(10,5) = 1/252: p = 2/252 = 0.0079365.
+        close(fisher_exact(5, 5, 0, 5), 2.0 / 252.0, 1e-12);
+        close(fisher_exact(0, 5, 5, 5), 2.0 / 252.0, 1e-12);
+        // 5/5 against 2/5: 7 passes; side a holds 5, 4, 3 or 2 of them with probabilities
+        // C(7,x)·C(3,5−x)/252 = 21, 105, 105, 21 (/252): p = (21 + 21)/252 = 1/6.
+        close(fisher_exact(5, 5, 2, 5), 1.0 / 6.0, 1e-12);
+        // One trial each side can never be significant.
+        assert_eq!(fisher_exact(1, 1, 0, 1), 1.0);
+        // 3/10 against 8/10: as R's fisher.test, p = 0.06978.
+        close(fisher_exact(3, 10, 8, 10), 0.069_778_5, 1e-6);
+        // Equal counts: the observed table is the most likely one, every table counts.
+        close(fisher_exact(2, 4, 2, 4), 1.0, 1e-12);
+        assert_eq!(fisher_exact(0, 0, 3, 5), 1.0);
+    }
+
+    #[test]
+    fn holm_steps_down_and_stays_monotone() {
+        // Sorted p 1/126, 1/6, 1: ×3, ×2, ×1 = 0.0238095, 0.333333, 1.
+        let adjusted = holm(&[1.0 / 6.0, 1.0 / 126.0, 1.0]);
+        close(adjusted[0], 1.0 / 3.0, 1e-12);
+        close(adjusted[1], 3.0 / 126.0, 1e-12);
+        assert_eq!(adjusted[2], 1.0);
+        // [0.01, 0.04, 0.03]: 0.03, then max(0.03, 2·0.03) = 0.06, then max(0.06, 0.04) = 0.06.
+        let adjusted = holm(&[0.01, 0.04, 0.03]);
+        close(adjusted[0], 0.03, 1e-12);
+        close(adjusted[1], 0.06, 1e-12);
+        close(adjusted[2], 0.06, 1e-12);
+        assert!(holm(&[]).is_empty());
+    }
+
+    /// The interval holds 0 exactly when the test does not reject.
+    fn agrees(flip: &SignFlip, confidence: f64) {
+        let not_significant = flip.p_value >= 1.0 - confidence;
+        let holds_zero = flip.interval.lo <= 0.0 && 0.0 <= flip.interval.hi;
+        assert_eq!(not_significant, holds_zero, "{flip:?} at {confidence}");
+    }
+
+    #[test]
+    fn sign_flip_p_is_exact_and_its_interval_inverts_it() {
+        // Eight −1s and two 0s: only all −1 or all +1 on the eight reach |sum| = 8, whatever the
+        // zeros: 2·4/2^10 = 0.0078125. The interval: every δ whose centred diffs the test keeps;
+        // the ends (checked by bisecting the test itself) are −1 and −0.5.
         let diffs = [-1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 0.0, 0.0];
-        assert_eq!(paired_permutation_p(&diffs, 0, 1), 0.007_812_5);
+        let flip = sign_flip(&diffs, 0.95, 0, 1);
+        assert!(flip.exact && !flip.powerless);
+        assert_eq!(flip.p_value, 0.007_812_5);
+        close(flip.interval.lo, -1.0, 1e-9);
+        close(flip.interval.hi, -0.5, 1e-9);
+        agrees(&flip, 0.95);
+        // Eight −1, one +1, one 0: p = 0.0390625 (as McNemar 8 vs 1), interval [−1, −0.25].
+        let mut diffs = vec![-1.0; 8];
+        diffs.extend([1.0, 0.0]);
+        let flip = sign_flip(&diffs, 0.95, 0, 1);
+        close(flip.p_value, 0.039_062_5, 1e-12);
+        close(flip.interval.lo, -1.0, 1e-9);
+        close(flip.interval.hi, -0.25, 1e-9);
+        // Mixed halves, mean −0.4375: p = 0.125, interval [−1, 0].
+        let diffs = [-1.0, 0.0, -0.5, 0.5, -1.0, 0.0, -0.5, -1.0];
+        let flip = sign_flip(&diffs, 0.95, 0, 1);
+        close(flip.p_value, 0.125, 1e-12);
+        close(flip.interval.lo, -1.0, 1e-9);
+        assert_eq!(flip.interval.hi, 0.0);
+        // Thirds over nine tasks: p = 17/32; [−0.555556, 0.25] at 95%, [−0.388889, 0.083333]
+        // at 80%.
+        let diffs = [
+            -1.0 / 3.0,
+            0.0,
+            2.0 / 3.0,
+            -1.0,
+            0.0,
+            0.0,
+            -2.0 / 3.0,
+            1.0 / 3.0,
+            -1.0 / 3.0,
+        ];
+        let flip = sign_flip(&diffs, 0.95, 0, 1);
+        close(flip.p_value, 17.0 / 32.0, 1e-12);
+        close(flip.interval.lo, -5.0 / 9.0, 1e-9);
+        close(flip.interval.hi, 0.25, 1e-9);
+        let flip = sign_flip(&diffs, 0.8, 0, 1);
+        close(flip.interval.lo, -7.0 / 18.0, 1e-9);
+        close(flip.interval.hi, 1.0 / 12.0, 1e-9);
         // [1, −1]: observed |sum| 0, which all 4 assignments reach.
-        assert_eq!(paired_permutation_p(&[1.0, -1.0], 0, 1), 1.0);
-        assert_eq!(paired_permutation_p(&[0.0, 0.0], 0, 1), 1.0);
-        // [1/3, 1/3, 2/3]: |sum| = 4/3 is reached by all-plus and all-minus only (the others give
-        // 2/3 or 0): 2/8 = 0.25, despite 1/3 + 1/3 + 2/3 not summing exactly in floating point.
+        assert_eq!(sign_flip(&[1.0, -1.0], 0.95, 0, 1).p_value, 1.0);
+        // Nothing changed: p = 1 and the interval is the point 0.
+        let flip = sign_flip(&[0.0; 8], 0.95, 0, 1);
+        assert_eq!((flip.p_value, flip.interval), (1.0, Interval::point(0.0)));
+        // [1/3, 1/3, 2/3]: only all-plus and all-minus reach |sum| = 4/3 despite the floating
+        // point sum: 2/8.
         assert_eq!(
-            paired_permutation_p(&[1.0 / 3.0, 1.0 / 3.0, 2.0 / 3.0], 0, 1),
+            sign_flip(&[1.0 / 3.0, 1.0 / 3.0, 2.0 / 3.0], 0.95, 0, 1).p_value,
             0.25
         );
-        // 25 diffs of which 3 are non-zero are still enumerated exactly: 2/2^3 = 0.25.
+        // 25 tasks, 3 of them changed: the 22 zeros are one group, so still exact: 2/2^3.
         let mut sparse = vec![0.0; 22];
         sparse.extend([0.5, 0.5, 0.5]);
-        assert_eq!(paired_permutation_p(&sparse, 0, 1), 0.25);
-        // The largest enumerated case, 20 × +1: p = 2/2^20 exactly, seed and iterations unused.
-        assert_eq!(paired_permutation_p(&[1.0; 20], 0, 1), 2.0 / 1_048_576.0);
+        let flip = sign_flip(&sparse, 0.95, 0, 1);
+        assert!(flip.exact);
+        close(flip.p_value, 0.25, 1e-12);
+        // 25 × +1 is one group: exact 2/2^25, and the interval is the point 1.
+        let flip = sign_flip(&[1.0; 25], 0.95, 0, 1);
+        assert!(flip.exact);
+        close(flip.p_value, 2.0 / 33_554_432.0, 1e-18);
+        assert_eq!(flip.interval, Interval::point(1.0));
     }
 
     #[test]
-    fn permutation_p_samples_large_samples() {
-        // 25 × +1: only 2 of 2^25 assignments reach |sum| = 25, so 999 draws almost surely hit
-        // none and p = (0 + 1)/(999 + 1) = 0.001.
-        assert_eq!(paired_permutation_p(&[1.0; 25], 999, 7), 0.001);
-        // Balanced signs: every |sum| ≥ 1 = observed |sum| (25 odd terms), so all hit:
-        // (999 + 1)/(999 + 1) = 1.
-        let mut balanced = vec![1.0; 13];
-        balanced.extend([-1.0; 12]);
-        assert_eq!(paired_permutation_p(&balanced, 999, 7), 1.0);
-        // Same seed, same answer.
+    fn sign_flip_with_one_trial_per_task_is_mcnemar() {
+        for (broken, fixed, same) in [(8, 1, 1), (16, 6, 139), (3, 0, 2), (0, 0, 5), (2, 9, 40)] {
+            let mut diffs = vec![-1.0; broken];
+            diffs.extend(vec![1.0; fixed]);
+            diffs.extend(vec![0.0; same]);
+            let flip = sign_flip(&diffs, 0.95, 0, 1);
+            assert!(flip.exact);
+            close(flip.p_value, mcnemar_exact(broken, fixed), 1e-9);
+            agrees(&flip, 0.95);
+        }
+    }
+
+    #[test]
+    fn sign_flip_samples_when_enumeration_is_too_large() {
+        // 25 distinct positive diffs: 2^25 combinations, so 999 seeded draws; only all-plus or
+        // all-minus reach the observed sum, which no draw almost surely is: p = 1/1000.
+        let rising: Vec<f64> = (1..=25).map(|i| i as f64 / 25.0).collect();
+        let flip = sign_flip(&rising, 0.95, 999, 7);
+        assert!(!flip.exact);
+        assert_eq!(flip.p_value, 0.001);
+        assert_eq!(flip.min_p, 0.001);
+        agrees(&flip, 0.95);
+        let mean = rising.iter().sum::<f64>() / 25.0;
+        assert!(flip.interval.lo < mean && mean < flip.interval.hi);
+        assert!(flip.interval.lo >= 0.04 && flip.interval.hi <= 1.0);
+        // Same seed, same answer; the interval and the test agree at every level.
         let noisy: Vec<f64> = (0..30).map(|i| (i % 7) as f64 / 3.0 - 0.9).collect();
-        assert_eq!(
-            paired_permutation_p(&noisy, 2000, 42),
-            paired_permutation_p(&noisy, 2000, 42)
-        );
+        for confidence in [0.5, 0.8, 0.9, 0.95, 0.99] {
+            let flip = sign_flip(&noisy, confidence, 2000, 42);
+            assert_eq!(flip, sign_flip(&noisy, confidence, 2000, 42));
+            agrees(&flip, confidence);
+        }
     }
 
     #[test]
-    fn bootstrap_is_deterministic_and_holds_the_mean() {
-        let diffs = [-1.0, 0.0, -0.5, 0.5, -1.0, 0.0, -0.5, -1.0];
-        // mean = −3.5/8 = −0.4375.
-        let first = paired_bootstrap(&diffs, 0.95, 5000, 11);
-        assert_eq!(first, paired_bootstrap(&diffs, 0.95, 5000, 11));
-        assert!(first.lo < -0.4375 && -0.4375 < first.hi, "{first:?}");
-        // A resampled mean never leaves [min, max].
-        assert!(first.lo >= -1.0 && first.hi <= 0.5, "{first:?}");
-        // All equal: zero width at that value, whatever the iterations.
-        assert_eq!(
-            paired_bootstrap(&[0.25; 4], 0.95, 0, 11),
-            Interval { lo: 0.25, hi: 0.25 }
-        );
-    }
-
-    #[test]
-    fn quantile_interpolates_between_order_statistics() {
-        // Positions q·(n − 1) on [0, 10, 20, 30]: 0.5 → 1.5 → 15; 1 → 3 → 30; 0 → 0.
-        let sorted = [0.0, 10.0, 20.0, 30.0];
-        close(quantile(&sorted, 0.5), 15.0, 1e-12);
-        close(quantile(&sorted, 1.0), 30.0, 1e-12);
-        close(quantile(&sorted, 0.0), 0.0, 1e-12);
+    fn sign_flip_on_few_tasks_is_powerless_and_says_so() {
+        // Three tasks: the smallest p is 2/8 = 0.25, so no δ is ever rejected at 95% (nor at 80%:
+        // 0.25 ≥ 0.2). The interval is the span of the diffs and 0, never an interval that
+        // excludes 0 next to "not significant".
+        for confidence in [0.95, 0.8] {
+            let flip = sign_flip(&[-1.0, -0.6, 0.0], confidence, 0, 1);
+            assert!(flip.powerless);
+            assert_eq!(flip.min_p, 0.25);
+            close(flip.p_value, 0.5, 1e-12);
+            assert_eq!(flip.interval, Interval { lo: -1.0, hi: 0.0 });
+            agrees(&flip, confidence);
+        }
+        let flip = sign_flip(&[-1.0; 3], 0.95, 0, 1);
+        assert_eq!((flip.p_value, flip.powerless), (0.25, true));
+        assert_eq!(flip.interval, Interval { lo: -1.0, hi: 0.0 });
+        // Four tasks at 80%: 2/16 < 0.2, so the test can reject.
+        assert!(!sign_flip(&[-1.0; 4], 0.8, 0, 1).powerless);
     }
 
     #[test]
@@ -957,35 +1440,33 @@ mod tests {
         counts[0] = (3, 3);
         counts[1] = (3, 3);
         let candidate = tasks(&counts);
-        let cmp = compare(&base, &candidate, 0.95, 1).unwrap();
+        let cmp = compare(&base, &candidate, 0.95, None, 1).unwrap();
         assert_eq!(cmp.tasks, 10);
         assert_eq!(cmp.test, "paired-permutation");
         assert_eq!(cmp.flips.both_pass, ["t00", "t01"]);
         assert_eq!(cmp.flips.broken.len(), 8);
+        assert_eq!(cmp.broken_outright.len(), 8);
         assert!(cmp.flips.fixed.is_empty() && cmp.flips.both_fail.is_empty());
         close(cmp.base_rate, 1.0, 1e-12);
         close(cmp.candidate_rate, 0.2, 1e-12);
         close(cmp.diff, -0.8, 1e-12);
-        // Diffs: eight −1, two 0 → exact p = 2/2^8 = 0.0078125 < 0.05.
+        // Diffs: eight −1, two 0 → exact p = 2/2^8 = 0.0078125 < 0.05, interval [−1, −0.5].
         assert_eq!(cmp.p_value, 0.007_812_5);
         assert_eq!(cmp.verdict, Verdict::Regressed);
-        // Resampled means are −X/10 with X ~ Bin(10, 0.8): the 2.5% point of X is 5 (P(X ≤ 4) =
-        // 0.006, P(X ≤ 5) = 0.033) and the 97.5% point is 10, so about [−1.0, −0.5].
-        close(cmp.interval.lo, -1.0, 1e-12);
-        close(cmp.interval.hi, -0.5, 0.05);
+        close(cmp.interval.lo, -1.0, 1e-9);
+        close(cmp.interval.hi, -0.5, 1e-9);
+        // Within tasks 3/3 → 0/3 is p = 0.1 each, 1 after Holm over 10: no single task proves it.
+        close(cmp.per_task[2].p_value, 0.1, 1e-12);
+        assert!(cmp.dropped.is_empty());
         // sd of diffs = √(10·0.8·0.2/9) = 0.421637; MDE = (1.959964 + 0.841621)·0.421637/√10
         // = 0.373545.
         close(cmp.mde, 0.373_545, 1e-6);
 
         let (failed, reason) = gate(&cmp, 0.0);
         assert!(failed);
-        assert!(
-            reason.starts_with("candidate is worse by 80.0 points (95% CI -100.0 to -"),
-            "{reason}"
-        );
-        assert!(
-            reason.ends_with("more than the allowed 0.0 (p=0.0078, paired-permutation)"),
-            "{reason}"
+        assert_eq!(
+            reason,
+            "candidate is worse by 80.0 points (95% CI -100.0 to -50.0), more than the allowed 0.0 (p=0.0078, paired-permutation)"
         );
         // A drop of up to 60 points is tolerated: the interval reaches above −0.6.
         let (failed, reason) = gate(&cmp, 0.6);
@@ -997,26 +1478,82 @@ mod tests {
     }
 
     #[test]
+    fn one_task_broken_in_every_trial_regresses_a_three_task_suite() {
+        // The reported case: 3 tasks × 5 trials; one task 5/5 → 0/5, another 5/5 → 2/5.
+        let base = tasks(&[(5, 5); 3]);
+        let candidate = tasks(&[(0, 5), (2, 5), (5, 5)]);
+        for confidence in [0.95, 0.8] {
+            let cmp = compare(&base, &candidate, confidence, None, 1).unwrap();
+            // Across tasks 3 tasks cannot decide (p = 0.5, smallest possible 0.25) and the
+            // interval says as much instead of excluding 0.
+            close(cmp.p_value, 0.5, 1e-12);
+            assert!(cmp.powerless);
+            assert_eq!(cmp.interval, Interval { lo: -1.0, hi: 0.0 });
+            // Within t00: Fisher 2/252, Holm ×3 = 0.0238 < α; t01: 1/6, ×2 = 1/3.
+            close(cmp.per_task[0].adjusted_p, 6.0 / 252.0, 1e-12);
+            close(cmp.per_task[1].adjusted_p, 1.0 / 3.0, 1e-12);
+            assert_eq!(cmp.dropped, ["t00"]);
+            assert_eq!(cmp.broken_outright, ["t00"]);
+            assert_eq!(cmp.flips.broken, ["t00", "t01"]);
+            assert_eq!(cmp.verdict, Verdict::Regressed);
+            close(cmp.candidate_interval.lo, 0.0, 0.2);
+            assert!(cmp.candidate_interval.hi < 0.9, "{cmp:?}");
+            let (failed, reason) = gate(&cmp, 0.0);
+            assert!(failed, "{reason}");
+            assert!(
+                reason.starts_with("t00 5/5 -> 0/5 dropped within its trials (Fisher exact, Holm-corrected over 3 tasks, p=0.0238 at most), costing 33.3 points, more than the allowed 0.0"),
+                "{reason}"
+            );
+        }
+        // t00 alone costs 33.3 points: a 40-point tolerance lets it through, and says so.
+        let cmp = compare(&base, &candidate, 0.95, None, 1).unwrap();
+        let (failed, reason) = gate(&cmp, 0.4);
+        assert!(!failed);
+        assert!(reason.ends_with("within the allowed 40.0"), "{reason}");
+    }
+
+    #[test]
+    fn max_broken_counts_tasks_that_went_from_always_to_never() {
+        let base = tasks(&[(3, 3); 10]);
+        let mut counts = [(3, 3); 10];
+        counts[3] = (0, 3);
+        counts[5] = (1, 3);
+        let candidate = tasks(&counts);
+        let cmp = compare(&base, &candidate, 0.95, None, 1).unwrap();
+        // One task from always to never, one only worse: neither test can tell on 10 tasks.
+        assert_eq!(cmp.broken_outright, ["t03"]);
+        assert_eq!(cmp.verdict, Verdict::Inconclusive);
+        assert!(!gate(&cmp, 0.0).0);
+        let cmp = compare(&base, &candidate, 0.95, Some(0), 1).unwrap();
+        assert_eq!(cmp.verdict, Verdict::Regressed);
+        let (failed, reason) = gate(&cmp, 0.5);
+        assert!(failed, "a tolerance for drops does not cover --max-broken");
+        assert_eq!(
+            reason,
+            "1 task(s) went from always passing to never passing (t03 3/3 -> 0/3), more than --max-broken 0"
+        );
+        let cmp = compare(&base, &candidate, 0.95, Some(1), 1).unwrap();
+        assert_eq!(cmp.verdict, Verdict::Inconclusive);
+    }
+
+    #[test]
     fn one_flipped_task_is_inconclusive() {
         let base = tasks(&[(1, 1); 10]);
         let mut counts = [(1, 1); 10];
         counts[3] = (0, 1);
-        let cmp = compare(&base, &tasks(&counts), 0.95, 1).unwrap();
-        assert_eq!(cmp.test, "mcnemar-exact");
+        let cmp = compare(&base, &tasks(&counts), 0.95, None, 1).unwrap();
         assert_eq!(cmp.flips.broken, ["t03"]);
+        assert!(!cmp.within_tested());
         // b = 1, c = 0: 2·P(X ≤ 0) with X ~ Bin(1, ½) = 1.
         assert_eq!(cmp.p_value, 1.0);
         assert_eq!(cmp.verdict, Verdict::Inconclusive);
         close(cmp.diff, -0.1, 1e-12);
-        assert!(
-            cmp.interval.lo < -0.1 && cmp.interval.hi > 0.0,
-            "{:?}",
-            cmp.interval
-        );
+        close(cmp.interval.lo, -1.0 / 3.0, 1e-9);
+        assert_eq!(cmp.interval.hi, 0.0);
         let (failed, reason) = gate(&cmp, 0.0);
         assert!(!failed);
         assert!(
-            reason.starts_with("no significant difference: -10.0 points"),
+            reason.starts_with("no significant difference: -10.0 points (95% CI -33.3 to 0.0"),
             "{reason}"
         );
 
@@ -1024,7 +1561,7 @@ mod tests {
         let base = tasks(&[(3, 3); 10]);
         let mut counts = [(3, 3); 10];
         counts[3] = (0, 3);
-        let cmp = compare(&base, &tasks(&counts), 0.95, 1).unwrap();
+        let cmp = compare(&base, &tasks(&counts), 0.95, None, 1).unwrap();
         assert_eq!(cmp.p_value, 1.0);
         assert_eq!(cmp.verdict, Verdict::Inconclusive);
     }
@@ -1032,25 +1569,27 @@ mod tests {
     #[test]
     fn identical_runs_are_inconclusive_with_p_one() {
         let one = tasks(&[(1, 1), (0, 1), (1, 1), (1, 1)]);
-        let cmp = compare(&one, &one, 0.95, 3).unwrap();
+        let cmp = compare(&one, &one, 0.95, Some(0), 3).unwrap();
         assert_eq!(
             (cmp.test, cmp.p_value, cmp.verdict),
-            ("mcnemar-exact", 1.0, Verdict::Inconclusive)
+            ("paired-permutation", 1.0, Verdict::Inconclusive)
         );
         assert_eq!(cmp.diff, 0.0);
         // Observed sd 0, so the floor 0.5/√1: MDE = (1.959964 + 0.841621)·0.5/√4 = 0.700396.
         close(cmp.mde, 0.700_396, 1e-5);
 
         let three = tasks(&[(3, 3), (1, 3), (0, 3), (2, 3)]);
-        let cmp = compare(&three, &three, 0.95, 3).unwrap();
-        assert_eq!(
-            (cmp.test, cmp.p_value, cmp.verdict),
-            ("paired-permutation", 1.0, Verdict::Inconclusive)
-        );
+        let cmp = compare(&three, &three, 0.95, Some(0), 3).unwrap();
+        assert_eq!((cmp.p_value, cmp.verdict), (1.0, Verdict::Inconclusive));
+        assert!(cmp.per_task.iter().all(|t| t.p_value == 1.0));
+        assert!(cmp.dropped.is_empty() && cmp.broken_outright.is_empty());
+        // Four tasks: powerless at 95% (2/16 ≥ 0.05), so the span of the diffs and 0: the point 0.
         assert_eq!(cmp.interval, Interval { lo: 0.0, hi: 0.0 });
         // Floor 0.5/√3 = 0.288675: MDE = 2.801585·0.288675/√4 = 0.404374.
         close(cmp.mde, 0.404_374, 1e-5);
-        assert!(!gate(&cmp, 0.0).0);
+        let (failed, reason) = gate(&cmp, 0.0);
+        assert!(!failed);
+        assert!(reason.starts_with("no significant difference"), "{reason}");
     }
 
     #[test]
@@ -1061,7 +1600,7 @@ mod tests {
             passed: 0,
             trials: 1,
         }];
-        let cmp = compare(&base, &candidate, 0.95, 0).unwrap();
+        let cmp = compare(&base, &candidate, 0.95, None, 0).unwrap();
         assert_eq!(cmp.tasks, 1);
         assert_eq!(cmp.flips.broken, ["t01"]);
         let elsewhere = vec![TaskOutcome {
@@ -1069,40 +1608,18 @@ mod tests {
             passed: 1,
             trials: 1,
         }];
-        assert_eq!(compare(&base, &elsewhere, 0.95, 0), None);
-    }
-
-    #[test]
-    fn newcombe_interval_matches_the_published_example() {
-        // Fagerland, Lydersen & Laake (2017), ch. 8, Cavo et al. (2012): 59 both, 6 first only,
-        // 16 second only, 80 neither; estimate (65 − 75)/161 = −0.0621, 95% CI −0.1186 to −0.0046.
-        // Here "first" is the candidate: 6 fixed, 16 broken.
-        let mut counts = vec![(1, 1); 59];
-        counts.extend([(0, 1); 6]);
-        counts.extend([(1, 1); 16]);
-        counts.extend([(0, 1); 80]);
-        let base = tasks(&counts);
-        let mut counts = vec![(1, 1); 59];
-        counts.extend([(1, 1); 6]);
-        counts.extend([(0, 1); 16]);
-        counts.extend([(0, 1); 80]);
-        let cmp = compare(&base, &tasks(&counts), 0.95, 0).unwrap();
-        assert_eq!((cmp.flips.fixed.len(), cmp.flips.broken.len()), (6, 16));
-        close(cmp.diff, -0.0621, 5e-5);
-        close(cmp.interval.lo, -0.1186, 5e-5);
-        close(cmp.interval.hi, -0.0046, 5e-5);
-        // The exact test is more conservative: p = 0.0524788 (see mcnemar_exact_p).
-        assert_eq!(cmp.verdict, Verdict::Inconclusive);
+        assert_eq!(compare(&base, &elsewhere, 0.95, None, 0), None);
     }
 
     #[test]
     fn improvement_is_reported_and_passes_the_gate() {
         let base = tasks(&[(0, 1); 12]);
         let candidate = tasks(&[(1, 1); 12]);
-        let cmp = compare(&base, &candidate, 0.95, 0).unwrap();
+        let cmp = compare(&base, &candidate, 0.95, None, 0).unwrap();
         // 12 fixed, 0 broken: 2·2^−12 = 0.000488.
         close(cmp.p_value, 2.0 / 4096.0, 1e-12);
         assert_eq!(cmp.verdict, Verdict::Improved);
+        assert_eq!(cmp.interval, Interval::point(1.0));
         let (failed, reason) = gate(&cmp, 0.0);
         assert!(!failed);
         assert!(
@@ -1112,6 +1629,29 @@ mod tests {
         assert_eq!(
             serde_json::to_value(cmp.verdict).unwrap(),
             serde_json::json!("improved")
+        );
+
+        // One task fixed in all five trials of a three-task suite: improved within its trials.
+        let cmp = compare(
+            &tasks(&[(0, 5), (5, 5), (5, 5)]),
+            &tasks(&[(5, 5), (5, 5), (5, 5)]),
+            0.95,
+            None,
+            0,
+        )
+        .unwrap();
+        assert_eq!(cmp.verdict, Verdict::Improved);
+        assert_eq!(
+            (cmp.gained.as_slice(), cmp.fixed_outright.as_slice()),
+            (&["t00".to_owned()][..], &["t00".to_owned()][..])
+        );
+        let (failed, reason) = gate(&cmp, 0.0);
+        assert!(!failed);
+        assert!(
+            reason.starts_with(
+                "t00 0/5 -> 5/5 improved within its trials; across tasks +33.3 points"
+            ),
+            "{reason}"
         );
     }
 

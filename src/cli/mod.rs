@@ -99,9 +99,16 @@ enum Command {
     /// Compare a candidate with a baseline, task by task, and say whether it regressed.
     ///
     /// Either two run directories (BASE CANDIDATE; `--agent` picks the agent when a run holds
-    /// several), or one run directory and two agent names (RUN_DIR BASE_AGENT CANDIDATE_AGENT).
-    /// Only tasks both ran count. One trial per task uses an exact McNemar test; several use a
-    /// paired permutation test on per-task pass fractions.
+    /// several), or one run directory and two of its agents (RUN_DIR BASE_AGENT
+    /// CANDIDATE_AGENT). Only tasks both ran count. Across tasks, a paired permutation test on
+    /// per-task pass fractions (exact McNemar with one trial per task), whose inversion is the
+    /// interval; within tasks, an exact Fisher test on each task's trials, Holm-corrected over
+    /// the tasks. The verdict is `regressed` when either finds a significant drop.
+    ///
+    /// Exit codes: 0 compared (with --gate: no regression beyond the tolerance); 1 with --gate,
+    /// the candidate regressed; 2 usage error (runs of different suites, an unknown agent);
+    /// 3 with --gate, no regression among the scored trials but some trials could not be
+    /// scored, so the gate is undecided.
     Compare(CompareArgs),
     /// Say how many tasks x trials a comparison needs to detect a given effect.
     Plan(PlanArgs),
@@ -197,27 +204,54 @@ struct ImportArgs {
 
 #[derive(Debug, clap::Args)]
 struct GateArgs {
-    /// Exit 1 when the candidate is worse than the baseline by more than --max-drop.
+    /// Exit 1 when the candidate regressed: a significant drop (across tasks, or within one
+    /// task's trials) larger than --max-drop, or more tasks broken outright than --max-broken.
     #[arg(long)]
     gate: bool,
     /// The drop in pass rate (0..1) tolerated by --gate.
     #[arg(long, value_name = "FRACTION", default_value_t = 0.0)]
     max_drop: f64,
-    /// Confidence of the intervals and the test.
+    /// A regression, whatever the tests say: more than N tasks went from always passing (every
+    /// baseline trial) to never passing (no candidate trial).
+    #[arg(long, value_name = "N")]
+    max_broken: Option<usize>,
+    /// Confidence of the intervals and the tests.
     #[arg(long, value_name = "LEVEL", default_value_t = 0.95)]
     confidence: f64,
 }
 
 #[derive(Debug, clap::Args)]
+#[command(
+    override_usage = "deltabench compare [OPTIONS] <BASE> <CANDIDATE>\n       \
+                            deltabench compare [OPTIONS] <RUN_DIR> <BASE_AGENT> <CANDIDATE_AGENT>"
+)]
 struct CompareArgs {
-    /// BASE_RUN CANDIDATE_RUN, or RUN_DIR BASE_AGENT CANDIDATE_AGENT.
-    #[arg(value_name = "TARGET", num_args = 2..=3, required = true)]
+    /// BASE CANDIDATE: the baseline's and the candidate's run directories; or RUN_DIR
+    /// BASE_AGENT CANDIDATE_AGENT: one run directory and two of its agents.
+    #[arg(
+        value_names = ["BASE|RUN_DIR", "CANDIDATE|BASE_AGENT", "CANDIDATE_AGENT"],
+        num_args = 2..=3,
+        required = true
+    )]
     targets: Vec<String>,
     /// The agent to compare when a run directory holds several.
     #[arg(long, value_name = "NAME")]
     agent: Option<String>,
+    /// How to print the comparison.
+    #[arg(long, value_enum, default_value = "text")]
+    format: CompareFormat,
     #[command(flatten)]
     gate: GateArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum CompareFormat {
+    /// Lines for a terminal or a CI log.
+    Text,
+    /// The whole comparison, per-task counts and tests included, and the gate's decision.
+    Json,
+    /// For a CI summary: the rates, the changed tasks as a table, the verdict and the gate.
+    Markdown,
 }
 
 #[derive(Debug, clap::Args)]
@@ -650,14 +684,14 @@ fn finish_run(
     for leftover in &outcome.leftovers {
         eprintln!("warning: could not clean up {leftover}");
     }
-    let gate_failed = match baseline {
+    let gate_code = match baseline {
         Some((baseline, gate)) => {
             let current = compare::read_run_arg(&outcome.run_dir)?;
-            let (text, failed) = compare::against_baseline(baseline, &current, gate)?;
+            let (text, code) = compare::against_baseline(baseline, &current, gate)?;
             print_stdout(&format!("\n{text}"));
-            failed
+            code
         }
-        None => false,
+        None => EXIT_OK,
     };
     let infra = outcome
         .records
@@ -672,14 +706,15 @@ fn finish_run(
         );
         return Ok(EXIT_INTERRUPTED);
     }
-    if gate_failed {
+    // A regression among the scored trials is a verdict, whatever else could not be scored.
+    if gate_code == EXIT_CHECK_FAILED {
         return Ok(EXIT_CHECK_FAILED);
     }
     if infra > 0 {
         eprintln!("{infra} trial(s) could not be scored (infra_error); see trials.jsonl");
         return Ok(EXIT_UNSCORED);
     }
-    Ok(EXIT_OK)
+    Ok(gate_code)
 }
 
 fn default_out(suite: &str) -> PathBuf {
@@ -1077,6 +1112,7 @@ fn report_cmd(args: ReportArgs) -> Result<u8, CliError> {
             let gate = GateArgs {
                 gate: false,
                 max_drop: 0.0,
+                max_broken: None,
                 confidence: args.confidence,
             };
             let (text, _) = compare::against_baseline(&compare::read_run_arg(path)?, &run, &gate)?;

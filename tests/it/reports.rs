@@ -1145,7 +1145,7 @@ fn report_with_a_baseline_adds_the_comparison() {
         let text = stdout(&output).replace("&#39;", "'");
         assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
         assert!(
-            text.contains("candidate 'alpha' vs baseline"),
+            text.contains("candidate 'alpha' (this run) vs baseline 'alpha'"),
             "{format}: {text}"
         );
         assert!(text.contains("verdict: "), "{format}: {text}");
