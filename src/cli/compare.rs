@@ -109,14 +109,17 @@ struct Side {
     agent: String,
     /// `infra_error` trials of this agent on tasks the other side planned: left out.
     unscored_trials: usize,
+    /// Trials the agent ended `completed` that did not pass (claimed vs proven).
+    false_claims: crate::report::FalseClaims,
 }
 
 impl Side {
-    fn new(run: &StoredRun, agent: &str, other: &StoredRun) -> Self {
+    fn new(run: &StoredRun, agent: &str, other: &StoredRun, confidence: f64) -> Self {
         let tasks = tasks_of(other);
         Self {
             run: run.path.display().to_string(),
             agent: agent.to_owned(),
+            false_claims: crate::report::false_claims(&run.trials, agent, confidence),
             unscored_trials: run
                 .trials
                 .iter()
@@ -205,8 +208,8 @@ fn compared(
     let base = stats::outcomes_of(&base_run.trials, base_agent);
     let candidate = stats::outcomes_of(&candidate_run.trials, candidate_agent);
     let comparison = stats::compare(&base, &candidate, gate.confidence, gate.max_broken, SEED)?;
-    let baseline = Side::new(base_run, base_agent, candidate_run);
-    let candidate = Side::new(candidate_run, candidate_agent, base_run);
+    let baseline = Side::new(base_run, base_agent, candidate_run, gate.confidence);
+    let candidate = Side::new(candidate_run, candidate_agent, base_run, gate.confidence);
     let gate = decide(
         &comparison,
         gate,
@@ -520,6 +523,19 @@ fn gate_label(decision: Decision) -> &'static str {
     }
 }
 
+/// `2/4 50.0%`, or `-` when the agent never ended `completed`.
+fn claims(claims: &crate::report::FalseClaims) -> String {
+    match claims.rate {
+        Some(rate) => format!(
+            "{}/{} {:.1}%",
+            claims.false_claims,
+            claims.claimed,
+            rate * 100.0
+        ),
+        None => "-".to_owned(),
+    }
+}
+
 /// The human account of a comparison.
 fn text(base: &str, candidate: &str, outcome: &Compared) -> String {
     let cmp = &outcome.comparison;
@@ -567,6 +583,19 @@ fn text(base: &str, candidate: &str, outcome: &Compared) -> String {
         pct(cmp.candidate_rate),
         pct(cmp.candidate_interval.lo),
         pct(cmp.candidate_interval.hi),
+    );
+    let _ = writeln!(
+        out,
+        "false claims (ended `completed`, did not pass): baseline {}, candidate {}{}",
+        claims(&outcome.baseline.false_claims),
+        claims(&outcome.candidate.false_claims),
+        match (
+            outcome.baseline.false_claims.rate,
+            outcome.candidate.false_claims.rate
+        ) {
+            (Some(base), Some(cand)) => format!(" ({:+.1} points)", (cand - base) * 100.0),
+            _ => String::new(),
+        }
     );
     let (sentence, note) = across(cmp);
     let _ = writeln!(out, "across tasks: {sentence}");
