@@ -1702,30 +1702,10 @@ mod tests {
     }
 
     fn record(task: &str, agent: &str, outcome: Outcome) -> TrialRecord {
-        TrialRecord {
-            task: task.into(),
-            agent: agent.into(),
-            trial: 1,
-            outcome,
-            passed: outcome == Outcome::Pass,
-            score: None,
-            metric: "delta".into(),
-            status: None,
-            error: None,
-            infra_error: None,
-            session_id: None,
-            diff: None,
-            verify: None,
-            usage: None,
-            duration_ms: 0,
-            agent_duration_ms: None,
-            phases: Vec::new(),
-            started_at: String::new(),
-            tampered: Vec::new(),
-            invalid: None,
-            reason: None,
-            interrupted: false,
-        }
+        let mut record = TrialRecord::unscored(task, agent, 1, "delta".into(), String::new());
+        record.outcome = outcome;
+        record.passed = outcome == Outcome::Pass;
+        record
     }
 
     #[test]

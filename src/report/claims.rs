@@ -48,30 +48,11 @@ mod tests {
     use super::*;
 
     fn record(agent: &str, status: Option<CodingStatus>, outcome: Outcome) -> TrialRecord {
-        TrialRecord {
-            task: "t".into(),
-            agent: agent.into(),
-            trial: 1,
-            outcome,
-            passed: outcome == Outcome::Pass,
-            score: None,
-            metric: "delta".into(),
-            status,
-            error: None,
-            infra_error: None,
-            session_id: None,
-            diff: None,
-            verify: None,
-            usage: None,
-            duration_ms: 0,
-            agent_duration_ms: None,
-            phases: Vec::new(),
-            started_at: String::new(),
-            tampered: Vec::new(),
-            invalid: None,
-            reason: None,
-            interrupted: false,
-        }
+        let mut record = TrialRecord::unscored("t", agent, 1, "delta".into(), String::new());
+        record.outcome = outcome;
+        record.passed = outcome == Outcome::Pass;
+        record.status = status;
+        record
     }
 
     #[test]

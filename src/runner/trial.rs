@@ -228,34 +228,18 @@ pub async fn run_trial(
         let _ = std::fs::write(dir.join("agent.log"), transcript.join(""));
     }
 
-    let mut record = TrialRecord {
-        task: task.id.clone(),
-        agent: spec.agent.clone(),
-        trial: spec.trial,
-        outcome: Outcome::InfraError,
-        passed: false,
-        score: None,
-        metric: task.metric.name(),
-        status: None,
-        error: None,
-        infra_error: None,
-        session_id: None,
-        diff: None,
-        verify: None,
-        usage: None,
-        duration_ms: 0,
-        agent_duration_ms: None,
-        phases: lifecycle
-            .steps
-            .iter()
-            .map(|(phase, us)| (format!("{phase:?}").to_lowercase(), *us))
-            .collect(),
+    let mut record = TrialRecord::unscored(
+        &task.id,
+        &spec.agent,
+        spec.trial,
+        task.metric.name(),
         started_at,
-        tampered: Vec::new(),
-        invalid: None,
-        reason: None,
-        interrupted: false,
-    };
+    );
+    record.phases = lifecycle
+        .steps
+        .iter()
+        .map(|(phase, us)| (format!("{phase:?}").to_lowercase(), *us))
+        .collect();
     let mut result_json = serde_json::json!({ "lifecycle": lifecycle });
     match ran {
         Ok(report) => {

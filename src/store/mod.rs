@@ -132,6 +132,40 @@ impl TrialRecord {
         (&self.task, &self.agent, self.trial)
     }
 
+    /// A trial not scored yet (`infra_error` until a verdict says otherwise).
+    pub fn unscored(
+        task: &str,
+        agent: &str,
+        trial: u32,
+        metric: String,
+        started_at: String,
+    ) -> Self {
+        Self {
+            task: task.to_owned(),
+            agent: agent.to_owned(),
+            trial,
+            outcome: Outcome::InfraError,
+            passed: false,
+            score: None,
+            metric,
+            status: None,
+            error: None,
+            infra_error: None,
+            session_id: None,
+            diff: None,
+            verify: None,
+            usage: None,
+            duration_ms: 0,
+            agent_duration_ms: None,
+            phases: Vec::new(),
+            started_at,
+            tampered: Vec::new(),
+            invalid: None,
+            reason: None,
+            interrupted: false,
+        }
+    }
+
     /// Sets the outcome, score and reason from the trial's verdict.
     pub fn apply(&mut self, verdict: &crate::metric::Verdict) {
         use crate::metric::Judgement;
