@@ -178,5 +178,9 @@ pub fn have_bwrap(test: &str) -> bool {
         .args(["--unshare-all", "--ro-bind", "/", "/", "true"])
         .output()
         .is_ok_and(|o| o.status.success());
-    have_tool(test, "bubblewrap (apt-get install bubblewrap)", found)
+    have_tool(
+        test,
+        "a bubblewrap that can create namespaces (apt-get install bubblewrap; a chroot or a container may forbid user namespaces)",
+        found,
+    )
 }
