@@ -23,28 +23,12 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEW = os.path.join(ROOT, "target", "release", "deltabench")
-GIT_ENV = dict(os.environ, GIT_CONFIG_GLOBAL="/dev/null", GIT_CONFIG_NOSYSTEM="1",
-               GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@b", GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@b")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from scale import make_repo  # noqa: E402  (the same generated repos as the scale bench)
 
 
 def arg(name, default=None):
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
-
-
-def sh(cmd, cwd=None):
-    return subprocess.run(cmd, cwd=cwd, env=GIT_ENV, shell=isinstance(cmd, str), check=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def make_repo(path, files):
-    os.makedirs(path)
-    sh(["git", "init", "-q", "-b", "main", path])
-    for i in range(files):
-        d = os.path.join(path, f"d{i // 100}")
-        os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, f"f{i}.txt"), "w") as f:
-            f.write(f"file {i}\n" * 8)
-    sh("git add -A && git commit -qm c0", cwd=path)
 
 
 def run(binary, d, label, trials):

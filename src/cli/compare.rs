@@ -359,6 +359,16 @@ fn level(confidence: f64) -> String {
     format!("{}", (confidence * 1000.0).round() / 10.0)
 }
 
+/// `46.7% (95% CI 11.0% to 86.1%)`.
+fn rate_ci(rate: f64, interval: &stats::Interval, level: &str) -> String {
+    format!(
+        "{} ({level}% CI {} to {})",
+        pct(rate),
+        pct(interval.lo),
+        pct(interval.hi)
+    )
+}
+
 /// `t1 5/5 -> 0/5, t2 5/5 -> 2/5`, or `-`.
 fn counts(cmp: &Comparison, tasks: &[String]) -> String {
     if tasks.is_empty() {
@@ -576,13 +586,9 @@ fn text(base: &str, candidate: &str, outcome: &Compared) -> String {
     let level = level(cmp.confidence);
     let _ = writeln!(
         out,
-        "pass rate: baseline {} ({level}% CI {} to {}), candidate {} ({level}% CI {} to {})",
-        pct(cmp.base_rate),
-        pct(cmp.base_interval.lo),
-        pct(cmp.base_interval.hi),
-        pct(cmp.candidate_rate),
-        pct(cmp.candidate_interval.lo),
-        pct(cmp.candidate_interval.hi),
+        "pass rate: baseline {}, candidate {}",
+        rate_ci(cmp.base_rate, &cmp.base_interval, &level),
+        rate_ci(cmp.candidate_rate, &cmp.candidate_interval, &level),
     );
     let _ = writeln!(
         out,
@@ -627,13 +633,9 @@ fn markdown(outcome: &Compared) -> String {
     let _ = writeln!(out, "| run | `{}` | `{}` |", base.run, candidate.run);
     let _ = writeln!(
         out,
-        "| pass rate | {} ({level}% CI {} to {}) | {} ({level}% CI {} to {}) |",
-        pct(cmp.base_rate),
-        pct(cmp.base_interval.lo),
-        pct(cmp.base_interval.hi),
-        pct(cmp.candidate_rate),
-        pct(cmp.candidate_interval.lo),
-        pct(cmp.candidate_interval.hi),
+        "| pass rate | {} | {} |",
+        rate_ci(cmp.base_rate, &cmp.base_interval, &level),
+        rate_ci(cmp.candidate_rate, &cmp.candidate_interval, &level),
     );
     let _ = writeln!(
         out,

@@ -98,28 +98,7 @@ fn interrupt_aborts_running_trials_and_still_disposes() {
             go.display()
         ),
     );
-    let work = tmp.path().join("work");
-    let out = tmp.path().join("out");
-    std::fs::create_dir_all(&work).unwrap();
-    let mut child = crate::common::deltabench(tmp.path())
-        .args(["run", "suite.yaml", "--workdir"])
-        .arg(&work)
-        .arg("--out")
-        .arg(&out)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Wait until the agent is running: its instruction file appears when it starts.
-    let instruction = out.join("trials/fix/sleeper/1/instruction.md");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !instruction.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the agent never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    let (mut child, work, out) = run_until_the_agent_runs(tmp.path(), "sleeper");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGINT,
@@ -248,27 +227,7 @@ fn a_second_interrupt_kills_everything_and_exits_130() {
         tmp.path(),
         "name: abort\nrepo: repo\nagents:\n  stubborn: {kind: command, run: \"trap '' TERM INT; sleep 60\"}\ntasks:\n  - id: fix\n    instruction: x\n    verify: \"true\"\n",
     );
-    let work = tmp.path().join("work");
-    let out = tmp.path().join("out");
-    std::fs::create_dir_all(&work).unwrap();
-    let child = crate::common::deltabench(tmp.path())
-        .args(["run", "suite.yaml", "--workdir"])
-        .arg(&work)
-        .arg("--out")
-        .arg(&out)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let instruction = out.join("trials/fix/stubborn/1/instruction.md");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !instruction.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the agent never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    let (child, work, out) = run_until_the_agent_runs(tmp.path(), "stubborn");
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     std::thread::sleep(Duration::from_millis(300));
@@ -290,4 +249,34 @@ fn a_second_interrupt_kills_everything_and_exits_130() {
         .unwrap();
     assert_eq!(gc.status.code(), Some(0), "{}", stderr(&gc));
     assert_no_leftovers(&work);
+}
+
+/// Starts `deltabench run` on `root`'s suite (task `fix`) and returns once `agent` is running:
+/// its instruction file appears when it starts. Returns the child, the workdir and the run dir.
+fn run_until_the_agent_runs(
+    root: &std::path::Path,
+    agent: &str,
+) -> (std::process::Child, std::path::PathBuf, std::path::PathBuf) {
+    let work = root.join("work");
+    let out = root.join("out");
+    std::fs::create_dir_all(&work).unwrap();
+    let child = crate::common::deltabench(root)
+        .args(["run", "suite.yaml", "--workdir"])
+        .arg(&work)
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let instruction = out.join(format!("trials/fix/{agent}/1/instruction.md"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !instruction.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    (child, work, out)
 }
