@@ -18,4 +18,5 @@ pub mod runner;
 pub mod stats;
 pub mod store;
 pub mod suite;
+pub mod support;
 pub mod workspace;

@@ -91,7 +91,7 @@ fn summary(report: &ImportReport, format: Format) -> String {
             let _ = writeln!(
                 out,
                 "  deltabench validate {}",
-                import::shell_quote(&suite.dir.to_string_lossy())
+                crate::support::shell_quote(&suite.dir.to_string_lossy())
             );
         }
     }

@@ -14,7 +14,8 @@ use serde::Deserialize;
 
 use super::docker::{StageError, copy_tree};
 use super::write::{SuiteFile, TaskEntry, write_file};
-use super::{Ids, ImportError, ImportOptions, Imported, shell_quote};
+use super::{Ids, ImportError, ImportOptions, Imported};
+use crate::support::shell_quote;
 
 /// How deep under SOURCE exercise folders are looked for (`python/exercises/practice/x`).
 const MAX_DEPTH: usize = 5;

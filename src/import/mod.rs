@@ -335,19 +335,6 @@ impl Ids {
     }
 }
 
-/// Quotes `text` for `sh` when it holds anything but safe characters.
-pub(crate) fn shell_quote(text: &str) -> String {
-    if !text.is_empty()
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c))
-    {
-        text.to_owned()
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
-    }
-}
-
 impl ImportError {
     /// A file that is not what its name says, with no position.
     fn parse(path: &Path, message: impl Into<String>) -> Self {
@@ -414,13 +401,6 @@ mod tests {
         assert_eq!(ids.claim("../.."), "..-..");
         assert_eq!(ids.claim(".."), "task");
         assert_eq!(ids.claim("éé"), "task-2");
-    }
-
-    #[test]
-    fn shell_quoting() {
-        assert_eq!(shell_quote("tests/a.py::test_x"), "tests/a.py::test_x");
-        assert_eq!(shell_quote("t[a b]"), "'t[a b]'");
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
     }
 
     #[test]

@@ -17,8 +17,9 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::write::{SuiteFile, TaskEntry, write_file};
-use super::{Ids, ImportError, ImportOptions, Imported, shell_quote};
+use super::{Ids, ImportError, ImportOptions, Imported};
 use crate::process::{self, CommandSpec};
+use crate::support::shell_quote;
 
 /// The grader copied into every suite folder.
 const GRADER: &str = include_str!("../../graders/swebench.py");
@@ -236,7 +237,7 @@ fn test_settings(
     };
     let timeout = match &entry.timeout {
         // Checked when the --env file was read.
-        Some(text) => crate::suite::parse_duration(text).unwrap_or_default(),
+        Some(text) => crate::support::parse_duration(text).unwrap_or_default(),
         None => Duration::from_secs(default_timeout),
     };
     Ok(TestSettings {
@@ -540,7 +541,7 @@ fn read_env(path: &Path) -> Result<IndexMap<String, EnvEntry>, ImportError> {
         serde_saphyr::from_str(&text).map_err(|err| ImportError::yaml(path, &err))?;
     for (repo, entry) in &entries {
         if let Some(timeout) = &entry.timeout {
-            crate::suite::parse_duration(timeout)
+            crate::support::parse_duration(timeout)
                 .map_err(|message| parse_err(format!("{repo}: timeout: {message}")))?;
         }
         if entry

@@ -17,7 +17,9 @@ mod source;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+
 use std::sync::Arc;
+use strum::{VariantArray, VariantNames};
 
 use futures::future::BoxFuture;
 
@@ -31,7 +33,7 @@ pub use sandbox::{
     program_paths,
 };
 pub use session::SessionBackend;
-pub use source::{PreparedSource, prepare_source};
+pub use source::{PreparedSource, RepoKind, RepoSource, prepare_source};
 
 /// Whether a command wrapped by [`SandboxPolicy::wrap`] got as far as starting its program:
 /// bubblewrap writes the child's pid to its status fd once it has, and nothing when it failed
@@ -45,7 +47,7 @@ pub fn sandbox_started(ended: &crate::process::ProcessOutput) -> bool {
 }
 
 /// The valid isolation strategies, in the order error messages list them.
-pub const ISOLATION_STRATEGIES: [&str; 3] = ["session", "worktree", "sandbox"];
+pub const ISOLATION_STRATEGIES: &[&str] = <Isolation as VariantNames>::VARIANTS;
 
 /// True when `value` names an isolation strategy.
 pub fn is_isolation_strategy(value: &str) -> bool {
@@ -53,8 +55,21 @@ pub fn is_isolation_strategy(value: &str) -> bool {
 }
 
 /// Where a trial's agent works.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    strum::VariantNames,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Isolation {
     /// The suite's own work tree (one trial only; changes are left for the user).
     Session,
@@ -66,11 +81,7 @@ pub enum Isolation {
 
 impl Isolation {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Session => "session",
-            Self::Worktree => "worktree",
-            Self::Sandbox => "sandbox",
-        }
+        self.into()
     }
 }
 
@@ -84,20 +95,19 @@ impl FromStr for Isolation {
     type Err = UnknownIsolationStrategyError;
 
     fn from_str(value: &str) -> Result<Self, Self::Err> {
-        match value {
-            "session" => Ok(Self::Session),
-            "worktree" => Ok(Self::Worktree),
-            "sandbox" => Ok(Self::Sandbox),
-            _ => Err(UnknownIsolationStrategyError {
+        <Self as VariantArray>::VARIANTS
+            .iter()
+            .copied()
+            .find(|strategy| strategy.as_str() == value)
+            .ok_or_else(|| UnknownIsolationStrategyError {
                 value: value.to_owned(),
-            }),
-        }
+            })
     }
 }
 
 /// A strategy string that is not one of [`ISOLATION_STRATEGIES`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown isolation strategy: '{value}'. Valid strategies: session, worktree, sandbox")]
+#[error("unknown isolation strategy: '{value}'. Valid strategies: {}", ISOLATION_STRATEGIES.join(", "))]
 pub struct UnknownIsolationStrategyError {
     pub value: String,
 }

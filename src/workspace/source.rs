@@ -9,15 +9,44 @@
 //! workspaces borrow from that.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use git2::{IndexAddOption, Repository};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::git::{git_command, run_git};
-use crate::suite::{RepoKind, RepoSource};
+
+/// What kind of repository `repo:` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RepoKind {
+    WorkTree,
+    Bare,
+    Bundle,
+    PlainDir,
+}
+
+/// The suite's repository.
+#[derive(Debug, Clone, Serialize)]
+pub struct RepoSource {
+    pub path: PathBuf,
+    pub kind: RepoKind,
+}
+
+impl fmt::Display for RepoKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::WorkTree => "git work tree",
+            Self::Bare => "bare git repository",
+            Self::Bundle => "git bundle",
+            Self::PlainDir => "plain directory",
+        })
+    }
+}
 
 /// Where workspaces clone from, and the user's own work tree if there is one.
 #[derive(Debug, Clone)]

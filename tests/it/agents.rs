@@ -645,7 +645,7 @@ fn every_cli_runs_inside_the_sandbox() {
     if !crate::common::have_bwrap("every_cli_runs_inside_the_sandbox") {
         return;
     }
-    for kind in HarnessKind::ALL {
+    for &kind in HarnessKind::ALL {
         runs_inside_the_sandbox(kind);
     }
 }
@@ -774,7 +774,7 @@ fn a_sandboxed_cli_needs_the_host_network_for_a_local_endpoint() {
 /// The shipped smoke suite: every CLI against the scripted model, all pass.
 #[test]
 fn the_smoke_suite_passes_with_every_cli() {
-    if !HarnessKind::ALL.into_iter().all(installed) {
+    if !HarnessKind::ALL.iter().copied().all(installed) {
         return;
     }
     let tmp = temp_dir();

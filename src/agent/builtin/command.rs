@@ -28,7 +28,7 @@ const SUMMARY_CHARS: usize = 2000;
 pub struct CommandAgentConfig {
     /// A shell command line.
     pub run: String,
-    #[serde(default, with = "crate::suite::duration_opt")]
+    #[serde(default, with = "crate::support::duration_opt")]
     pub timeout: Option<Duration>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,

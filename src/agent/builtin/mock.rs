@@ -42,7 +42,7 @@ pub struct MockConfig {
     #[serde(default)]
     pub artifacts: Vec<MockArtifact>,
     /// Pause before each event.
-    #[serde(default, with = "crate::suite::duration_opt")]
+    #[serde(default, with = "crate::support::duration_opt")]
     pub delay: Option<Duration>,
     #[serde(default)]
     pub simulate_error: Option<SimulatedError>,

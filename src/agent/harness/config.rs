@@ -15,8 +15,20 @@ use super::pricing::Price;
 use crate::workspace::Network;
 
 /// The real coding-agent CLIs deltabench drives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum HarnessKind {
     ClaudeCode,
     Codex,
@@ -38,29 +50,15 @@ pub enum TurnLimit {
 }
 
 impl HarnessKind {
-    pub const ALL: [HarnessKind; 6] = [
-        Self::ClaudeCode,
-        Self::Codex,
-        Self::GeminiCli,
-        Self::Opencode,
-        Self::MiniSweAgent,
-        Self::Aider,
-    ];
+    pub const ALL: &[HarnessKind] = <Self as strum::VariantArray>::VARIANTS;
 
     /// The `kind:` value in an agents file.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ClaudeCode => "claude-code",
-            Self::Codex => "codex",
-            Self::GeminiCli => "gemini-cli",
-            Self::Opencode => "opencode",
-            Self::MiniSweAgent => "mini-swe-agent",
-            Self::Aider => "aider",
-        }
+        self.into()
     }
 
     pub fn parse(kind: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.as_str() == kind)
+        Self::ALL.iter().copied().find(|k| k.as_str() == kind)
     }
 
     /// The executable's name.
@@ -313,7 +311,7 @@ pub struct HarnessConfig {
     pub endpoint: Option<Endpoint>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key: Option<String>,
-    #[serde(default, with = "crate::suite::duration_opt")]
+    #[serde(default, with = "crate::support::duration_opt")]
     pub timeout: Option<Duration>,
     #[serde(default, skip_serializing_if = "Network::is_none")]
     pub network: Network,
@@ -355,7 +353,7 @@ mod tests {
 
     #[test]
     fn kinds_round_trip_and_list_their_keys() {
-        for kind in HarnessKind::ALL {
+        for &kind in HarnessKind::ALL {
             assert_eq!(HarnessKind::parse(kind.as_str()), Some(kind));
         }
         assert!(!HarnessKind::Aider.keys().contains(&"max_turns"));

@@ -1,0 +1,252 @@
+//! One agent's configuration: the keys its kind takes, each value checked.
+
+use std::path::PathBuf;
+
+use super::diagnostics::{Source, SuiteError};
+use super::load::resolve_command;
+use super::raw::{RawAgent, loc};
+use super::types::{AgentKind, AgentSpec};
+use crate::agent::harness::{Endpoint, HarnessConfig, HarnessKind};
+use crate::agent::{CommandAgentConfig, MockConfig};
+use crate::workspace::Network;
+use strum::VariantNames;
+
+/// Agents that exist without being configured.
+pub const BUILTIN_AGENTS: [&str; 2] = ["oracle", "noop"];
+pub(super) fn agent_spec(
+    source: &Source,
+    name: &str,
+    agent: &RawAgent,
+) -> Result<AgentSpec, SuiteError> {
+    let kind = agent.kind.value.as_str();
+    let allowed: &[&str] = match kind {
+        "noop" | "oracle" => &[],
+        "mock" => &[
+            "responses",
+            "artifacts",
+            "delay",
+            "simulate_error",
+            "simulate_panic",
+            "apply_writes",
+        ],
+        "command" => &["run", "timeout", "env", "network"],
+        other if HarnessKind::parse(other).is_some() => {
+            return harness_spec(
+                source,
+                name,
+                agent,
+                HarnessKind::parse(other).expect("parsed"),
+            );
+        }
+        other => {
+            return Err(source.at(
+                &agent.kind,
+                format!(
+                    "unknown agent kind '{other}' for agent '{name}'. Valid kinds: {}",
+                    AgentKind::VARIANTS.join(", ")
+                ),
+            ));
+        }
+    };
+    for (key, location) in agent.keys_set() {
+        if !allowed.contains(&key) {
+            let valid = if allowed.is_empty() {
+                "none".to_owned()
+            } else {
+                allowed.join(", ")
+            };
+            return Err(source.error(
+                location.unwrap_or(loc(&agent.kind)),
+                format!("`{key}` does not apply to agent '{name}' of kind '{kind}'. Valid keys for it: {valid}"),
+            ));
+        }
+    }
+    Ok(match kind {
+        "noop" => AgentSpec::Noop,
+        "oracle" => AgentSpec::Oracle,
+        "mock" => AgentSpec::Mock(MockConfig {
+            responses: agent.responses.clone().unwrap_or_default(),
+            artifacts: agent.artifacts.clone().unwrap_or_default(),
+            delay: agent
+                .delay
+                .as_ref()
+                .map(|d| source.duration(d))
+                .transpose()?,
+            simulate_error: agent.simulate_error.clone(),
+            simulate_panic: agent.simulate_panic,
+            apply_writes: agent.apply_writes.unwrap_or(false),
+        }),
+        _ => {
+            let Some(run) = &agent.run else {
+                return Err(source.at(
+                    &agent.kind,
+                    format!(
+                        "agent '{name}' of kind 'command' needs `run`: the shell command to start"
+                    ),
+                ));
+            };
+            AgentSpec::Command(CommandAgentConfig {
+                run: resolve_command(source, run)?,
+                timeout: agent
+                    .timeout
+                    .as_ref()
+                    .map(|t| source.duration(t))
+                    .transpose()?,
+                env: agent.env.clone().unwrap_or_default(),
+                network: agent_network(source, agent)?,
+            })
+        }
+    })
+}
+
+/// The agent's `network:`, `none` when unset.
+fn agent_network(source: &Source, agent: &RawAgent) -> Result<Network, SuiteError> {
+    agent
+        .network
+        .as_ref()
+        .map(|n| {
+            n.value
+                .parse()
+                .map_err(|err| source.at(n, format!("{err}")))
+        })
+        .transpose()
+        .map(Option::unwrap_or_default)
+}
+
+/// Validates a real CLI agent: only the keys its kind supports, a known permission mode, a
+/// parseable endpoint whose script exists.
+fn harness_spec(
+    source: &Source,
+    name: &str,
+    agent: &RawAgent,
+    kind: HarnessKind,
+) -> Result<AgentSpec, SuiteError> {
+    let allowed = kind.keys();
+    for (key, location) in agent.keys_set() {
+        if !allowed.contains(&key) {
+            let why = match key {
+                "max_turns" => format!(" ({kind} has no turn limit to set)"),
+                "permission_mode" => format!(" ({kind} has one headless mode, always used)"),
+                "append_system_prompt" => format!(" ({kind} has no system prompt to add to)"),
+                _ => String::new(),
+            };
+            return Err(source.error(
+                location.unwrap_or(loc(&agent.kind)),
+                format!(
+                    "`{key}` does not apply to agent '{name}' of kind '{kind}'{why}. Valid keys for it: {}",
+                    allowed.join(", ")
+                ),
+            ));
+        }
+    }
+    if let Some(mode) = &agent.permission_mode
+        && !kind.permission_modes().contains(&mode.value.as_str())
+    {
+        return Err(source.at(
+            mode,
+            format!(
+                "unknown permission_mode '{}' for {kind}. Valid modes: {}",
+                mode.value,
+                kind.permission_modes().join(", ")
+            ),
+        ));
+    }
+    if let Some(args) = &agent.args
+        && let Some((arg, (flag, instead))) = args
+            .value
+            .iter()
+            .find_map(|arg| Some((arg, kind.reserved_flag(arg)?)))
+    {
+        return Err(source.at(
+            args,
+            format!(
+                "`args` may not hold '{arg}': deltabench passes {flag} to {kind} itself ({instead})"
+            ),
+        ));
+    }
+    if let Some(turns) = &agent.max_turns
+        && turns.value == 0
+    {
+        return Err(source.at(turns, "max_turns must be at least 1"));
+    }
+    let endpoint = agent
+        .endpoint
+        .as_ref()
+        .map(|text| -> Result<Endpoint, SuiteError> {
+            match Endpoint::parse(&text.value).map_err(|err| source.at(text, err))? {
+                Endpoint::Scripted(path) => {
+                    let full = source.dir.join(&path);
+                    if !full.is_file() {
+                        return Err(source.at(
+                            text,
+                            format!("the endpoint's script {} does not exist", full.display()),
+                        ));
+                    }
+                    let full = full.canonicalize().unwrap_or(full);
+                    crate::model::Script::load(&full)
+                        .map_err(|err| SuiteError::Referenced(err.to_string()))?;
+                    Ok(Endpoint::Scripted(full))
+                }
+                url => Ok(url),
+            }
+        })
+        .transpose()?;
+    if kind == HarnessKind::Codex
+        && agent.model.is_none()
+        && let Some(endpoint) = &agent.endpoint
+    {
+        return Err(source.at(
+            endpoint,
+            "codex with an `endpoint:` needs `model:` too: its provider for the endpoint has no default model",
+        ));
+    }
+    let binary = agent
+        .binary
+        .as_ref()
+        .map(|binary| {
+            let path = PathBuf::from(&binary.value);
+            let path = if binary.value.starts_with("./") || binary.value.starts_with("../") {
+                source.dir.join(path)
+            } else {
+                path
+            };
+            // A name is looked up on PATH when the run starts; a path must be there now.
+            if path.components().count() > 1 && !path.is_file() {
+                return Err(source.at(
+                    binary,
+                    format!(
+                        "`binary: {}`: {} is not a file",
+                        binary.value,
+                        path.display()
+                    ),
+                ));
+            }
+            Ok(path)
+        })
+        .transpose()?;
+    Ok(AgentSpec::harness(
+        kind,
+        HarnessConfig {
+            model: agent.model.as_ref().map(|m| m.value.clone()),
+            max_turns: agent.max_turns.as_ref().map(|t| t.value),
+            permission_mode: agent.permission_mode.as_ref().map(|m| m.value.clone()),
+            append_system_prompt: agent.append_system_prompt.as_ref().map(|p| p.value.clone()),
+            args: agent
+                .args
+                .as_ref()
+                .map(|a| a.value.clone())
+                .unwrap_or_default(),
+            env: agent.env.clone().unwrap_or_default(),
+            binary,
+            endpoint,
+            api_key: agent.api_key.clone(),
+            timeout: agent
+                .timeout
+                .as_ref()
+                .map(|t| source.duration(t))
+                .transpose()?,
+            network: agent_network(source, agent)?,
+            price: agent.price,
+        },
+    ))
+}

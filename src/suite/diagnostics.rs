@@ -1,0 +1,145 @@
+//! Errors located in a suite or agents file: path, line, column and the line with a caret.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_saphyr::Spanned;
+
+use super::raw::loc;
+use crate::support::parse_duration;
+
+/// A suite file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SuiteError {
+    #[error("cannot read {}: {message}", path.display())]
+    Read { path: PathBuf, message: String },
+    #[error("{}:{line}:{column}: {message}", path.display())]
+    At {
+        path: PathBuf,
+        line: u64,
+        column: u64,
+        message: String,
+        /// The offending line with a caret under the column.
+        snippet: String,
+    },
+    /// An error in a file the suite refers to (a model script), located in that file.
+    #[error("{0}")]
+    Referenced(String),
+}
+
+impl SuiteError {
+    pub fn snippet(&self) -> Option<&str> {
+        match self {
+            Self::At { snippet, .. } => Some(snippet),
+            Self::Read { .. } | Self::Referenced(_) => None,
+        }
+    }
+}
+
+/// Where the source text of one file is, for error messages.
+pub(super) struct Source<'a> {
+    pub path: &'a Path,
+    pub text: &'a str,
+    pub dir: PathBuf,
+}
+
+impl Source<'_> {
+    pub fn error(&self, (line, column): (u64, u64), message: impl Into<String>) -> SuiteError {
+        SuiteError::At {
+            path: self.path.to_owned(),
+            line,
+            column,
+            message: message.into(),
+            snippet: snippet(self.text, line, column),
+        }
+    }
+
+    pub fn at<T>(&self, spanned: &Spanned<T>, message: impl Into<String>) -> SuiteError {
+        self.error(loc(spanned), message)
+    }
+
+    /// A path relative to this file that must exist.
+    pub fn existing_path(
+        &self,
+        spanned: &Spanned<String>,
+        what: &str,
+    ) -> Result<PathBuf, SuiteError> {
+        let path = self.dir.join(&spanned.value);
+        if path.exists() {
+            Ok(path)
+        } else {
+            Err(self.at(
+                spanned,
+                format!(
+                    "{what} '{}' does not exist ({})",
+                    spanned.value,
+                    path.display()
+                ),
+            ))
+        }
+    }
+
+    pub fn duration(&self, spanned: &Spanned<String>) -> Result<Duration, SuiteError> {
+        parse_duration(&spanned.value).map_err(|message| self.at(spanned, message))
+    }
+
+    pub fn parse<T: for<'de> serde::Deserialize<'de>>(&self) -> Result<T, SuiteError> {
+        serde_saphyr::from_str(self.text).map_err(|err| {
+            let (line, column) = err
+                .location()
+                .map(|l| (l.line(), l.column()))
+                .unwrap_or((1, 1));
+            self.error((line, column), yaml_message(&err))
+        })
+    }
+}
+
+/// The message of a YAML error without its own "at line N, column M" (the location is printed
+/// in front); a "(defined at line ...)" note about an alias stays.
+fn yaml_message(err: &serde_saphyr::Error) -> String {
+    let text = err.without_snippet().to_string();
+    let own_location = regex::Regex::new(r" at line \d+, column \d+")
+        .ok()
+        .and_then(|re| {
+            re.find_iter(&text).find(|m| {
+                let before = &text[..m.start()];
+                !before.ends_with("(defined") && !before.ends_with("(used")
+            })
+        });
+    let text = match own_location {
+        Some(m) => format!("{}{}", &text[..m.start()], &text[m.end()..]),
+        None => text,
+    };
+    if text.starts_with("budget breached") {
+        format!(
+            "the document exceeds the parser's limits (too deeply nested, or an alias bomb): {text}"
+        )
+    } else {
+        text
+    }
+}
+
+fn snippet(text: &str, line: u64, column: u64) -> String {
+    let Some(content) = text.lines().nth(line.saturating_sub(1) as usize) else {
+        return String::new();
+    };
+    // Long lines (a 5 MB value) are cut to a window around the column.
+    const WINDOW: usize = 120;
+    let chars: Vec<char> = content.chars().collect();
+    let col = (column.saturating_sub(1) as usize).min(chars.len());
+    let start = col.saturating_sub(WINDOW / 2);
+    let end = (start + WINDOW).min(chars.len());
+    let mut shown: String = chars[start..end].iter().collect();
+    let mut offset = col - start;
+    if start > 0 {
+        shown.insert_str(0, "...");
+        offset += 3;
+    }
+    if end < chars.len() {
+        shown.push_str("...");
+    }
+    let gutter = line.to_string().len();
+    let pad = " ".repeat(gutter);
+    let caret = " ".repeat(offset);
+    format!("{pad} |\n{line} | {shown}\n{pad} | {caret}^")
+}

@@ -1,0 +1,451 @@
+//! Loading a suite file: its repo, its tasks and its agents, each value checked.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use serde_saphyr::Spanned;
+use sha2::{Digest, Sha256};
+
+use super::diagnostics::{Source, SuiteError};
+use super::matrix::add_agents;
+use super::raw::{RawAgentsFile, RawDefaults, RawMetric, RawSuite, RawTask, RawVerify, loc};
+use super::types::{DEFAULT_MAX_DIFF, Located, MetricSpec, Suite, Task};
+use crate::agent::harness::Endpoint;
+use crate::delta::VerifySpec;
+use crate::metric::METRIC_NAMES;
+use crate::support::{parse_duration, shell_quote};
+use crate::workspace::{Isolation, Overlay, RepoKind, RepoSource};
+
+/// The default grader timeout.
+const GRADER_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub(super) fn is_safe_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// Finds the suite file: `path` itself, or `suite.yaml` / `suite.yml` inside it.
+pub fn suite_file(path: &Path) -> Result<PathBuf, SuiteError> {
+    if path.is_dir() {
+        for name in ["suite.yaml", "suite.yml"] {
+            let candidate = path.join(name);
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+        return Err(SuiteError::Read {
+            path: path.to_owned(),
+            message: "the folder has no suite.yaml".into(),
+        });
+    }
+    if path.is_file() {
+        Ok(path.to_owned())
+    } else {
+        Err(SuiteError::Read {
+            path: path.to_owned(),
+            message: "no such file or folder".into(),
+        })
+    }
+}
+
+fn read(path: &Path) -> Result<String, SuiteError> {
+    std::fs::read_to_string(path).map_err(|err| SuiteError::Read {
+        path: path.to_owned(),
+        message: err.to_string(),
+    })
+}
+
+/// Loads and validates a suite (a file, or a folder holding `suite.yaml`) and an optional agents
+/// file whose agents override the suite's.
+pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteError> {
+    let path = suite_file(suite)?;
+    // Absolute, so relative paths resolve the same whatever the working directory.
+    let path = path.canonicalize().unwrap_or(path);
+    let text = read(&path)?;
+    let source = Source {
+        path: &path,
+        text: &text,
+        dir: path.parent().map(Path::to_owned).unwrap_or_default(),
+    };
+    let raw: RawSuite = source.parse()?;
+    let mut digest = Sha256::new();
+    digest.update(text.as_bytes());
+
+    let mut agents = IndexMap::new();
+    let mut variants = IndexMap::new();
+    add_agents(&source, &raw.agents, &mut agents, &mut variants)?;
+    if let Some(agents_path) = agents_file {
+        let agents_text = read(agents_path)?;
+        digest.update(agents_text.as_bytes());
+        let agents_source = Source {
+            path: agents_path,
+            text: &agents_text,
+            dir: agents_path.parent().map(Path::to_owned).unwrap_or_default(),
+        };
+        let file: RawAgentsFile = agents_source.parse()?;
+        add_agents(&agents_source, &file.agents, &mut agents, &mut variants)?;
+    }
+
+    let name = raw.name.value.trim().to_owned();
+    if name.is_empty() {
+        return Err(source.at(&raw.name, "the suite `name` is empty"));
+    }
+    let repo = repo_source(&source, &raw.repo)?;
+    let max_diff = match &raw.max_diff {
+        None => DEFAULT_MAX_DIFF,
+        Some(size) => match size.value.trim().parse::<bytesize::ByteSize>() {
+            Ok(bytes) if bytes.as_u64() > 0 => bytes.as_u64(),
+            _ => {
+                return Err(source.at(
+                    size,
+                    format!(
+                        "invalid max_diff '{}': use a size greater than zero such as 20MiB, 500KB or 1048576",
+                        size.value
+                    ),
+                ));
+            }
+        },
+    };
+    let mut tasks = Vec::with_capacity(raw.tasks.value.len());
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    for raw_task in &raw.tasks.value {
+        let task = task(&source, &raw, &raw.defaults, raw_task)?;
+        if let Some(first) = seen.insert(task.id.clone(), loc(&raw_task.id).0) {
+            return Err(source.at(
+                &raw_task.id,
+                format!(
+                    "duplicate task id '{}' (first defined on line {first})",
+                    task.id
+                ),
+            ));
+        }
+        tasks.push(task);
+    }
+    if tasks.is_empty() {
+        return Err(source.at(
+            &raw.tasks,
+            "the suite has no tasks; add at least one under `tasks:`",
+        ));
+    }
+    // What the files name counts too, so resume and merge notice an edited hidden test.
+    for task in &tasks {
+        digest.update(task.instruction.as_bytes());
+        for overlay in [&task.tests, &task.solution].into_iter().flatten() {
+            let (Overlay::Dir(path) | Overlay::Patch(path)) = overlay;
+            hash_tree(&mut digest, path);
+        }
+    }
+    for spec in agents.values() {
+        if let Some((_, config)) = spec.as_harness()
+            && let Some(Endpoint::Scripted(script)) = &config.endpoint
+        {
+            hash_tree(&mut digest, script);
+        }
+    }
+    Ok(Suite {
+        name,
+        description: raw.description.clone(),
+        path: path.clone(),
+        digest: format!("sha256:{:x}", digest.finalize()),
+        repo,
+        agents,
+        variants,
+        tasks,
+        max_diff,
+    })
+}
+
+/// Adds a file's bytes, or a folder's file names and bytes in sorted order, to `digest`.
+pub fn hash_tree(digest: &mut Sha256, path: &Path) {
+    let mut files = Vec::new();
+    let mut stack = vec![path.to_owned()];
+    while let Some(next) = stack.pop() {
+        match std::fs::read_dir(&next) {
+            Ok(entries) => stack.extend(entries.flatten().map(|e| e.path())),
+            Err(_) => files.push(next),
+        }
+    }
+    files.sort();
+    for file in files {
+        digest.update(
+            file.strip_prefix(path)
+                .unwrap_or(&file)
+                .as_os_str()
+                .as_encoded_bytes(),
+        );
+        digest.update([0]);
+        digest.update(std::fs::read(&file).unwrap_or_default());
+        digest.update([0]);
+    }
+}
+
+fn repo_source(source: &Source, repo: &Spanned<String>) -> Result<RepoSource, SuiteError> {
+    let path = source.existing_path(repo, "repo")?;
+    let path = path.canonicalize().unwrap_or(path);
+    let kind = if path.is_file() {
+        let mut head = [0u8; 16];
+        let n = std::fs::File::open(&path)
+            .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+            .unwrap_or(0);
+        if head[..n].starts_with(b"# v2 git bundle") || head[..n].starts_with(b"# v3 git bundle") {
+            RepoKind::Bundle
+        } else {
+            return Err(source.at(
+                repo,
+                format!("repo '{}' is a file but not a git bundle", repo.value),
+            ));
+        }
+    } else if path.join(".git").exists() {
+        RepoKind::WorkTree
+    } else if path.join("HEAD").is_file() && path.join("objects").is_dir() {
+        RepoKind::Bare
+    } else {
+        RepoKind::PlainDir
+    };
+    Ok(RepoSource { path, kind })
+}
+
+/// Makes a leading `./x` or `../x` in a command line absolute, relative to the defining file:
+/// the command runs in the workspace, not next to the suite.
+pub(super) fn resolve_command(
+    source: &Source,
+    run: &Spanned<String>,
+) -> Result<String, SuiteError> {
+    let line = run.value.trim();
+    if line.is_empty() {
+        return Err(source.at(run, "`run` is empty"));
+    }
+    let (first, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+    if !(first.starts_with("./") || first.starts_with("../")) {
+        return Ok(line.to_owned());
+    }
+    let path = source.dir.join(first);
+    if !path.is_file() {
+        return Err(source.at(
+            run,
+            format!("agent script '{first}' does not exist ({})", path.display()),
+        ));
+    }
+    let path = path.canonicalize().unwrap_or(path);
+    let quoted = shell_quote(&path.to_string_lossy());
+    Ok(if rest.is_empty() {
+        quoted
+    } else {
+        format!("{quoted} {rest}")
+    })
+}
+
+fn task(
+    source: &Source,
+    raw: &RawSuite,
+    defaults: &RawDefaults,
+    t: &RawTask,
+) -> Result<Task, SuiteError> {
+    let id = t.id.value.clone();
+    if !is_safe_name(&id) {
+        return Err(source.at(
+            &t.id,
+            format!("task id '{id}' is not allowed: use letters, digits, '.', '_' and '-'"),
+        ));
+    }
+    let instruction = match (&t.instruction, &t.instruction_file) {
+        (Some(text), None) => text.value.clone(),
+        (None, Some(file)) => {
+            let path = source.existing_path(file, "instruction_file")?;
+            std::fs::read_to_string(&path)
+                .map_err(|err| source.at(file, format!("cannot read {}: {err}", path.display())))?
+        }
+        (Some(_), Some(file)) => {
+            return Err(source.at(
+                file,
+                format!("task '{id}' sets both `instruction` and `instruction_file`; keep one"),
+            ));
+        }
+        (None, None) => {
+            return Err(source.at(
+                &t.id,
+                format!("task '{id}' has no `instruction` or `instruction_file`"),
+            ));
+        }
+    };
+    if instruction.trim().is_empty() {
+        return Err(source.at(&t.id, format!("task '{id}' has an empty instruction")));
+    }
+    let base = t
+        .base
+        .as_ref()
+        .or(defaults.base.as_ref())
+        .or(raw.base.as_ref())
+        .map(|b| Located {
+            value: b.value.clone(),
+            line: loc(b).0,
+            column: loc(b).1,
+        })
+        .unwrap_or_else(|| Located {
+            value: "HEAD".into(),
+            line: loc(&raw.repo).0,
+            column: loc(&raw.repo).1,
+        });
+    let overlay =
+        |field: &Option<Spanned<String>>, what: &str| -> Result<Option<Overlay>, SuiteError> {
+            field
+                .as_ref()
+                .map(|p| source.existing_path(p, what).map(Overlay::from_path))
+                .transpose()
+        };
+    let verify = match t.verify.as_ref().or(defaults.verify.as_ref()) {
+        Some(v) => verify_spec(source, v)?,
+        None => {
+            return Err(source.at(
+                &t.id,
+                format!(
+                    "task '{id}' has no `verify` command; set it on the task or under `defaults:`"
+                ),
+            ));
+        }
+    };
+    let metric = match t.metric.as_ref().or(defaults.metric.as_ref()) {
+        Some(m) => metric_spec(source, m)?,
+        None => MetricSpec::Delta,
+    };
+    let isolation = match t.isolation.as_ref().or(defaults.isolation.as_ref()) {
+        Some(s) => s
+            .value
+            .parse()
+            .map_err(|err| source.at(s, format!("{err}")))?,
+        None => Isolation::Worktree,
+    };
+    let timeout = t
+        .timeout
+        .as_ref()
+        .or(defaults.timeout.as_ref())
+        .map(|d| source.duration(d))
+        .transpose()?;
+    let setup = t
+        .setup
+        .as_ref()
+        .or(defaults.setup.as_ref())
+        .map(|s| s.value.clone());
+    let mut tags = defaults.tags.clone().unwrap_or_default();
+    for tag in t.tags.iter().flatten() {
+        if !tags.contains(tag) {
+            tags.push(tag.clone());
+        }
+    }
+    Ok(Task {
+        id,
+        instruction,
+        base,
+        setup,
+        tests: overlay(&t.tests, "tests")?,
+        protected: t.protected.clone(),
+        verify,
+        solution: overlay(&t.solution, "solution")?,
+        metric,
+        tags,
+        timeout,
+        isolation,
+    })
+}
+
+fn verify_spec(source: &Source, v: &Spanned<RawVerify>) -> Result<VerifySpec, SuiteError> {
+    if v.value.run.trim().is_empty() {
+        return Err(source.at(v, "the verify command is empty"));
+    }
+    let timeout = v
+        .value
+        .timeout
+        .as_deref()
+        .map(|t| parse_duration(t).map_err(|message| source.at(v, message)))
+        .transpose()?;
+    Ok(VerifySpec {
+        run: v.value.run.clone(),
+        timeout,
+    })
+}
+
+fn metric_spec(source: &Source, m: &Spanned<RawMetric>) -> Result<MetricSpec, SuiteError> {
+    match &m.value {
+        RawMetric::Named(name) => match name.as_str() {
+            "delta" => Ok(MetricSpec::Delta),
+            "delta-token" => Ok(MetricSpec::DeltaToken),
+            "exit-code" => Ok(MetricSpec::ExitCode),
+            other => Err(source.at(
+                m,
+                format!(
+                    "unknown metric '{other}'. Valid metrics: {}, or {{grader: COMMAND}}",
+                    METRIC_NAMES.join(", ")
+                ),
+            )),
+        },
+        RawMetric::Grader { command, timeout } => {
+            let spanned = Spanned {
+                value: command.clone(),
+                referenced: m.referenced,
+                defined: m.defined,
+            };
+            Ok(MetricSpec::Grader {
+                command: resolve_command(source, &spanned)?,
+                timeout: Some(
+                    timeout
+                        .as_deref()
+                        .map(|t| parse_duration(t).map_err(|message| source.at(m, message)))
+                        .transpose()?
+                        .unwrap_or(GRADER_TIMEOUT),
+                ),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_digest_covers_the_files_a_suite_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let git = |args: &[&str]| {
+            let ok = std::process::Command::new("git")
+                .args(args)
+                .current_dir(root.join("repo"))
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_AUTHOR_NAME", "t")
+                .env("GIT_AUTHOR_EMAIL", "t@t")
+                .env("GIT_COMMITTER_NAME", "t")
+                .env("GIT_COMMITTER_EMAIL", "t@t")
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "git {args:?}");
+        };
+        std::fs::create_dir_all(root.join("repo")).unwrap();
+        std::fs::create_dir_all(root.join("hidden/tests")).unwrap();
+        std::fs::write(root.join("repo/a.txt"), "a\n").unwrap();
+        git(&["init", "-q"]);
+        git(&["add", "-A"]);
+        git(&["commit", "-qm", "base"]);
+        std::fs::write(root.join("hidden/tests/test_a.py"), "assert True\n").unwrap();
+        std::fs::write(root.join("task.md"), "Do it.\n").unwrap();
+        std::fs::write(
+            root.join("suite.yaml"),
+            "name: d\nrepo: repo\ntasks:\n  - id: t\n    base: HEAD\n    instruction_file: task.md\n    tests: hidden\n    verify: 'true'\n",
+        )
+        .unwrap();
+        let digest = || load(&root.join("suite.yaml"), None).unwrap().digest;
+        let first = digest();
+        assert_eq!(digest(), first, "stable");
+        std::fs::write(root.join("hidden/tests/test_a.py"), "assert False\n").unwrap();
+        let second = digest();
+        assert_ne!(second, first, "a hidden test changed");
+        std::fs::write(root.join("task.md"), "Do it well.\n").unwrap();
+        assert_ne!(digest(), second, "the instruction file changed");
+    }
+}

@@ -1,0 +1,201 @@
+//! The validated suite: what a run is planned from.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use serde::Serialize;
+
+use super::raw::RawSuite;
+use crate::agent::harness::{HarnessConfig, HarnessKind};
+use crate::agent::{CommandAgentConfig, MockConfig};
+use crate::delta::VerifySpec;
+use crate::support::duration_opt;
+use crate::workspace::{Isolation, Overlay, RepoSource};
+
+/// A value with the place in the suite file it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located<T> {
+    pub value: T,
+    pub line: u64,
+    pub column: u64,
+}
+
+/// How a task is scored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MetricSpec {
+    Delta,
+    DeltaToken,
+    ExitCode,
+    Grader {
+        command: String,
+        #[serde(with = "duration_opt")]
+        timeout: Option<Duration>,
+    },
+}
+
+impl MetricSpec {
+    pub fn name(&self) -> String {
+        match self {
+            Self::Delta => "delta".into(),
+            Self::DeltaToken => "delta-token".into(),
+            Self::ExitCode => "exit-code".into(),
+            Self::Grader { command, .. } => format!("grader:{command}"),
+        }
+    }
+}
+
+/// A configured agent. Its kinds, [`AgentKind`], are derived from it: the list an error
+/// message shows cannot drift from the variants.
+#[derive(Debug, Clone, PartialEq, Serialize, strum::EnumDiscriminants)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[strum_discriminants(
+    name(AgentKind),
+    derive(strum::VariantNames, strum::IntoStaticStr, strum::EnumString),
+    strum(serialize_all = "kebab-case")
+)]
+pub enum AgentSpec {
+    Noop,
+    Oracle,
+    Mock(MockConfig),
+    Command(CommandAgentConfig),
+    #[serde(rename = "claude-code")]
+    ClaudeCode(HarnessConfig),
+    Codex(HarnessConfig),
+    #[serde(rename = "gemini-cli")]
+    GeminiCli(HarnessConfig),
+    Opencode(HarnessConfig),
+    #[serde(rename = "mini-swe-agent")]
+    MiniSweAgent(HarnessConfig),
+    Aider(HarnessConfig),
+}
+
+impl AgentSpec {
+    /// The spec of a real CLI agent.
+    pub fn harness(kind: HarnessKind, config: HarnessConfig) -> Self {
+        match kind {
+            HarnessKind::ClaudeCode => Self::ClaudeCode(config),
+            HarnessKind::Codex => Self::Codex(config),
+            HarnessKind::GeminiCli => Self::GeminiCli(config),
+            HarnessKind::Opencode => Self::Opencode(config),
+            HarnessKind::MiniSweAgent => Self::MiniSweAgent(config),
+            HarnessKind::Aider => Self::Aider(config),
+        }
+    }
+
+    /// The kind and config, when this is a real CLI agent.
+    pub fn as_harness(&self) -> Option<(HarnessKind, &HarnessConfig)> {
+        Some(match self {
+            Self::ClaudeCode(c) => (HarnessKind::ClaudeCode, c),
+            Self::Codex(c) => (HarnessKind::Codex, c),
+            Self::GeminiCli(c) => (HarnessKind::GeminiCli, c),
+            Self::Opencode(c) => (HarnessKind::Opencode, c),
+            Self::MiniSweAgent(c) => (HarnessKind::MiniSweAgent, c),
+            Self::Aider(c) => (HarnessKind::Aider, c),
+            Self::Noop | Self::Oracle | Self::Mock(_) | Self::Command(_) => return None,
+        })
+    }
+
+    /// The environment the agent's config adds, and its API key: secrets to redact.
+    pub fn secrets(&self) -> (Option<&BTreeMap<String, String>>, Option<&str>) {
+        match self {
+            Self::Command(config) => (Some(&config.env), None),
+            _ => match self.as_harness() {
+                Some((_, config)) => (Some(&config.env), config.api_key.as_deref()),
+                None => (None, None),
+            },
+        }
+    }
+}
+
+/// A validated task.
+#[derive(Debug, Clone, Serialize)]
+pub struct Task {
+    pub id: String,
+    pub instruction: String,
+    #[serde(serialize_with = "located_value")]
+    pub base: Located<String>,
+    pub setup: Option<String>,
+    pub tests: Option<Overlay>,
+    /// `protected:` as written; `None` protects the paths the hidden tests write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protected: Option<Vec<String>>,
+    pub verify: VerifySpec,
+    pub solution: Option<Overlay>,
+    pub metric: MetricSpec,
+    pub tags: Vec<String>,
+    #[serde(with = "duration_opt")]
+    pub timeout: Option<Duration>,
+    pub isolation: Isolation,
+}
+
+fn located_value<S: serde::Serializer>(v: &Located<String>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&v.value)
+}
+
+/// A validated suite.
+#[derive(Debug, Clone, Serialize)]
+pub struct Suite {
+    pub name: String,
+    pub description: Option<String>,
+    /// The suite file.
+    pub path: PathBuf,
+    /// sha256 of the suite file and the agents file, if any.
+    pub digest: String,
+    pub repo: RepoSource,
+    pub agents: IndexMap<String, AgentSpec>,
+    /// The agents a `matrix:` expanded into, with their base name and factor levels.
+    pub variants: IndexMap<String, AgentVariant>,
+    pub tasks: Vec<Task>,
+    /// The most bytes of changed content a trial's diff may hold.
+    pub max_diff: u64,
+}
+
+/// `max_diff` when the suite does not set it.
+pub const DEFAULT_MAX_DIFF: u64 = 20 * 1024 * 1024;
+
+/// One combination of an ablation matrix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct AgentVariant {
+    pub base: String,
+    /// Factor to level label, in the matrix's order.
+    pub factors: IndexMap<String, String>,
+}
+
+impl Suite {
+    /// The agents `name` selects: itself, or every combination of a matrix named `name`.
+    pub fn select(&self, name: &str) -> Vec<(String, AgentSpec)> {
+        if let Some(spec) = self.agent(name) {
+            return vec![(name.to_owned(), spec)];
+        }
+        self.variants
+            .iter()
+            .filter(|(_, variant)| variant.base == name)
+            .filter_map(|(full, _)| Some((full.clone(), self.agents.get(full)?.clone())))
+            .collect()
+    }
+
+    /// A configured agent, or one of the built-ins (`oracle`, `noop`).
+    pub fn agent(&self, name: &str) -> Option<AgentSpec> {
+        self.agents.get(name).cloned().or(match name {
+            "oracle" => Some(AgentSpec::Oracle),
+            "noop" => Some(AgentSpec::Noop),
+            _ => None,
+        })
+    }
+}
+
+/// The JSON Schema of the suite file.
+pub fn json_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(RawSuite)).unwrap_or_default()
+}
+
+/// Agent configurations as recorded in a manifest.
+pub fn agent_configs(agents: &IndexMap<String, AgentSpec>) -> IndexMap<String, serde_json::Value> {
+    agents
+        .iter()
+        .map(|(name, spec)| (name.clone(), serde_json::to_value(spec).unwrap_or_default()))
+        .collect()
+}

@@ -1,0 +1,88 @@
+//! Small helpers every layer may use: shell quoting and human durations. This module imports
+//! nothing from the crate, so anything can depend on it.
+
+use std::time::Duration;
+
+/// Quotes `text` for `sh` when it holds anything but safe characters (an empty string too).
+pub fn shell_quote(text: &str) -> String {
+    if !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c))
+    {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+/// Parses `500ms`, `90s`, `10m`, `1h30m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let parsed = humantime::parse_duration(text.trim()).map_err(|err| {
+        format!("invalid duration '{text}': {err}; write a number and a unit, e.g. 500ms, 90s, 10m or 1h")
+    })?;
+    if parsed.is_zero() {
+        return Err(format!(
+            "invalid duration '{text}': it must be greater than zero"
+        ));
+    }
+    // Deadlines are added to the clock: an absurd one would overflow it.
+    const MAX: Duration = Duration::from_secs(366 * 24 * 3600);
+    if parsed > MAX {
+        return Err(format!(
+            "invalid duration '{text}': the longest allowed is 366d"
+        ));
+    }
+    Ok(parsed)
+}
+
+/// Serde for `Option<Duration>` as a human string (`90s`).
+pub mod duration_opt {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(d) => s.serialize_str(&humantime::format_duration(*d).to_string()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|text| super::parse_duration(&text).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_and_absurd_ones_are_refused() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert!(
+            parse_duration("0s")
+                .unwrap_err()
+                .contains("greater than zero")
+        );
+        // Added to the clock, this would overflow it and panic the runner.
+        assert!(
+            parse_duration("500000000000y")
+                .unwrap_err()
+                .contains("366d")
+        );
+    }
+
+    #[test]
+    fn shell_quote_leaves_safe_words_and_quotes_the_rest() {
+        assert_eq!(shell_quote("tests/a.py::test_x"), "tests/a.py::test_x");
+        assert_eq!(shell_quote("50%"), "50%");
+        assert_eq!(shell_quote("t[a b]"), "'t[a b]'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+}
