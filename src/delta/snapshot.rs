@@ -18,38 +18,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use git2::build::TreeUpdateBuilder;
-use git2::{DiffFindOptions, DiffOptions, FileMode, ObjectType, Oid, Repository, Tree};
+use git2::{DiffFindOptions, DiffOptions, ObjectType, Oid, Repository, Tree};
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
 use super::diff::patch_bytes;
-
-/// How a file is stored: git knows regular files, executables and symlinks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EntryKind {
-    File,
-    Executable,
-    Symlink,
-}
-
-impl EntryKind {
-    fn mode(self) -> FileMode {
-        match self {
-            Self::File => FileMode::Blob,
-            Self::Executable => FileMode::BlobExecutable,
-            Self::Symlink => FileMode::Link,
-        }
-    }
-
-    fn of_mode(mode: i32) -> Option<Self> {
-        match mode {
-            0o100644 => Some(Self::File),
-            0o100755 => Some(Self::Executable),
-            0o120000 => Some(Self::Symlink),
-            _ => None,
-        }
-    }
-}
+pub use crate::workspace::EntryKind;
 
 /// One path of the agent's tree that differs from the base.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,6 +13,33 @@ use std::path::{Component, Path, PathBuf};
 
 use git2::{Diff, Oid, Repository};
 
+/// How a file is stored: git knows regular files, executables and symlinks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Executable,
+    Symlink,
+}
+
+impl EntryKind {
+    pub fn mode(self) -> git2::FileMode {
+        match self {
+            Self::File => git2::FileMode::Blob,
+            Self::Executable => git2::FileMode::BlobExecutable,
+            Self::Symlink => git2::FileMode::Link,
+        }
+    }
+
+    pub fn of_mode(mode: i32) -> Option<Self> {
+        match mode {
+            0o100644 => Some(Self::File),
+            0o100755 => Some(Self::Executable),
+            0o120000 => Some(Self::Symlink),
+            _ => None,
+        }
+    }
+}
+
 /// Files to lay over a workspace.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "kind", content = "path", rename_all = "snake_case")]
@@ -210,9 +237,8 @@ pub fn write_entry(
     workspace: &Path,
     relative: &Path,
     content: Option<&[u8]>,
-    kind: crate::delta::EntryKind,
+    kind: EntryKind,
 ) -> Result<(), OverlayError> {
-    use crate::delta::EntryKind;
     match (content, kind) {
         (None, _) => remove_file(workspace, relative),
         (Some(content), EntryKind::Symlink) => {
