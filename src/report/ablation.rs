@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 use indexmap::IndexMap;
 use serde::Serialize;
 
+use super::{mean_cost, pct, percent, seconds};
 use crate::stats::{self, TaskOutcome};
 use crate::store::{Outcome, StoredRun, TrialRecord};
 use crate::suite::AgentVariant;
@@ -111,17 +112,13 @@ fn outcomes_where(
 
 /// Mean cost in USD over the records that report one, and the median duration.
 fn cost_and_time<'a>(records: impl Iterator<Item = &'a TrialRecord>) -> (Option<f64>, Option<u64>) {
-    let mut costs = Vec::new();
-    let mut times = Vec::new();
-    for record in records {
-        if let Some(cost) = record.usage.and_then(|u| u.cost_usd) {
-            costs.push(cost);
-        }
-        times.push(record.duration_ms);
-    }
+    let records: Vec<&TrialRecord> = records.collect();
+    let mut times: Vec<u64> = records.iter().map(|r| r.duration_ms).collect();
     times.sort_unstable();
-    let mean = (!costs.is_empty()).then(|| costs.iter().sum::<f64>() / costs.len() as f64);
-    (mean, times.get(times.len() / 2).copied())
+    (
+        mean_cost(records.into_iter()),
+        times.get(times.len() / 2).copied(),
+    )
 }
 
 /// The ablation of every matrix base of `run`, in the run's order; empty when it has no matrix.
@@ -297,24 +294,12 @@ fn pareto(run: &StoredRun, agents: &[&str], confidence: f64) -> Vec<ParetoPoint>
     points.iter().filter(|p| !dominated(p)).cloned().collect()
 }
 
-pub(super) fn pct(v: f64) -> String {
-    format!("{:.1}%", v * 100.0)
-}
-
 pub(super) fn points(v: f64) -> String {
     format!("{:+.1}", v * 100.0)
 }
 
 pub(super) fn cost_text(cost: Option<f64>) -> String {
     cost.map_or("-".into(), |c| format!("${c:.4}"))
-}
-
-pub(super) fn time_text(ms: Option<u64>) -> String {
-    ms.map_or("-".into(), |ms| format!("{:.2}s", ms as f64 / 1000.0))
-}
-
-pub(super) fn rate_text(rate: Option<f64>) -> String {
-    rate.map_or("-".into(), pct)
 }
 
 pub(super) fn ci_text(interval: Option<(f64, f64)>) -> String {
@@ -328,6 +313,38 @@ pub(super) fn effect_text(effect: Option<Effect>, first: bool) -> String {
         None if first => "(reference)".into(),
         None => "-".into(),
     }
+}
+
+/// Each level's row of a factor table, as text: the factor (named on its first level only), the
+/// level, pass rate, interval, effect against the first level, mean cost and median time. Every
+/// format lays out these same cells.
+pub(super) fn level_rows(ablation: &Ablation) -> impl Iterator<Item = [String; 7]> + '_ {
+    ablation.factors.iter().flat_map(|factor| {
+        factor.levels.iter().enumerate().map(move |(i, level)| {
+            [
+                if i == 0 {
+                    factor.factor.clone()
+                } else {
+                    String::new()
+                },
+                level.level.clone(),
+                percent(level.pass_rate),
+                ci_text(level.interval),
+                effect_text(level.effect, i == 0),
+                cost_text(level.mean_cost_usd),
+                seconds(level.median_duration_ms),
+            ]
+        })
+    })
+}
+
+/// A Pareto point's pass rate, mean cost and median time, as text.
+pub(super) fn pareto_cells(p: &ParetoPoint) -> [String; 3] {
+    [
+        pct(p.pass_rate),
+        cost_text(p.mean_cost_usd),
+        seconds(p.median_duration_ms),
+    ]
 }
 
 /// What `--ablation` says of a run without a matrix.
@@ -354,20 +371,11 @@ pub fn ablation(run: &StoredRun, confidence: f64) -> String {
             "{:<28} {:<12} {:>9} {:>15} {:>22} {:>10} {:>8}",
             "factor", "level", "pass rate", "CI", "effect vs first (pts)", "mean cost", "time"
         );
-        for factor in &ablation.factors {
-            for (i, level) in factor.levels.iter().enumerate() {
-                let name = if i == 0 { factor.factor.as_str() } else { "" };
-                let _ = writeln!(
-                    out,
-                    "{name:<28} {:<12} {:>9} {:>15} {:>22} {:>10} {:>8}",
-                    level.level,
-                    rate_text(level.pass_rate),
-                    ci_text(level.interval),
-                    effect_text(level.effect, i == 0),
-                    cost_text(level.mean_cost_usd),
-                    time_text(level.median_duration_ms)
-                );
-            }
+        for [factor, level, rate, ci, effect, cost, time] in level_rows(ablation) {
+            let _ = writeln!(
+                out,
+                "{factor:<28} {level:<12} {rate:>9} {ci:>15} {effect:>22} {cost:>10} {time:>8}"
+            );
         }
         out.push('\n');
         if let Some(table) = &ablation.interaction {
@@ -384,7 +392,7 @@ pub fn ablation(run: &StoredRun, confidence: f64) -> String {
             for (row, cells) in table.rows.iter().zip(&table.cells) {
                 let _ = write!(out, "{row:<16}");
                 for cell in cells {
-                    let _ = write!(out, " {:>10}", rate_text(*cell));
+                    let _ = write!(out, " {:>10}", percent(*cell));
                 }
                 out.push('\n');
             }
@@ -395,14 +403,8 @@ pub fn ablation(run: &StoredRun, confidence: f64) -> String {
         }
         let _ = writeln!(out, "Pareto front (pass rate higher, cost and time lower):");
         for p in &ablation.pareto {
-            let _ = writeln!(
-                out,
-                "  {}  {}  {}  {}",
-                p.agent,
-                pct(p.pass_rate),
-                cost_text(p.mean_cost_usd),
-                time_text(p.median_duration_ms)
-            );
+            let [rate, cost, time] = pareto_cells(p);
+            let _ = writeln!(out, "  {}  {rate}  {cost}  {time}", p.agent);
         }
         out.push('\n');
     }
@@ -450,24 +452,13 @@ pub fn ablation_markdown(run: &StoredRun, confidence: f64) -> String {
              |---|---|---:|---:|---:|---:|---:|",
             confidence * 100.0
         );
-        for factor in &ablation.factors {
-            for (i, level) in factor.levels.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "| {} | {} | {} | {} | {} | {} | {} |",
-                    if i == 0 {
-                        md_cell(&factor.factor)
-                    } else {
-                        String::new()
-                    },
-                    md_cell(&level.level),
-                    rate_text(level.pass_rate),
-                    ci_text(level.interval),
-                    effect_text(level.effect, i == 0),
-                    cost_text(level.mean_cost_usd),
-                    time_text(level.median_duration_ms)
-                );
-            }
+        for [factor, level, rate, ci, effect, cost, time] in level_rows(ablation) {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {rate} | {ci} | {effect} | {cost} | {time} |",
+                md_cell(&factor),
+                md_cell(&level)
+            );
         }
         if let Some(table) = &ablation.interaction {
             let _ = writeln!(
@@ -488,7 +479,7 @@ pub fn ablation_markdown(run: &StoredRun, confidence: f64) -> String {
             for (row, cells) in table.rows.iter().zip(&table.cells) {
                 let _ = write!(out, "| {} |", md_cell(row));
                 for cell in cells {
-                    let _ = write!(out, " {} |", rate_text(*cell));
+                    let _ = write!(out, " {} |", percent(*cell));
                 }
                 out.push('\n');
             }
@@ -502,14 +493,8 @@ pub fn ablation_markdown(run: &StoredRun, confidence: f64) -> String {
              | combination | pass rate | mean cost | time |\n|---|---:|---:|---:|"
         );
         for p in &ablation.pareto {
-            let _ = writeln!(
-                out,
-                "| `{}` | {} | {} | {} |",
-                p.agent,
-                pct(p.pass_rate),
-                cost_text(p.mean_cost_usd),
-                time_text(p.median_duration_ms)
-            );
+            let [rate, cost, time] = pareto_cells(p);
+            let _ = writeln!(out, "| `{}` | {rate} | {cost} | {time} |", p.agent);
         }
         out.push('\n');
     }

@@ -26,9 +26,6 @@ pub use junit::junit;
 pub use select::{UnknownAgent, select_agents};
 pub use tasks::{PER_TASK_NOTE, TaskCell, TaskRow, per_task, per_task_markdown, per_task_table};
 
-/// Output formats of `deltabench report`.
-pub const FORMATS: [&str; 6] = ["table", "markdown", "csv", "json", "junit", "html"];
-
 /// The comparison of a run with an earlier one, as `compare` words it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Baseline {
@@ -105,10 +102,6 @@ pub fn summarize(records: &[TrialRecord], agents: &[String]) -> Vec<AgentSummary
             let scored = outcomes.iter().map(|o| o.trials).sum();
             let k = outcomes.iter().map(|o| o.trials).min().filter(|k| *k > 1);
             let claims = false_claims(records, &agent, 0.95);
-            let costs: Vec<f64> = mine
-                .iter()
-                .filter_map(|r| r.usage.and_then(|u| u.cost_usd))
-                .collect();
             AgentSummary {
                 trials: mine.len(),
                 scored,
@@ -128,8 +121,7 @@ pub fn summarize(records: &[TrialRecord], agents: &[String]) -> Vec<AgentSummary
                 k,
                 pass_at_k: k.and_then(|k| stats::mean_pass_at_k(&outcomes, k)),
                 pass_hat_k: k.and_then(|k| stats::mean_pass_hat_k(&outcomes, k)),
-                mean_cost_usd: (!costs.is_empty())
-                    .then(|| costs.iter().sum::<f64>() / costs.len() as f64),
+                mean_cost_usd: mean_cost(mine.iter().copied()),
                 cost_estimated: mine
                     .iter()
                     .any(|r| r.usage.is_some_and(|u| u.cost_estimated)),
@@ -140,8 +132,20 @@ pub fn summarize(records: &[TrialRecord], agents: &[String]) -> Vec<AgentSummary
         .collect()
 }
 
+/// Mean cost in USD over the records that report one; None when none does.
+fn mean_cost<'a>(records: impl Iterator<Item = &'a TrialRecord>) -> Option<f64> {
+    let costs: Vec<f64> = records
+        .filter_map(|r| r.usage.and_then(|u| u.cost_usd))
+        .collect();
+    (!costs.is_empty()).then(|| costs.iter().sum::<f64>() / costs.len() as f64)
+}
+
+fn pct(value: f64) -> String {
+    format!("{:.1}%", value * 100.0)
+}
+
 fn percent(value: Option<f64>) -> String {
-    value.map_or("-".into(), |v| format!("{:.1}%", v * 100.0))
+    value.map_or("-".into(), pct)
 }
 
 fn interval_text(interval: Option<(f64, f64)>) -> String {
@@ -265,46 +269,46 @@ pub fn markdown(run: &StoredRun, summaries: &[AgentSummary]) -> String {
         capitalized(PER_TASK_NOTE),
         per_task_markdown(&per_task(run, &agents), &agents)
     );
-    let failures: Vec<&TrialRecord> = run
-        .trials
-        .iter()
-        .filter(|r| r.outcome == Outcome::InfraError)
-        .collect();
-    if !failures.is_empty() {
-        let _ = writeln!(out, "\n### Not scored (infrastructure errors)\n");
-        for record in failures {
-            let _ = writeln!(
-                out,
-                "- `{}` / `{}` #{}: {}",
-                record.task,
-                record.agent,
-                record.trial,
-                record.infra_error.as_deref().unwrap_or("unknown")
-            );
-        }
+    trial_notes(
+        &mut out,
+        run,
+        Outcome::InfraError,
+        "Not scored (infrastructure errors)",
+        |r| r.infra_error.as_deref(),
+    );
+    trial_notes(
+        &mut out,
+        run,
+        Outcome::Invalid,
+        "Invalid (the verifier gave no evidence; counted as not passed)",
+        |r| r.invalid.as_deref(),
+    );
+    out
+}
+
+/// The markdown list of the trials that ended `outcome`, each with `why`; nothing when none did.
+fn trial_notes(
+    out: &mut String,
+    run: &StoredRun,
+    outcome: Outcome,
+    heading: &str,
+    why: fn(&TrialRecord) -> Option<&str>,
+) {
+    let trials: Vec<&TrialRecord> = run.trials.iter().filter(|r| r.outcome == outcome).collect();
+    if trials.is_empty() {
+        return;
     }
-    let invalid: Vec<&TrialRecord> = run
-        .trials
-        .iter()
-        .filter(|r| r.outcome == Outcome::Invalid)
-        .collect();
-    if !invalid.is_empty() {
+    let _ = writeln!(out, "\n### {heading}\n");
+    for record in trials {
         let _ = writeln!(
             out,
-            "\n### Invalid (the verifier gave no evidence; counted as not passed)\n"
+            "- `{}` / `{}` #{}: {}",
+            record.task,
+            record.agent,
+            record.trial,
+            why(record).unwrap_or("unknown")
         );
-        for record in invalid {
-            let _ = writeln!(
-                out,
-                "- `{}` / `{}` #{}: {}",
-                record.task,
-                record.agent,
-                record.trial,
-                record.invalid.as_deref().unwrap_or("unknown")
-            );
-        }
     }
-    out
 }
 
 fn capitalized(text: &str) -> String {
