@@ -71,20 +71,16 @@ fn compare_and_gate_find_the_regression_and_nothing_else() {
         assert!(text.contains("gate: passed"), "{candidate}: {text}");
     }
 
+    // Its message (the run has no agent 'nosuch'; its agents): `cli::compare_unknown_agent`.
     let (code, text) = compare(tmp.path(), &[run, "all", "nosuch"]);
     assert_eq!(code, Some(2), "{text}");
-    assert!(text.contains("has no agent 'nosuch'"), "{text}");
 
     let output = deltabench(tmp.path())
         .args(["plan", run, "--effect", "0.1", "--power", "0.8"])
         .output()
         .unwrap();
+    // Its table (trials per task, tasks needed): the snapshot `cli::plan`.
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    assert!(
-        stdout(&output).contains("tasks needed"),
-        "{}",
-        stdout(&output)
-    );
 }
 
 #[test]
@@ -382,12 +378,9 @@ fn compare_prints_json_and_markdown() {
     );
     assert_compare_snapshot!("markdown_regressed", root, text);
 
+    // Its message (the possible values): the snapshot `cli::compare_unknown_format`.
     let (code, text) = compare(root, &[run, "base", "cand", "--format", "yaml"]);
     assert_eq!(code, Some(2), "{text}");
-    assert!(
-        text.contains("possible values: text, json, markdown"),
-        "{text}"
-    );
 }
 
 #[test]

@@ -597,14 +597,15 @@ fn harbor_end_to_end_with_skipped_docker_tasks() {
     let root = tmp.path();
     let source = fixtures().join("harbor");
 
-    // Without --run-solutions the script is kept, but there is no reference patch yet.
+    // Without --run-solutions the script is kept, but there is no reference patch yet. What
+    // import prints (the skipped tasks, the note to rerun with --run-solutions, the validate to
+    // run next), here and with --run-solutions: the snapshots `cli::import_harbor` and
+    // `cli::import_harbor_run_solutions`.
     let output = import(
         root,
         &["harbor", source.to_str().unwrap(), "--out", "plain"],
     );
     assert_ok(&output, "import");
-    let text = stdout(&output);
-    assert!(text.contains("rerun with --run-solutions"), "{text}");
     assert!(root.join("plain/solutions/greet/solve.sh").is_file());
     assert!(
         !std::fs::read_to_string(root.join("plain/suite.yaml"))
@@ -623,19 +624,6 @@ fn harbor_end_to_end_with_skipped_docker_tasks() {
         ],
     );
     assert_ok(&output, "import --run-solutions");
-    let text = stdout(&output);
-    assert!(
-        text.starts_with("imported 1 task (harbor) into suite\n"),
-        "{text}"
-    );
-    for skipped in [
-        "  needs-apt: needs its Dockerfile built: RUN apt-get update && apt-get install -y jq\n",
-        "  no-instruction: no instruction.md\n",
-        "  prebuilt: runs in the prebuilt image example.com/prebuilt:1",
-    ] {
-        assert!(text.contains(skipped), "{skipped:?} missing in:\n{text}");
-    }
-    assert!(text.ends_with("\n  deltabench validate suite\n"), "{text}");
 
     let suite = root.join("suite");
     let yaml = std::fs::read_to_string(suite.join("suite.yaml")).unwrap();
@@ -724,23 +712,10 @@ fn exercism_end_to_end_hides_tests_and_reference() {
     let tmp = temp_dir();
     let root = tmp.path();
     let source = fixtures().join("exercism");
+    // What it prints (one task imported, the COBOL one and the one without an example
+    // skipped, and why): the snapshot `cli::import_exercism`.
     let output = import(root, &["exercism", source.to_str().unwrap(), "--out", "ex"]);
     assert_ok(&output, "import");
-    let text = stdout(&output);
-    assert!(
-        text.starts_with("imported 1 task (exercism) into ex\n"),
-        "{text}"
-    );
-    assert!(
-        text.contains(
-            "  leap: no test command for .cob exercises (known: python, rust, go, javascript)"
-        ),
-        "{text}"
-    );
-    assert!(
-        text.contains("  no-example: config.json lists no files.example (or files.exemplar)"),
-        "{text}"
-    );
     let ex = root.join("ex");
     assert!(ex.join("repo/leap/leap.py").is_file());
     assert!(

@@ -1,6 +1,7 @@
 //! One integration-test binary (one link instead of many), as in jj and uv.
 
 mod agents;
+mod cli;
 mod common;
 mod compare;
 mod crash;
@@ -24,3 +25,36 @@ mod tampered;
 mod trust;
 mod validate;
 mod workspace;
+
+/// jj's guard: a file in tests/it that no `mod` line above names is never compiled, so its tests
+/// silently never run. This fails instead.
+#[test]
+fn every_test_file_is_declared_here() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it");
+    let main = std::fs::read_to_string(dir.join("main.rs")).unwrap();
+    let declared: std::collections::BTreeSet<&str> = main
+        .lines()
+        .filter_map(|line| line.strip_prefix("mod ")?.strip_suffix(';'))
+        .collect();
+    let mut forgotten = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        // A module is `NAME.rs` or a folder `NAME/` holding `mod.rs`.
+        let name = match path.extension() {
+            Some(ext) if ext == "rs" => path.file_stem(),
+            None if path.join("mod.rs").is_file() => path.file_name(),
+            _ => None,
+        };
+        let Some(name) = name.and_then(|name| name.to_str()) else {
+            continue;
+        };
+        if name != "main" && !declared.contains(name) {
+            forgotten.push(format!("mod {name};"));
+        }
+    }
+    forgotten.sort();
+    assert!(
+        forgotten.is_empty(),
+        "tests/it has files main.rs does not declare, so they are never compiled: add {forgotten:?} to tests/it/main.rs"
+    );
+}

@@ -496,20 +496,8 @@ fn suite_path_that_does_not_exist() {
     assert_tmp_snapshot!(tmp.path(), err);
 }
 
-#[test]
-fn suite_folder_without_suite_yaml() {
-    let tmp = fixture();
-    let output = deltabench(tmp.path())
-        .arg("run")
-        .arg(tmp.path())
-        .arg("--out")
-        .arg(tmp.path().join("out"))
-        .output()
-        .unwrap();
-    let err = stderr(&output);
-    assert_eq!(output.status.code(), Some(2), "{err}");
-    assert!(err.contains("the folder has no suite.yaml"), "{err}");
-}
+// A suite folder without suite.yaml (exit 2, "the folder has no suite.yaml"): the snapshot
+// `cli::run_folder_without_suite_yaml`.
 
 /// A suite that is not UTF-8 is refused with exit 2 and names the file (it has no location).
 #[test]
