@@ -10,6 +10,7 @@ pub mod agent;
 pub mod cli;
 pub mod delta;
 pub mod import;
+pub mod lifecycle;
 pub mod metric;
 pub mod model;
 pub mod process;

@@ -111,7 +111,7 @@ impl CodingHandle {
                     session,
                     CodingError::new(
                         ErrorCode::SdkError,
-                        format!("agent panicked: {}", panic_message(&*panic)),
+                        format!("agent panicked: {}", crate::support::panic_message(&*panic)),
                     ),
                 )
             });
@@ -230,16 +230,5 @@ impl Drop for CodingHandle {
         if self.result.is_none() {
             self.cancel.cancel();
         }
-    }
-}
-
-/// The text of a panic payload.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_owned()
     }
 }

@@ -2,16 +2,14 @@
 //!
 //! A [`CodingAgent`] is two things at once: a runnable (`run` returns a [`CodingHandle`] you can
 //! stream and await) and a tool (`execute`, which fails with `Err` where `run` resolves an
-//! error-status result). Construction goes behind [`CodingAgentFactory`], which binds an agent to
-//! a provisioned workspace as a [`CodingNode`]; [`run_coding_node`] is the whole lifecycle
-//! (provision, construct, run, probe, dispose exactly once, score) written once.
+//! error-status result). Construction and the lifecycle around a run (provision, construct, run,
+//! probe, dispose exactly once, score) live one layer up, in [`crate::lifecycle`].
 //!
 //! Nothing here knows about the CLI, the terminal or the run directory.
 
 mod builtin;
 mod handle;
 pub mod harness;
-mod node;
 mod types;
 
 use std::sync::Arc;
@@ -24,10 +22,6 @@ pub use builtin::mock::{MockAgent, MockArtifact, MockConfig, MockEvent, Simulate
 pub use builtin::noop::NoopAgent;
 pub use builtin::oracle::OracleAgent;
 pub use handle::{CodingHandle, RunContext};
-pub use node::{
-    BuildContext, CodingAgentFactory, CodingNode, CodingNodeOutcome, FnCodingAgentFactory,
-    Lifecycle, NodeReport, Phase, RunCodingNode, RunNodeError, run_coding_node,
-};
 pub use types::{
     CodingError, CodingInput, CodingOutput, CodingResult, CodingStatus, CodingTask,
     CodingToolInput, ErrorCode, StreamEvent, Usage, coding_tool_input_schema, new_session_id,

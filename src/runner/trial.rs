@@ -22,11 +22,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::harness::{Endpoint, HarnessAgent, find_program};
 use crate::agent::{
-    BuildContext, CodingAgent, CodingResult, CodingStatus, CodingTask, CommandAgent,
-    FnCodingAgentFactory, MockAgent, NoopAgent, OracleAgent, RunCodingNode, RunNodeError,
-    SANDBOX_FAILED, StreamEvent, run_coding_node,
+    CodingAgent, CodingResult, CodingStatus, CodingTask, CommandAgent, MockAgent, NoopAgent,
+    OracleAgent, SANDBOX_FAILED, StreamEvent,
 };
 use crate::delta::{DiffStats, FreshWorkspace, TaskProbe, commit_setup};
+use crate::lifecycle::{
+    BuildContext, FnCodingAgentFactory, RunCodingNode, RunNodeError, run_coding_node,
+};
 use crate::metric::{
     DeltaMetric, DeltaTokenMetric, ExitCodeMetric, GraderMetric, Metric, TestEvidence,
     VerdictInput, verdict,

@@ -6,12 +6,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deltabench::agent::{
-    BuildContext, CodingAgent, CodingAgentFactory, CodingInput, CodingStatus, CodingTask,
-    CodingToolOptions, ErrorCode, FnCodingAgentFactory, MockAgent, MockArtifact, MockConfig,
-    NoopAgent, Phase, RunCodingNode, RunNodeError, SimulatedError, StreamEvent, as_tool,
-    run_coding_node,
+    CodingAgent, CodingInput, CodingStatus, CodingTask, CodingToolOptions, ErrorCode, MockAgent,
+    MockArtifact, MockConfig, NoopAgent, SimulatedError, StreamEvent, as_tool,
 };
 use deltabench::delta::{CommandResult, DeltaProbe, EnvironmentDelta, ProbeContext, ProbeError};
+use deltabench::lifecycle::{
+    BuildContext, CodingAgentFactory, FnCodingAgentFactory, Phase, RunCodingNode, RunNodeError,
+    run_coding_node,
+};
 use deltabench::metric::{CustomMetric, Metric};
 use deltabench::workspace::{
     BackendProvisioner, ISOLATION_STRATEGIES, Isolation, ProvisionError, ProvisionedWorkspace,
@@ -331,8 +333,8 @@ async fn lifecycle(
 ) -> (
     Fixture,
     usize,
-    Result<deltabench::agent::NodeReport, RunNodeError>,
-    deltabench::agent::Lifecycle,
+    Result<deltabench::lifecycle::NodeReport, RunNodeError>,
+    deltabench::lifecycle::Lifecycle,
 ) {
     let fx = fixture();
     let built = Arc::new(AtomicUsize::new(0));

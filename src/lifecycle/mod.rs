@@ -7,11 +7,10 @@ use std::time::{Duration, Instant};
 use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 
-use super::CodingAgent;
-use super::handle::panic_message;
-use super::types::{CodingResult, CodingTask, StreamEvent};
+use crate::agent::{CodingAgent, CodingResult, CodingTask, StreamEvent};
 use crate::delta::{DeltaProbe, EnvironmentDelta, ProbeContext, ProbeError};
 use crate::metric::{DeltaMetric, Metric, MetricError, Score};
+use crate::support::panic_message;
 use crate::workspace::{ProvisionError, WorkspaceBase, WorkspaceProvisioner};
 
 /// What a build function gets: the workspace it binds the agent to.
