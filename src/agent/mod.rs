@@ -17,7 +17,9 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-pub use builtin::command::{CommandAgent, CommandAgentConfig, SANDBOX_FAILED};
+pub use builtin::command::{
+    AGENT_LOG, CommandAgent, CommandAgentConfig, INSTRUCTION_FILE, SANDBOX_FAILED,
+};
 pub use builtin::mock::{MockAgent, MockArtifact, MockConfig, MockEvent, SimulatedError};
 pub use builtin::noop::NoopAgent;
 pub use builtin::oracle::OracleAgent;

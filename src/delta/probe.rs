@@ -26,6 +26,13 @@ use crate::workspace::{
     Overlay, SandboxPolicy, WorkspaceBase, WorkspaceProvisioner, apply_overlay, write_entry,
 };
 
+/// The patch of a trial's changes, in the artifacts folder.
+pub const DIFF_PATCH: &str = "diff.patch";
+/// The verify command's combined output, in the artifacts folder.
+pub const VERIFY_LOG: &str = "verify.log";
+/// The verify command's scratch home, in the artifacts folder.
+pub const VERIFY_HOME: &str = "verify-home";
+
 /// A verify command and its own time limit.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct VerifySpec {
@@ -105,8 +112,8 @@ impl DeltaProbe for TaskProbe {
                 Err(e) => return Err(err(ProbeErrorKind::Diff)(e.to_string())),
             };
             if let Some(dir) = &self.artifacts {
-                std::fs::write(dir.join("diff.patch"), &snapshot.patch).map_err(|e| {
-                    err(ProbeErrorKind::Diff)(format!("cannot save diff.patch: {e}"))
+                std::fs::write(dir.join(DIFF_PATCH), &snapshot.patch).map_err(|e| {
+                    err(ProbeErrorKind::Diff)(format!("cannot save {DIFF_PATCH}: {e}"))
                 })?;
             }
             let command_result = self.verify_fresh(&snapshot).await?;
@@ -201,7 +208,7 @@ impl TaskProbe {
         let never = CancellationToken::new();
         let mut spec = CommandSpec::shell(&self.verify.run, workspace)
             .timeout(self.verify.timeout)
-            .log_path(self.artifacts.as_ref().map(|dir| dir.join("verify.log")));
+            .log_path(self.artifacts.as_ref().map(|dir| dir.join(VERIFY_LOG)));
         if let Some(hook) = &hook {
             spec = hook.env(spec);
         }
@@ -245,7 +252,7 @@ impl TaskProbe {
         };
         let dir = match &self.sandbox {
             Some(policy) => policy.home.join(".deltabench"),
-            None => artifacts.join("verify-home").join(".deltabench"),
+            None => artifacts.join(VERIFY_HOME).join(".deltabench"),
         };
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("sitecustomize.py"), HOOK_SITECUSTOMIZE)?;

@@ -8,14 +8,14 @@
 //! The helpers that read a trial's artifacts live here and are shared with the HTML report.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use chrono::DateTime;
 use quick_junit::{NonSuccessKind, Report, SerializeError, TestCase, TestCaseStatus, TestSuite};
 
 use super::AgentSummary;
-use crate::store::{self, Outcome, StoredRun, TrialRecord};
+use crate::store::{Outcome, StoredRun, TrialRecord, layout};
 
 /// Lines of `verify.log` a failure shows: enough for a traceback, short enough for a CI tab.
 pub(super) const LOG_TAIL_LINES: usize = 40;
@@ -136,15 +136,6 @@ fn failure_message(record: &TrialRecord) -> String {
     message
 }
 
-/// `trials/<task>/<agent>/<n>/` of a record, as `RunDir::trial_dir` names it.
-pub(super) fn trial_dir(run: &StoredRun, record: &TrialRecord) -> PathBuf {
-    run.path
-        .join("trials")
-        .join(&record.task)
-        .join(store::sanitize(&record.agent))
-        .join(record.trial.to_string())
-}
-
 /// The run-relative path of one of a trial's files, for notes that must not leak the machine.
 pub(super) fn relative(run: &StoredRun, path: &Path) -> String {
     path.strip_prefix(&run.path)
@@ -155,7 +146,7 @@ pub(super) fn relative(run: &StoredRun, path: &Path) -> String {
 
 /// The last `LOG_TAIL_LINES` lines of the trial's `verify.log`, or a sentence saying why not.
 pub(super) fn verify_log_tail(run: &StoredRun, record: &TrialRecord) -> Result<String, String> {
-    let path = trial_dir(run, record).join("verify.log");
+    let path = layout::record_path(&run.path, record).join(layout::VERIFY_LOG);
     let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => format!("({} is missing)", relative(run, &path)),
         _ => format!("(cannot read {}: {e})", relative(run, &path)),

@@ -8,22 +8,19 @@
 //! While a run holds workspaces it keeps a lease file in the cache (`store::HeldLease`), so
 //! `gc` and `resume` can find what a dead run left.
 //!
-//! A [`Shard`] (`--shard I/N`) keeps a deterministic 1/N slice of the planned trials, so shards
-//! run on different machines and later merged (`store::merge_runs`) give the unsharded run.
+//! A `--shard I/N` ([`crate::store::Shard`]) keeps a deterministic 1/N slice of the planned
+//! trials, so shards run on different machines and later merged (`store::merge_runs`) give the
+//! unsharded run.
 
 mod resume;
 mod trial;
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Arc;
 
 use indexmap::IndexMap;
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -31,7 +28,9 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::harness::{Endpoint, HarnessKind, find_program, is_loopback};
 use crate::metric::TestEvidence;
 use crate::model::{Script, ScriptedServer};
-use crate::store::{HeldLease, Manifest, Outcome, RunDir, TrialRecord, sanitize};
+use crate::store::{HeldLease, Manifest, Outcome, RunDir, TrialRecord, layout, sanitize};
+// The CLI still names these through the runner.
+pub use crate::store::{RunRequest, Shard};
 use crate::suite::{AgentSpec, Located, Suite, SuiteLock, agent_configs};
 
 use crate::workspace::{
@@ -41,93 +40,6 @@ use crate::workspace::{
 
 pub use resume::{ResumeError, check_resumable, reap_dead_leases};
 pub use trial::TrialInputs;
-
-/// What the user asked to run. Recorded in the manifest, so `resume` can finish the same plan.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunRequest {
-    /// Agent names; empty means the suite's agents (or `oracle` and `noop`).
-    pub agents: Vec<String>,
-    pub trials: u32,
-    pub jobs: usize,
-    pub tasks: Vec<String>,
-    pub tags: Vec<String>,
-    pub workdir: PathBuf,
-    /// Prepared sources and workspace templates, reused across runs.
-    pub cache: PathBuf,
-    pub keep_workspaces: bool,
-    /// Run only this slice of the plan.
-    pub shard: Option<Shard>,
-    /// The `--agents` file the suite was loaded with.
-    #[serde(default)]
-    pub agents_file: Option<PathBuf>,
-    /// Times an `infra_error` trial is run again; only the last attempt is recorded.
-    #[serde(default)]
-    pub retries: u32,
-}
-
-/// Slice `index` (1-based) of `total` of a plan: the trials whose key hashes to it.
-///
-/// Membership hashes the trial's `task\0agent\0trial` key, never its position in the plan, so
-/// every machine computes the same slices and adding a task or an agent moves no other trial.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Shard {
-    pub index: u32,
-    pub total: u32,
-}
-
-impl Shard {
-    /// Whether the trial (task id, agent name, 1-based trial) belongs to this shard.
-    pub fn contains(self, task: &str, agent: &str, trial: u32) -> bool {
-        let digest = Sha256::digest(format!("{task}\0{agent}\0{trial}"));
-        let mut head = [0u8; 8];
-        head.copy_from_slice(&digest[..8]);
-        u64::from_be_bytes(head) % u64::from(self.total) == u64::from(self.index - 1)
-    }
-}
-
-impl fmt::Display for Shard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.index, self.total)
-    }
-}
-
-/// Why a `--shard` value is not `I/N` with `1 <= I <= N`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ShardParseError {
-    #[error("'{0}' is not of the form I/N (e.g. --shard 2/4)")]
-    Form(String),
-    #[error("'{0}': I and N must be whole numbers (e.g. --shard 2/4)")]
-    Number(String),
-    #[error("'{0}': the shard count N must be at least 1 (e.g. --shard 2/4)")]
-    ZeroTotal(String),
-    #[error("'{value}': the shard index must be between 1 and {total} (e.g. --shard 2/4)")]
-    Index { value: String, total: u32 },
-}
-
-impl FromStr for Shard {
-    type Err = ShardParseError;
-
-    fn from_str(value: &str) -> Result<Self, Self::Err> {
-        let (index, total) = value
-            .split_once('/')
-            .ok_or_else(|| ShardParseError::Form(value.into()))?;
-        let number = |part: &str| {
-            part.parse::<u32>()
-                .map_err(|_| ShardParseError::Number(value.into()))
-        };
-        let (index, total) = (number(index)?, number(total)?);
-        if total == 0 {
-            return Err(ShardParseError::ZeroTotal(value.into()));
-        }
-        if !(1..=total).contains(&index) {
-            return Err(ShardParseError::Index {
-                value: value.into(),
-                total,
-            });
-        }
-        Ok(Self { index, total })
-    }
-}
 
 /// A plan error: the request does not fit the suite. Exit code 2.
 #[derive(Debug, thiserror::Error)]
@@ -790,8 +702,8 @@ impl ScriptedEndpoints {
 
 /// The trial's folder, emptied: a run killed mid-trial may have left part of its artifacts.
 fn fresh_trial_dir(run_dir: &Path, task: &str, spec: &TrialSpec) -> Result<PathBuf, RunError> {
-    let dir = crate::store::trial_dir(run_dir, task, &spec.agent, spec.trial)
-        .map_err(|e| RunError::Io(e.to_string()))?;
+    let dir = layout::trial_path(run_dir, task, &spec.agent, spec.trial);
+    std::fs::create_dir_all(&dir).map_err(|e| RunError::Io(e.to_string()))?;
     if std::fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some()) {
         std::fs::remove_dir_all(&dir)
             .and_then(|()| std::fs::create_dir_all(&dir))
@@ -849,11 +761,11 @@ fn worktree_backend(
 /// Removes what a fresh run directory holds before its first trial (the manifest, an empty
 /// `trials.jsonl`, empty trial folders), and the directory itself when nothing else is in it.
 fn remove_empty_run(run_dir: &Path) {
-    let _ = std::fs::remove_file(run_dir.join("manifest.json"));
-    if std::fs::metadata(run_dir.join("trials.jsonl")).is_ok_and(|m| m.len() == 0) {
-        let _ = std::fs::remove_file(run_dir.join("trials.jsonl"));
+    let _ = std::fs::remove_file(run_dir.join(layout::MANIFEST));
+    if std::fs::metadata(run_dir.join(layout::TRIALS_LOG)).is_ok_and(|m| m.len() == 0) {
+        let _ = std::fs::remove_file(run_dir.join(layout::TRIALS_LOG));
     }
-    remove_empty_dirs(&run_dir.join("trials"));
+    remove_empty_dirs(&run_dir.join(layout::TRIALS_DIR));
     let _ = std::fs::remove_dir(run_dir);
 }
 
@@ -975,45 +887,4 @@ fn sandbox_hidden(suite: &Suite, root: &Path, run_dir: &Path, cache: &Path) -> V
     hidden.sort();
     hidden.dedup();
     hidden
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shard_parses_i_of_n_and_names_bad_values() {
-        assert_eq!("2/4".parse(), Ok(Shard { index: 2, total: 4 }));
-        assert_eq!("1/1".parse(), Ok(Shard { index: 1, total: 1 }));
-        for bad in ["0/3", "4/3", "x", "1/0", "1/", "-1/3", "1/3/5", ""] {
-            let err = bad.parse::<Shard>().unwrap_err().to_string();
-            assert!(err.contains(&format!("'{bad}'")), "{bad}: {err}");
-            assert!(err.contains("--shard 2/4"), "{bad}: {err}");
-        }
-    }
-
-    #[test]
-    fn each_trial_is_in_exactly_one_shard_and_the_slices_are_pinned() {
-        let shards: Vec<Shard> = (1..=3).map(|index| Shard { index, total: 3 }).collect();
-        for task in ["t0", "t1", "add-subtract"] {
-            for trial in 1..=5 {
-                let owners = shards
-                    .iter()
-                    .filter(|s| s.contains(task, "oracle", trial))
-                    .count();
-                assert_eq!(owners, 1, "{task} #{trial}");
-            }
-        }
-        // Pinned: a change here reshuffles every user's shards between versions.
-        let slice: Vec<u32> = (1..=6)
-            .map(|trial| {
-                shards
-                    .iter()
-                    .find(|s| s.contains("t0", "noop", trial))
-                    .unwrap()
-                    .index
-            })
-            .collect();
-        assert_eq!(slice, [2, 2, 1, 1, 3, 1]);
-    }
 }

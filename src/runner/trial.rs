@@ -34,7 +34,7 @@ use crate::metric::{
     VerdictInput, verdict,
 };
 use crate::process::{self, CommandSpec};
-use crate::store::{Outcome, TrialRecord, UsageRecord, VerifyRecord, write_json_atomic};
+use crate::store::{Outcome, TrialRecord, UsageRecord, VerifyRecord, layout, write_json_atomic};
 use crate::suite::{AgentSpec, MetricSpec, Suite, Task};
 use crate::workspace::{
     BackendProvisioner, Isolation, PreparedSource, ProvisionError, ProvisionedWorkspace,
@@ -95,7 +95,7 @@ pub async fn run_trial(
         inner: inputs.provisioner.clone(),
         setup: task.setup.clone(),
         timeout: task.timeout,
-        log: dir.join("setup.log"),
+        log: dir.join(layout::SETUP_LOG),
         history: history.to_owned(),
     };
     // The agent and the verify command each get their own home, kept with the trial's files.
@@ -110,14 +110,14 @@ pub async fn run_trial(
         inner: inputs.provisioner.clone(),
         setup: task.setup.clone(),
         timeout: task.timeout,
-        log: dir.join("verify-setup.log"),
+        log: dir.join(layout::VERIFY_SETUP_LOG),
         history: history.to_owned(),
     };
     let probe = Arc::new(TaskProbe {
         hidden_tests: task.tests.clone(),
         verify: task.verify.clone(),
         artifacts: Some(dir.to_owned()),
-        sandbox: sandbox("verify-home"),
+        sandbox: sandbox(layout::VERIFY_HOME),
         objects: history.to_owned(),
         max_diff: inputs.suite.max_diff,
         // The verify command runs in a workspace of its own, never the agent's.
@@ -193,7 +193,7 @@ pub async fn run_trial(
         probe,
     );
     let metric = metric_for(task, &inputs.suite, dir);
-    let mut events = match File::create(dir.join("events.jsonl")) {
+    let mut events = match File::create(dir.join(layout::EVENTS)) {
         Ok(file) => Some(BufWriter::new(file)),
         Err(_) => None,
     };
@@ -225,9 +225,9 @@ pub async fn run_trial(
     if let Some(mut out) = events.take() {
         let _ = out.flush();
     }
-    if !dir.join("agent.log").exists() {
+    if !dir.join(layout::AGENT_LOG).exists() {
         // In-process agents have no output of their own: their log is their event stream.
-        let _ = std::fs::write(dir.join("agent.log"), transcript.join(""));
+        let _ = std::fs::write(dir.join(layout::AGENT_LOG), transcript.join(""));
     }
 
     let mut record = TrialRecord::unscored(
@@ -302,7 +302,7 @@ pub async fn run_trial(
     }
     let record = redact_record(&secrets, record);
     result_json["record"] = serde_json::to_value(&record).unwrap_or_default();
-    let _ = write_json_atomic(&dir.join("result.json"), &result_json);
+    let _ = write_json_atomic(&dir.join(layout::RESULT), &result_json);
     if let Err(e) = secrets.redact_dir(dir) {
         // A secret may remain on disk: the record says so rather than the run failing.
         let mut record = record;
@@ -394,7 +394,7 @@ fn metric_for(task: &Task, suite: &Suite, dir: &Path) -> Box<dyn Metric> {
             command: command.clone(),
             cwd: suite.path.parent().map(Path::to_owned).unwrap_or_default(),
             timeout: timeout.unwrap_or(Duration::from_secs(60)),
-            verify_log: Some(dir.join("verify.log")),
+            verify_log: Some(dir.join(layout::VERIFY_LOG)),
         }),
     }
 }

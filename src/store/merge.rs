@@ -11,8 +11,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::{Manifest, ReadRunError, RunDir, StoredRun, TrialRecord, read_run, sanitize};
-use crate::runner::Shard;
+use super::{Manifest, ReadRunError, RunDir, Shard, StoredRun, TrialRecord, layout, read_run};
 
 /// Why run directories cannot be merged.
 #[derive(Debug, thiserror::Error)]
@@ -116,13 +115,13 @@ pub fn merge_runs(inputs: &[PathBuf], out: &Path) -> Result<Merged, MergeError> 
                     second: run.path.clone(),
                 });
             }
-            let dir = trial_dir(&run.path, record);
+            let dir = layout::record_path(&run.path, record);
             if !dir.is_dir() {
                 return Err(MergeError::MissingTrialDir { dir });
             }
         }
     }
-    if out.join("trials.jsonl").exists() || out.join("manifest.json").exists() {
+    if out.join(layout::TRIALS_LOG).exists() || out.join(layout::MANIFEST).exists() {
         return Err(MergeError::OutHoldsRun(out.to_owned()));
     }
 
@@ -146,13 +145,13 @@ pub fn merge_runs(inputs: &[PathBuf], out: &Path) -> Result<Merged, MergeError> 
         let to = store
             .trial_dir(&record.task, &record.agent, record.trial)
             .map_err(write_err(out))?;
-        copy_tree(&trial_dir(input, record), &to).map_err(write_err(&to))?;
+        copy_tree(&layout::record_path(input, record), &to).map_err(write_err(&to))?;
         store.append(record).map_err(write_err(out))?;
     }
     // Written last: a merge that failed part-way leaves no manifest, so no readable run.
     store
         .write_manifest(&manifest)
-        .map_err(write_err(&out.join("manifest.json")))?;
+        .map_err(write_err(&out.join(layout::MANIFEST)))?;
 
     let missing_shards = match first.manifest.shard {
         Some(shard) => (1..=shard.total)
@@ -291,14 +290,6 @@ fn shard_label(shard: Option<Shard>) -> String {
         Some(shard) => format!("shard {shard}"),
         None => "unsharded".into(),
     }
-}
-
-/// `trials/<task>/<agent>/<n>/` of the run at `run`, as `RunDir::trial_dir` names it.
-fn trial_dir(run: &Path, record: &TrialRecord) -> PathBuf {
-    run.join("trials")
-        .join(&record.task)
-        .join(sanitize(&record.agent))
-        .join(record.trial.to_string())
 }
 
 /// Copies the folder `from` into `to` (created), keeping symlinks as symlinks.

@@ -1,17 +1,12 @@
-//! The run directory: the contract later features and users read.
-//!
-//! ```text
-//! RUN_DIR/
-//!   manifest.json      suite name and digest, agents and configs, version, times, host
-//!   trials.jsonl       one line per finished trial, appended and fsynced before it is reported
-//!   trials/<task>/<agent>/<n>/
-//!     events.jsonl  diff.patch  verify.log  agent.log  result.json  (instruction.md, setup.log)
-//! ```
+//! The run directory: the contract later features and users read. [`layout`] names every path
+//! in it; this module reads and writes the manifest and the trial records.
 //!
 //! [`merge_runs`] combines the run directories of a sharded run into one.
 
+pub mod layout;
 mod lease;
 mod merge;
+mod request;
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -23,10 +18,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::{CodingError, CodingStatus};
 use crate::delta::DiffStats;
-use crate::runner::Shard;
 
 pub use lease::{FoundLease, HeldLease, Lease, Reaped, leases, reap, registered_caches};
 pub use merge::{MergeError, Merged, merge_runs};
+pub use request::{RunRequest, Shard, ShardParseError};
 
 /// A trial's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,7 +225,7 @@ pub struct Manifest {
     pub interrupted: bool,
     /// What was asked for, so `resume` can finish the same plan; null in older run directories.
     #[serde(default)]
-    pub request: Option<crate::runner::RunRequest>,
+    pub request: Option<RunRequest>,
 }
 
 /// A run directory being written.
@@ -246,7 +241,7 @@ impl RunDir {
         // Absolute: agents run in their workspace, where a relative trial folder (their HOME,
         // their logs) would resolve inside the workspace and count as their change.
         let path = &std::path::absolute(path)?;
-        if path.join("trials.jsonl").exists() {
+        if path.join(layout::TRIALS_LOG).exists() {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
                 format!(
@@ -255,11 +250,11 @@ impl RunDir {
                 ),
             ));
         }
-        fs::create_dir_all(path.join("trials"))?;
+        fs::create_dir_all(path.join(layout::TRIALS_DIR))?;
         let trials = OpenOptions::new()
             .create(true)
             .append(true)
-            .open(path.join("trials.jsonl"))?;
+            .open(path.join(layout::TRIALS_LOG))?;
         Ok(Self {
             path: path.to_owned(),
             trials,
@@ -273,7 +268,7 @@ impl RunDir {
         let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
         let path = absolute.as_path();
         let stored = read_run(path)?;
-        let trials_path = path.join("trials.jsonl");
+        let trials_path = path.join(layout::TRIALS_LOG);
         let io_err = |source| ReadRunError::Io {
             path: trials_path.clone(),
             source,
@@ -301,12 +296,14 @@ impl RunDir {
 
     /// `trials/<task>/<agent>/<n>/`, created.
     pub fn trial_dir(&self, task: &str, agent: &str, trial: u32) -> io::Result<PathBuf> {
-        trial_dir(&self.path, task, agent, trial)
+        let dir = layout::trial_path(&self.path, task, agent, trial);
+        fs::create_dir_all(&dir)?;
+        Ok(dir)
     }
 
     /// Writes the manifest atomically (temp file + rename).
     pub fn write_manifest(&self, manifest: &Manifest) -> io::Result<()> {
-        write_json_atomic(&self.path.join("manifest.json"), manifest)
+        write_json_atomic(&self.path.join(layout::MANIFEST), manifest)
     }
 
     /// Appends one record and fsyncs it, so a crash never loses a reported trial.
@@ -316,18 +313,6 @@ impl RunDir {
         self.trials.write_all(&line)?;
         self.trials.sync_data()
     }
-}
-
-/// `RUN_DIR/trials/<task>/<agent>/<n>/`, created. Records keep the real agent name; the folder
-/// gets a file-safe one.
-pub fn trial_dir(run_dir: &Path, task: &str, agent: &str, trial: u32) -> io::Result<PathBuf> {
-    let dir = run_dir
-        .join("trials")
-        .join(task)
-        .join(sanitize(agent))
-        .join(trial.to_string());
-    fs::create_dir_all(&dir)?;
-    Ok(dir)
 }
 
 /// A name made safe for a path component: anything but `[A-Za-z0-9._-]` becomes `_`.
@@ -477,7 +462,7 @@ fn listing<T: AsRef<str>>(names: impl IntoIterator<Item = T>) -> String {
 /// Every record must be a trial of the manifest's plan ([`Manifest::check_record`]), recorded
 /// once, or again after an interrupted record, which the newer record supersedes.
 pub fn read_run(path: &Path) -> Result<StoredRun, ReadRunError> {
-    let manifest_path = path.join("manifest.json");
+    let manifest_path = path.join(layout::MANIFEST);
     let io_err = |path: &Path| {
         let path = path.to_owned();
         move |source| ReadRunError::Io { path, source }
@@ -489,7 +474,7 @@ pub fn read_run(path: &Path) -> Result<StoredRun, ReadRunError> {
             line: e.line(),
             message: e.to_string(),
         })?;
-    let trials_path = path.join("trials.jsonl");
+    let trials_path = path.join(layout::TRIALS_LOG);
     let file = File::open(&trials_path).map_err(io_err(&trials_path))?;
     let lines: Vec<String> = BufReader::new(file)
         .lines()

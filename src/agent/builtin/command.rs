@@ -47,6 +47,11 @@ pub struct CommandAgent {
     sandbox: Option<SandboxPolicy>,
 }
 
+/// The instruction as a file, in the scratch folder.
+pub const INSTRUCTION_FILE: &str = "instruction.md";
+/// Everything the agent printed, in the scratch folder.
+pub const AGENT_LOG: &str = "agent.log";
+
 impl CommandAgent {
     /// `scratch` receives `instruction.md` and `agent.log`; it must exist and lie outside the
     /// workspace (anything written inside the workspace would show up in the diff).
@@ -70,7 +75,7 @@ impl CommandAgent {
     pub fn sandboxed(mut self, policy: SandboxPolicy) -> Self {
         let mut policy = policy
             .network(self.config.network)
-            .readable(self.scratch.join("instruction.md"));
+            .readable(self.scratch.join(INSTRUCTION_FILE));
         for path in program_paths(&self.config.run) {
             policy = policy.readable(path);
         }
@@ -79,7 +84,7 @@ impl CommandAgent {
     }
 
     async fn execute_command(self, ctx: RunContext, task: String, session: String) -> CodingResult {
-        let instruction_file = self.scratch.join("instruction.md");
+        let instruction_file = self.scratch.join(INSTRUCTION_FILE);
         if let Err(err) = tokio::fs::write(&instruction_file, &task).await {
             return CodingResult::failed(
                 session,
@@ -95,7 +100,7 @@ impl CommandAgent {
             .env("DELTABENCH_WORKSPACE", &self.workspace)
             .env("DELTABENCH_SESSION_ID", &session)
             .timeout(self.config.timeout)
-            .log_path(Some(self.scratch.join("agent.log")));
+            .log_path(Some(self.scratch.join(AGENT_LOG)));
         for (key, value) in &self.config.env {
             spec = spec.env(key, value);
         }

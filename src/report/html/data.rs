@@ -7,9 +7,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::text::{cut, one_line};
-use crate::report::junit::{LOG_TAIL_LINES, relative, trial_dir, verify_log_tail};
+use crate::report::junit::{LOG_TAIL_LINES, relative, verify_log_tail};
 use crate::report::{AgentSummary, mean_cost};
-use crate::store::{StoredRun, TrialRecord};
+use crate::store::{StoredRun, TrialRecord, layout};
 
 /// A diff larger than this is cut: one huge generated file must not make the page unusable.
 const MAX_DIFF_BYTES: usize = 200 * 1024;
@@ -129,7 +129,7 @@ struct EventLine {
 /// directory does not record the instruction.
 fn instruction(run: &StoredRun, trials: &[&TrialRecord], task: &str) -> Artifact {
     for record in trials.iter().filter(|r| r.task == task) {
-        let path = trial_dir(run, record).join("instruction.md");
+        let path = layout::record_path(&run.path, record).join(layout::INSTRUCTION_FILE);
         let Ok(bytes) = std::fs::read(&path) else {
             continue;
         };
@@ -159,8 +159,8 @@ fn instruction(run: &StoredRun, trials: &[&TrialRecord], task: &str) -> Artifact
 }
 
 fn trial_data<'a>(run: &StoredRun, record: &'a TrialRecord) -> TrialData<'a> {
-    let dir = trial_dir(run, record);
-    let (events, events_note) = events(run, &dir.join("events.jsonl"));
+    let dir = layout::record_path(&run.path, record);
+    let (events, events_note) = events(run, &dir.join(layout::EVENTS));
     let verify_log = match verify_log_tail(run, record) {
         Ok(text) => Artifact {
             text: Some(text),
@@ -173,11 +173,11 @@ fn trial_data<'a>(run: &StoredRun, record: &'a TrialRecord) -> TrialData<'a> {
     };
     TrialData {
         record,
-        diff_patch: diff_patch(run, &dir.join("diff.patch")),
+        diff_patch: diff_patch(run, &dir.join(layout::DIFF_PATCH)),
         verify_log,
         events,
         events_note,
-        agent_text: agent_text(&dir.join("result.json")),
+        agent_text: agent_text(&dir.join(layout::RESULT)),
     }
 }
 

@@ -1,0 +1,51 @@
+//! The run directory's layout: every path a run writes, named once.
+//!
+//! ```text
+//! RUN_DIR/
+//!   manifest.json      suite name and digest, agents and configs, the request, version, times
+//!   trials.jsonl       one line per finished trial, appended and fsynced before it is reported
+//!   trials/<task>/<agent>/<n>/
+//!     events.jsonl  diff.patch  verify.log  agent.log  result.json  (instruction.md, setup.log,
+//!     verify-setup.log, verify-home/)
+//! ```
+//!
+//! The probe and the command agent write their files into the trial folder they are given, so
+//! those names are declared where they are written and re-exported here.
+
+use std::path::{Path, PathBuf};
+
+pub use crate::agent::{AGENT_LOG, INSTRUCTION_FILE};
+pub use crate::delta::{DIFF_PATCH, VERIFY_HOME, VERIFY_LOG};
+
+use super::{TrialRecord, sanitize};
+
+/// The run's identity: suite, agents, request, times.
+pub const MANIFEST: &str = "manifest.json";
+/// One JSON record per finished trial.
+pub const TRIALS_LOG: &str = "trials.jsonl";
+/// The folder of per-trial folders.
+pub const TRIALS_DIR: &str = "trials";
+
+/// The trial's stream of agent events, one JSON object per line.
+pub const EVENTS: &str = "events.jsonl";
+/// What the agent said it did: kept for reading, never scored.
+pub const RESULT: &str = "result.json";
+/// The task's `setup:` output in the agent's workspace.
+pub const SETUP_LOG: &str = "setup.log";
+/// The task's `setup:` output in the verify workspace.
+pub const VERIFY_SETUP_LOG: &str = "verify-setup.log";
+
+/// `RUN_DIR/trials/<task>/<agent>/<n>/`. Records keep the real agent name; the folder gets a
+/// file-safe one.
+pub fn trial_path(run_dir: &Path, task: &str, agent: &str, trial: u32) -> PathBuf {
+    run_dir
+        .join(TRIALS_DIR)
+        .join(task)
+        .join(sanitize(agent))
+        .join(trial.to_string())
+}
+
+/// The folder of `record`'s trial in the run at `run_dir`.
+pub fn record_path(run_dir: &Path, record: &TrialRecord) -> PathBuf {
+    trial_path(run_dir, &record.task, &record.agent, record.trial)
+}
