@@ -11,6 +11,7 @@ mod gaming;
 mod hostile;
 mod import;
 mod init;
+mod layers;
 mod lifecycle;
 mod model;
 mod procs;

@@ -1,0 +1,125 @@
+//! The crate's modules form one-way layers: a module may name only modules of a lower layer
+//! (docs/decisions.md says why this order). This reads every `crate::NAME` in `src/` and fails on
+//! one that points up or sideways, naming the file and line.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// Lowest first. Modules on one line are siblings: neither may name the other.
+const LAYERS: &[&[&str]] = &[
+    &["support"],
+    &["process"],
+    &["model"],
+    &["workspace"],
+    &["agent"],
+    &["delta"],
+    &["metric"],
+    &["lifecycle"],
+    &["suite"],
+    &["store"],
+    &["stats"],
+    &["runner"],
+    &["report", "import"],
+    &["cli"],
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|layer| layer.contains(&module))
+}
+
+fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, found);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            found.push(path);
+        }
+    }
+}
+
+/// The top-level module a file under `src/` belongs to; `None` for the crate roots.
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let relative = file.strip_prefix(src).unwrap();
+    let first = relative.components().next()?.as_os_str().to_str()?;
+    let name = first.strip_suffix(".rs").unwrap_or(first);
+    (!matches!(name, "lib" | "main")).then(|| name.to_owned())
+}
+
+/// Every `crate::NAME` a line of code names (comments are not imports).
+fn crate_paths(line: &str) -> Vec<&str> {
+    let code = line.split("//").next().unwrap_or("");
+    code.match_indices("crate::")
+        .filter(|(at, _)| {
+            // `deltabench::crate::` does not occur; skip `$crate::` in macros.
+            !code[..*at].ends_with('$')
+        })
+        .map(|(at, prefix)| {
+            let rest = &code[at + prefix.len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+#[test]
+fn every_import_points_down_the_layers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let mut unplaced = BTreeSet::new();
+    let mut upward = Vec::new();
+    for file in &files {
+        let Some(module) = module_of(&src, file) else {
+            continue;
+        };
+        let Some(own) = layer_of(&module) else {
+            unplaced.insert(module);
+            continue;
+        };
+        let text = std::fs::read_to_string(file).unwrap();
+        for (number, line) in text.lines().enumerate() {
+            for name in crate_paths(line) {
+                if name == module {
+                    continue;
+                }
+                match layer_of(name) {
+                    Some(layer) if layer < own => {}
+                    Some(_) => upward.push(format!(
+                        "{}:{}: {module} names crate::{name}, which is not below it",
+                        file.strip_prefix(&src).unwrap().display(),
+                        number + 1
+                    )),
+                    None => {
+                        unplaced.insert(name.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        unplaced.is_empty(),
+        "modules missing from LAYERS in tests/it/layers.rs: {unplaced:?}"
+    );
+    assert!(
+        upward.is_empty(),
+        "imports against the layer order:\n{}",
+        upward.join("\n")
+    );
+}
+
+#[test]
+fn the_checker_sees_uses_paths_and_skips_comments() {
+    assert_eq!(crate_paths("use crate::store::{self, Outcome};"), ["store"]);
+    assert_eq!(
+        crate_paths("    let x = crate::workspace::remove_tree(&crate::support::x);"),
+        ["workspace", "support"]
+    );
+    assert!(crate_paths("//! see [`crate::lifecycle`]").is_empty());
+    assert!(crate_paths("    foo(); // crate::runner does this").is_empty());
+    assert!(crate_paths("    $crate::delta::x").is_empty());
+}
