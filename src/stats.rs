@@ -1704,7 +1704,6 @@ mod tests {
     fn record(task: &str, agent: &str, outcome: Outcome) -> TrialRecord {
         let mut record = TrialRecord::unscored(task, agent, 1, "delta".into(), String::new());
         record.outcome = outcome;
-        record.passed = outcome == Outcome::Pass;
         record
     }
 

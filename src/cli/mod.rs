@@ -798,7 +798,7 @@ fn judge<'a>(noop: &'a [Trial<'a>], oracle: &'a [Trial<'a>]) -> Option<Unsound<'
     }
     let n = noop.len();
     let base_passes: Vec<&Trial> = noop.iter().filter(|t| t.verify_passed()).collect();
-    let reference_passes = oracle.iter().filter(|t| t.record.passed).count();
+    let reference_passes = oracle.iter().filter(|t| t.record.passed()).count();
     if base_passes.len() == n
         && let Some(&t) = base_passes.first()
     {
@@ -843,7 +843,7 @@ fn judge<'a>(noop: &'a [Trial<'a>], oracle: &'a [Trial<'a>]) -> Option<Unsound<'
         let odd = base_passes
             .first()
             .copied()
-            .or_else(|| oracle.iter().find(|t| !t.record.passed));
+            .or_else(|| oracle.iter().find(|t| !t.record.passed()));
         return Some(Unsound::new(
             format!(
                 "flaky: base passed {} of {n} times, reference passed {reference_passes} of {} times",

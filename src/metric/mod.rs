@@ -22,7 +22,7 @@ pub use verdict::{Judgement, Verdict, VerdictInput, verdict};
 /// The names `metric:` accepts besides a grader.
 pub const METRIC_NAMES: [&str; 3] = ["delta", "delta-token", "exit-code"];
 
-/// Tokens whose presence in the verify output fails `delta-token` (the seed's rule).
+/// Tokens whose presence in the verify output fails `delta-token`.
 pub const FAILURE_TOKENS: [&str; 6] = [
     "FAILED",
     "FAIL:",
@@ -83,7 +83,7 @@ impl Metric for DeltaMetric {
     }
 }
 
-/// The seed's rule: the diff is non-empty AND the output carries no failure token.
+/// The agent kit's default rule: the diff is non-empty AND the output carries no failure token.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DeltaTokenMetric;
 

@@ -124,7 +124,7 @@ pub fn reap_parent(parent: &Path, kill: bool) -> bool {
 }
 
 /// `cgroup.kill`, then waits (up to 2 s) for the kernel to empty the cgroup: the kill takes a
-/// few ms (facts.md 5), and only an empty cgroup can be removed.
+/// few ms, and only an empty cgroup can be removed.
 fn kill_and_wait(dir: &Path) {
     let _ = kill_dir(dir);
     let deadline = Instant::now() + Duration::from_secs(2);

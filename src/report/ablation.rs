@@ -96,7 +96,7 @@ fn outcomes_where(
     {
         let entry = by_task.entry(&record.task).or_default();
         entry.1 += 1;
-        if record.passed {
+        if record.passed() {
             entry.0 += 1;
         }
     }

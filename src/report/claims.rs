@@ -50,7 +50,6 @@ mod tests {
     fn record(agent: &str, status: Option<CodingStatus>, outcome: Outcome) -> TrialRecord {
         let mut record = TrialRecord::unscored("t", agent, 1, "delta".into(), String::new());
         record.outcome = outcome;
-        record.passed = outcome == Outcome::Pass;
         record.status = status;
         record
     }

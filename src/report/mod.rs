@@ -349,7 +349,7 @@ pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
             r.agent.clone(),
             r.trial.to_string(),
             r.outcome.as_str().to_owned(),
-            r.passed.to_string(),
+            r.passed().to_string(),
             opt(r.score.map(|s| s.to_string())),
             opt(r.status.map(|s| s.as_str().to_owned())),
             opt(r.error.as_ref().map(|e| e.code.as_str().to_owned())),

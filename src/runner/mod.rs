@@ -277,7 +277,7 @@ fn check_cli_agents(
             return Err(PlanError::new(
                 format!("agent '{name}' ({kind}): {err}"),
                 Some(
-                    "README's \"Real agent CLIs\" lists the versions deltabench is tested with"
+                    "docs/agents.md (\"Real agent CLIs\") lists the versions deltabench is tested with"
                         .into(),
                 ),
             ));

@@ -34,7 +34,7 @@ use crate::metric::{
     VerdictInput, verdict,
 };
 use crate::process::{self, CommandSpec};
-use crate::store::{Outcome, TrialRecord, UsageRecord, VerifyRecord, layout, write_json_atomic};
+use crate::store::{TrialRecord, UsageRecord, VerifyRecord, layout, write_json_atomic};
 use crate::suite::{AgentSpec, MetricSpec, Suite, Task};
 use crate::workspace::{
     BackendProvisioner, Isolation, PreparedSource, ProvisionError, ProvisionedWorkspace,
@@ -306,10 +306,7 @@ pub async fn run_trial(
     if let Err(e) = secrets.redact_dir(dir) {
         // A secret may remain on disk: the record says so rather than the run failing.
         let mut record = record;
-        record.outcome = Outcome::InfraError;
-        record.passed = false;
-        record.score = None;
-        record.infra_error = Some(format!("cannot redact secrets from {}: {e}", dir.display()));
+        record.unscore(format!("cannot redact secrets from {}: {e}", dir.display()));
         return record;
     }
     record

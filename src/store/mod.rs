@@ -77,15 +77,16 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// One line of `trials.jsonl`.
+/// One line of `trials.jsonl`. Its JSON also carries `passed`, derived from `outcome` when written
+/// and ignored when read, so no file can make the two disagree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct TrialRecord {
     pub task: String,
     pub agent: String,
     /// 1-based.
     pub trial: u32,
     pub outcome: Outcome,
-    pub passed: bool,
     /// Null when the trial was not scored.
     pub score: Option<f64>,
     pub metric: String,
@@ -140,7 +141,6 @@ impl TrialRecord {
             agent: agent.to_owned(),
             trial,
             outcome: Outcome::InfraError,
-            passed: false,
             score: None,
             metric,
             status: None,
@@ -169,7 +169,6 @@ impl TrialRecord {
             Judgement::Fail => Outcome::Fail,
             Judgement::Invalid => Outcome::Invalid,
         };
-        self.passed = verdict.passed();
         self.score = Some(verdict.score);
         self.reason = verdict.reason.clone();
         self.invalid = (verdict.judgement == Judgement::Invalid)
@@ -177,16 +176,52 @@ impl TrialRecord {
             .flatten();
     }
 
+    /// Whether the trial passed: its outcome, never a second field.
+    pub fn passed(&self) -> bool {
+        self.outcome == Outcome::Pass
+    }
+
+    /// Takes back any verdict: the trial is not scored, for `why`.
+    pub fn unscore(&mut self, why: String) {
+        self.outcome = Outcome::InfraError;
+        self.score = None;
+        self.reason = None;
+        self.invalid = None;
+        self.infra_error = Some(why);
+    }
+
     /// Marks a trial the run's interrupt cut short: unscored, to be run again by `resume`.
     pub fn mark_interrupted(&mut self) {
         self.interrupted = true;
-        self.outcome = Outcome::InfraError;
-        self.passed = false;
-        self.score = None;
-        self.infra_error = Some(
+        self.unscore(
             "interrupted: the run was stopped while this trial ran; `deltabench resume` runs it again"
                 .into(),
         );
+    }
+}
+
+impl Serialize for TrialRecord {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Written<'a> {
+            #[serde(flatten, serialize_with = "fields")]
+            record: &'a TrialRecord,
+            passed: bool,
+        }
+        fn fields<S: serde::Serializer>(record: &&TrialRecord, s: S) -> Result<S::Ok, S::Error> {
+            TrialRecord::serialize(record, s)
+        }
+        Written {
+            record: self,
+            passed: self.passed(),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for TrialRecord {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        TrialRecord::deserialize(deserializer)
     }
 }
 
@@ -557,6 +592,24 @@ mod tests {
             "agent_duration_ms": null, "phases": [], "started_at": "",
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn passed_is_written_from_the_outcome_and_never_read_back() {
+        let mut forged = serde_json::to_value(record("t1", "a", 1)).unwrap();
+        assert_eq!(forged["passed"], true);
+        forged["outcome"] = "fail".into();
+        let read: TrialRecord = serde_json::from_value(forged).unwrap();
+        assert!(!read.passed());
+        assert_eq!(serde_json::to_value(&read).unwrap()["passed"], false);
+        let mut unscored = read;
+        unscored.unscore("the sandbox failed".into());
+        let json = serde_json::to_value(&unscored).unwrap();
+        assert_eq!(
+            (&json["outcome"], &json["passed"]),
+            (&"infra_error".into(), &false.into())
+        );
+        assert_eq!(json["score"], serde_json::Value::Null);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! kernel overlayfs per trial on top of it.
 //!
 //! A checkout costs time per file (38k files: 0.8 s on tmpfs, 29 s on this VM's root disk); an
-//! overlay mount costs 4 to 14 ms at any size (facts.md 2). The template is a `worktree` clone
+//! overlay mount costs milliseconds at any size (`benches/README.md`, "Speed and scale"). The template is a `worktree` clone
 //! (refs stripped, objects borrowed from the source), so an overlay workspace is a normal git
 //! checkout: the agent's writes, its index and its commits land in the trial's own upper dir.
 //! Templates live in the cache, keyed by the source repo and the commit, and are reused across

@@ -769,18 +769,19 @@ fn exercism_unparseable_config_is_an_error_with_its_line() {
 // A real row (slow, opt-in)
 
 /// Imports one real Multi-SWE-bench row (tokio-rs/bytes) against a local clone and validates it.
-/// Needs `$DELTABENCH_SWEBENCH_REPOS` holding `tokio-rs__bytes` (or `tokio-rs/bytes`), the data in
-/// `../shared/data/swebench/`, and a Rust toolchain; `cargo test` of bytes takes minutes.
+/// Run on purpose (`--ignored`) with `$DELTABENCH_SWEBENCH_REPOS` holding `tokio-rs__bytes` (or
+/// `tokio-rs/bytes`), `$DELTABENCH_SWEBENCH_ROWS` a Multi-SWE-bench JSONL file holding row
+/// `tokio-rs__bytes-732`, and a Rust toolchain; `cargo test` of bytes takes minutes.
 #[test]
-#[ignore = "slow: builds a real crate; needs $DELTABENCH_SWEBENCH_REPOS and ../shared/data"]
+#[ignore = "slow: builds a real crate; needs $DELTABENCH_SWEBENCH_REPOS and $DELTABENCH_SWEBENCH_ROWS"]
 fn real_multi_swe_bench_row_validates() {
-    let Some(repos) = std::env::var_os("DELTABENCH_SWEBENCH_REPOS") else {
-        eprintln!("DELTABENCH_SWEBENCH_REPOS is not set: nothing to check");
-        return;
+    let var = |name: &str| {
+        std::env::var_os(name).unwrap_or_else(|| panic!("${name} is not set: see this test's doc"))
     };
-    let data = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data/swebench/multi_swe_bench_rust_selected.jsonl");
-    let rows = std::fs::read_to_string(&data).expect("the shared data is not there");
+    let repos = var("DELTABENCH_SWEBENCH_REPOS");
+    let data = PathBuf::from(var("DELTABENCH_SWEBENCH_ROWS"));
+    let rows = std::fs::read_to_string(&data)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", data.display()));
     let row = rows
         .lines()
         .find(|line| line.contains("\"instance_id\": \"tokio-rs__bytes-732\""))

@@ -525,7 +525,7 @@ fn error_at_an_alias_keeps_its_whole_message() {
 // ---------------------------------------------------------------------------------------------
 // Malformed variants: never a panic, never a hang, always a location.
 
-/// A valid suite using most keys, the seed of the truncation variants.
+/// A valid suite using most keys, the source of the truncation variants.
 const RICH: &str = r#"name: prop
 description: property test
 repo: repo

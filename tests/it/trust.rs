@@ -1,4 +1,4 @@
-//! Graders that can't be gamed (issue 5): tampering with the hidden tests, verify output that
+//! Graders that can't be gamed: tampering with the hidden tests, verify output that
 //! contradicts its exit code, planted git config, history past the base, and leaked secrets.
 
 use std::path::Path;

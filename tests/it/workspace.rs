@@ -124,19 +124,17 @@ printf 'k2\n' >> keep.txt
     let patch = out.join("trials/edit/editor/1/diff.patch");
     git(&fresh, &["apply", "--binary", patch.to_str().unwrap()]);
     let (expected, actual) = (tree_of(&fresh), tree_of(&workspace));
-    // Kept overlay workspaces stay mounted: release them before the temp dir goes.
-    for trial in ["1", "2"] {
-        let merged = workspace
-            .parent()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .join(format!("edit--editor--{trial}/merged"));
+    // Kept overlay workspaces (the agent's and the verify one) stay mounted: release them all
+    // before the temp dir goes, deepest first.
+    let mut mounts = crate::crash::mounts_under(tmp.path());
+    mounts.sort_by_key(|mount| std::cmp::Reverse(mount.len()));
+    for mount in mounts {
         let _ = std::process::Command::new("umount")
             .arg("-l")
-            .arg(merged)
+            .arg(mount)
             .status();
     }
+    assert!(crate::crash::mounts_under(tmp.path()).is_empty());
     assert_eq!(
         expected, actual,
         "applying diff.patch to the base must give the workspace tree"

@@ -50,7 +50,7 @@ pub struct MockConfig {
     #[serde(default)]
     pub simulate_panic: Option<usize>,
     /// Perform scripted `write` calls (`{path, content}`) in the workspace. Off by default: the
-    /// mock of the seed touches no files.
+    /// agent kit's mock touches no files.
     #[serde(default)]
     pub apply_writes: bool,
 }

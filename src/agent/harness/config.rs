@@ -2,7 +2,7 @@
 //!
 //! Per-kind facts (the program, the package that ships it, whether it resumes, which permission
 //! modes and turn limits it has) live on [`HarnessKind`], so the suite loader can reject a key
-//! that does not apply with the valid set, and `--help`/README list the same facts.
+//! that does not apply with the valid set, and `--help` and `docs/agents.md` list the same facts.
 
 use std::collections::BTreeMap;
 use std::fmt;

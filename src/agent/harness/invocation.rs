@@ -1,7 +1,7 @@
 //! The command line, environment and config files that run one CLI headless.
 //!
 //! A pure function of the agent's config and the run's paths, so each kind's invocation is
-//! unit-tested without the CLI. Ground truth: `../shared/docs/agents/recipes.md`. Every CLI gets
+//! unit-tested without the CLI; `docs/agents.md` says how each was observed. Every CLI gets
 //! a cleared environment with its own HOME (and XDG dirs) inside the trial directory, so host
 //! credentials, config and plugins never leak in, and a later run with the same HOME and
 //! workspace can resume its session.

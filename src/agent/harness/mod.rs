@@ -7,8 +7,7 @@
 //! Each CLI gets a [`StreamParser`]: feed it one line of the CLI's stdout at a time and it returns
 //! the common [`StreamEvent`]s for that line; at the end, [`StreamParser::finish`] folds what it
 //! saw, the exit code and the tail of stderr into a [`ParsedRun`]. Ground truth for every mapping
-//! is `../shared/docs/agents/clis.md` (observed with the pinned CLI versions) and the captured
-//! streams copied to `tests/fixtures/agents/`. Spawning the CLIs is the adapters' job, not this
+//! is the streams captured from the pinned CLI versions in `tests/fixtures/agents/`. Spawning the CLIs is the adapters' job, not this
 //! module's.
 //!
 //! Conventions shared by every parser:
