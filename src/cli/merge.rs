@@ -1,29 +1,13 @@
 //! `merge`: shard run directories into one, then the summary table of the whole.
 
-use super::{CliError, EXIT_OK, MergeArgs, print_stdout};
+use super::args::MergeArgs;
+use super::exit::Exit;
+use super::{CliError, ErrorKind, print_stdout};
 use crate::report;
 use crate::store::{self, MergeError};
 
-pub(super) fn merge(args: MergeArgs) -> Result<u8, CliError> {
-    let merged = store::merge_runs(&args.inputs, &args.out).map_err(|err| {
-        let hint = match &err {
-            MergeError::Read(_) => {
-                Some("each RUN_DIR should be a run directory written by `deltabench run`".into())
-            }
-            MergeError::Mismatch { .. } | MergeError::SameShard { .. } => Some(
-                "merge the shards of one plan: the same `deltabench run` arguments with --shard 1/N .. N/N"
-                    .into(),
-            ),
-            _ => None,
-        };
-        let message = err.to_string();
-        let error = if err.is_usage() {
-            CliError::usage(message)
-        } else {
-            CliError::failed(message)
-        };
-        error.hint(hint)
-    })?;
+pub(super) fn merge(args: MergeArgs) -> Result<Exit, CliError> {
+    let merged = store::merge_runs(&args.inputs, &args.out).map_err(merge_error)?;
 
     let mut text = String::new();
     for (path, shard, trials) in &merged.inputs {
@@ -59,5 +43,18 @@ pub(super) fn merge(args: MergeArgs) -> Result<u8, CliError> {
             path.display()
         );
     }
-    Ok(EXIT_OK)
+    Ok(Exit::Ok)
+}
+
+fn merge_error(err: MergeError) -> CliError {
+    match err {
+        MergeError::Read(err) => err.into(),
+        MergeError::Mismatch { .. } | MergeError::SameShard { .. } => {
+            CliError::new(ErrorKind::Usage, err).hint(
+                "merge the shards of one plan: the same `deltabench run` arguments with --shard 1/N .. N/N",
+            )
+        }
+        err if err.is_usage() => CliError::new(ErrorKind::Usage, err),
+        err => CliError::new(ErrorKind::Harness, err),
+    }
 }

@@ -6,26 +6,20 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use super::args::ResumeOptions;
+use super::exit::Exit;
 use super::reporter::TerminalReporter;
-use super::{CliError, ResumeOptions, compare, finish_run};
-use crate::runner::{self, ResumeError};
+use super::run::finish_run;
+use super::{CliError, read_run_dir};
+use crate::runner;
 use crate::suite;
-
-impl From<ResumeError> for CliError {
-    fn from(err: ResumeError) -> Self {
-        let hint = err
-            .forcible()
-            .then(|| "pass --force to finish the run with the files as they are now".to_owned());
-        Self::usage(err.to_string()).hint(hint)
-    }
-}
 
 pub(super) async fn resume(
     run_dir: &Path,
     options: &ResumeOptions,
     jobs: Option<usize>,
-) -> Result<u8, CliError> {
-    let stored = compare::read_run_arg(run_dir)?;
+) -> Result<Exit, CliError> {
+    let stored = read_run_dir(run_dir)?;
     let manifest = stored.manifest;
     let Some(mut request) = manifest.request.clone() else {
         return Err(CliError::usage(format!(

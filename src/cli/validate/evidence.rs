@@ -1,5 +1,6 @@
-//! What `validate` shows of a bad task: the evidence its trials left in their folders
-//! (`verify.log`, `tests.json`, the test hook's report), so the reason reads without a rerun.
+//! What a task's trials left in their folders (`verify.log`, `tests.json`, the test hook's
+//! report): the evidence shown under a bad task, so the reason reads without a rerun, and what the
+//! reference showed, for the suite's lock.
 
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
@@ -104,6 +105,26 @@ impl<'a> Trial<'a> {
         }
         out
     }
+}
+
+/// What every oracle trial's verify run showed (its `tests.json`): the least of them, so a trial
+/// is held only to what the reference always shows. None when a trial has no `tests.json`.
+pub(super) fn reference_evidence(oracle: &[Trial]) -> Option<TestEvidence> {
+    let mut least: Option<TestEvidence> = None;
+    for trial in oracle {
+        let seen = trial.tests.clone()?;
+        least = Some(match least {
+            None => seen,
+            Some(mut least) => {
+                least.ran = least.ran.min(seen.ran);
+                least.passed = least.passed.min(seen.passed);
+                least.names.retain(|name| seen.names.contains(name));
+                least.runners.retain(|name| seen.runners.contains(name));
+                least
+            }
+        });
+    }
+    least
 }
 
 /// `a, b, c (+2 more)`.
