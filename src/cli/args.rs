@@ -117,10 +117,20 @@ pub(super) struct GcArgs {
     #[arg(long)]
     pub(super) dry_run: bool,
     /// The cache whose leases to check [default: WORKDIR/deltabench-cache].
-    #[arg(long, value_name = "DIR", env = "DELTABENCH_CACHE")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "DELTABENCH_CACHE",
+        hide_env_values = true
+    )]
     pub(super) cache: Option<PathBuf>,
     /// Where the default cache lives [default: the system temp dir].
-    #[arg(long, value_name = "DIR", env = "DELTABENCH_WORKDIR")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "DELTABENCH_WORKDIR",
+        hide_env_values = true
+    )]
     pub(super) workdir: Option<PathBuf>,
 }
 
@@ -229,10 +239,20 @@ pub(super) struct SuiteArgs {
     pub(super) agents: Option<PathBuf>,
     /// Where workspaces are created (a tmpfs such as /dev/shm makes provisioning fast)
     /// [default: the system temp dir, $TMPDIR or /tmp].
-    #[arg(long, value_name = "DIR", env = "DELTABENCH_WORKDIR")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "DELTABENCH_WORKDIR",
+        hide_env_values = true
+    )]
     pub(super) workdir: Option<PathBuf>,
     /// Prepared sources and workspace templates, reused across runs [default: WORKDIR/deltabench-cache].
-    #[arg(long, value_name = "DIR", env = "DELTABENCH_CACHE")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "DELTABENCH_CACHE",
+        hide_env_values = true
+    )]
     pub(super) cache: Option<PathBuf>,
     /// Trials at once [default: the number of cores].
     #[arg(short = 'j', long = "jobs", value_name = "N")]

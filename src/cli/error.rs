@@ -173,9 +173,8 @@ impl From<SuiteError> for CliError {
             SuiteError::Referenced(_) => {
                 Some("`deltabench model serve --help` describes the script format")
             }
-            SuiteError::Read { .. } => {
-                Some("`deltabench schema` prints every key the suite file accepts")
-            }
+            // A file that cannot be read: its message says why; the key list would not help.
+            SuiteError::Read { .. } => None,
         };
         let snippet = err.snippet().map(str::to_owned);
         let mut error = Self::new(ErrorKind::Usage, err).maybe_hint(hint);

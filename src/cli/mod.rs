@@ -31,7 +31,7 @@ pub use error::{CliError, ErrorKind};
 use exit::Exit;
 
 use crate::store::{self, StoredRun};
-use crate::suite;
+use crate::suite::{self, SuiteError};
 
 /// The command line as clap reads it, `--help`'s exit-code table included.
 pub fn command() -> clap::Command {
@@ -138,6 +138,15 @@ fn cache_dir(args: &SuiteArgs, workdir: &Path) -> PathBuf {
     std::path::absolute(&dir).unwrap_or(dir)
 }
 
+/// Loads the suite at SUITE (with --agents). A SUITE that is not there gets a hint at `init`.
 fn load_suite(path: &Path, args: &SuiteArgs) -> Result<Arc<suite::Suite>, CliError> {
-    Ok(Arc::new(suite::load(path, args.agents.as_deref())?))
+    match suite::load(path, args.agents.as_deref()) {
+        Ok(suite) => Ok(Arc::new(suite)),
+        Err(err @ SuiteError::Read { .. }) if !path.join("suite.yaml").is_file() && !path.is_file() => {
+            Err(CliError::from(err).hint(
+                "SUITE is a suite file, or a folder holding suite.yaml; `deltabench init DIR` writes a first suite",
+            ))
+        }
+        Err(err) => Err(err.into()),
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::args::{ModelArgs, ModelCommand, ServeArgs};
 use super::exit::Exit;
@@ -23,6 +23,12 @@ async fn serve(args: ServeArgs) -> Result<Exit, CliError> {
         })?)),
         None => None,
     };
+    // Before the URL is printed: whoever reads it may send SIGTERM at once, and must find it
+    // handled, not the default action.
+    let signals = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    );
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, args.port.unwrap_or(0)));
     let server = ScriptedServer::start_with_log(script, addr, log)
         .await
@@ -30,16 +36,13 @@ async fn serve(args: ServeArgs) -> Result<Exit, CliError> {
             CliError::with_cause(ErrorKind::Usage, format!("cannot listen on {addr}"), e)
         })?;
     print_stdout(&format!("listening on {}\n", server.url()));
-    wait_for_signal().await;
+    wait_for_signal(signals).await;
     server.stop().await;
     Ok(Exit::Ok)
 }
 
-async fn wait_for_signal() {
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
+async fn wait_for_signal(signals: (std::io::Result<Signal>, std::io::Result<Signal>)) {
+    match signals {
         (Ok(mut int), Ok(mut term)) => {
             tokio::select! {
                 _ = int.recv() => {}

@@ -53,14 +53,18 @@ pub(super) async fn resume(
         }
         eprintln!("warning: {err}; resuming anyway (--force)");
     }
-    let left = plan.trials.len().saturating_sub(stored.trials.len());
-    eprintln!(
-        "resuming {}: {} of {} trials recorded, {left} to run",
-        run_dir.display(),
-        stored.trials.len(),
-        plan.trials.len()
-    );
-    let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal());
+    // An interrupted trial is run again: it does not count as recorded.
+    let recorded = stored.trials.iter().filter(|r| !r.interrupted).count();
+    let finished = manifest.finished_at.is_some() && !manifest.interrupted;
+    if finished && recorded >= plan.trials.len() {
+        eprintln!(
+            "nothing to run: all {} planned trials of {} are recorded",
+            plan.trials.len(),
+            run_dir.display()
+        );
+        return Ok(Exit::Ok);
+    }
+    let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal()).resuming(recorded);
     let outcome = runner::resume(&plan, run_dir, &mut reporter, CancellationToken::new()).await?;
     reporter.finish();
     finish_run(&plan, &outcome, None)

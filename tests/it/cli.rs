@@ -64,14 +64,6 @@ impl Cli {
         command
     }
 
-    /// `deltabench ARGS` as a user runs it, without the tests' `DELTABENCH_CACHE` (clap shows an
-    /// env variable's value in the help).
-    pub(crate) fn bare(&self, args: &[&str]) -> Command {
-        let mut command = self.command(args);
-        command.env_remove("DELTABENCH_CACHE");
-        command
-    }
-
     /// `deltabench ARGS` in the repository root (for `suites/demo` as the README writes it),
     /// with the cache still in the temp dir.
     pub(crate) fn in_repo(&self, args: &[&str]) -> Command {
@@ -206,22 +198,23 @@ fn subcommands(command: &clap::Command, path: &[String]) -> Vec<Vec<String>> {
     found
 }
 
-/// Each help snapshot, a new subcommand's included.
+/// Each help snapshot, a new subcommand's included. The commands run with `DELTABENCH_CACHE`
+/// set: the help names the variable, never its value.
 #[test]
 fn help_of_every_subcommand() {
     let cli = Cli::new();
-    deltabench_snapshot!(cli, "help", &mut cli.bare(&["--help"]));
+    deltabench_snapshot!(cli, "help", &mut cli.command(&["--help"]));
     let all = subcommands(&deltabench::cli::command(), &[]);
     assert!(all.len() > 10, "{all:?}");
     for path in all {
         let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
         let name = format!("help_{}", args.join("_"));
         args.push("--help");
-        deltabench_snapshot!(cli, &name, &mut cli.bare(&args));
+        deltabench_snapshot!(cli, &name, &mut cli.command(&args));
     }
-    deltabench_snapshot!(cli, "version", &mut cli.bare(&["--version"]));
-    deltabench_snapshot!(cli, "no_subcommand", &mut cli.bare(&[]));
-    deltabench_snapshot!(cli, "unknown_subcommand", &mut cli.bare(&["frobnicate"]));
+    deltabench_snapshot!(cli, "version", &mut cli.command(&["--version"]));
+    deltabench_snapshot!(cli, "no_subcommand", &mut cli.command(&[]));
+    deltabench_snapshot!(cli, "unknown_subcommand", &mut cli.command(&["frobnicate"]));
 }
 
 /// One demo run, then each command that reads a run directory on it.
@@ -301,6 +294,12 @@ fn demo_run_then_report_compare_plan_resume() {
         cli,
         "resume",
         &mut cli.command(&["resume", partial, "-j", "1"])
+    );
+    // Finished now: nothing is left to run.
+    deltabench_snapshot!(
+        cli,
+        "resume_finished",
+        &mut cli.command(&["resume", partial])
     );
     deltabench_snapshot!(
         cli,
@@ -425,11 +424,47 @@ fn shards_then_merge() {
         "merge_missing_shard",
         &mut cli.command(&["merge", "shard1", "--out", "half"])
     );
+    // Shard 2 as a run killed before its trial was recorded.
+    copy_dir(&cli.path("shard2"), &cli.path("shard2-killed"));
+    std::fs::write(cli.path("shard2-killed/trials.jsonl"), "").unwrap();
+    let manifest = cli.path("shard2-killed/manifest.json");
+    let mut value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    value["interrupted"] = true.into();
+    std::fs::write(&manifest, value.to_string()).unwrap();
+    deltabench_snapshot!(
+        cli,
+        "merge_interrupted_shard",
+        &mut cli.command(&["merge", "shard1", "shard2-killed", "--out", "cut"])
+    );
     deltabench_snapshot!(
         cli,
         "merge_not_a_run",
         &mut cli.command(&["merge", "shard1", "no-such-run", "--out", "none"])
     );
+    // An unsharded run of other agents.
+    let output = cli
+        .in_repo(&[
+            "run",
+            "suites/demo",
+            "--agent",
+            "noop",
+            "--task",
+            "word-count",
+            "--workdir",
+            work.to_str().unwrap(),
+            "--out",
+            cli.path("unsharded").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    deltabench_snapshot!(
+        cli,
+        "merge_not_a_shard",
+        &mut cli.command(&["merge", "shard1", "unsharded", "--out", "none"])
+    );
+    assert!(!cli.path("none").exists(), "a refused merge writes nothing");
 }
 
 #[test]
@@ -437,6 +472,28 @@ fn init_then_init_again() {
     let cli = Cli::new();
     deltabench_snapshot!(cli, "init", &mut cli.command(&["init", "first"]));
     deltabench_snapshot!(cli, "init_again", &mut cli.command(&["init", "first"]));
+}
+
+/// The lock is written, and said to be, only when what the reference showed changed.
+#[test]
+fn validate_records_the_lock_once() {
+    let cli = Cli::new();
+    std::fs::create_dir_all(cli.path("work")).unwrap();
+    let output = cli.command(&["init", "suite"]).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let validate = ["validate", "suite", "-j", "1", "--workdir", "work"];
+    deltabench_snapshot!(
+        cli,
+        "validate_records_the_lock",
+        &mut cli.command(&validate)
+    );
+    let lock = std::fs::read_to_string(cli.path("suite/suite.lock.json")).unwrap();
+    deltabench_snapshot!(cli, "validate_lock_unchanged", &mut cli.command(&validate));
+    assert_eq!(
+        std::fs::read_to_string(cli.path("suite/suite.lock.json")).unwrap(),
+        lock,
+        "an unchanged lock is not rewritten"
+    );
 }
 
 #[test]
@@ -528,13 +585,11 @@ fn model_serve_until_sigterm_and_its_errors() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Ready once it prints its URL; then SIGTERM stops it cleanly.
+    // Ready once it prints its URL, its SIGTERM handler in place: SIGTERM at once stops it
+    // cleanly (exit 0, not death by the signal).
     let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
-    // The server installs its SIGTERM handler only after printing the URL: a SIGTERM sent right
-    // away kills it by the default action (exit by signal, not 0). Give it a moment.
-    std::thread::sleep(std::time::Duration::from_millis(300));
     let pid = nix::unistd::Pid::from_raw(child.id().try_into().unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let mut rest = Vec::new();

@@ -66,7 +66,8 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
         .ok()
         .flatten()
         .unwrap_or_default();
-    let (mut locked, mut changed) = (0, false);
+    // Sound tasks with evidence, and those whose evidence differs from the lock's.
+    let (mut locked, mut changed) = (0, 0);
     for task in plan.tasks.iter().map(|&i| &plan.suite.tasks[i]) {
         let of = |agent: &str| -> Vec<Trial> {
             outcome
@@ -93,20 +94,28 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
             None => {
                 print_stdout(&format!("ok   {}\n", task.id));
                 if let Some(evidence) = reference_evidence(&oracle) {
-                    changed |= lock.record(task, evidence, runner::now());
+                    changed += usize::from(lock.record(task, evidence, runner::now()));
                     locked += 1;
                 }
             }
         }
     }
-    if changed && let Err(e) = lock.write(&plan.suite) {
+    if changed > 0
+        && let Err(e) = lock.write(&plan.suite)
+    {
         scratch.finish(args.keep || bad > 0);
         return Err(CliError::new(ErrorKind::Harness, e));
     }
-    if locked > 0 {
+    let lock_path = suite::lock_path(&plan.suite);
+    if changed > 0 {
         print_stdout(&format!(
-            "recorded what the reference's verify run showed for {locked} task(s) in {}: trials must show at least as much\n",
-            suite::lock_path(&plan.suite).display()
+            "recorded what the reference's verify run showed for {changed} task(s) in {}: trials must show at least as much\n",
+            lock_path.display()
+        ));
+    } else if locked > 0 {
+        print_stdout(&format!(
+            "{} already holds what the reference's verify run showed for {locked} task(s): left as it was\n",
+            lock_path.display()
         ));
     }
     let total = plan.tasks.len();
