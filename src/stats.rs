@@ -902,8 +902,9 @@ pub fn p_text(p: f64) -> String {
 /// A significant drop within the tolerance passes, and says so.
 pub fn gate(cmp: &Comparison, max_drop: f64) -> (bool, String) {
     let level = (cmp.confidence * 1000.0).round() / 10.0;
+    // Signed: the interval is of a difference, as `compare` prints it.
     let ci = format!(
-        "{level}% CI {:.1} to {:.1}",
+        "{level}% CI {:+.1} to {:+.1}",
         percent(cmp.interval.lo),
         percent(cmp.interval.hi)
     );
@@ -1553,7 +1554,7 @@ mod tests {
         let (failed, reason) = gate(&cmp, 0.0);
         assert!(!failed);
         assert!(
-            reason.starts_with("no significant difference: -10.0 points (95% CI -33.3 to 0.0"),
+            reason.starts_with("no significant difference: -10.0 points (95% CI -33.3 to +0.0"),
             "{reason}"
         );
 

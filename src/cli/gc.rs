@@ -1,9 +1,11 @@
 //! `deltabench gc`: reap what dead runs left, found through their lease files.
 
-use super::{CliError, EXIT_OK, EXIT_UNSCORED, GcArgs, print_stdout};
+use super::args::GcArgs;
+use super::exit::Exit;
+use super::{CliError, print_stdout};
 use crate::store::{Reaped, leases, reap, registered_caches};
 
-pub(super) fn gc(args: &GcArgs) -> Result<u8, CliError> {
+pub(super) fn gc(args: &GcArgs) -> Result<Exit, CliError> {
     // Without --cache or --workdir: every cache a run registered, wherever its workdir was.
     let caches = match (&args.cache, &args.workdir) {
         (Some(cache), _) => vec![cache.clone()],
@@ -73,7 +75,7 @@ pub(super) fn gc(args: &GcArgs) -> Result<u8, CliError> {
         text.push_str(&format!("nothing to clean in {}\n", places.join(", ")));
     }
     print_stdout(&text);
-    Ok(if failed > 0 { EXIT_UNSCORED } else { EXIT_OK })
+    Ok(if failed > 0 { Exit::Unscored } else { Exit::Ok })
 }
 
 /// What took a lease: a run, or `validate` for its scratch folder (which it removes or, when a

@@ -3,11 +3,13 @@
 
 use std::fmt::Write as _;
 
-use super::{CliError, EXIT_OK, ImportArgs, print_stdout};
-use crate::import::{self, Format, ImportError, ImportOptions, ImportReport};
+use super::args::ImportArgs;
+use super::exit::Exit;
+use super::{CliError, print_stdout};
+use crate::import::{self, Format, ImportOptions, ImportReport};
 
-pub(super) async fn import_cmd(args: ImportArgs) -> Result<u8, CliError> {
-    let format: Format = args.format.parse().map_err(cli_error)?;
+pub(super) async fn import(args: ImportArgs) -> Result<Exit, CliError> {
+    let format = args.format;
     let options = ImportOptions {
         format,
         source: args.source,
@@ -18,22 +20,14 @@ pub(super) async fn import_cmd(args: ImportArgs) -> Result<u8, CliError> {
         run_solutions: args.run_solutions,
         progress: Box::new(|step| eprintln!("{step} ...")),
     };
-    let report = import::import(&options).await.map_err(cli_error)?;
+    let report = import::import(&options).await?;
     print_stdout(&summary(&report, format));
     if report.suites.is_empty() {
-        return Err(CliError::failed(
+        return Err(CliError::harness(
             "nothing imported: every task was skipped (reasons above)",
         ));
     }
-    Ok(EXIT_OK)
-}
-
-fn cli_error(err: ImportError) -> CliError {
-    if err.is_usage() {
-        CliError::usage(err.to_string())
-    } else {
-        CliError::failed(err.to_string())
-    }
+    Ok(Exit::Ok)
 }
 
 fn plural(n: usize, word: &str) -> String {

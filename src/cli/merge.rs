@@ -1,45 +1,44 @@
 //! `merge`: shard run directories into one, then the summary table of the whole.
 
-use super::{CliError, EXIT_OK, MergeArgs, print_stdout};
+use std::path::Path;
+
+use super::args::MergeArgs;
+use super::exit::Exit;
+use super::{CliError, ErrorKind, print_stdout};
 use crate::report;
 use crate::store::{self, MergeError};
 
-pub(super) fn merge(args: MergeArgs) -> Result<u8, CliError> {
-    let merged = store::merge_runs(&args.inputs, &args.out).map_err(|err| {
-        let hint = match &err {
-            MergeError::Read(_) => {
-                Some("each RUN_DIR should be a run directory written by `deltabench run`".into())
-            }
-            MergeError::Mismatch { .. } | MergeError::SameShard { .. } => Some(
-                "merge the shards of one plan: the same `deltabench run` arguments with --shard 1/N .. N/N"
-                    .into(),
-            ),
-            _ => None,
-        };
-        let message = err.to_string();
-        let error = if err.is_usage() {
-            CliError::usage(message)
-        } else {
-            CliError::failed(message)
-        };
-        error.hint(hint)
-    })?;
+const SHARDS_OF_ONE_PLAN: &str =
+    "merge the shards of one plan: the same `deltabench run` arguments with --shard 1/N .. N/N";
+
+pub(super) fn merge(args: MergeArgs) -> Result<Exit, CliError> {
+    let merged = store::merge_runs(&args.inputs, &args.out).map_err(merge_error)?;
 
     let mut text = String::new();
     for (path, shard, trials) in &merged.inputs {
         let shard = shard.map_or("unsharded".to_owned(), |s| format!("shard {s}"));
         text.push_str(&format!("{} ({shard}): {trials} trials\n", path.display()));
     }
-    let agents: Vec<String> = merged.manifest.agents.keys().cloned().collect();
+    let manifest = &merged.manifest;
+    let agents: Vec<String> = manifest.agents.keys().cloned().collect();
+    // The whole plan, which the manifest's sum over the shards given falls short of when a
+    // shard is missing.
+    let planned = manifest.tasks.len() * agents.len() * manifest.trials_per_task as usize;
     text.push_str(&format!(
-        "{}\nmerged {} of {} planned trials into {}\n",
+        "{}\nmerged {} of {planned} planned trials into {}\n",
         report::table(&report::summarize(&merged.records, &agents)),
         merged.records.len(),
-        merged.manifest.planned_trials,
         args.out.display()
     ));
     print_stdout(&text);
 
+    // An interrupted trial's record is no result: `resume` runs it again.
+    let done = merged.records.iter().filter(|r| !r.interrupted).count();
+    let missing = planned.saturating_sub(done);
+    if missing == 0 {
+        return Ok(Exit::Ok);
+    }
+    let (mut why, mut hints) = (Vec::new(), Vec::new());
     if let Some(total) = merged
         .inputs
         .first()
@@ -47,17 +46,73 @@ pub(super) fn merge(args: MergeArgs) -> Result<u8, CliError> {
         .map(|s| s.total)
         && !merged.missing_shards.is_empty()
     {
-        let missing: Vec<String> = merged.missing_shards.iter().map(u32::to_string).collect();
-        eprintln!(
-            "warning: no input holds shard {} of {total}: the merged run covers only part of the plan",
-            missing.join(", ")
+        let shards: Vec<String> = merged.missing_shards.iter().map(u32::to_string).collect();
+        why.push(format!(
+            "no input holds shard {} of {total}",
+            shards.join(", ")
+        ));
+        hints.push(format!(
+            "merge the run directories of every shard, 1/{total} .. {total}/{total}, into another --out"
+        ));
+    }
+    if !merged.interrupted.is_empty() {
+        let paths: Vec<String> = merged
+            .interrupted
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        why.push(format!("{} was interrupted", paths.join(", ")));
+        hints.push(
+            "`deltabench resume RUN_DIR` finishes an interrupted shard; then merge again into another --out"
+                .to_owned(),
         );
     }
-    for path in &merged.interrupted {
-        eprintln!(
-            "warning: {} was interrupted: some of its planned trials are missing",
-            path.display()
-        );
+    if why.is_empty() {
+        why.push("the inputs hold fewer trials than their plan".to_owned());
     }
-    Ok(EXIT_OK)
+    // Written, but planned trials have no result: like trials that could not be scored.
+    let error = CliError::unscored(format!(
+        "the merged run is missing {missing} of its {planned} planned trials: {}",
+        why.join("; ")
+    ));
+    Err(hints.into_iter().fold(error, CliError::hint))
+}
+
+/// The merge's error, saying first when an input is not a shard of the first input's plan.
+fn merge_error(err: MergeError) -> CliError {
+    match err {
+        MergeError::Read(err) => err.into(),
+        MergeError::Mismatch {
+            ref input,
+            ref first,
+            ..
+        } => {
+            let message = match (is_shard(first), is_shard(input)) {
+                (true, false) => format!(
+                    "{} is not a shard: it was run without --shard",
+                    input.display()
+                ),
+                (false, _) => format!(
+                    "{} is not a shard: it was run without --shard, so there is nothing to merge it with",
+                    first.display()
+                ),
+                (true, true) => format!(
+                    "{} is not a shard of the run {} is a shard of",
+                    input.display(),
+                    first.display()
+                ),
+            };
+            CliError::with_cause(ErrorKind::Usage, message, err).hint(SHARDS_OF_ONE_PLAN)
+        }
+        MergeError::SameShard { .. } => {
+            CliError::new(ErrorKind::Usage, err).hint(SHARDS_OF_ONE_PLAN)
+        }
+        err if err.is_usage() => CliError::new(ErrorKind::Usage, err),
+        err => CliError::new(ErrorKind::Harness, err),
+    }
+}
+
+/// Whether the run directory at `path` was run with --shard (it was read once already).
+fn is_shard(path: &Path) -> bool {
+    store::read_run(path).is_ok_and(|run| run.manifest.shard.is_some())
 }

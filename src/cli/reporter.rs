@@ -14,6 +14,8 @@ pub struct TerminalReporter {
     total: usize,
     done: usize,
     passed: usize,
+    /// Resuming a run: the trials it had recorded already (progress counts on from there).
+    resumed: Option<usize>,
     /// Trials in flight, with when they started, in start order.
     running: Vec<(String, Instant)>,
 }
@@ -26,13 +28,25 @@ impl TerminalReporter {
             total: 0,
             done: 0,
             passed: 0,
+            resumed: None,
             running: Vec::new(),
         }
     }
 
+    /// For a resumed run that had recorded `recorded` of its trials.
+    pub fn resuming(mut self, recorded: usize) -> Self {
+        self.resumed = Some(recorded);
+        self
+    }
+
     /// The bar's message: the running pass count and the trials in flight with their time.
     fn status(&self) -> String {
-        let mut text = format!("passed {}/{}", self.passed, self.done);
+        // The pass count is of the trials run now: the recorded ones are not read back.
+        let mut text = format!(
+            "passed {}/{}",
+            self.passed,
+            self.done - self.resumed.unwrap_or(0)
+        );
         if !self.running.is_empty() {
             let names: Vec<String> = self
                 .running
@@ -96,17 +110,29 @@ impl RunObserver for TerminalReporter {
         self.total = plan.trials.len();
         let count =
             |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-        eprintln!(
-            "running {} ({} x {} x {}, -j {}) into {}",
-            count(self.total, "trial", "trials"),
-            count(plan.tasks.len(), "task", "tasks"),
-            count(plan.agents.len(), "agent", "agents"),
-            count(plan.request.trials as usize, "trial", "trials"),
-            plan.request.jobs,
-            run_dir.display()
-        );
+        match self.resumed {
+            Some(recorded) => {
+                self.done = recorded;
+                eprintln!(
+                    "resuming: {recorded} of {} recorded, running {} (-j {}) into {}",
+                    count(self.total, "trial", "trials"),
+                    self.total.saturating_sub(recorded),
+                    plan.request.jobs,
+                    run_dir.display()
+                );
+            }
+            None => eprintln!(
+                "running {} ({} x {} x {}, -j {}) into {}",
+                count(self.total, "trial", "trials"),
+                count(plan.tasks.len(), "task", "tasks"),
+                count(plan.agents.len(), "agent", "agents"),
+                count(plan.request.trials as usize, "trial", "trials"),
+                plan.request.jobs,
+                run_dir.display()
+            ),
+        }
         if self.tty {
-            let bar = ProgressBar::new(self.total as u64);
+            let bar = ProgressBar::new(self.total as u64).with_position(self.done as u64);
             bar.set_style(
                 ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} ETA {eta} {msg}")
                     .unwrap_or_else(|_| ProgressStyle::default_bar()),

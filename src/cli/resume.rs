@@ -6,26 +6,20 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use super::args::ResumeOptions;
+use super::exit::Exit;
 use super::reporter::TerminalReporter;
-use super::{CliError, ResumeOptions, compare, finish_run};
-use crate::runner::{self, ResumeError};
+use super::run::finish_run;
+use super::{CliError, read_run_dir};
+use crate::runner;
 use crate::suite;
-
-impl From<ResumeError> for CliError {
-    fn from(err: ResumeError) -> Self {
-        let hint = err
-            .forcible()
-            .then(|| "pass --force to finish the run with the files as they are now".to_owned());
-        Self::usage(err.to_string()).hint(hint)
-    }
-}
 
 pub(super) async fn resume(
     run_dir: &Path,
     options: &ResumeOptions,
     jobs: Option<usize>,
-) -> Result<u8, CliError> {
-    let stored = compare::read_run_arg(run_dir)?;
+) -> Result<Exit, CliError> {
+    let stored = read_run_dir(run_dir)?;
     let manifest = stored.manifest;
     let Some(mut request) = manifest.request.clone() else {
         return Err(CliError::usage(format!(
@@ -59,14 +53,18 @@ pub(super) async fn resume(
         }
         eprintln!("warning: {err}; resuming anyway (--force)");
     }
-    let left = plan.trials.len().saturating_sub(stored.trials.len());
-    eprintln!(
-        "resuming {}: {} of {} trials recorded, {left} to run",
-        run_dir.display(),
-        stored.trials.len(),
-        plan.trials.len()
-    );
-    let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal());
+    // An interrupted trial is run again: it does not count as recorded.
+    let recorded = stored.trials.iter().filter(|r| !r.interrupted).count();
+    let finished = manifest.finished_at.is_some() && !manifest.interrupted;
+    if finished && recorded >= plan.trials.len() {
+        eprintln!(
+            "nothing to run: all {} planned trials of {} are recorded",
+            plan.trials.len(),
+            run_dir.display()
+        );
+        return Ok(Exit::Ok);
+    }
+    let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal()).resuming(recorded);
     let outcome = runner::resume(&plan, run_dir, &mut reporter, CancellationToken::new()).await?;
     reporter.finish();
     finish_run(&plan, &outcome, None)

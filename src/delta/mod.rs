@@ -19,7 +19,10 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::CodingResult;
 
 pub use diff::{DiffStats, changed_paths, commit_setup, patch_bytes};
-pub use probe::{DIFF_PATCH, FreshWorkspace, TaskProbe, VERIFY_HOME, VERIFY_LOG, VerifySpec};
+pub use probe::{
+    DIFF_PATCH, FreshWorkspace, HOOK_DIR, HOOK_REPORT, TaskProbe, VERIFY_HOME, VERIFY_LOG,
+    VerifySpec,
+};
 pub use snapshot::{EntryKind, FileChange, Snapshot, SnapshotError, snapshot};
 pub use tests_report::TestReport;
 

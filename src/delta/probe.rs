@@ -32,6 +32,10 @@ pub const DIFF_PATCH: &str = "diff.patch";
 pub const VERIFY_LOG: &str = "verify.log";
 /// The verify command's scratch home, in the artifacts folder.
 pub const VERIFY_HOME: &str = "verify-home";
+/// The test hook's folder in the verify command's home.
+pub const HOOK_DIR: &str = ".deltabench";
+/// The tests the hook saw run, one JSON object per line, in [`HOOK_DIR`].
+pub const HOOK_REPORT: &str = "tests.jsonl";
 
 /// A verify command and its own time limit.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -251,13 +255,13 @@ impl TaskProbe {
             return Ok(None);
         };
         let dir = match &self.sandbox {
-            Some(policy) => policy.home.join(".deltabench"),
-            None => artifacts.join(VERIFY_HOME).join(".deltabench"),
+            Some(policy) => policy.home.join(HOOK_DIR),
+            None => artifacts.join(VERIFY_HOME).join(HOOK_DIR),
         };
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("sitecustomize.py"), HOOK_SITECUSTOMIZE)?;
         std::fs::write(dir.join("deltabench_pytest.py"), HOOK_PYTEST)?;
-        let evidence = dir.join("tests.jsonl");
+        let evidence = dir.join(HOOK_REPORT);
         std::fs::write(&evidence, "")?;
         Ok(Some(TestHook { dir, evidence }))
     }

@@ -23,52 +23,42 @@ use std::collections::HashSet;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
-/// The formats `deltabench import` reads, as named on the command line.
-pub const FORMATS: [&str; 4] = ["swebench", "harbor", "terminal-bench", "exercism"];
+use clap::ValueEnum;
 
-/// A task-set format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A task-set format; its command-line name is the variant's in kebab case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
-    /// SWE-bench and Multi-SWE-bench rows (JSON or JSONL).
+    /// SWE-bench and Multi-SWE-bench rows, a JSON or JSONL file; one suite per repository
     Swebench,
-    /// Harbor task folders (`task.toml`, `instruction.md`, `tests/`, `solution/`).
+    /// A folder of Harbor task folders (`task.toml`, `instruction.md`, `tests/`, `solution/`)
     Harbor,
-    /// Terminal-Bench task folders (`task.yaml`, `run-tests.sh`, `tests/`, `solution.sh`).
+    /// A folder of Terminal-Bench task folders (`task.yaml`, `run-tests.sh`, `tests/`,
+    /// `solution.sh`)
     TerminalBench,
-    /// Exercism practice exercises (`.docs/`, `.meta/config.json`).
+    /// A folder of Exercism practice exercises (`.docs/`, `.meta/config.json`)
     Exercism,
 }
 
 impl Format {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Swebench => "swebench",
-            Self::Harbor => "harbor",
-            Self::TerminalBench => "terminal-bench",
-            Self::Exercism => "exercism",
-        }
+    /// Whether `--repos` and `--env` apply: the format names repositories to clone.
+    fn names_repos(self) -> bool {
+        self == Self::Swebench
     }
-}
 
-impl FromStr for Format {
-    type Err = ImportError;
-
-    fn from_str(text: &str) -> Result<Self, ImportError> {
-        match text {
-            "swebench" => Ok(Self::Swebench),
-            "harbor" => Ok(Self::Harbor),
-            "terminal-bench" => Ok(Self::TerminalBench),
-            "exercism" => Ok(Self::Exercism),
-            other => Err(ImportError::UnknownFormat(other.to_owned())),
-        }
+    /// Whether `--run-solutions` applies: the format's solutions are scripts.
+    fn has_solution_scripts(self) -> bool {
+        matches!(self, Self::Harbor | Self::TerminalBench)
     }
 }
 
 impl fmt::Display for Format {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        // Every variant has a name: none is skipped.
+        match self.to_possible_value() {
+            Some(value) => f.write_str(value.get_name()),
+            None => Ok(()),
+        }
     }
 }
 
@@ -123,8 +113,6 @@ pub struct Skipped {
 /// An import that cannot go on.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
-    #[error("unknown format '{0}'. Valid formats: {formats}", formats = FORMATS.join(", "))]
-    UnknownFormat(String),
     /// An option that does not fit the format, or a source of the wrong kind.
     #[error("{0}")]
     Usage(String),
@@ -259,29 +247,30 @@ pub async fn import(options: &ImportOptions) -> Result<ImportReport, ImportError
 
 fn check_options(options: &ImportOptions) -> Result<(), ImportError> {
     let format = options.format;
-    let misplaced = [
+    let names_repos: fn(Format) -> bool = Format::names_repos;
+    let flags = [
+        (options.repos.is_some(), "--repos", names_repos),
+        (options.env.is_some(), "--env", names_repos),
         (
-            options.repos.is_some() && format != Format::Swebench,
-            "--repos",
-            "swebench",
-        ),
-        (
-            options.env.is_some() && format != Format::Swebench,
-            "--env",
-            "swebench",
-        ),
-        (
-            options.run_solutions && !matches!(format, Format::Harbor | Format::TerminalBench),
+            options.run_solutions,
             "--run-solutions",
-            "harbor and terminal-bench",
+            Format::has_solution_scripts,
         ),
     ];
-    match misplaced.iter().find(|(wrong, ..)| *wrong) {
-        Some((_, flag, formats)) => Err(ImportError::Usage(format!(
-            "{flag} applies to {formats} only, not to {format}"
-        ))),
-        None => Ok(()),
+    for (given, flag, applies) in flags {
+        if given && !applies(format) {
+            let formats: Vec<String> = Format::value_variants()
+                .iter()
+                .filter(|f| applies(**f))
+                .map(ToString::to_string)
+                .collect();
+            return Err(ImportError::Usage(format!(
+                "{flag} applies to {} only, not to {format}",
+                formats.join(" and ")
+            )));
+        }
     }
+    Ok(())
 }
 
 /// The suite's name: the `--out` folder's name (it names `deltabench run`'s output folder).
@@ -291,7 +280,7 @@ fn suite_name(out: &Path, format: Format) -> String {
         .map(|n| task_id(&n.to_string_lossy()))
         .unwrap_or_default();
     if name == "task" || name.is_empty() {
-        format.name().to_owned()
+        format.to_string()
     } else {
         name
     }
@@ -401,15 +390,5 @@ mod tests {
         assert_eq!(ids.claim("../.."), "..-..");
         assert_eq!(ids.claim(".."), "task");
         assert_eq!(ids.claim("éé"), "task-2");
-    }
-
-    #[test]
-    fn unknown_formats_list_the_valid_ones() {
-        let err = "swe-bench".parse::<Format>().unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "unknown format 'swe-bench'. Valid formats: swebench, harbor, terminal-bench, exercism"
-        );
-        assert!(err.is_usage());
     }
 }

@@ -28,9 +28,8 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::harness::{Endpoint, HarnessKind, find_program, is_loopback};
 use crate::metric::TestEvidence;
 use crate::model::{Script, ScriptedServer};
+use crate::store::RunRequest;
 use crate::store::{HeldLease, Manifest, Outcome, RunDir, TrialRecord, layout, sanitize};
-// The CLI still names these through the runner.
-pub use crate::store::{RunRequest, Shard};
 use crate::suite::{AgentSpec, Located, Suite, SuiteLock, agent_configs};
 
 use crate::workspace::{
@@ -350,8 +349,21 @@ pub enum RunError {
         message: String,
         at: Option<(PathBuf, u64, u64)>,
     },
-    #[error("{0}")]
-    Io(String),
+    /// The harness could not do its part (write the run directory, start a server).
+    #[error("{context}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RunError {
+    /// `RunError::Io` with `context`, for `map_err`.
+    fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        let context = context.into();
+        move |source| Self::Io { context, source }
+    }
 }
 
 /// The result of a whole run.
@@ -378,7 +390,10 @@ pub async fn execute(
             message: e.to_string(),
             at: None,
         },
-        _ => RunError::Io(format!("{}: {e}", run_dir.display())),
+        _ => RunError::io(format!(
+            "cannot create the run directory {}",
+            run_dir.display()
+        ))(e),
     })?;
     let manifest = Manifest {
         suite: suite.name.clone(),
@@ -423,7 +438,9 @@ pub async fn resume(
     observer: &mut dyn RunObserver,
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
-    let (store, stored) = RunDir::reopen(run_dir).map_err(|e| RunError::Io(e.to_string()))?;
+    let (store, stored) = RunDir::reopen(run_dir).map_err(|e| {
+        RunError::io(format!("cannot reopen {}", run_dir.display()))(std::io::Error::other(e))
+    })?;
     let mut manifest = stored.manifest;
     manifest.finished_at = None;
     manifest.jobs = plan.request.jobs;
@@ -455,10 +472,10 @@ async fn carry_out(
     manifest.workdir = root.display().to_string();
     store
         .write_manifest(&manifest)
-        .map_err(|e| RunError::Io(format!("cannot write the manifest: {e}")))?;
+        .map_err(RunError::io("cannot write the manifest"))?;
     // Taken before the root exists: whatever this run leaves under it, gc can find.
     let lease = HeldLease::acquire(&plan.request.cache, &run_dir, &root)
-        .map_err(|e| RunError::Io(format!("cannot write a lease file: {e}")))?;
+        .map_err(RunError::io("cannot write a lease file"))?;
 
     let (source, commits) = {
         let suite = suite.clone();
@@ -468,7 +485,9 @@ async fn carry_out(
         let prepared =
             tokio::task::spawn_blocking(move || prepare(&suite, &staging, &cache, &tasks))
                 .await
-                .map_err(|e| RunError::Io(e.to_string()))
+                .map_err(|e| {
+                    RunError::io("the source preparation failed")(std::io::Error::other(e))
+                })
                 .and_then(|prepared| prepared);
         match prepared {
             Ok(prepared) => prepared,
@@ -592,8 +611,10 @@ async fn carry_out(
     let mut records = done;
     let mut interrupts = 0;
     let mut forced = false;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| RunError::Io(e.to_string()))?;
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| RunError::Io(e.to_string()))?;
+    let mut sigint =
+        signal(SignalKind::interrupt()).map_err(RunError::io("cannot handle SIGINT"))?;
+    let mut sigterm =
+        signal(SignalKind::terminate()).map_err(RunError::io("cannot handle SIGTERM"))?;
     loop {
         tokio::select! {
             event = rx.recv() => {
@@ -605,7 +626,7 @@ async fn carry_out(
                     }
                     Some(TrialEvent::Finished(record)) => (*record)?,
                 };
-                store.append(&record).map_err(|e| RunError::Io(format!("cannot append to trials.jsonl: {e}")))?;
+                store.append(&record).map_err(RunError::io("cannot append to trials.jsonl"))?;
                 observer.trial_finished(&record);
                 records.push(record);
             }
@@ -645,7 +666,7 @@ async fn carry_out(
     manifest.interrupted = cancel.is_cancelled() || records.len() < plan.trials.len();
     store
         .write_manifest(&manifest)
-        .map_err(|e| RunError::Io(format!("cannot write the manifest: {e}")))?;
+        .map_err(RunError::io("cannot write the manifest"))?;
     Ok(RunOutcome {
         run_dir,
         records,
@@ -684,9 +705,7 @@ impl ScriptedEndpoints {
             })?;
             let server = ScriptedServer::start(script, SocketAddr::from(([127, 0, 0, 1], 0)))
                 .await
-                .map_err(|err| {
-                    RunError::Io(format!("cannot start the scripted model endpoint: {err}"))
-                })?;
+                .map_err(RunError::io("cannot start the scripted model endpoint"))?;
             started.urls.insert(path.clone(), server.url());
             started.servers.push(server);
         }
@@ -703,11 +722,14 @@ impl ScriptedEndpoints {
 /// The trial's folder, emptied: a run killed mid-trial may have left part of its artifacts.
 fn fresh_trial_dir(run_dir: &Path, task: &str, spec: &TrialSpec) -> Result<PathBuf, RunError> {
     let dir = layout::trial_path(run_dir, task, &spec.agent, spec.trial);
-    std::fs::create_dir_all(&dir).map_err(|e| RunError::Io(e.to_string()))?;
+    std::fs::create_dir_all(&dir).map_err(RunError::io(format!(
+        "cannot create the folder of {task} / {} #{}",
+        spec.agent, spec.trial
+    )))?;
     if std::fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some()) {
         std::fs::remove_dir_all(&dir)
             .and_then(|()| std::fs::create_dir_all(&dir))
-            .map_err(|e| RunError::Io(format!("cannot clear {}: {e}", dir.display())))?;
+            .map_err(RunError::io(format!("cannot clear {}", dir.display())))?;
     }
     Ok(dir)
 }
@@ -788,7 +810,7 @@ fn prepare(
     tasks: &[usize],
 ) -> Result<(PreparedSource, Vec<String>), RunError> {
     std::fs::create_dir_all(root)
-        .map_err(|e| RunError::Io(format!("cannot create {}: {e}", root.display())))?;
+        .map_err(RunError::io(format!("cannot create {}", root.display())))?;
     let mut source = prepare_source(&suite.repo, cache).map_err(|message| RunError::Config {
         message: format!(
             "repo {} ({}): {message}",
@@ -822,7 +844,11 @@ fn prepare(
     // Workspaces borrow objects from per-commit history repos, never the whole source.
     source
         .prepare_histories(resolved.values().map(String::as_str), cache)
-        .map_err(RunError::Io)?;
+        .map_err(|message| {
+            RunError::io("cannot prepare the base commits' histories")(std::io::Error::other(
+                message,
+            ))
+        })?;
     Ok((source, commits))
 }
 

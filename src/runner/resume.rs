@@ -58,7 +58,8 @@ pub fn check_resumable(manifest: &Manifest, plan: &Plan) -> Result<(), ResumeErr
         });
     }
     if manifest.shard != plan.request.shard {
-        let label = |shard: Option<super::Shard>| shard.map_or("none".into(), |s| s.to_string());
+        let label =
+            |shard: Option<crate::store::Shard>| shard.map_or("none".into(), |s| s.to_string());
         return Err(ResumeError::PlanChanged {
             what: "shard",
             change: format!(

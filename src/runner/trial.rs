@@ -256,7 +256,7 @@ pub async fn run_trial(
                     duration_ms: verify.duration_ms,
                 });
                 let evidence = TestEvidence::of(verify);
-                let _ = write_json_atomic(&dir.join("tests.json"), &evidence);
+                let _ = write_json_atomic(&dir.join(layout::TESTS), &evidence);
             }
             describe_result(&mut record, &outcome.result);
             let sandbox_failed = outcome.result.output.metadata.contains_key(SANDBOX_FAILED);

@@ -5,8 +5,8 @@
 //!   manifest.json      suite name and digest, agents and configs, the request, version, times
 //!   trials.jsonl       one line per finished trial, appended and fsynced before it is reported
 //!   trials/<task>/<agent>/<n>/
-//!     events.jsonl  diff.patch  verify.log  agent.log  result.json  (instruction.md, setup.log,
-//!     verify-setup.log, verify-home/)
+//!     events.jsonl  diff.patch  verify.log  agent.log  result.json  tests.json  (instruction.md,
+//!     setup.log, verify-setup.log, verify-home/)
 //! ```
 //!
 //! The probe and the command agent write their files into the trial folder they are given, so
@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 
 pub use crate::agent::{AGENT_LOG, INSTRUCTION_FILE};
-pub use crate::delta::{DIFF_PATCH, VERIFY_HOME, VERIFY_LOG};
+pub use crate::delta::{DIFF_PATCH, HOOK_DIR, HOOK_REPORT, VERIFY_HOME, VERIFY_LOG};
 
 use super::{TrialRecord, sanitize};
 
@@ -30,6 +30,8 @@ pub const TRIALS_DIR: &str = "trials";
 pub const EVENTS: &str = "events.jsonl";
 /// What the agent said it did: kept for reading, never scored.
 pub const RESULT: &str = "result.json";
+/// What the verify output showed (tests run, passed, failed): the evidence `validate` keeps.
+pub const TESTS: &str = "tests.json";
 /// The task's `setup:` output in the agent's workspace.
 pub const SETUP_LOG: &str = "setup.log";
 /// The task's `setup:` output in the verify workspace.
@@ -43,6 +45,11 @@ pub fn trial_path(run_dir: &Path, task: &str, agent: &str, trial: u32) -> PathBu
         .join(task)
         .join(sanitize(agent))
         .join(trial.to_string())
+}
+
+/// Where the verify run's test hook reported, in a trial folder (unsandboxed verify runs).
+pub fn hook_report(trial_dir: &Path) -> PathBuf {
+    trial_dir.join(VERIFY_HOME).join(HOOK_DIR).join(HOOK_REPORT)
 }
 
 /// The folder of `record`'s trial in the run at `run_dir`.

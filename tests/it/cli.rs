@@ -31,6 +31,7 @@ macro_rules! deltabench_snapshot {
         output
     }};
 }
+pub(crate) use deltabench_snapshot;
 
 /// The repository root: the bundled suites and fixtures live under it.
 fn repo() -> &'static Path {
@@ -38,21 +39,21 @@ fn repo() -> &'static Path {
 }
 
 /// One test's temp dir (the cwd of its commands, their cache) and how its output is filtered.
-struct Cli {
+pub(crate) struct Cli {
     tmp: tempfile::TempDir,
 }
 
 impl Cli {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self { tmp: temp_dir() }
     }
 
-    fn path(&self, relative: &str) -> PathBuf {
+    pub(crate) fn path(&self, relative: &str) -> PathBuf {
         self.tmp.path().join(relative)
     }
 
     /// `deltabench ARGS` in the temp dir; its cache is `[TEMP]/cache`.
-    fn command(&self, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut command = deltabench(self.tmp.path());
         command
             .args(args)
@@ -65,19 +66,11 @@ impl Cli {
 
     /// `deltabench ARGS` in the repository root (for `suites/demo` as the README writes it),
     /// with the cache still in the temp dir.
-    fn in_repo(&self, args: &[&str]) -> Command {
+    pub(crate) fn in_repo(&self, args: &[&str]) -> Command {
         let mut command = self.command(args);
         command
             .current_dir(repo())
             .env("DELTABENCH_CACHE", self.path("cache"));
-        command
-    }
-
-    /// `deltabench ARGS` as a user runs it, without the tests' `DELTABENCH_CACHE` (clap shows an
-    /// env variable's value in the help).
-    fn bare(&self, args: &[&str]) -> Command {
-        let mut command = self.command(args);
-        command.env_remove("DELTABENCH_CACHE");
         command
     }
 
@@ -116,7 +109,7 @@ impl Cli {
     }
 
     /// Runs `command`; returns its snapshot text and its unfiltered output.
-    fn run_and_format(&self, command: &mut Command) -> (String, Output) {
+    pub(crate) fn run_and_format(&self, command: &mut Command) -> (String, Output) {
         let output = command
             .stdin(Stdio::null())
             .output()
@@ -132,7 +125,7 @@ impl Cli {
     }
 
     /// The snapshot text of `output`: success, exit code, stdout and stderr, filtered.
-    fn format(&self, output: &Output) -> String {
+    pub(crate) fn format(&self, output: &Output) -> String {
         format!(
             "success: {}\nexit_code: {}\n----- stdout -----\n{}\n----- stderr -----\n{}",
             output.status.success(),
@@ -146,7 +139,7 @@ impl Cli {
     }
 
     /// `deltabench ARGS`, filtered: the snapshot's description.
-    fn command_line(&self, command: &Command) -> String {
+    pub(crate) fn command_line(&self, command: &Command) -> String {
         let args: Vec<String> = command
             .get_args()
             .map(|arg| arg.to_string_lossy().into_owned())
@@ -169,6 +162,8 @@ static FILTERS: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
         // A run's workspaces: WORKDIR/deltabench-OUT-PID.
         (r"(deltabench-[\w.-]+?)-\d+\b", "$1-[PID]"),
         (r"\bpid \d+", "pid [PID]"),
+        // A commit of a repo made by the test: its id depends on the time.
+        (r"\b[0-9a-f]{40}\b", "[COMMIT]"),
         (r"127\.0\.0\.1:\d+", "127.0.0.1:[PORT]"),
         (
             r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z| UTC)?",
@@ -191,45 +186,35 @@ static DURATION: LazyLock<Regex> = LazyLock::new(|| {
 
 static TRAILING_SPACE: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?m)[ \t]+$").unwrap());
 
-/// The subcommands `deltabench --help` lists, in its order; each has a help snapshot below.
-const SUBCOMMANDS: [&str; 12] = [
-    "run", "validate", "report", "merge", "schema", "compare", "plan", "import", "resume", "gc",
-    "model", "init",
-];
+/// Every subcommand's path (`["model", "serve"]`), from the command line's own definition.
+fn subcommands(command: &clap::Command, path: &[String]) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    for sub in command.get_subcommands().filter(|c| c.get_name() != "help") {
+        let mut sub_path = path.to_vec();
+        sub_path.push(sub.get_name().to_owned());
+        found.push(sub_path.clone());
+        found.extend(subcommands(sub, &sub_path));
+    }
+    found
+}
 
+/// Each help snapshot, a new subcommand's included. The commands run with `DELTABENCH_CACHE`
+/// set: the help names the variable, never its value.
 #[test]
 fn help_of_every_subcommand() {
     let cli = Cli::new();
-    let top = deltabench_snapshot!(cli, "help", &mut cli.bare(&["--help"]));
-    // A new subcommand gets its help snapshot here.
-    let listed: Vec<String> = String::from_utf8_lossy(&top.stdout)
-        .lines()
-        .skip_while(|line| *line != "Commands:")
-        .skip(1)
-        .take_while(|line| !line.is_empty())
-        // A name is indented by two; its wrapped description, by more.
-        .filter_map(|line| line.strip_prefix("  "))
-        .filter(|line| !line.starts_with(' '))
-        .filter_map(|line| line.split_whitespace().next())
-        .filter(|name| *name != "help")
-        .map(str::to_owned)
-        .collect();
-    assert_eq!(listed, SUBCOMMANDS, "the subcommands --help lists");
-    for name in SUBCOMMANDS {
-        deltabench_snapshot!(
-            cli,
-            &format!("help_{name}"),
-            &mut cli.bare(&[name, "--help"])
-        );
+    deltabench_snapshot!(cli, "help", &mut cli.command(&["--help"]));
+    let all = subcommands(&deltabench::cli::command(), &[]);
+    assert!(all.len() > 10, "{all:?}");
+    for path in all {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        let name = format!("help_{}", args.join("_"));
+        args.push("--help");
+        deltabench_snapshot!(cli, &name, &mut cli.command(&args));
     }
-    deltabench_snapshot!(
-        cli,
-        "help_model_serve",
-        &mut cli.bare(&["model", "serve", "--help"])
-    );
-    deltabench_snapshot!(cli, "version", &mut cli.bare(&["--version"]));
-    deltabench_snapshot!(cli, "no_subcommand", &mut cli.bare(&[]));
-    deltabench_snapshot!(cli, "unknown_subcommand", &mut cli.bare(&["frobnicate"]));
+    deltabench_snapshot!(cli, "version", &mut cli.command(&["--version"]));
+    deltabench_snapshot!(cli, "no_subcommand", &mut cli.command(&[]));
+    deltabench_snapshot!(cli, "unknown_subcommand", &mut cli.command(&["frobnicate"]));
 }
 
 /// One demo run, then each command that reads a run directory on it.
@@ -256,6 +241,11 @@ fn demo_run_then_report_compare_plan_resume() {
     deltabench_snapshot!(cli, "report_table", &mut cli.command(&["report", base]));
     deltabench_snapshot!(
         cli,
+        "report_missing_run_dir",
+        &mut cli.command(&["report", "no-such-run"])
+    );
+    deltabench_snapshot!(
+        cli,
         "report_unknown_format",
         &mut cli.command(&["report", base, "--format", "xml"])
     );
@@ -274,6 +264,11 @@ fn demo_run_then_report_compare_plan_resume() {
         cli,
         "compare_unknown_format",
         &mut cli.command(&["compare", base, "oracle", "noop", "--format", "yaml"])
+    );
+    deltabench_snapshot!(
+        cli,
+        "compare_missing_run_dir",
+        &mut cli.command(&["compare", base, "no-such-run"])
     );
     deltabench_snapshot!(
         cli,
@@ -299,6 +294,12 @@ fn demo_run_then_report_compare_plan_resume() {
         cli,
         "resume",
         &mut cli.command(&["resume", partial, "-j", "1"])
+    );
+    // Finished now: nothing is left to run.
+    deltabench_snapshot!(
+        cli,
+        "resume_finished",
+        &mut cli.command(&["resume", partial])
     );
     deltabench_snapshot!(
         cli,
@@ -423,11 +424,47 @@ fn shards_then_merge() {
         "merge_missing_shard",
         &mut cli.command(&["merge", "shard1", "--out", "half"])
     );
+    // Shard 2 as a run killed before its trial was recorded.
+    copy_dir(&cli.path("shard2"), &cli.path("shard2-killed"));
+    std::fs::write(cli.path("shard2-killed/trials.jsonl"), "").unwrap();
+    let manifest = cli.path("shard2-killed/manifest.json");
+    let mut value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    value["interrupted"] = true.into();
+    std::fs::write(&manifest, value.to_string()).unwrap();
+    deltabench_snapshot!(
+        cli,
+        "merge_interrupted_shard",
+        &mut cli.command(&["merge", "shard1", "shard2-killed", "--out", "cut"])
+    );
     deltabench_snapshot!(
         cli,
         "merge_not_a_run",
         &mut cli.command(&["merge", "shard1", "no-such-run", "--out", "none"])
     );
+    // An unsharded run of other agents.
+    let output = cli
+        .in_repo(&[
+            "run",
+            "suites/demo",
+            "--agent",
+            "noop",
+            "--task",
+            "word-count",
+            "--workdir",
+            work.to_str().unwrap(),
+            "--out",
+            cli.path("unsharded").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    deltabench_snapshot!(
+        cli,
+        "merge_not_a_shard",
+        &mut cli.command(&["merge", "shard1", "unsharded", "--out", "none"])
+    );
+    assert!(!cli.path("none").exists(), "a refused merge writes nothing");
 }
 
 #[test]
@@ -435,6 +472,28 @@ fn init_then_init_again() {
     let cli = Cli::new();
     deltabench_snapshot!(cli, "init", &mut cli.command(&["init", "first"]));
     deltabench_snapshot!(cli, "init_again", &mut cli.command(&["init", "first"]));
+}
+
+/// The lock is written, and said to be, only when what the reference showed changed.
+#[test]
+fn validate_records_the_lock_once() {
+    let cli = Cli::new();
+    std::fs::create_dir_all(cli.path("work")).unwrap();
+    let output = cli.command(&["init", "suite"]).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let validate = ["validate", "suite", "-j", "1", "--workdir", "work"];
+    deltabench_snapshot!(
+        cli,
+        "validate_records_the_lock",
+        &mut cli.command(&validate)
+    );
+    let lock = std::fs::read_to_string(cli.path("suite/suite.lock.json")).unwrap();
+    deltabench_snapshot!(cli, "validate_lock_unchanged", &mut cli.command(&validate));
+    assert_eq!(
+        std::fs::read_to_string(cli.path("suite/suite.lock.json")).unwrap(),
+        lock,
+        "an unchanged lock is not rewritten"
+    );
 }
 
 #[test]
@@ -526,13 +585,11 @@ fn model_serve_until_sigterm_and_its_errors() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Ready once it prints its URL; then SIGTERM stops it cleanly.
+    // Ready once it prints its URL, its SIGTERM handler in place: SIGTERM at once stops it
+    // cleanly (exit 0, not death by the signal).
     let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
-    // The server installs its SIGTERM handler only after printing the URL: a SIGTERM sent right
-    // away kills it by the default action (exit by signal, not 0). Give it a moment.
-    std::thread::sleep(std::time::Duration::from_millis(300));
     let pid = nix::unistd::Pid::from_raw(child.id().try_into().unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let mut rest = Vec::new();

@@ -1,59 +1,186 @@
-//! Each exit code, through the real binary: 0 ok, 1 a verdict failed, 2 usage or configuration
-//! error, 3 unscored trials, 130 interrupted. Also covered elsewhere: 1 by
-//! `compare::*regress*` and validate's tests, 3 by `crash::retries_*` and
+//! Each exit code of `deltabench::cli::exit`, produced by the real binary and snapshotted whole,
+//! and the tables that list them (`--help`, README) checked against that module. Also covered
+//! elsewhere: 1 by `compare::*regress*` and validate's tests, 3 by `crash::retries_*` and
 //! `gaming::a_sandbox_that_cannot_start_*`, 130 by `lifecycle::*interrupt*`.
 
-use crate::common::{deltabench, one_file_repo, run_suite, stderr, stdout, write_suite};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use deltabench::cli::exit::Exit;
+
+use crate::cli::{Cli, deltabench_snapshot};
+use crate::common::{git_repo, one_file_repo, run_suite, stderr, write_files, write_suite};
 
 const SUITE: &str = "name: exits\nrepo: repo\ntasks:\n  - {id: t, instruction: x, verify: \"grep -q fixed a.txt\", solution: sol}\n";
 
+/// `deltabench run suite.yaml --workdir work --out OUT` plus `extra`, in the test's temp dir.
+fn run(cli: &Cli, out: &str, extra: &[&str]) -> std::process::Command {
+    let mut args = vec!["run", "suite.yaml", "--workdir", "work", "--out", out];
+    args.extend(extra);
+    cli.command(&args)
+}
+
+/// One binary run for each exit code, each code's snapshot named after it.
 #[test]
-fn exit_codes_match_the_help_table() {
-    let tmp = one_file_repo();
-    write_suite(tmp.path(), SUITE);
-    crate::common::write_files(tmp.path(), &[("sol/a.txt", "fixed\n")]);
+fn each_exit_code_through_the_binary() {
+    let cli = Cli::new();
+    git_repo(cli.path(".").as_path(), &[("a.txt", "a\n")]);
+    write_suite(&cli.path("."), SUITE);
+    write_files(&cli.path("."), &[("sol/a.txt", "fixed\n")]);
+    std::fs::create_dir_all(cli.path("work")).unwrap();
+    let mut seen = Vec::new();
+    let mut check = |exit: Exit, output: &std::process::Output| {
+        assert_eq!(output.status.code(), Some(exit.code().into()), "{exit:?}");
+        seen.push(exit);
+    };
+
     // 0: every trial scored, a failing noop included.
-    let (output, _, _) = run_suite(tmp.path(), &["--agent", "noop", "--agent", "oracle"]);
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    // 2: the same --out again holds a run.
-    let (again, _, _) = run_suite(tmp.path(), &["--agent", "noop"]);
-    // Its message: the snapshot `cli::run_out_in_use`.
-    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
-    // 2: a bad flag.
-    let bad = deltabench(tmp.path())
-        .args(["run", "suite.yaml", "--trials", "0"])
-        .output()
-        .unwrap();
-    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
-    // 3: a setup that fails is the harness's, not the agent's.
+    let ok = deltabench_snapshot!(
+        cli,
+        "exit_0_ok",
+        &mut run(
+            &cli,
+            "out",
+            &["--agent", "noop", "--agent", "oracle", "-j", "1"]
+        )
+    );
+    check(Exit::Ok, &ok);
+
+    // 2: a folder that holds no run, named as one; the chain says why.
+    std::fs::create_dir_all(cli.path("not-a-run")).unwrap();
+    let usage = deltabench_snapshot!(
+        cli,
+        "exit_2_usage",
+        &mut cli.command(&["report", "not-a-run"])
+    );
+    check(Exit::Usage, &usage);
+
+    // 3: the harness cannot create the run directory (its parent is a file).
+    std::fs::write(cli.path("a-file"), "").unwrap();
+    let harness = deltabench_snapshot!(
+        cli,
+        "exit_3_harness",
+        &mut run(&cli, "a-file/out", &["--agent", "noop", "-j", "1"])
+    );
+    check(Exit::Unscored, &harness);
+
+    // 3: a setup that fails is the harness's, not the agent's: the trial is not scored.
     write_suite(
-        tmp.path(),
+        &cli.path("."),
         &SUITE.replace("verify:", "setup: \"exit 9\", verify:"),
     );
-    let work = tmp.path().join("work");
-    let unscored = deltabench(tmp.path())
-        .args(["run", "suite.yaml", "--agent", "noop", "--workdir"])
-        .arg(&work)
-        .arg("--out")
-        .arg(tmp.path().join("out-3"))
-        .output()
-        .unwrap();
-    assert_eq!(unscored.status.code(), Some(3), "{}", stderr(&unscored));
+    let unscored = deltabench_snapshot!(
+        cli,
+        "exit_3_unscored",
+        &mut run(&cli, "out-3", &["--agent", "noop", "-j", "1"])
+    );
+    check(Exit::Unscored, &unscored);
+
     // 1: validate finds the task unsound (the setup fails, so nothing is proven).
-    let validated = deltabench(tmp.path())
-        .args(["validate", "suite.yaml", "--workdir"])
-        .arg(&work)
-        .output()
+    let verdict = deltabench_snapshot!(
+        cli,
+        "exit_1_verdict_failed",
+        &mut cli.command(&["validate", "suite.yaml", "--workdir", "work", "-j", "1"])
+    );
+    check(Exit::VerdictFailed, &verdict);
+
+    // 130: SIGINT while the agent runs; the aborted trial is recorded, not scored.
+    write_suite(
+        &cli.path("."),
+        &SUITE.replace(
+            "tasks:",
+            "agents:\n  sleeper: {kind: command, run: \"sleep 60\"}\ntasks:",
+        ),
+    );
+    let interrupted = interrupt_when_started(
+        &cli,
+        &mut run(&cli, "out-130", &["--agent", "sleeper", "-j", "1"]),
+    );
+    check(Exit::Interrupted, &interrupted);
+
+    seen.sort_by_key(|exit| exit.code());
+    seen.dedup();
+    assert_eq!(
+        seen,
+        Exit::ALL,
+        "each exit code, produced through the binary"
+    );
+}
+
+/// Runs `command` (a run into `out-130` of task `t` by agent `sleeper`), sends SIGINT once the
+/// agent runs (its instruction file is written as it starts), and snapshots what was printed.
+fn interrupt_when_started(cli: &Cli, command: &mut std::process::Command) -> std::process::Output {
+    let instruction = cli.path("out-130/trials/t/sleeper/1/instruction.md");
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    assert_eq!(validated.status.code(), Some(1), "{}", stdout(&validated));
-    // The help's table of the same codes: the snapshot `cli::help`.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !instruction.exists() {
+        assert!(Instant::now() < deadline, "the agent never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = nix::unistd::Pid::from_raw(child.id().try_into().unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let output = child.wait_with_output().unwrap();
+    insta::with_settings!({
+        description => format!("{}, then SIGINT once the agent runs", cli.command_line(command)),
+        omit_expression => true,
+    }, {
+        insta::assert_snapshot!("exit_130_interrupted", cli.format(&output));
+    });
+    output
+}
+
+/// README's "Exit codes" table: one row per code of the exit module, in its order, each
+/// starting with the words `--help` prints for it.
+#[test]
+fn the_readme_table_is_the_exit_module() {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let rows: Vec<(u8, &str)> = readme
+        .lines()
+        .skip_while(|line| *line != "## Exit codes")
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'))
+        .skip(2)
+        .map(|row| {
+            let cells: Vec<&str> = row.trim_matches('|').splitn(2, '|').collect();
+            (cells[0].trim().parse().unwrap(), cells[1].trim())
+        })
+        .collect();
+    assert_eq!(
+        rows.iter().map(|(code, _)| *code).collect::<Vec<_>>(),
+        Exit::ALL.map(Exit::code),
+        "README's codes"
+    );
+    for (exit, (_, meaning)) in Exit::ALL.iter().zip(&rows) {
+        assert!(
+            meaning.starts_with(exit.meaning()),
+            "README's row for {}: {meaning:?} does not start with {:?}",
+            exit.code(),
+            exit.meaning()
+        );
+    }
+    // `--help` prints the table from the module (the snapshot `cli::help`).
+    let help = deltabench::cli::command().render_help().to_string();
+    for exit in Exit::ALL {
+        assert!(
+            help.contains(&format!("{:>3}  {}", exit.code(), exit.meaning())),
+            "{help}"
+        );
+    }
 }
 
 /// The plain progress lines (no TTY): one per trial, with the reason a trial did not pass.
 #[test]
 fn progress_lines_give_the_reason() {
     let tmp = one_file_repo();
-    crate::common::write_files(tmp.path(), &[("hidden/check.txt", "x\n")]);
+    write_files(tmp.path(), &[("hidden/check.txt", "x\n")]);
     write_suite(
         tmp.path(),
         "name: progress\nrepo: repo\nagents:\n  \

@@ -404,7 +404,7 @@ fn swebench_bad_input_names_the_file_row_and_field() {
     assert_eq!(output.status.code(), Some(2));
     assert!(
         stderr(&output).contains(
-            "unknown format 'swe-bench'. Valid formats: swebench, harbor, terminal-bench, exercism"
+            "invalid value 'swe-bench' for '<FORMAT>'\n  [possible values: swebench, harbor, terminal-bench, exercism]"
         ),
         "{}",
         stderr(&output)

@@ -1,5 +1,6 @@
-//! What `validate` shows of a bad task: the evidence its trials left in their folders
-//! (`verify.log`, `tests.json`, the test hook's report), so the reason reads without a rerun.
+//! What a task's trials left in their folders (`verify.log`, `tests.json`, the test hook's
+//! report): the evidence shown under a bad task, so the reason reads without a rerun, and what the
+//! reference showed, for the suite's lock.
 
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
@@ -7,7 +8,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use crate::metric::TestEvidence;
-use crate::store::{self, TrialRecord};
+use crate::store::{TrialRecord, layout};
 
 /// Lines of `verify.log` shown under a bad task: enough for an assertion and its summary.
 pub(super) const TAIL_LINES: usize = 10;
@@ -26,12 +27,8 @@ pub(super) struct Trial<'a> {
 
 impl<'a> Trial<'a> {
     pub fn read(run_dir: &Path, record: &'a TrialRecord) -> Self {
-        let dir = run_dir
-            .join("trials")
-            .join(&record.task)
-            .join(store::sanitize(&record.agent))
-            .join(record.trial.to_string());
-        let tests = std::fs::read(dir.join("tests.json"))
+        let dir = layout::record_path(run_dir, record);
+        let tests = std::fs::read(dir.join(layout::TESTS))
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok());
         Self { record, dir, tests }
@@ -59,20 +56,20 @@ impl<'a> Trial<'a> {
     /// The ids of the tests that failed: the hook's report, else the runner's output.
     pub fn failed_tests(&self) -> Vec<String> {
         // Where the probe's test hook writes (validate runs every task under `worktree`).
-        let hooked = std::fs::read_to_string(self.dir.join("verify-home/.deltabench/tests.jsonl"))
+        let hooked = std::fs::read_to_string(layout::hook_report(&self.dir))
             .map(|text| crate::delta::TestReport::parse(&text).failed)
             .unwrap_or_default();
         if !hooked.is_empty() {
             return hooked.into_iter().collect();
         }
-        std::fs::read(self.dir.join("verify.log"))
+        std::fs::read(self.dir.join(layout::VERIFY_LOG))
             .map(|bytes| failed_in_output(&String::from_utf8_lossy(&bytes)))
             .unwrap_or_default()
     }
 
     /// The last lines of `verify.log`, indented, after a line naming the file.
     pub fn log_tail(&self, indent: &str) -> String {
-        let path = self.dir.join("verify.log");
+        let path = self.dir.join(layout::VERIFY_LOG);
         let text = match std::fs::read(&path) {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(e) => return format!("{indent}(cannot read {}: {e})\n", path.display()),
@@ -104,6 +101,26 @@ impl<'a> Trial<'a> {
         }
         out
     }
+}
+
+/// What every oracle trial's verify run showed (its `tests.json`): the least of them, so a trial
+/// is held only to what the reference always shows. None when a trial has no `tests.json`.
+pub(super) fn reference_evidence(oracle: &[Trial]) -> Option<TestEvidence> {
+    let mut least: Option<TestEvidence> = None;
+    for trial in oracle {
+        let seen = trial.tests.clone()?;
+        least = Some(match least {
+            None => seen,
+            Some(mut least) => {
+                least.ran = least.ran.min(seen.ran);
+                least.passed = least.passed.min(seen.passed);
+                least.names.retain(|name| seen.names.contains(name));
+                least.runners.retain(|name| seen.runners.contains(name));
+                least
+            }
+        });
+    }
+    least
 }
 
 /// `a, b, c (+2 more)`.

@@ -1,22 +1,11 @@
-//! `deltabench init [DIR]`: a first suite that validates and runs as written, every part of it
-//! commented, so writing one takes no guessing.
+//! What `init` writes: a small Python project with a bug, one task with hidden tests and a
+//! reference solution, a stand-in agent script, and a suite.yaml with every key commented.
 
-use std::path::{Path, PathBuf};
-
-use super::{CliError, EXIT_OK, print_stdout};
-
-#[derive(Debug, clap::Args)]
-pub(super) struct InitArgs {
-    /// The folder to write the suite into (created when missing); must not hold a suite.yaml.
-    #[arg(value_name = "DIR", default_value = ".")]
-    dir: PathBuf,
-}
-
-const TASK: &str = "fix-median";
+pub(super) const TASK: &str = "fix-median";
 
 /// The code under test, committed as the task's base. The bug: `median` of an even-length
 /// list returns the upper middle value instead of the mean of the two middle values.
-const PROJECT: &[(&str, &str)] = &[
+pub(super) const PROJECT: &[(&str, &str)] = &[
     (
         "README.md",
         "# stats\n\nSmall statistics helpers: `mean` and `median` in `stats.py`.\n\n\
@@ -201,97 +190,8 @@ tasks:
     tags: [bugfix, python]
 "#;
 
-pub(super) fn init(args: &InitArgs) -> Result<u8, CliError> {
-    let dir = &args.dir;
-    if dir.join("suite.yaml").exists() {
-        return Err(CliError::usage(format!(
-            "{} already holds a suite.yaml: init writes a new suite only",
-            dir.display()
-        ))
-        .hint(Some(
-            "name a new folder: `deltabench init DIR` creates it".into(),
-        )));
-    }
-    let files = scaffold(&suite_name(dir));
-    let taken: Vec<String> = files
-        .iter()
-        .map(|(path, _)| top_level(path))
-        .chain(["project".to_owned()])
-        .filter(|top| dir.join(top).exists())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    if !taken.is_empty() {
-        return Err(CliError::usage(format!(
-            "{} already holds {}: init writes there and would mix its files with yours",
-            dir.display(),
-            taken.join(", ")
-        ))
-        .hint(Some(
-            "name a new folder: `deltabench init DIR` creates it".into(),
-        )));
-    }
-    // Checked before anything is written, so a failure leaves nothing half made.
-    git(Path::new("."), &["--version"])?;
-
-    let write = |path: &Path, content: &str| {
-        std::fs::create_dir_all(path.parent().unwrap_or(dir))
-            .and_then(|()| std::fs::write(path, content))
-            .map_err(|e| CliError::failed(format!("cannot write {}: {e}", path.display())))
-    };
-    let project = dir.join("project");
-    for (path, content) in PROJECT {
-        write(&project.join(path), content)?;
-    }
-    git(&project, &["init", "-q"])?;
-    git(&project, &["add", "-A"])?;
-    git(
-        &project,
-        &["commit", "-q", "--no-verify", "-m", "The stats module"],
-    )?;
-    // The suite file last: a folder without one can be initialized again.
-    for (path, content) in &files {
-        write(&dir.join(path), content)?;
-    }
-    let agent = dir.join("agents/my-agent.sh");
-    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).map_err(
-        |e| CliError::failed(format!("cannot make {} executable: {e}", agent.display())),
-    )?;
-
-    let shown = match dir.as_os_str().to_str() {
-        Some(".") => ".".to_owned(),
-        _ => dir.display().to_string(),
-    };
-    let listing = [
-        ("suite.yaml".to_owned(), "the suite; every key is commented"),
-        (
-            "project/".to_owned(),
-            "the code under test: a git repo, one commit",
-        ),
-        (format!("tasks/{TASK}.md"), "what the agent is told"),
-        (
-            format!("tests/{TASK}/tests/test_median.py"),
-            "the hidden tests, copied onto the workspace root",
-        ),
-        (format!("solutions/{TASK}.patch"), "the reference solution"),
-        (
-            "agents/my-agent.sh".to_owned(),
-            "a stand-in agent: replace it with your harness",
-        ),
-    ];
-    let mut text = format!("wrote a suite in {shown}:\n");
-    for (path, what) in &listing {
-        text.push_str(&format!("  {path:<40}{what}\n"));
-    }
-    text.push_str(&format!(
-        "next:\n  deltabench validate {shown}    # the task fails on the base and passes with its solution\n  deltabench run {shown}         # my-agent and noop on the task\n"
-    ));
-    print_stdout(&text);
-    Ok(EXIT_OK)
-}
-
 /// The files besides the project, suite.yaml last.
-fn scaffold(name: &str) -> Vec<(String, String)> {
+pub(super) fn scaffold(name: &str) -> Vec<(String, String)> {
     vec![
         (format!("tasks/{TASK}.md"), INSTRUCTION.to_owned()),
         (
@@ -305,56 +205,4 @@ fn scaffold(name: &str) -> Vec<(String, String)> {
             SUITE.replace("{name}", name).replace("{task}", TASK),
         ),
     ]
-}
-
-fn top_level(path: &str) -> String {
-    path.split('/').next().unwrap_or(path).to_owned()
-}
-
-/// The folder's name when it makes a plain YAML scalar, else `my-suite`.
-fn suite_name(dir: &Path) -> String {
-    let name = std::path::absolute(dir)
-        .ok()
-        .and_then(|p| {
-            p.components()
-                .next_back()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        })
-        .unwrap_or_default();
-    let plain = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric());
-    if plain { name } else { "my-suite".into() }
-}
-
-/// Runs git in `dir` with a fixed identity and no hooks, so the scaffold commits anywhere.
-fn git(dir: &Path, args: &[&str]) -> Result<(), CliError> {
-    let output = std::process::Command::new("git")
-        .current_dir(dir)
-        .args([
-            "-c",
-            "init.defaultBranch=main",
-            "-c",
-            "commit.gpgsign=false",
-            "-c",
-            "core.hooksPath=/dev/null",
-        ])
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "deltabench init")
-        .env("GIT_AUTHOR_EMAIL", "init@deltabench.invalid")
-        .env("GIT_COMMITTER_NAME", "deltabench init")
-        .env("GIT_COMMITTER_EMAIL", "init@deltabench.invalid")
-        .output()
-        .map_err(|e| CliError::failed(format!("init needs git on PATH: {e}")))?;
-    if !output.status.success() {
-        return Err(CliError::failed(format!(
-            "git {} in {} failed: {}",
-            args.join(" "),
-            dir.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        )));
-    }
-    Ok(())
 }

@@ -1,0 +1,450 @@
+//! Every command-line argument, as clap parses it: the commands, their flags and help texts.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::{import, store};
+
+/// Evaluate coding agents on task suites, scored only on what the workspace shows.
+#[derive(Debug, Parser)]
+// The closing exit-code table is added by `super::command()`, from the exit module.
+#[command(name = "deltabench", version, about, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub(super) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum Command {
+    /// Run agents on a suite's tasks and write a run directory.
+    ///
+    /// Each trial is provisioned as a private clone of the suite's repo at the task's base
+    /// commit, the agent runs in it, the diff is taken with the harness's own view of the tree,
+    /// and the verify command runs in a fresh workspace holding exactly that diff and the
+    /// hidden tests; the trial is scored on that evidence alone.
+    ///
+    /// `isolation: worktree` (the default) gives no protection from the agent: for an agent you
+    /// do not trust, set `isolation: sandbox` under `defaults:` in the suite.
+    Run(RunArgs),
+    /// Check that every task is sound: the verify command fails on the untouched base (with
+    /// the hidden tests) and passes with the reference solution, N times in a row.
+    ///
+    /// What the reference's verify run showed (tests run and passed, and their names) is
+    /// recorded in `<suite>.lock.json` next to the suite; trials must then show at least as
+    /// much to pass.
+    ///
+    /// A bad task's line says why from what its trials left (zero tests ran, the tests that
+    /// failed, a verify command not found, the tail of verify.log), and the scratch run is kept
+    /// for reading; its path is printed.
+    Validate(ValidateArgs),
+    /// Print a report of a run directory.
+    Report(ReportArgs),
+    /// Combine the run directories of `run --shard I/N` into one run directory.
+    ///
+    /// The inputs must be shards of the same plan (same suite, agent configs, trials per task
+    /// and tasks), each shard once; the result reads like the unsharded run.
+    Merge(MergeArgs),
+    /// Print the JSON Schema of the suite file.
+    Schema,
+    /// Compare a candidate with a baseline, task by task, and say whether it regressed.
+    ///
+    /// Either two run directories (BASE CANDIDATE; `--agent` picks the agent when a run holds
+    /// several), or one run directory and two of its agents (RUN_DIR BASE_AGENT
+    /// CANDIDATE_AGENT). Only tasks both ran count. Across tasks, a paired permutation test on
+    /// per-task pass fractions (exact McNemar with one trial per task), whose inversion is the
+    /// interval; within tasks, an exact Fisher test on each task's trials, Holm-corrected over
+    /// the tasks. The verdict is `regressed` when either finds a significant drop.
+    ///
+    /// Exit codes: 0 compared (with --gate: no regression beyond the tolerance); 1 with --gate,
+    /// the candidate regressed; 2 usage error (runs of different suites, an unknown agent);
+    /// 3 with --gate, no regression among the scored trials but some trials could not be
+    /// scored, so the gate is undecided.
+    Compare(CompareArgs),
+    /// Say how many tasks x trials a comparison needs to detect a given effect.
+    Plan(PlanArgs),
+    /// Turn a task set in another format into a ready suite folder.
+    ///
+    /// Prints what was imported, what was skipped and why, and the `deltabench validate` to run
+    /// next.
+    Import(ImportArgs),
+    /// Finish a run that was killed or interrupted: run the planned trials its trials.jsonl
+    /// does not hold yet, after reaping what the dead run left.
+    ///
+    /// Refuses when the suite file or an agent's config changed since the run started
+    /// (unless --force), or when the run is still running.
+    Resume(ResumeArgs),
+    /// Remove what dead runs left: workspaces, overlay mounts, processes still working in them.
+    ///
+    /// Runs leave a lease file in the cache (`CACHE/leases/`) while they hold workspaces; gc
+    /// reaps every lease whose process is gone, whatever --workdir the run used.
+    Gc(GcArgs),
+    /// Local stand-ins for model APIs, to drive agent CLIs offline.
+    Model(ModelArgs),
+    /// Write a first suite that validates and runs as written: a small git repo with a bug,
+    /// one task with hidden tests and a reference solution, a stand-in agent script, and a
+    /// suite.yaml with every key commented.
+    Init(InitArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct ResumeArgs {
+    /// The run directory of the run to finish.
+    #[arg(value_name = "RUN_DIR")]
+    pub(super) run_dir: PathBuf,
+    #[command(flatten)]
+    pub(super) options: ResumeOptions,
+    /// Trials at once [default: as the run started].
+    #[arg(short = 'j', long = "jobs", value_name = "N")]
+    pub(super) jobs: Option<usize>,
+}
+
+/// Flags shared by `resume` and `run --resume`.
+#[derive(Debug, clap::Args)]
+pub(super) struct ResumeOptions {
+    /// Resume even though the suite file or an agent's config changed since the run started.
+    #[arg(long)]
+    pub(super) force: bool,
+    /// Run an `infra_error` trial again up to N times; only the last attempt is recorded
+    /// [default: 0; when resuming, as the run started].
+    #[arg(long, value_name = "N")]
+    pub(super) retries: Option<u32>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct GcArgs {
+    /// Only print what would be removed.
+    #[arg(long)]
+    pub(super) dry_run: bool,
+    /// The cache whose leases to check [default: WORKDIR/deltabench-cache].
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "DELTABENCH_CACHE",
+        hide_env_values = true
+    )]
+    pub(super) cache: Option<PathBuf>,
+    /// Where the default cache lives [default: the system temp dir].
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "DELTABENCH_WORKDIR",
+        hide_env_values = true
+    )]
+    pub(super) workdir: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct ImportArgs {
+    /// The task set's format.
+    #[arg(value_name = "FORMAT", value_enum)]
+    pub(super) format: import::Format,
+    /// A rows file (swebench), or a folder of tasks or exercises.
+    #[arg(value_name = "SOURCE")]
+    pub(super) source: PathBuf,
+    /// The suite folder to write.
+    #[arg(long, value_name = "DIR")]
+    pub(super) out: PathBuf,
+    /// swebench: the folder of local clones, each named owner__name or owner/name
+    /// [default: DIR/repos, cloned into from GitHub when missing].
+    #[arg(long, value_name = "DIR")]
+    pub(super) repos: Option<PathBuf>,
+    /// swebench: a YAML map of owner/name (or owner/name@version) to {setup, test_command,
+    /// timeout}; {tests} and {test_files} in test_command stand for the instance's tests.
+    #[arg(long, value_name = "FILE")]
+    pub(super) env: Option<PathBuf>,
+    /// Replace the suite already in DIR.
+    #[arg(long)]
+    pub(super) force: bool,
+    /// harbor, terminal-bench: run each task's solution script once, here (in a scratch copy),
+    /// and keep the change it makes as the task's reference patch.
+    #[arg(long)]
+    pub(super) run_solutions: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct GateArgs {
+    /// Exit 1 when the candidate regressed: a significant drop (across tasks, or within one
+    /// task's trials) larger than --max-drop, or more tasks broken outright than --max-broken.
+    #[arg(long)]
+    pub(super) gate: bool,
+    /// The drop in pass rate (0..1) tolerated by --gate.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.0)]
+    pub(super) max_drop: f64,
+    /// A regression, whatever the tests say: more than N tasks went from always passing (every
+    /// baseline trial) to never passing (no candidate trial).
+    #[arg(long, value_name = "N")]
+    pub(super) max_broken: Option<usize>,
+    /// Confidence of the intervals and the tests.
+    #[arg(long, value_name = "LEVEL", default_value_t = 0.95)]
+    pub(super) confidence: f64,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    override_usage = "deltabench compare [OPTIONS] <BASE> <CANDIDATE>\n       \
+                            deltabench compare [OPTIONS] <RUN_DIR> <BASE_AGENT> <CANDIDATE_AGENT>"
+)]
+pub(super) struct CompareArgs {
+    /// BASE CANDIDATE: the baseline's and the candidate's run directories; or RUN_DIR
+    /// BASE_AGENT CANDIDATE_AGENT: one run directory and two of its agents.
+    #[arg(
+        value_names = ["BASE|RUN_DIR", "CANDIDATE|BASE_AGENT", "CANDIDATE_AGENT"],
+        num_args = 2..=3,
+        required = true
+    )]
+    pub(super) targets: Vec<String>,
+    /// The agent to compare when a run directory holds several.
+    #[arg(long, value_name = "NAME")]
+    pub(super) agent: Option<String>,
+    /// How to print the comparison.
+    #[arg(long, value_enum, default_value = "text")]
+    pub(super) format: CompareFormat,
+    #[command(flatten)]
+    pub(super) gate: GateArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum CompareFormat {
+    /// Lines for a terminal or a CI log.
+    Text,
+    /// The whole comparison, per-task counts and tests included, and the gate's decision.
+    Json,
+    /// For a CI summary: the rates, the changed tasks as a table, the verdict and the gate.
+    Markdown,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct PlanArgs {
+    /// A run directory whose per-task variance the plan uses.
+    #[arg(value_name = "RUN_DIR")]
+    pub(super) run_dir: PathBuf,
+    /// The difference in pass rate (0..1) to detect, e.g. 0.05 for five points.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.05)]
+    pub(super) effect: f64,
+    /// The chance of detecting an effect of that size.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.8)]
+    pub(super) power: f64,
+    #[arg(long, value_name = "LEVEL", default_value_t = 0.95)]
+    pub(super) confidence: f64,
+    /// The agent whose results the plan uses [default: all agents of the run].
+    #[arg(long, value_name = "NAME")]
+    pub(super) agent: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct SuiteArgs {
+    /// A YAML file with a top-level `agents:` map; its agents override the suite's.
+    #[arg(long, value_name = "FILE")]
+    pub(super) agents: Option<PathBuf>,
+    /// Where workspaces are created (a tmpfs such as /dev/shm makes provisioning fast)
+    /// [default: the system temp dir, $TMPDIR or /tmp].
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "DELTABENCH_WORKDIR",
+        hide_env_values = true
+    )]
+    pub(super) workdir: Option<PathBuf>,
+    /// Prepared sources and workspace templates, reused across runs [default: WORKDIR/deltabench-cache].
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "DELTABENCH_CACHE",
+        hide_env_values = true
+    )]
+    pub(super) cache: Option<PathBuf>,
+    /// Trials at once [default: the number of cores].
+    #[arg(short = 'j', long = "jobs", value_name = "N")]
+    pub(super) jobs: Option<usize>,
+}
+
+/// `run --help`'s closing part: the agent kinds an agents file can name.
+const RUN_AFTER_HELP: &str = "\
+Agent kinds (in the suite's `agents:` or an --agents file):
+  noop, oracle              built in: change nothing / apply the task's solution
+  mock                      replay a scripted event stream
+  command                   your own harness: `sh -c RUN` in the workspace
+  claude-code, codex, gemini-cli, opencode, mini-swe-agent, aider
+                            the real CLIs, headless, each with its own HOME; keys: model,
+                            max_turns, permission_mode, append_system_prompt, args, env,
+                            binary, endpoint (URL or scripted:FILE), api_key, timeout,
+                            network, price
+  `deltabench schema` prints every key; `deltabench model serve --help` the scripted endpoint.";
+
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = RUN_AFTER_HELP)]
+pub(super) struct RunArgs {
+    /// A suite file, or a folder holding suite.yaml.
+    #[arg(value_name = "SUITE", required_unless_present = "resume")]
+    pub(super) suite_path: Option<PathBuf>,
+    #[command(flatten)]
+    pub(super) suite: SuiteArgs,
+    /// Run only this agent (repeatable) [default: the suite's agents, or oracle and noop].
+    #[arg(long = "agent", value_name = "NAME")]
+    pub(super) agent: Vec<String>,
+    /// Trials per (task, agent).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(super) trials: u32,
+    /// Run only this task (repeatable).
+    #[arg(long = "task", value_name = "ID")]
+    pub(super) task: Vec<String>,
+    /// Run only tasks with this tag (repeatable; any tag matches).
+    #[arg(long = "tag", value_name = "TAG")]
+    pub(super) tag: Vec<String>,
+    /// Run only shard I of N (1-based): a fixed slice of the trials, chosen by a hash of
+    /// (task, agent, trial). Combine the shards with `deltabench merge`.
+    #[arg(long, value_name = "I/N")]
+    pub(super) shard: Option<store::Shard>,
+    /// The run directory [default: reports/<suite>-<UTC timestamp>].
+    #[arg(long, value_name = "DIR")]
+    pub(super) out: Option<PathBuf>,
+    /// Keep the workspaces after the run (for inspection).
+    #[arg(long)]
+    pub(super) keep_workspaces: bool,
+    /// After the run, compare each agent with the same agent in this earlier run directory.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub(super) baseline: Option<PathBuf>,
+    #[command(flatten)]
+    pub(super) gate: GateArgs,
+    /// Finish the run in RUN_DIR instead (as `deltabench resume RUN_DIR`); the plan is the
+    /// recorded one.
+    #[arg(
+        long,
+        value_name = "RUN_DIR",
+        help_heading = "Retries and resuming",
+        conflicts_with_all = ["suite_path", "out", "shard", "baseline", "agent", "task", "tag", "trials", "keep_workspaces"]
+    )]
+    pub(super) resume: Option<PathBuf>,
+    #[command(flatten, next_help_heading = "Retries and resuming")]
+    pub(super) resume_options: ResumeOptions,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct ValidateArgs {
+    /// A suite file, or a folder holding suite.yaml.
+    #[arg(value_name = "SUITE")]
+    pub(super) suite_path: PathBuf,
+    #[command(flatten)]
+    pub(super) suite: SuiteArgs,
+    /// Times each check must hold (more catches flaky tasks).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(super) trials: u32,
+    /// Check only this task (repeatable).
+    #[arg(long = "task", value_name = "ID")]
+    pub(super) task: Vec<String>,
+    /// Keep the scratch run (each trial's verify.log, tests.json, diff.patch) even when every
+    /// task is sound; it is always kept when one is not.
+    #[arg(long)]
+    pub(super) keep: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct MergeArgs {
+    /// Run directories written by `deltabench run --shard I/N`.
+    #[arg(value_name = "RUN_DIR", required = true)]
+    pub(super) inputs: Vec<PathBuf>,
+    /// The merged run directory (must not hold a run yet).
+    #[arg(long, value_name = "DIR")]
+    pub(super) out: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(super) enum ReportFormat {
+    Table,
+    Markdown,
+    Csv,
+    Json,
+    /// JUnit XML: one testsuite per agent, one testcase per trial.
+    Junit,
+    /// One self-contained HTML page: charts, heat map and per-trial drill-down.
+    Html,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct ReportArgs {
+    /// A run directory written by `deltabench run`.
+    #[arg(value_name = "RUN_DIR")]
+    pub(super) run_dir: PathBuf,
+    /// table and markdown: the per-agent summary (with each agent's false claims), then a
+    /// task x agent table of passed/scored trials, failing tasks first.
+    #[arg(long, value_enum, default_value = "table")]
+    pub(super) format: ReportFormat,
+    /// Write the report to FILE instead of stdout.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub(super) output: Option<PathBuf>,
+    /// Report only this agent (repeatable); the name of a `matrix:` selects all its combinations.
+    #[arg(long, value_name = "NAME")]
+    pub(super) agent: Vec<String>,
+    /// Instead of the summary: each `matrix:` factor's main effect on pass rate, cost and time,
+    /// the two-factor interaction, and the Pareto front (table, markdown, json; the html page
+    /// shows them whenever the run has a matrix).
+    #[arg(long)]
+    pub(super) ablation: bool,
+    /// Confidence of the intervals in --ablation and of the comparison with --baseline.
+    #[arg(long, value_name = "LEVEL", default_value_t = 0.95)]
+    pub(super) confidence: f64,
+    /// Add each agent's per-task flips and verdict against this earlier run (table, markdown,
+    /// json, html).
+    #[arg(long, value_name = "RUN_DIR")]
+    pub(super) baseline: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct InitArgs {
+    /// The folder to write the suite into (created when missing); must not hold a suite.yaml.
+    #[arg(value_name = "DIR", default_value = ".")]
+    pub(super) dir: PathBuf,
+}
+
+/// `model serve --help`'s closing part: the script format.
+const SCRIPT_HELP: &str = "\
+The script (YAML) says what the model answers, step by step:
+
+  usage: {input_tokens: 1000, output_tokens: 20, cache_read_tokens: 0, cache_write_tokens: 0}
+  loop: false            # true: past the last step, repeat it forever
+  steps:
+    - text: I'll create hello.txt.
+      write: {path: hello.txt, content: \"hello\\n\"}   # at most one action: write or shell
+    - shell: cat hello.txt
+      usage: {input_tokens: 1200}                    # per-step override
+    - text: Done.                                    # no action: the turn ends
+    - error: {status: 429, message: slow down, retry_after: 2}
+
+A request's step is the number of distinct tool results in its history. Past the last step
+the answer is \"Done.\". `write` and `shell` become the client's own tools (Claude Write/Bash,
+Codex apply_patch/exec_command, Gemini write_file/run_shell_command, opencode write/bash,
+mini-swe-agent bash, aider a SEARCH/REPLACE block). Side calls (titles, commit messages)
+report zero usage.
+
+Point clients at the printed root URL: ANTHROPIC_BASE_URL=URL, GOOGLE_GEMINI_BASE_URL=URL,
+and URL/v1 for OpenAI-style clients (Codex, opencode, mini-swe-agent, aider).";
+
+#[derive(Debug, clap::Args)]
+pub(super) struct ModelArgs {
+    #[command(subcommand)]
+    pub(super) command: ModelCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum ModelCommand {
+    /// Serve a scripted model on 127.0.0.1 for agent CLIs (Anthropic, OpenAI Responses and
+    /// Chat Completions, Gemini), until SIGINT or SIGTERM.
+    ///
+    /// Prints `listening on http://127.0.0.1:PORT` once ready.
+    #[command(after_help = SCRIPT_HELP)]
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct ServeArgs {
+    /// The script file (YAML).
+    #[arg(value_name = "SCRIPT")]
+    pub(super) script: PathBuf,
+    /// The port on 127.0.0.1 [default: any free port].
+    #[arg(long, value_name = "N")]
+    pub(super) port: Option<u16>,
+    /// Also write each request (auth headers redacted) as a JSON line to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(super) log: Option<PathBuf>,
+}

@@ -1,0 +1,113 @@
+//! `deltabench report`: a run directory as a table, Markdown, CSV, JSON, JUnit XML or HTML.
+
+use clap::ValueEnum;
+
+use super::args::{GateArgs, ReportArgs, ReportFormat};
+use super::exit::Exit;
+use super::{CliError, ErrorKind, compare, print_stdout, read_run_dir};
+use crate::report;
+
+pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
+    if !(0.5..1.0).contains(&args.confidence) {
+        return Err(CliError::usage(format!(
+            "--confidence {} is out of range: use a level in [0.5, 1), e.g. 0.95",
+            args.confidence
+        )));
+    }
+    let format = args
+        .format
+        .to_possible_value()
+        .map(|value| value.get_name().to_owned())
+        .unwrap_or_default();
+    // CSV and JUnit hold one row or test case per trial: neither has room for either.
+    if matches!(args.format, ReportFormat::Csv | ReportFormat::Junit) {
+        for (given, flag) in [
+            (args.ablation, "--ablation"),
+            (args.baseline.is_some(), "--baseline"),
+        ] {
+            if given {
+                return Err(CliError::usage(format!(
+                    "{flag} has no {format} form (one row per trial): use --format table, markdown, json or html"
+                )));
+            }
+        }
+    }
+    if args.ablation && args.baseline.is_some() && !matches!(args.format, ReportFormat::Html) {
+        return Err(CliError::usage(
+            "--ablation replaces the summary the --baseline comparison goes with: use one at a time, or --format html for both",
+        ));
+    }
+    let run = read_run_dir(&args.run_dir)?;
+    let run =
+        report::select_agents(&run, &args.agent).map_err(|e| CliError::new(ErrorKind::Usage, e))?;
+    let agents: Vec<String> = run.manifest.agents.keys().cloned().collect();
+    let summaries = report::summarize(&run.trials, &agents);
+    let baseline = match &args.baseline {
+        Some(path) => {
+            let gate = GateArgs {
+                gate: false,
+                max_drop: 0.0,
+                max_broken: None,
+                confidence: args.confidence,
+            };
+            let (text, _) = compare::against_baseline(&read_run_dir(path)?, &run, &gate)?;
+            Some(report::Baseline {
+                run_dir: path.display().to_string(),
+                text,
+            })
+        }
+        None => None,
+    };
+    let text = match args.format {
+        ReportFormat::Table if args.ablation => report::ablation(&run, args.confidence),
+        ReportFormat::Markdown if args.ablation => report::ablation_markdown(&run, args.confidence),
+        ReportFormat::Json if args.ablation => report::ablation_json(&run, args.confidence),
+        ReportFormat::Table => {
+            let mut text = report::text(&run, &summaries);
+            if let Some(baseline) = &baseline {
+                text.push_str(&format!(
+                    "\nAgainst the baseline {}:\n{}",
+                    baseline.run_dir, baseline.text
+                ));
+            }
+            text
+        }
+        ReportFormat::Markdown => {
+            let mut text = report::markdown(&run, &summaries);
+            if let Some(baseline) = &baseline {
+                text.push_str(&format!(
+                    "\n### Against the baseline `{}`\n\n```\n{}```\n",
+                    baseline.run_dir, baseline.text
+                ));
+            }
+            text
+        }
+        ReportFormat::Csv => {
+            report::csv(&run.trials).map_err(|e| CliError::new(ErrorKind::Harness, e))?
+        }
+        ReportFormat::Json => report::json(&run, &summaries, baseline.as_ref()),
+        ReportFormat::Junit => {
+            report::junit(&run, &summaries).map_err(|e| CliError::new(ErrorKind::Harness, e))?
+        }
+        ReportFormat::Html => {
+            let options = report::HtmlOptions {
+                baseline: baseline.as_ref(),
+                confidence: args.confidence,
+                ablation: args.ablation,
+            };
+            report::html(&run, &summaries, &options)
+                .map_err(|e| CliError::new(ErrorKind::Harness, e))?
+        }
+    };
+    match args.output {
+        Some(path) => std::fs::write(&path, text).map_err(|e| {
+            CliError::with_cause(
+                ErrorKind::Harness,
+                format!("cannot write {}", path.display()),
+                e,
+            )
+        })?,
+        None => print_stdout(&text),
+    }
+    Ok(Exit::Ok)
+}

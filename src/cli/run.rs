@@ -1,0 +1,156 @@
+//! `deltabench run`: plan the trials, run them, print the summary (and the gate's verdict with
+//! --baseline).
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use tokio_util::sync::CancellationToken;
+
+use super::args::{GateArgs, RunArgs};
+use super::exit::Exit;
+use super::reporter::TerminalReporter;
+use super::{
+    CliError, ErrorKind, cache_dir, compare, default_jobs, load_suite, print_stdout, read_run_dir,
+    resume, workdir,
+};
+use crate::report;
+use crate::runner;
+use crate::store::RunRequest;
+use crate::store::{self, Outcome};
+use crate::suite;
+
+pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
+    let suite_path = match (&args.resume, &args.suite_path) {
+        (Some(run_dir), _) => {
+            return resume::resume(run_dir, &args.resume_options, args.suite.jobs).await;
+        }
+        (None, Some(path)) => path,
+        // clap requires SUITE unless --resume is given.
+        (None, None) => return Err(CliError::usage("name a SUITE to run")),
+    };
+    let suite = load_suite(suite_path, &args.suite)?;
+    let workdir = workdir(&args.suite)?;
+    let request = RunRequest {
+        agents: args.agent,
+        trials: args.trials,
+        jobs: args.suite.jobs.unwrap_or_else(default_jobs),
+        tasks: args.task,
+        tags: args.tag,
+        cache: cache_dir(&args.suite, &workdir),
+        workdir,
+        keep_workspaces: args.keep_workspaces,
+        shard: args.shard,
+        agents_file: args
+            .suite
+            .agents
+            .as_deref()
+            .map(std::path::absolute)
+            .transpose()
+            .map_err(|e| CliError::with_cause(ErrorKind::Usage, "cannot resolve --agents", e))?,
+        retries: args.resume_options.retries.unwrap_or(0),
+    };
+    let plan = runner::plan(suite.clone(), request)?;
+    if let Some(shard) = args.shard {
+        match plan.trials.len() {
+            0 => eprintln!(
+                "shard {shard} holds none of the plan's {} trials: writing an empty run directory",
+                plan.unsharded_trials
+            ),
+            n => eprintln!(
+                "shard {shard}: {n} of the plan's {} trials",
+                plan.unsharded_trials
+            ),
+        }
+    }
+    let baseline = args.baseline.as_deref().map(read_run_dir).transpose()?;
+    let out = args.out.unwrap_or_else(|| default_out(&suite.name));
+    note_unvalidated(&plan);
+    let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal());
+    let outcome = runner::execute(&plan, &out, &mut reporter, CancellationToken::new()).await?;
+    reporter.finish();
+    finish_run(&plan, &outcome, baseline.as_ref().map(|b| (b, &args.gate)))
+}
+
+/// Says which tasks run without validated evidence: their trials get the output checks only.
+fn note_unvalidated(plan: &runner::Plan) {
+    let unvalidated = plan.unvalidated();
+    if unvalidated.is_empty() {
+        return;
+    }
+    let shown: Vec<&str> = unvalidated.iter().take(5).copied().collect();
+    let more = unvalidated.len() - shown.len();
+    eprintln!(
+        "note: {} of {} task(s) have no validated evidence in {} ({}{}): a pass there is checked against the verify output only; run `deltabench validate {}` to record what the reference solution shows",
+        unvalidated.len(),
+        plan.tasks.len(),
+        suite::lock_path(&plan.suite).display(),
+        shown.join(", "),
+        if more > 0 {
+            format!(", +{more} more")
+        } else {
+            String::new()
+        },
+        plan.suite.path.display()
+    );
+}
+
+/// Prints the summary of a finished (or interrupted) run and returns its exit code.
+pub(super) fn finish_run(
+    plan: &runner::Plan,
+    outcome: &runner::RunOutcome,
+    baseline: Option<(&store::StoredRun, &GateArgs)>,
+) -> Result<Exit, CliError> {
+    let agents: Vec<String> = plan.agents.keys().cloned().collect();
+    let summaries = report::summarize(&outcome.records, &agents);
+    print_stdout(&format!(
+        "{}\nrun directory: {}\n",
+        report::table(&summaries),
+        outcome.run_dir.display()
+    ));
+    for leftover in &outcome.leftovers {
+        eprintln!("warning: could not clean up {leftover}");
+    }
+    let gate = match baseline {
+        Some((baseline, gate)) => {
+            let current = read_run_dir(&outcome.run_dir)?;
+            let (text, exit) = compare::against_baseline(baseline, &current, gate)?;
+            print_stdout(&format!("\n{text}"));
+            exit
+        }
+        None => Exit::Ok,
+    };
+    let infra = outcome
+        .records
+        .iter()
+        .filter(|r| r.outcome == Outcome::InfraError)
+        .count();
+    if outcome.interrupted {
+        eprintln!(
+            "interrupted: {} of {} trials recorded",
+            outcome.records.len(),
+            plan.trials.len()
+        );
+        return Ok(Exit::Interrupted);
+    }
+    // A regression among the scored trials is a verdict, whatever else could not be scored.
+    if gate == Exit::VerdictFailed {
+        return Ok(Exit::VerdictFailed);
+    }
+    if infra > 0 {
+        eprintln!("{infra} trial(s) could not be scored (infra_error); see trials.jsonl");
+        return Ok(Exit::Unscored);
+    }
+    Ok(gate)
+}
+
+fn default_out(suite: &str) -> PathBuf {
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+    let base = Path::new("reports").join(format!("{}-{stamp}", crate::store::sanitize(suite)));
+    let mut candidate = base.clone();
+    let mut n = 2;
+    while candidate.exists() {
+        candidate = PathBuf::from(format!("{}-{n}", base.display()));
+        n += 1;
+    }
+    candidate
+}

@@ -1,0 +1,147 @@
+//! Whether a task is sound, from what its noop and oracle trials left: the first reason it is
+//! not, with the evidence shown under its `BAD` line.
+
+use super::evidence::{Trial, name_list};
+use crate::store::{Outcome, layout};
+
+/// Why a task is unsound, with what shows it.
+pub(super) struct Unsound<'a> {
+    reason: String,
+    /// Lines shown under the reason (the tests that failed or passed).
+    details: Vec<String>,
+    /// The trial whose verify output is shown.
+    shown: Option<&'a Trial<'a>>,
+}
+
+impl<'a> Unsound<'a> {
+    pub(super) fn new(reason: impl Into<String>, shown: Option<&'a Trial<'a>>) -> Self {
+        Self {
+            reason: reason.into(),
+            details: Vec::new(),
+            shown,
+        }
+    }
+}
+
+/// Why a task is unsound, from its noop and oracle trials and what their folders hold.
+pub(super) fn judge<'a>(noop: &'a [Trial<'a>], oracle: &'a [Trial<'a>]) -> Option<Unsound<'a>> {
+    if let Some(t) = noop
+        .iter()
+        .chain(oracle)
+        .find(|t| t.record.outcome == Outcome::InfraError)
+    {
+        let why = t.record.infra_error.as_deref().unwrap_or("unknown");
+        return Some(Unsound::new(
+            format!("could not be checked: {why}"),
+            Some(t),
+        ));
+    }
+    if let Some(t) = oracle
+        .iter()
+        .find(|t| t.record.status != Some(crate::agent::CodingStatus::Completed))
+    {
+        let why = t
+            .record
+            .error
+            .as_ref()
+            .map_or("unknown".to_owned(), |e| e.message.clone());
+        return Some(Unsound::new(
+            format!("reference solution could not be applied: {why}"),
+            None,
+        ));
+    }
+    // A shell's "command not found" (127) or "not executable" (126), not a test verdict. Only
+    // the reference's counts: on the base, a tool the solution adds is rightly missing.
+    if let Some(t) = oracle
+        .iter()
+        .find(|t| matches!(t.verify_exit(), Some(126 | 127)))
+    {
+        let reason = match t.verify_exit() {
+            Some(127) => "the verify command was not found: exit 127 (with the solution applied)",
+            _ => "the verify command could not be executed: exit 126 (with the solution applied)",
+        };
+        return Some(Unsound::new(reason, Some(t)));
+    }
+    const WHERE_TESTS_GO: &str = "check that it runs the hidden tests where `tests:` puts them (its folder is copied onto the workspace root)";
+    if let Some((t, runners)) = oracle.iter().find_map(|t| Some((t, t.zero_tests()?))) {
+        return Some(Unsound::new(
+            format!(
+                "zero tests ran: with the solution applied, the test runner ({runners}) ran no test; {WHERE_TESTS_GO}"
+            ),
+            Some(t),
+        ));
+    }
+    let n = noop.len();
+    let base_passes: Vec<&Trial> = noop.iter().filter(|t| t.verify_passed()).collect();
+    let reference_passes = oracle.iter().filter(|t| t.record.passed()).count();
+    if base_passes.len() == n
+        && let Some(&t) = base_passes.first()
+    {
+        if let Some(runners) = t.zero_tests() {
+            return Some(Unsound::new(
+                format!(
+                    "zero tests ran: the verify command succeeds on the untouched base, but the test runner ({runners}) ran no test; {WHERE_TESTS_GO}"
+                ),
+                Some(t),
+            ));
+        }
+        let mut unsound = Unsound::new(
+            "passes without change: the verify command succeeds on the untouched base",
+            Some(t),
+        );
+        if let Some(tests) = t.tests.as_ref().filter(|tests| !tests.names.is_empty()) {
+            unsound
+                .details
+                .push(format!("passed on the base: {}", name_list(&tests.names)));
+        }
+        return Some(unsound);
+    }
+    if reference_passes == 0
+        && let Some(t) = oracle.first()
+    {
+        let why = t.record.reason.as_deref().unwrap_or("it did not pass");
+        let mut unsound = Unsound::new(
+            format!("reference fails: the verify command fails with the solution applied ({why})"),
+            Some(t),
+        );
+        let failed = t.failed_tests();
+        if !failed.is_empty() {
+            unsound
+                .details
+                .push(format!("failed: {}", name_list(&failed)));
+        }
+        return Some(unsound);
+    }
+    if !base_passes.is_empty() || reference_passes < oracle.len() {
+        // Show the trial that broke the pattern.
+        let odd = base_passes
+            .first()
+            .copied()
+            .or_else(|| oracle.iter().find(|t| !t.record.passed()));
+        return Some(Unsound::new(
+            format!(
+                "flaky: base passed {} of {n} times, reference passed {reference_passes} of {} times",
+                base_passes.len(),
+                oracle.len()
+            ),
+            odd,
+        ));
+    }
+    None
+}
+
+impl Unsound<'_> {
+    /// The task's `BAD` line and the evidence under it.
+    pub(super) fn render(&self, task: &str) -> String {
+        let mut text = format!("BAD  {task}: {}\n", self.reason);
+        for line in &self.details {
+            text.push_str(&format!("       {line}\n"));
+        }
+        if let Some(t) = self.shown
+            && t.dir.join(layout::VERIFY_LOG).exists()
+        {
+            text.push_str(&t.log_tail("       "));
+        }
+        text
+    }
+}
