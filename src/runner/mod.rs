@@ -12,6 +12,7 @@
 //! trials, so shards run on different machines and later merged (`store::merge_runs`) give the
 //! unsharded run.
 
+mod plan;
 mod resume;
 mod trial;
 
@@ -25,305 +26,19 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::harness::{Endpoint, HarnessKind, find_program, is_loopback};
-use crate::metric::TestEvidence;
+use crate::agent::harness::Endpoint;
 use crate::model::{Script, ScriptedServer};
-use crate::store::RunRequest;
 use crate::store::{HeldLease, Manifest, Outcome, RunDir, TrialRecord, layout, sanitize};
-use crate::suite::{AgentSpec, Located, Suite, SuiteLock, agent_configs};
-
+use crate::suite::{AgentSpec, Located, Suite, agent_configs};
 use crate::workspace::{
     BackendProvisioner, CloneBackend, Isolation, OverlayBackend, PreparedSource, SessionBackend,
     WorkspaceBackend, check_bubblewrap, prepare_source, resolve_commit,
 };
 
+pub use plan::{Plan, PlanError, TrialSpec, plan};
 pub use resume::{ResumeError, check_resumable, reap_dead_leases};
 pub use trial::TrialInputs;
 
-/// A plan error: the request does not fit the suite. Exit code 2.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct PlanError {
-    pub message: String,
-    pub hint: Option<String>,
-}
-
-impl PlanError {
-    fn new(message: impl Into<String>, hint: Option<String>) -> Self {
-        Self {
-            message: message.into(),
-            hint,
-        }
-    }
-}
-
-/// One planned trial.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TrialSpec {
-    pub task: usize,
-    pub agent: String,
-    pub trial: u32,
-}
-
-/// A validated run plan.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    pub suite: Arc<Suite>,
-    pub agents: IndexMap<String, AgentSpec>,
-    pub tasks: Vec<usize>,
-    /// The trials to run: the whole plan, or the shard's slice of it.
-    pub trials: Vec<TrialSpec>,
-    /// Trials in the whole plan, before `--shard` took its slice.
-    pub unsharded_trials: usize,
-    pub request: RunRequest,
-    /// What `validate` saw each task's reference solution show (the suite's lock file).
-    pub expected: HashMap<String, TestEvidence>,
-}
-
-impl Plan {
-    /// The planned tasks with no validated evidence: they get the output checks only.
-    pub fn unvalidated(&self) -> Vec<&str> {
-        self.tasks
-            .iter()
-            .map(|&i| self.suite.tasks[i].id.as_str())
-            .filter(|id| !self.expected.contains_key(*id))
-            .collect()
-    }
-}
-
-/// Checks `request` against `suite` and expands it into trials (task-major order), keeping only
-/// the request's shard, if any.
-pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
-    if request.trials == 0 {
-        return Err(PlanError::new("--trials must be at least 1", None));
-    }
-    if request.jobs == 0 {
-        return Err(PlanError::new("-j must be at least 1", None));
-    }
-    let names: Vec<String> = if !request.agents.is_empty() {
-        request.agents.clone()
-    } else if !suite.agents.is_empty() {
-        suite.agents.keys().cloned().collect()
-    } else {
-        vec!["oracle".into(), "noop".into()]
-    };
-    let mut agents = IndexMap::new();
-    for name in names {
-        let selected = suite.select(&name);
-        if selected.is_empty() {
-            let mut known: Vec<String> = suite
-                .agents
-                .keys()
-                .filter(|agent| !suite.variants.contains_key(*agent))
-                .cloned()
-                .collect();
-            known.extend(suite.variants.values().map(|v| v.base.clone()));
-            known.dedup();
-            for builtin in crate::suite::BUILTIN_AGENTS {
-                if !known.iter().any(|k| k == builtin) {
-                    known.push(builtin.into());
-                }
-            }
-            return Err(PlanError::new(
-                format!(
-                    "unknown agent '{name}'. Available agents: {}",
-                    known.join(", ")
-                ),
-                Some(
-                    "define it under `agents:` in the suite or in a file passed with --agents"
-                        .into(),
-                ),
-            ));
-        }
-        agents.extend(selected);
-    }
-    let mut dirs: IndexMap<String, &str> = IndexMap::new();
-    for name in agents.keys() {
-        if let Some(other) = dirs.insert(sanitize(name), name) {
-            return Err(PlanError::new(
-                format!(
-                    "agents '{other}' and '{name}' would share the folder '{}' in the run directory",
-                    sanitize(name)
-                ),
-                Some("rename one of them".into()),
-            ));
-        }
-    }
-    for id in &request.tasks {
-        if !suite.tasks.iter().any(|t| &t.id == id) {
-            let ids: Vec<&str> = suite.tasks.iter().map(|t| t.id.as_str()).collect();
-            return Err(PlanError::new(
-                format!(
-                    "unknown task '{id}'. Tasks in suite '{}': {}",
-                    suite.name,
-                    ids.join(", ")
-                ),
-                None,
-            ));
-        }
-    }
-    let tasks: Vec<usize> = suite
-        .tasks
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| request.tasks.is_empty() || request.tasks.contains(&t.id))
-        .filter(|(_, t)| {
-            request.tags.is_empty() || t.tags.iter().any(|tag| request.tags.contains(tag))
-        })
-        .map(|(i, _)| i)
-        .collect();
-    if tasks.is_empty() {
-        return Err(PlanError::new(
-            format!(
-                "no task matches the filters (--tag {})",
-                request.tags.join(", --tag ")
-            ),
-            None,
-        ));
-    }
-    check_cli_agents(&suite, &agents, &tasks)?;
-    let mut trials = Vec::new();
-    for &task in &tasks {
-        for agent in agents.keys() {
-            for trial in 1..=request.trials {
-                trials.push(TrialSpec {
-                    task,
-                    agent: agent.clone(),
-                    trial,
-                });
-            }
-        }
-    }
-    for &task in &tasks {
-        let t = &suite.tasks[task];
-        match t.isolation {
-            Isolation::Sandbox => {
-                if let Err(err) = check_bubblewrap() {
-                    return Err(PlanError::new(format!("task '{}': {err}", t.id), None));
-                }
-            }
-            Isolation::Session if t.setup.is_some() => {
-                return Err(PlanError::new(
-                    format!(
-                        "task '{}' combines `isolation: session` with `setup`: the setup's result would be committed into your own work tree",
-                        t.id
-                    ),
-                    Some("run the setup yourself before a session run, or use `worktree`".into()),
-                ));
-            }
-            Isolation::Session if trials.len() > 1 => {
-                return Err(PlanError::new(
-                    format!(
-                        "task '{}' uses `isolation: session`, which runs a single trial (one task, one agent, one trial), but this plan has {} trials",
-                        t.id,
-                        trials.len()
-                    ),
-                    Some(
-                        "narrow the run with --task ID --agent NAME --trials 1, or use `worktree`"
-                            .into(),
-                    ),
-                ));
-            }
-            _ => {}
-        }
-    }
-    // Sliced after the checks above, so a plan is valid or not whatever the shard.
-    let unsharded_trials = trials.len();
-    if let Some(shard) = request.shard {
-        trials.retain(|t| shard.contains(&suite.tasks[t.task].id, &t.agent, t.trial));
-    }
-    let lock = SuiteLock::read(&suite).map_err(|e| {
-        PlanError::new(
-            e.to_string(),
-            Some("delete it, or run `deltabench validate` again to rewrite it".into()),
-        )
-    })?;
-    let expected = lock
-        .map(|lock| {
-            suite
-                .tasks
-                .iter()
-                .filter_map(|task| Some((task.id.clone(), lock.expected(task)?.clone())))
-                .collect()
-        })
-        .unwrap_or_default();
-    Ok(Plan {
-        suite,
-        agents,
-        tasks,
-        trials,
-        unsharded_trials,
-        request,
-        expected,
-    })
-}
-
-/// What can be known about the real CLI agents before anything runs: the CLI is installed, it
-/// has a key for a remote endpoint, and a sandboxed one can reach a loopback endpoint.
-fn check_cli_agents(
-    suite: &Suite,
-    agents: &IndexMap<String, AgentSpec>,
-    tasks: &[usize],
-) -> Result<(), PlanError> {
-    let sandboxed = tasks
-        .iter()
-        .any(|&i| suite.tasks[i].isolation == Isolation::Sandbox);
-    for (name, spec) in agents {
-        let Some((kind, config)) = spec.as_harness() else {
-            continue;
-        };
-        if let Err(err) = find_program(kind, config.binary.as_deref()) {
-            return Err(PlanError::new(
-                format!("agent '{name}' ({kind}): {err}"),
-                Some(
-                    "docs/agents.md (\"Real agent CLIs\") lists the versions deltabench is tested with"
-                        .into(),
-                ),
-            ));
-        }
-        let local = match &config.endpoint {
-            Some(Endpoint::Scripted(_)) => Some("the scripted endpoint".to_owned()),
-            Some(Endpoint::Url(url)) if is_loopback(url) => Some(url.clone()),
-            _ => None,
-        };
-        let key_env = kind.key_env();
-        // opencode's own providers each read their own variable: nothing to check for them.
-        let needs_key = local.is_none()
-            && config.api_key.is_none()
-            && !(kind == HarnessKind::Opencode && config.endpoint.is_none())
-            && !config
-                .env
-                .keys()
-                .any(|k| k == key_env || k.ends_with("_API_KEY") || k.ends_with("_AUTH_TOKEN"))
-            && std::env::var_os(key_env).is_none();
-        if needs_key {
-            let place = match &config.endpoint {
-                Some(Endpoint::Url(url)) => url.clone(),
-                _ => format!("{kind}'s own API"),
-            };
-            return Err(PlanError::new(
-                format!("agent '{name}' ({kind}) has no API key for {place}"),
-                Some(format!(
-                    "set `api_key:` on the agent, or {key_env} in deltabench's environment"
-                )),
-            ));
-        }
-        if sandboxed
-            && config.network.is_none()
-            && let Some(local) = local
-        {
-            return Err(PlanError::new(
-                format!(
-                    "agent '{name}' ({kind}) talks to {local} on this machine, which a sandboxed task (network `none`) cannot reach"
-                ),
-                Some("set `network: host` on the agent".into()),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Hears about the run as it goes. Implemented by the terminal reporter.
 /// What a trial's task tells the run loop.
 enum TrialEvent {
     /// `task / agent #n` began.
@@ -331,6 +46,7 @@ enum TrialEvent {
     Finished(Box<Result<TrialRecord, RunError>>),
 }
 
+/// Hears about the run as it goes. Implemented by the terminal reporter.
 pub trait RunObserver: Send {
     fn started(&mut self, plan: &Plan, run_dir: &Path);
     /// A trial (`task / agent #n`) began; `trial_finished` names it the same way.
