@@ -1,7 +1,5 @@
 //! `merge`: shard run directories into one, then the summary table of the whole.
 
-use std::path::Path;
-
 use super::args::MergeArgs;
 use super::exit::Exit;
 use super::{CliError, ErrorKind, print_stdout};
@@ -21,9 +19,7 @@ pub(super) fn merge(args: MergeArgs) -> Result<Exit, CliError> {
     }
     let manifest = &merged.manifest;
     let agents: Vec<String> = manifest.agents.keys().cloned().collect();
-    // The whole plan, which the manifest's sum over the shards given falls short of when a
-    // shard is missing.
-    let planned = manifest.tasks.len() * agents.len() * manifest.trials_per_task as usize;
+    let planned = manifest.planned_trials;
     text.push_str(&format!(
         "{}\nmerged {} of {planned} planned trials into {}\n",
         report::table(&report::summarize(&merged.records, &agents)),
@@ -78,41 +74,13 @@ pub(super) fn merge(args: MergeArgs) -> Result<Exit, CliError> {
     Err(hints.into_iter().fold(error, CliError::hint))
 }
 
-/// The merge's error, saying first when an input is not a shard of the first input's plan.
 fn merge_error(err: MergeError) -> CliError {
     match err {
         MergeError::Read(err) => err.into(),
-        MergeError::Mismatch {
-            ref input,
-            ref first,
-            ..
-        } => {
-            let message = match (is_shard(first), is_shard(input)) {
-                (true, false) => format!(
-                    "{} is not a shard: it was run without --shard",
-                    input.display()
-                ),
-                (false, _) => format!(
-                    "{} is not a shard: it was run without --shard, so there is nothing to merge it with",
-                    first.display()
-                ),
-                (true, true) => format!(
-                    "{} is not a shard of the run {} is a shard of",
-                    input.display(),
-                    first.display()
-                ),
-            };
-            CliError::with_cause(ErrorKind::Usage, message, err).hint(SHARDS_OF_ONE_PLAN)
-        }
-        MergeError::SameShard { .. } => {
+        MergeError::NotAShard(_) | MergeError::Mismatch { .. } | MergeError::SameShard { .. } => {
             CliError::new(ErrorKind::Usage, err).hint(SHARDS_OF_ONE_PLAN)
         }
         err if err.is_usage() => CliError::new(ErrorKind::Usage, err),
         err => CliError::new(ErrorKind::Harness, err),
     }
-}
-
-/// Whether the run directory at `path` was run with --shard (it was read once already).
-fn is_shard(path: &Path) -> bool {
-    store::read_run(path).is_ok_and(|run| run.manifest.shard.is_some())
 }

@@ -20,9 +20,15 @@ pub enum MergeError {
     NoInputs,
     #[error(transparent)]
     Read(#[from] ReadRunError),
+    /// `input` was run without `--shard`, so it is no part of a sharded plan.
+    #[error(
+        "{} is not a shard: it was run without --shard, so there is nothing to merge it with",
+        .0.display()
+    )]
+    NotAShard(PathBuf),
     /// `input` belongs to another plan than the first input.
     #[error(
-        "{}: {field} differs from {}: {found} vs {expected}",
+        "{} is not a shard of the plan {} is a shard of: its {field} is {found}, not {expected}",
         input.display(),
         first.display()
     )]
@@ -89,6 +95,11 @@ pub fn merge_runs(inputs: &[PathBuf], out: &Path) -> Result<Merged, MergeError> 
     let Some(first) = runs.first() else {
         return Err(MergeError::NoInputs);
     };
+    if runs.len() > 1
+        && let Some(whole) = runs.iter().find(|run| run.manifest.shard.is_none())
+    {
+        return Err(MergeError::NotAShard(whole.path.clone()));
+    }
     for run in &runs[1..] {
         same_plan(first, run)?;
     }
@@ -251,7 +262,9 @@ fn merged_manifest(runs: &[StoredRun]) -> Manifest {
     let manifests = || runs.iter().map(|r| &r.manifest);
     manifest.shard = None;
     manifest.merged_from = runs.iter().map(|r| r.path.display().to_string()).collect();
-    manifest.planned_trials = manifests().map(|m| m.planned_trials).sum();
+    // The whole plan, even when a shard is missing: the caller tells the two apart.
+    manifest.planned_trials =
+        manifest.tasks.len() * manifest.agents.len() * manifest.trials_per_task as usize;
     // Timestamps are RFC 3339 UTC with a fixed precision, so string order is time order.
     manifest.started_at = manifests()
         .map(|m| m.started_at.clone())

@@ -217,7 +217,9 @@ fn merge_refuses_shards_of_different_plans() {
     let output = merge(root, &["a", "b", "--out", "m"]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(
-        stderr(&output).contains("b: trials_per_task differs from a: 2 vs 1"),
+        stderr(&output).contains(
+            "b is not a shard of the plan a is a shard of: its trials_per_task is 2, not 1"
+        ),
         "{}",
         stderr(&output)
     );
@@ -230,7 +232,8 @@ fn merge_refuses_shards_of_different_plans() {
     let output = merge(root, &["a", "c", "--out", "m"]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(
-        stderr(&output).contains("c: suite_digest differs from a"),
+        stderr(&output)
+            .contains("c is not a shard of the plan a is a shard of: its suite_digest is"),
         "{}",
         stderr(&output)
     );
