@@ -174,7 +174,7 @@ impl From<SuiteError> for CliError {
                 Some("`deltabench model serve --help` describes the script format")
             }
             // A file that cannot be read: its message says why; the key list would not help.
-            SuiteError::Read { .. } => None,
+            SuiteError::NotFound { .. } | SuiteError::Read { .. } => None,
         };
         let snippet = err.snippet().map(str::to_owned);
         let mut error = Self::new(ErrorKind::Usage, err).maybe_hint(hint);

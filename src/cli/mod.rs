@@ -142,7 +142,7 @@ fn cache_dir(args: &SuiteArgs, workdir: &Path) -> PathBuf {
 fn load_suite(path: &Path, args: &SuiteArgs) -> Result<Arc<suite::Suite>, CliError> {
     match suite::load(path, args.agents.as_deref()) {
         Ok(suite) => Ok(Arc::new(suite)),
-        Err(err @ SuiteError::Read { .. }) if !path.join("suite.yaml").is_file() && !path.is_file() => {
+        Err(err @ SuiteError::NotFound { .. }) => {
             Err(CliError::from(err).hint(
                 "SUITE is a suite file, or a folder holding suite.yaml; `deltabench init DIR` writes a first suite",
             ))

@@ -11,8 +11,15 @@ use crate::support::parse_duration;
 /// A suite file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SuiteError {
-    #[error("cannot read {}: {message}", path.display())]
-    Read { path: PathBuf, message: String },
+    /// SUITE names no suite: no such path, or a folder without `suite.yaml`.
+    #[error("cannot read {}: {why}", path.display())]
+    NotFound { path: PathBuf, why: &'static str },
+    #[error("cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{}:{line}:{column}: {message}", path.display())]
     At {
         path: PathBuf,
@@ -31,7 +38,7 @@ impl SuiteError {
     pub fn snippet(&self) -> Option<&str> {
         match self {
             Self::At { snippet, .. } => Some(snippet),
-            Self::Read { .. } | Self::Referenced(_) => None,
+            Self::NotFound { .. } | Self::Read { .. } | Self::Referenced(_) => None,
         }
     }
 }

@@ -39,25 +39,25 @@ pub fn suite_file(path: &Path) -> Result<PathBuf, SuiteError> {
                 return Ok(candidate);
             }
         }
-        return Err(SuiteError::Read {
+        return Err(SuiteError::NotFound {
             path: path.to_owned(),
-            message: "the folder has no suite.yaml".into(),
+            why: "the folder has no suite.yaml",
         });
     }
     if path.is_file() {
         Ok(path.to_owned())
     } else {
-        Err(SuiteError::Read {
+        Err(SuiteError::NotFound {
             path: path.to_owned(),
-            message: "no such file or folder".into(),
+            why: "no such file or folder",
         })
     }
 }
 
 fn read(path: &Path) -> Result<String, SuiteError> {
-    std::fs::read_to_string(path).map_err(|err| SuiteError::Read {
+    std::fs::read_to_string(path).map_err(|source| SuiteError::Read {
         path: path.to_owned(),
-        message: err.to_string(),
+        source,
     })
 }
 

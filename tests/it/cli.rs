@@ -344,6 +344,14 @@ fn run_errors() {
         "run_missing_workdir",
         &mut cli.in_repo(&["run", "suites/demo", "--workdir", "/no/such/workdir"])
     );
+    // An agents file that cannot be read: the io error is kept as the cause.
+    let agents = cli.path("agents.yaml");
+    std::fs::create_dir_all(&agents).unwrap();
+    deltabench_snapshot!(
+        cli,
+        "run_agents_file_unreadable",
+        &mut cli.in_repo(&["run", "suites/demo", "--agents", agents.to_str().unwrap()])
+    );
 }
 
 #[test]
