@@ -19,9 +19,6 @@ use crate::process::{self, CommandSpec};
 pub use evidence::{TestEvidence, contradiction, unclean_exit};
 pub use verdict::{Judgement, Verdict, VerdictInput, verdict};
 
-/// The names `metric:` accepts besides a grader.
-pub const METRIC_NAMES: [&str; 3] = ["delta", "delta-token", "exit-code"];
-
 /// Tokens whose presence in the verify output fails `delta-token`.
 pub const FAILURE_TOKENS: [&str; 6] = [
     "FAILED",

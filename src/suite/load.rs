@@ -11,12 +11,12 @@ use sha2::{Digest, Sha256};
 use super::diagnostics::{Source, SuiteError};
 use super::matrix::add_agents;
 use super::raw::{RawAgentsFile, RawDefaults, RawMetric, RawSuite, RawTask, RawVerify, loc};
-use super::types::{DEFAULT_MAX_DIFF, Located, MetricSpec, Suite, Task};
+use super::types::{DEFAULT_MAX_DIFF, Located, MetricKind, MetricSpec, Suite, Task};
 use crate::agent::harness::Endpoint;
 use crate::delta::VerifySpec;
-use crate::metric::METRIC_NAMES;
 use crate::support::{parse_duration, shell_quote};
 use crate::workspace::{Isolation, Overlay, RepoKind, RepoSource};
+use strum::VariantNames as _;
 
 /// The default grader timeout.
 const GRADER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -372,17 +372,25 @@ fn verify_spec(source: &Source, v: &Spanned<RawVerify>) -> Result<VerifySpec, Su
 
 fn metric_spec(source: &Source, m: &Spanned<RawMetric>) -> Result<MetricSpec, SuiteError> {
     match &m.value {
-        RawMetric::Named(name) => match name.as_str() {
-            "delta" => Ok(MetricSpec::Delta),
-            "delta-token" => Ok(MetricSpec::DeltaToken),
-            "exit-code" => Ok(MetricSpec::ExitCode),
-            other => Err(source.at(
-                m,
-                format!(
-                    "unknown metric '{other}'. Valid metrics: {}, or {{grader: COMMAND}}",
-                    METRIC_NAMES.join(", ")
-                ),
-            )),
+        RawMetric::Named(name) => match name.parse::<MetricKind>() {
+            Ok(MetricKind::Delta) => Ok(MetricSpec::Delta),
+            Ok(MetricKind::DeltaToken) => Ok(MetricSpec::DeltaToken),
+            Ok(MetricKind::ExitCode) => Ok(MetricSpec::ExitCode),
+            Ok(MetricKind::Grader) | Err(_) => {
+                let grader: &str = MetricKind::Grader.into();
+                let named: Vec<&str> = MetricKind::VARIANTS
+                    .iter()
+                    .copied()
+                    .filter(|kind| *kind != grader)
+                    .collect();
+                Err(source.at(
+                    m,
+                    format!(
+                        "unknown metric '{name}'. Valid metrics: {}, or {{grader: COMMAND}}",
+                        named.join(", ")
+                    ),
+                ))
+            }
         },
         RawMetric::Grader { command, timeout } => {
             let spanned = Spanned {

@@ -26,6 +26,6 @@ pub use lock::{LockError, SuiteLock, lock_path, task_digest, unvalidated};
 pub use matrix::MATRIX_FACTORS;
 pub use raw::{RawAgent, RawAgentsFile, RawSuite};
 pub use types::{
-    AgentKind, AgentSpec, AgentVariant, DEFAULT_MAX_DIFF, Located, MetricSpec, Suite, Task,
-    agent_configs, json_schema,
+    AgentKind, AgentSpec, AgentVariant, DEFAULT_MAX_DIFF, Located, MetricKind, MetricSpec, Suite,
+    Task, agent_configs, json_schema,
 };

@@ -22,9 +22,15 @@ pub struct Located<T> {
     pub column: u64,
 }
 
-/// How a task is scored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// How a task is scored. Its kinds, [`MetricKind`], are derived from it: `metric: NAME` takes the
+/// kebab-case name of each but `grader`, which is written `{grader: COMMAND}`.
+#[derive(Debug, Clone, PartialEq, Serialize, strum::EnumDiscriminants)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[strum_discriminants(
+    name(MetricKind),
+    derive(strum::VariantNames, strum::IntoStaticStr, strum::EnumString),
+    strum(serialize_all = "kebab-case")
+)]
 pub enum MetricSpec {
     Delta,
     DeltaToken,
@@ -39,10 +45,8 @@ pub enum MetricSpec {
 impl MetricSpec {
     pub fn name(&self) -> String {
         match self {
-            Self::Delta => "delta".into(),
-            Self::DeltaToken => "delta-token".into(),
-            Self::ExitCode => "exit-code".into(),
             Self::Grader { command, .. } => format!("grader:{command}"),
+            named => <&str>::from(MetricKind::from(named)).to_owned(),
         }
     }
 }

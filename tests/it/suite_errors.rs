@@ -307,6 +307,26 @@ fn unknown_isolation_strategy() {
 }
 
 #[test]
+fn unknown_metric_name() {
+    let tmp = fixture();
+    // `grader` is a kind, but it is written `{grader: COMMAND}`, never as a name.
+    for name in ["deltas", "grader"] {
+        let err = load_error(
+            tmp.path(),
+            &with_task_lines(&format!("    metric: {name}\n")),
+            &[],
+        );
+        assert!(
+            err.contains(&format!(
+                "unknown metric '{name}'. Valid metrics: delta, delta-token, exit-code, or {{grader: COMMAND}}"
+            )),
+            "{err}"
+        );
+        assert!(err.contains("suite.yaml:7:13: "), "{err}");
+    }
+}
+
+#[test]
 fn unknown_agent_kind() {
     let tmp = fixture();
     let yaml = VALID.replace("tasks:\n", "agents:\n  a:\n    kind: robot\ntasks:\n");
