@@ -77,7 +77,8 @@ pub(super) enum Command {
     /// Remove what dead runs left: workspaces, overlay mounts, processes still working in them.
     ///
     /// Runs leave a lease file in the cache (`CACHE/leases/`) while they hold workspaces; gc
-    /// reaps every lease whose process is gone, whatever --workdir the run used.
+    /// reaps every lease whose process is gone, whatever --workdir the run used. Without --cache
+    /// or --workdir it checks every cache a run registered.
     Gc(GcArgs),
     /// Local stand-ins for model APIs, to drive agent CLIs offline.
     Model(ModelArgs),
@@ -99,6 +100,35 @@ pub(super) struct ResumeArgs {
     pub(super) jobs: Option<usize>,
 }
 
+/// Where workspaces and the cache live: for the commands that run trials, and for `gc`.
+#[derive(Debug, clap::Args)]
+pub(super) struct Places {
+    /// Where workspaces are created (a tmpfs such as /dev/shm makes provisioning fast)
+    /// [default: the system temp dir, $TMPDIR or /tmp].
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "DELTABENCH_WORKDIR",
+        hide_env_values = true
+    )]
+    pub(super) workdir: Option<PathBuf>,
+    /// Prepared sources and workspace templates, reused across runs [default: WORKDIR/deltabench-cache].
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "DELTABENCH_CACHE",
+        hide_env_values = true
+    )]
+    pub(super) cache: Option<PathBuf>,
+}
+
+impl Places {
+    /// The cache folder inside a workdir, when --cache does not name one.
+    pub(super) fn default_cache(workdir: &std::path::Path) -> PathBuf {
+        workdir.join("deltabench-cache")
+    }
+}
+
 /// Flags shared by `resume` and `run --resume`.
 #[derive(Debug, clap::Args)]
 pub(super) struct ResumeOptions {
@@ -116,22 +146,8 @@ pub(super) struct GcArgs {
     /// Only print what would be removed.
     #[arg(long)]
     pub(super) dry_run: bool,
-    /// The cache whose leases to check [default: WORKDIR/deltabench-cache].
-    #[arg(
-        long,
-        value_name = "DIR",
-        env = "DELTABENCH_CACHE",
-        hide_env_values = true
-    )]
-    pub(super) cache: Option<PathBuf>,
-    /// Where the default cache lives [default: the system temp dir].
-    #[arg(
-        long,
-        value_name = "DIR",
-        env = "DELTABENCH_WORKDIR",
-        hide_env_values = true
-    )]
-    pub(super) workdir: Option<PathBuf>,
+    #[command(flatten)]
+    pub(super) places: Places,
 }
 
 #[derive(Debug, clap::Args)]
@@ -237,23 +253,8 @@ pub(super) struct SuiteArgs {
     /// A YAML file with a top-level `agents:` map; its agents override the suite's.
     #[arg(long, value_name = "FILE")]
     pub(super) agents: Option<PathBuf>,
-    /// Where workspaces are created (a tmpfs such as /dev/shm makes provisioning fast)
-    /// [default: the system temp dir, $TMPDIR or /tmp].
-    #[arg(
-        long,
-        value_name = "DIR",
-        env = "DELTABENCH_WORKDIR",
-        hide_env_values = true
-    )]
-    pub(super) workdir: Option<PathBuf>,
-    /// Prepared sources and workspace templates, reused across runs [default: WORKDIR/deltabench-cache].
-    #[arg(
-        long,
-        value_name = "DIR",
-        env = "DELTABENCH_CACHE",
-        hide_env_values = true
-    )]
-    pub(super) cache: Option<PathBuf>,
+    #[command(flatten)]
+    pub(super) places: Places,
     /// Trials at once [default: the number of cores].
     #[arg(short = 'j', long = "jobs", value_name = "N")]
     pub(super) jobs: Option<usize>,

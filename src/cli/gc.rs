@@ -1,18 +1,18 @@
 //! `deltabench gc`: reap what dead runs left, found through their lease files.
 
-use super::args::GcArgs;
+use super::args::{GcArgs, Places};
 use super::exit::Exit;
 use super::{CliError, print_stdout};
 use crate::store::{Reaped, leases, reap, registered_caches};
 
 pub(super) fn gc(args: &GcArgs) -> Result<Exit, CliError> {
     // Without --cache or --workdir: every cache a run registered, wherever its workdir was.
-    let caches = match (&args.cache, &args.workdir) {
+    let caches = match (&args.places.cache, &args.places.workdir) {
         (Some(cache), _) => vec![cache.clone()],
-        (None, Some(workdir)) => vec![workdir.join("deltabench-cache")],
+        (None, Some(workdir)) => vec![Places::default_cache(workdir)],
         (None, None) => {
             let mut caches = registered_caches();
-            let default = std::env::temp_dir().join("deltabench-cache");
+            let default = Places::default_cache(&std::env::temp_dir());
             if !caches.contains(&default) {
                 caches.push(default);
             }

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use clap::{CommandFactory, FromArgMatches};
 
 pub use args::Cli;
-use args::{Command, SuiteArgs};
+use args::{Command, Places, SuiteArgs};
 pub use error::{CliError, ErrorKind};
 use exit::Exit;
 
@@ -120,7 +120,7 @@ fn default_jobs() -> usize {
 }
 
 fn workdir(args: &SuiteArgs) -> Result<PathBuf, CliError> {
-    let dir = args.workdir.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = args.places.workdir.clone().unwrap_or_else(std::env::temp_dir);
     if !dir.is_dir() {
         return Err(CliError::usage(format!(
             "--workdir {}: no such directory",
@@ -132,9 +132,10 @@ fn workdir(args: &SuiteArgs) -> Result<PathBuf, CliError> {
 
 fn cache_dir(args: &SuiteArgs, workdir: &Path) -> PathBuf {
     let dir = args
+        .places
         .cache
         .clone()
-        .unwrap_or_else(|| workdir.join("deltabench-cache"));
+        .unwrap_or_else(|| Places::default_cache(workdir));
     std::path::absolute(&dir).unwrap_or(dir)
 }
 
