@@ -14,6 +14,7 @@ mod init;
 mod layers;
 mod lifecycle;
 mod model;
+mod patches;
 mod procs;
 mod redaction;
 mod reports;
