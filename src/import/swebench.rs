@@ -119,10 +119,17 @@ pub async fn import(
             origin: format!("deltabench import swebench {}", source.display()),
             tasks: Vec::new(),
         };
-        let git = git2::Repository::open(&clone).map_err(|e| ImportError::Git {
+        let git_err = |e: git2::Error| ImportError::Git {
             path: clone.clone(),
             message: e.message().to_owned(),
-        })?;
+        };
+        let git = git2::Repository::open(&clone).map_err(git_err)?;
+        // Checking a patch writes its blobs: to memory, not into the user's clone.
+        let _mempack = git
+            .odb()
+            .map_err(git_err)?
+            .add_new_mempack_backend(1000)
+            .map_err(git_err)?;
         let mut ids = Ids::default();
         for instance in instances {
             match task(&instance, &git, &clone, &env, &dir, &mut ids)? {
@@ -160,6 +167,18 @@ fn task(
             clone.display()
         )));
     };
+    // Checked as the run applies them (each to the base), so a bad row is skipped here.
+    for (what, patch) in [
+        ("test patch", &instance.test_patch),
+        ("fix", &instance.patch),
+    ] {
+        if let Err(why) = crate::workspace::patched_files(git, &tree, patch.as_bytes()) {
+            return Ok(Err(format!(
+                "the {what} does not apply to base commit {}: {why}",
+                instance.base_commit
+            )));
+        }
+    }
     let settings = match test_settings(instance, &tree, env) {
         Ok(settings) => settings,
         Err(reason) => return Ok(Err(reason)),

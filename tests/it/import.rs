@@ -285,6 +285,90 @@ fn swebench_end_to_end_validates_and_hides_the_fix() {
     assert_ok(&forced, "import --force");
 }
 
+/// Each row's patches are applied to its base at import, as the run will: a row whose fix or
+/// test patch does not apply is skipped with git's reason, one with a test patch git writes
+/// for an empty `__init__.py` is kept and validates, and the clone gains no object.
+#[test]
+fn swebench_rows_whose_patches_do_not_apply_are_skipped_with_the_reason() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    let clone = root.join("repos/acme__calc");
+    let (base, _, patch, test_patch) = upstream(&clone);
+    // The test patch also adds an empty package marker, as git writes it (a header, no hunk),
+    // and a file whose blob the clone does not hold.
+    let with_empty = format!(
+        "{test_patch}diff --git a/tests/unit/__init__.py b/tests/unit/__init__.py\nnew file mode 100644\nindex 0000000..e69de29\n\
+         diff --git a/tests/unit/NOTES b/tests/unit/NOTES\nnew file mode 100644\n--- /dev/null\n+++ b/tests/unit/NOTES\n@@ -0,0 +1 @@\n+only in the test patch\n"
+    );
+    let stale_fix = patch.replace("-    return a - b", "-    return a * b");
+    let stale_tests = test_patch.replace(
+        "+from calc import add, mul",
+        "+from calc import add, mul, div",
+    );
+    let stale_tests = stale_tests.replace(" def test_mul():", " def test_multiply():");
+    write_rows(
+        &root.join("rows.jsonl"),
+        &[
+            swe_row("acme__calc-1", "acme/calc", &base, &patch, &with_empty),
+            swe_row("acme__calc-2", "acme/calc", &base, &stale_fix, &test_patch),
+            swe_row("acme__calc-3", "acme/calc", &base, &patch, &stale_tests),
+            swe_row(
+                "acme__calc-4",
+                "acme/calc",
+                &base,
+                "not a patch\n",
+                &test_patch,
+            ),
+        ],
+    );
+    let objects_before = git(&clone, &["count-objects", "-v"]);
+    let output = import(
+        root,
+        &[
+            "swebench",
+            "rows.jsonl",
+            "--repos",
+            "repos",
+            "--out",
+            "suite",
+        ],
+    );
+    assert_ok(&output, "import");
+    let text = stdout(&output);
+    assert!(
+        text.starts_with("imported 1 task (swebench) into suite\n"),
+        "{text}"
+    );
+    let skipped = |id: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("  {id}: ")))
+            .unwrap_or_else(|| panic!("{id} not skipped:\n{text}"))
+            .to_owned()
+    };
+    let prefix = |what: &str| format!("the {what} does not apply to base commit {base}: ");
+    let fix = skipped("acme__calc-2");
+    assert!(
+        fix.starts_with(&prefix("fix"))
+            && fix.contains("patch failed: calc.py:1")
+            && fix.contains("calc.py: patch does not apply"),
+        "{fix}"
+    );
+    let tests = skipped("acme__calc-3");
+    assert!(
+        tests.starts_with(&prefix("test patch"))
+            && tests.contains("patch failed: tests/test_calc.py:1")
+            && tests.contains("tests/test_calc.py: patch does not apply"),
+        "{tests}"
+    );
+    let prose = skipped("acme__calc-4");
+    assert!(
+        prose.starts_with(&prefix("fix")) && prose.contains("No valid patches in input"),
+        "{prose}"
+    );
+    assert_eq!(git(&clone, &["count-objects", "-v"]), objects_before);
+    assert_ok(&validate(root, &root.join("suite")), "validate");
+}
+
 #[test]
 fn swebench_rows_of_several_repos_make_one_suite_each() {
     let tmp = temp_dir();
