@@ -3,9 +3,10 @@
 //! A row becomes a task: `problem_statement` (or the resolved issues' text) the instruction,
 //! `base_commit` the base, `patch` the solution, `test_patch` the hidden tests, and
 //! `FAIL_TO_PASS` + `PASS_TO_PASS` the tests the verify command runs. `graders/swebench.py`
-//! (copied into the suite folder) reads the per-test results from the output and passes only
-//! when every listed test passed, so a skipped FAIL_TO_PASS test counts as failed. The repo is a
-//! local clone; the workspaces strip every ref, so the agent sees the base and its ancestors.
+//! (copied into the suite folder) reads the per-test results from the output with the official
+//! harness's parser for the repository and grades as it does: every FAIL_TO_PASS test passed,
+//! every PASS_TO_PASS test passed or skipped. The repo is a local clone; the workspaces strip
+//! every ref, so the agent sees the base and its ancestors.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -194,8 +195,10 @@ fn task(
     write_file(&dir.join(&instruction), &instance.statement, false)?;
     write_file(&dir.join(&tests), &instance.test_patch, false)?;
     write_file(&dir.join(&solution), &instance.patch, false)?;
+    // The repository picks the log parser the official harness uses for it.
     let expected = serde_json::json!({
         "instance_id": instance.name,
+        "repo": instance.repo,
         "FAIL_TO_PASS": instance.fail_to_pass,
         "PASS_TO_PASS": instance.pass_to_pass,
     });

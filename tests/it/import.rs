@@ -563,6 +563,10 @@ fn grade(
     (done.status.code(), last)
 }
 
+/// A spec with no `repo` (a set outside the official table) gets the generic parser, and the
+/// official verdict: FAIL_TO_PASS passed, PASS_TO_PASS passed or skipped, and a log that
+/// contradicts its exit code grades nothing. The agreement with the official package on real
+/// logs is `swebench::*`.
 #[test]
 fn swebench_grader_needs_every_listed_test_passed() {
     let tmp = temp_dir();
@@ -578,12 +582,30 @@ fn swebench_grader_needs_every_listed_test_passed() {
             "===== short test summary info =====\nPASSED tests/t.py::test_old\nPASSED tests/t.py::test_p[a b]\n{new}\n"
         )
     };
+    let cargo = |new: &str, p: &str| {
+        format!(
+            "test tests/t.py::test_new ... {new}\ntest tests/t.py::test_old ... ok\ntest tests/t.py::test_p[a b] ... {p}\n"
+        )
+    };
     let cases = [
-        ("all pass", "+x", pytest("PASSED tests/t.py::test_new"), r#"{"passed": true, "score": 1.0}"#),
-        ("no diff", "", pytest("PASSED tests/t.py::test_new"), r#"{"passed": false, "score": 1.0}"#),
+        (
+            "all pass",
+            "+x",
+            0,
+            pytest("PASSED tests/t.py::test_new"),
+            r#"{"passed": true, "score": 1.0}"#,
+        ),
+        (
+            "no diff",
+            "",
+            0,
+            pytest("PASSED tests/t.py::test_new"),
+            r#"{"passed": false, "score": 1.0}"#,
+        ),
         (
             "F2P failed",
             "+x",
+            1,
             pytest("FAILED tests/t.py::test_new - assert 1 == 2"),
             r#"{"passed": false, "score": 0.6666666666666666}"#,
         ),
@@ -591,18 +613,41 @@ fn swebench_grader_needs_every_listed_test_passed() {
             // pytest -rA reports a skip by location, not by id: the F2P test is not PASSED.
             "F2P skipped",
             "+x",
+            0,
             pytest("SKIPPED [1] tests/t.py:10: not ready"),
             r#"{"passed": false, "score": 0.6666666666666666}"#,
         ),
         (
+            "exit 1, nothing failed",
+            "+x",
+            1,
+            pytest("PASSED tests/t.py::test_new"),
+            r#"{"passed": false, "score": 1.0}"#,
+        ),
+        (
             "cargo test",
             "+x",
-            "test tests/t.py::test_new ... ok\ntest tests/t.py::test_old ... ok\ntest tests/t.py::test_p[a b] ... ignored\n".to_owned(),
+            0,
+            cargo("ok", "ok"),
+            r#"{"passed": true, "score": 1.0}"#,
+        ),
+        (
+            "cargo P2P ignored",
+            "+x",
+            0,
+            cargo("ok", "ignored"),
+            r#"{"passed": true, "score": 1.0}"#,
+        ),
+        (
+            "cargo F2P ignored",
+            "+x",
+            0,
+            cargo("ignored", "ok"),
             r#"{"passed": false, "score": 0.6666666666666666}"#,
         ),
     ];
-    for (name, diff, output, verdict) in cases {
-        let (code, last) = grade("swebench.py", &[spec], diff, 1, &output);
+    for (name, diff, exit_code, output, verdict) in cases {
+        let (code, last) = grade("swebench.py", &[spec], diff, exit_code, &output);
         assert_eq!(code, Some(0), "{name}");
         assert_eq!(last, verdict, "{name}");
     }

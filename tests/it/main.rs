@@ -23,6 +23,7 @@ mod sandbox_reach;
 mod seam;
 mod shard;
 mod suite_errors;
+mod swebench;
 mod tampered;
 mod trust;
 mod validate;
