@@ -54,7 +54,7 @@ SKIP_COUNT = re.compile(r"^\[\d+\]$")
 
 
 def status_lines(log, clean=None):
-    """(status, words) for each line that starts with a status, as the pytest parsers read it."""
+    """Each line (after `clean`) that starts with a status, as the pytest parsers read them."""
     for line in log.split("\n"):
         if clean:
             line = clean(line)
@@ -68,6 +68,7 @@ def is_skip_count(words):
 
 
 def parse_pytest(log, rename=None):
+    """pytest -rA: "STATUS id" lines; an id ends at the first space."""
     found = {}
     for line in status_lines(log, rename):
         if line.startswith(FAILED):
