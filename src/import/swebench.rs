@@ -3,9 +3,10 @@
 //! A row becomes a task: `problem_statement` (or the resolved issues' text) the instruction,
 //! `base_commit` the base, `patch` the solution, `test_patch` the hidden tests, and
 //! `FAIL_TO_PASS` + `PASS_TO_PASS` the tests the verify command runs. `graders/swebench.py`
-//! (copied into the suite folder) reads the per-test results from the output and passes only
-//! when every listed test passed, so a skipped FAIL_TO_PASS test counts as failed. The repo is a
-//! local clone; the workspaces strip every ref, so the agent sees the base and its ancestors.
+//! (copied into the suite folder) reads the per-test results from the output with the official
+//! harness's parser for the repository and grades as it does: every FAIL_TO_PASS test passed,
+//! every PASS_TO_PASS test passed or skipped. The repo is a local clone; the workspaces strip
+//! every ref, so the agent sees the base and its ancestors.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -119,10 +120,17 @@ pub async fn import(
             origin: format!("deltabench import swebench {}", source.display()),
             tasks: Vec::new(),
         };
-        let git = git2::Repository::open(&clone).map_err(|e| ImportError::Git {
+        let git_err = |e: git2::Error| ImportError::Git {
             path: clone.clone(),
             message: e.message().to_owned(),
-        })?;
+        };
+        let git = git2::Repository::open(&clone).map_err(git_err)?;
+        // Checking a patch writes its blobs: to memory, not into the user's clone.
+        let _mempack = git
+            .odb()
+            .map_err(git_err)?
+            .add_new_mempack_backend(1000)
+            .map_err(git_err)?;
         let mut ids = Ids::default();
         for instance in instances {
             match task(&instance, &git, &clone, &env, &dir, &mut ids)? {
@@ -160,6 +168,18 @@ fn task(
             clone.display()
         )));
     };
+    // Checked as the run applies them (each to the base), so a bad row is skipped here.
+    for (what, patch) in [
+        ("test patch", &instance.test_patch),
+        ("fix", &instance.patch),
+    ] {
+        if let Err(why) = crate::workspace::patched_files(git, &tree, patch.as_bytes()) {
+            return Ok(Err(format!(
+                "the {what} does not apply to base commit {}: {why}",
+                instance.base_commit
+            )));
+        }
+    }
     let settings = match test_settings(instance, &tree, env) {
         Ok(settings) => settings,
         Err(reason) => return Ok(Err(reason)),
@@ -175,8 +195,10 @@ fn task(
     write_file(&dir.join(&instruction), &instance.statement, false)?;
     write_file(&dir.join(&tests), &instance.test_patch, false)?;
     write_file(&dir.join(&solution), &instance.patch, false)?;
+    // The repository picks the log parser the official harness uses for it.
     let expected = serde_json::json!({
         "instance_id": instance.name,
+        "repo": instance.repo,
         "FAIL_TO_PASS": instance.fail_to_pass,
         "PASS_TO_PASS": instance.pass_to_pass,
     });

@@ -168,17 +168,23 @@ impl Metric for CustomMetric {
     }
 }
 
+/// The grader's output (its explanation and verdict, stdout and stderr) in the trial folder.
+pub const GRADER_LOG: &str = "grader.log";
+
 /// An external grader: a shell command that reads `{"diff", "command_result"}` as JSON on stdin
 /// and prints `{"passed": bool, "score": number}` (the last JSON line of its output counts).
 ///
 /// `command_result.output` keeps only the head and tail of a long verify output; when the full
 /// log was written (`verify_log`), the grader finds its path in `$DELTABENCH_VERIFY_LOG`.
+/// Everything the grader prints is kept in `log` (the trial's `grader.log`), so why it decided
+/// stays readable after the run.
 #[derive(Debug, Clone)]
 pub struct GraderMetric {
     pub command: String,
     pub cwd: PathBuf,
     pub timeout: Duration,
     pub verify_log: Option<PathBuf>,
+    pub log: Option<PathBuf>,
 }
 
 impl Metric for GraderMetric {
@@ -198,7 +204,8 @@ impl Metric for GraderMetric {
             let input = serde_json::to_vec(delta).map_err(|e| fail(e.to_string()))?;
             let mut spec = CommandSpec::shell(&self.command, &self.cwd)
                 .timeout(Some(self.timeout))
-                .stdin(input);
+                .stdin(input)
+                .log_path(self.log.clone());
             if let Some(log) = self.verify_log.as_ref().filter(|log| log.is_file()) {
                 spec = spec.env("DELTABENCH_VERIFY_LOG", log);
             }

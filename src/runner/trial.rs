@@ -392,6 +392,7 @@ fn metric_for(task: &Task, suite: &Suite, dir: &Path) -> Box<dyn Metric> {
             cwd: suite.path.parent().map(Path::to_owned).unwrap_or_default(),
             timeout: timeout.unwrap_or(Duration::from_secs(60)),
             verify_log: Some(dir.join(layout::VERIFY_LOG)),
+            log: Some(dir.join(layout::GRADER_LOG)),
         }),
     }
 }

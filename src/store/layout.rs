@@ -6,16 +6,17 @@
 //!   trials.jsonl       one line per finished trial, appended and fsynced before it is reported
 //!   trials/<task>/<agent>/<n>/
 //!     events.jsonl  diff.patch  verify.log  agent.log  result.json  tests.json  (instruction.md,
-//!     setup.log, verify-setup.log, verify-home/)
+//!     setup.log, verify-setup.log, verify-home/, grader.log)
 //! ```
 //!
-//! The probe and the command agent write their files into the trial folder they are given, so
-//! those names are declared where they are written and re-exported here.
+//! The probe, the command agent and a grader metric write their files into the trial folder
+//! they are given, so those names are declared where they are written and re-exported here.
 
 use std::path::{Path, PathBuf};
 
 pub use crate::agent::{AGENT_LOG, INSTRUCTION_FILE};
 pub use crate::delta::{DIFF_PATCH, HOOK_DIR, HOOK_REPORT, VERIFY_HOME, VERIFY_LOG};
+pub use crate::metric::GRADER_LOG;
 
 use super::{TrialRecord, sanitize};
 

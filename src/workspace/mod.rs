@@ -25,7 +25,9 @@ use futures::future::BoxFuture;
 
 pub use clone::CloneBackend;
 pub use git::{git_command, harness_signature, resolve_commit};
-pub use overlay::{EntryKind, Overlay, OverlayError, apply_overlay, write_entry};
+pub use overlay::{
+    EntryKind, Overlay, OverlayError, PatchedFile, apply_overlay, patched_files, write_entry,
+};
 pub use overlayfs::{OverlayBackend, overlay_changes};
 pub use remove::{LeftBehind, RemoveError, mounts_below, remove_tree, unmount_below};
 pub use sandbox::{

@@ -1,9 +1,10 @@
 //! Writing files over a workspace: hidden tests after the agent, or a reference solution.
 //!
 //! A directory overlay copies every file to the same relative path. A patch overlay is applied
-//! to the base tree in memory (git2), and the resulting files are written out, so it lands the
-//! same whatever the agent did to those paths. Either way, a symlink or file the agent planted
-//! where a directory or file must go is removed first: nothing is written through a link.
+//! to the base tree in memory (git2, or `git apply --cached` on a scratch index for what git2
+//! cannot read), and the resulting files are written out, so it lands the same whatever the
+//! agent did to those paths. Either way, a symlink or file the agent planted where a directory
+//! or file must go is removed first: nothing is written through a link.
 
 use std::fs;
 use std::io;
@@ -151,40 +152,265 @@ fn apply_patch(
             Ok,
         )
         .map_err(|e| perr(e.message().to_owned()))?;
-    let diff =
-        Diff::from_buffer(&bytes).map_err(|e| perr(format!("not a patch: {}", e.message())))?;
     let oid = Oid::from_str(base).map_err(|e| perr(e.message().to_owned()))?;
     let tree = repo
         .find_object(oid, None)
         .and_then(|object| object.peel_to_tree())
         .map_err(|e| perr(format!("base {base}: {}", e.message())))?;
-    let index = repo
-        .apply_to_tree(&tree, &diff, None)
-        .map_err(|e| perr(format!("does not apply to the base: {}", e.message())))?;
-    let mut touched = Vec::new();
-    for delta in diff.deltas() {
-        if let Some(old) = delta.old_file().path()
-            && delta.status() != git2::Delta::Added
-            && index.get_path(old, 0).is_none()
-        {
-            remove_file(workspace, old)?;
-            touched.push(old.to_string_lossy().into_owned());
-        }
-        let Some(new) = delta.new_file().path() else {
-            continue;
-        };
-        let Some(entry) = index.get_path(new, 0) else {
-            continue;
-        };
-        let blob = repo
-            .find_blob(entry.id)
-            .map_err(|e| perr(e.message().to_owned()))?;
-        write_file(workspace, new, blob.content(), entry.mode & 0o111 != 0)?;
-        touched.push(new.to_string_lossy().into_owned());
+    let files = patched_files(&repo, &tree, &bytes)
+        .map_err(|why| perr(format!("does not apply to the base {base}: {why}")))?;
+    // Removals first: a file the patch deletes may be where it writes a directory.
+    for file in files.iter().filter(|f| f.content.is_none()) {
+        remove_file(workspace, &file.path)?;
     }
+    for file in &files {
+        if let Some((content, kind)) = &file.content {
+            write_entry(workspace, &file.path, Some(content), *kind)?;
+        }
+    }
+    let mut touched: Vec<String> = files
+        .iter()
+        .map(|f| f.path.to_string_lossy().into_owned())
+        .collect();
     touched.sort();
     touched.dedup();
     Ok(touched)
+}
+
+/// One path a patch changes: its new content and kind, or `None` when the patch removes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatchedFile {
+    pub path: PathBuf,
+    pub content: Option<(Vec<u8>, EntryKind)>,
+}
+
+/// What `patch` does to `tree`, read from `repo`, without touching any work tree; the reason
+/// when it does not apply.
+///
+/// libgit2 applies what it can read, which is everything `git diff` writes once an empty file
+/// added or deleted with no hunk is given the empty literal libgit2 expects. What it still
+/// rejects (a diff made by `diff -u`, a patch that does not apply) goes to `git apply --cached`
+/// on an index of the base, in a scratch repository that borrows `repo`'s objects: no
+/// configuration, hook or work tree of any other repository is involved. A patch neither takes
+/// fails with git's reason, which names the file.
+pub fn patched_files(
+    repo: &Repository,
+    tree: &git2::Tree,
+    patch: &[u8],
+) -> Result<Vec<PatchedFile>, String> {
+    match libgit2_apply(repo, tree, patch) {
+        Ok(files) => Ok(files),
+        Err(libgit2_says) => git_apply(repo, tree, patch).unwrap_or(Err(libgit2_says)),
+    }
+}
+
+/// Every path the patch names, as the patched tree has it: written, or removed when absent.
+fn libgit2_apply(
+    repo: &Repository,
+    tree: &git2::Tree,
+    patch: &[u8],
+) -> Result<Vec<PatchedFile>, String> {
+    let rewritten = with_empty_contents(patch);
+    let readable = rewritten.as_ref().map_or(patch, |(bytes, _)| bytes);
+    let diff = Diff::from_buffer(readable).map_err(|e| format!("not a patch: {}", e.message()))?;
+    for &ordinal in rewritten.iter().flat_map(|(_, deletions)| deletions) {
+        let path = diff.get_delta(ordinal).and_then(|d| d.old_file().path());
+        let empty = path
+            .and_then(|path| tree.get_path(path).ok())
+            .and_then(|entry| repo.find_blob(entry.id()).ok())
+            .is_some_and(|blob| blob.size() == 0);
+        if !empty {
+            return Err("a deletion with no hunk of a file that is not empty".into());
+        }
+    }
+    let index = repo
+        .apply_to_tree(tree, &diff, None)
+        .map_err(|e| e.message().to_owned())?;
+    let mut paths = Vec::new();
+    for delta in diff.deltas() {
+        paths.extend(delta.old_file().path().map(Path::to_owned));
+        paths.extend(delta.new_file().path().map(Path::to_owned));
+    }
+    paths.sort();
+    paths.dedup();
+    let mut files = Vec::new();
+    for path in paths {
+        let entry = index.get_path(&path, 0).map(|e| (e.id, e.mode));
+        files.extend(read_entry(repo, path, entry)?);
+    }
+    Ok(files)
+}
+
+/// Git's extended header lines, which end where a hunk or binary patch would start.
+const HEADER_LINES: [&[u8]; 12] = [
+    b"diff --git ",
+    b"index ",
+    b"new file mode ",
+    b"deleted file mode ",
+    b"old mode ",
+    b"new mode ",
+    b"similarity index ",
+    b"dissimilarity index ",
+    b"rename from ",
+    b"rename to ",
+    b"copy from ",
+    b"copy to ",
+];
+
+/// `patch` with an empty binary literal after each header that adds or deletes an empty file
+/// with no hunk (as git writes it), which libgit2 cannot read; the literal is what
+/// `git diff --binary` writes for an empty side. Also the ordinals of the sections that delete
+/// a file this way, whose base must be checked empty (libgit2 does not). `None` when there is
+/// no such header.
+fn with_empty_contents(patch: &[u8]) -> Option<(Vec<u8>, Vec<usize>)> {
+    const EMPTY: &[u8] = b"GIT binary patch\nliteral 0\nHcmV?d00001\n\nliteral 0\nHcmV?d00001\n\n";
+    let lines: Vec<&[u8]> = patch.split_inclusive(|&b| b == b'\n').collect();
+    let starts: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].starts_with(b"diff --git "))
+        .chain([lines.len()])
+        .collect();
+    let mut out = Vec::with_capacity(patch.len() + EMPTY.len());
+    let (mut changed, mut deletions) = (false, Vec::new());
+    out.extend(lines[..starts[0]].concat());
+    for (ordinal, section) in starts.windows(2).enumerate() {
+        let lines = &lines[section[0]..section[1]];
+        let header_end = lines
+            .iter()
+            .take_while(|line| HEADER_LINES.iter().any(|p| line.starts_with(p)))
+            .count();
+        let has = |prefix: &[u8]| lines[..header_end].iter().any(|l| l.starts_with(prefix));
+        let deletes = has(b"deleted file mode ");
+        let content = lines[header_end..].iter().any(|line| {
+            [
+                &b"--- "[..],
+                b"+++ ",
+                b"@@ ",
+                b"GIT binary patch",
+                b"Binary files ",
+            ]
+            .iter()
+            .any(|p| line.starts_with(p))
+        });
+        out.extend(lines[..header_end].concat());
+        if (deletes || has(b"new file mode ")) && !content {
+            if !out.ends_with(b"\n") {
+                out.push(b'\n');
+            }
+            out.extend_from_slice(EMPTY);
+            changed = true;
+            if deletes {
+                deletions.push(ordinal);
+            }
+        }
+        out.extend(lines[header_end..].concat());
+    }
+    changed.then_some((out, deletions))
+}
+
+/// A changed index entry as a file to write, or a removal; `None` for a submodule entry, which
+/// has no file in a work tree.
+fn read_entry(
+    repo: &Repository,
+    path: PathBuf,
+    entry: Option<(Oid, u32)>,
+) -> Result<Option<PatchedFile>, String> {
+    let Some((id, mode)) = entry else {
+        return Ok(Some(PatchedFile {
+            path,
+            content: None,
+        }));
+    };
+    let Some(kind) = EntryKind::of_mode(mode as i32) else {
+        return Ok(None);
+    };
+    let blob = repo
+        .find_blob(id)
+        .map_err(|e| format!("{}: {}", path.display(), e.message()))?;
+    Ok(Some(PatchedFile {
+        path,
+        content: Some((blob.content().to_vec(), kind)),
+    }))
+}
+
+/// `git apply --cached` on an index of `tree`; `None` when git cannot be run at all.
+fn git_apply(
+    repo: &Repository,
+    tree: &git2::Tree,
+    patch: &[u8],
+) -> Option<Result<Vec<PatchedFile>, String>> {
+    let scratch = tempfile::Builder::new()
+        .prefix("deltabench-patch-")
+        .tempdir()
+        .ok()?;
+    let dir = scratch.path();
+    let prepared = (|| -> Result<Repository, String> {
+        let msg = |e: git2::Error| e.message().to_owned();
+        let scratch_repo = Repository::init_bare(dir).map_err(msg)?;
+        let objects = repo.commondir().join("objects");
+        fs::write(
+            dir.join("objects/info/alternates"),
+            format!("{}\n", objects.display()),
+        )
+        .map_err(|e| e.to_string())?;
+        let mut index = git2::Index::open(&dir.join("index")).map_err(msg)?;
+        index.read_tree(tree).map_err(msg)?;
+        index.write().map_err(msg)?;
+        fs::write(dir.join("patch.diff"), patch).map_err(|e| e.to_string())?;
+        Ok(scratch_repo)
+    })();
+    let scratch_repo = match prepared {
+        Ok(scratch_repo) => scratch_repo,
+        Err(why) => return Some(Err(format!("cannot prepare `git apply`: {why}"))),
+    };
+    let output = super::git_command(dir)
+        .args(["--git-dir=.", "apply", "--cached", "patch.diff"])
+        .env("GIT_INDEX_FILE", dir.join("index"))
+        .env("LC_ALL", "C")
+        .output()
+        .ok()?;
+    if !output.status.success() {
+        let said = String::from_utf8_lossy(&output.stderr);
+        let reasons: Vec<&str> = said
+            .lines()
+            .map(|line| line.trim().trim_start_matches("error: "))
+            .filter(|line| !line.is_empty())
+            .collect();
+        return Some(Err(reasons.join("; ")));
+    }
+    Some(changes_in_index(
+        &scratch_repo,
+        tree.id(),
+        &dir.join("index"),
+    ))
+}
+
+/// The files where the index at `index_path` differs from the tree `base`.
+fn changes_in_index(
+    repo: &Repository,
+    base: Oid,
+    index_path: &Path,
+) -> Result<Vec<PatchedFile>, String> {
+    let msg = |e: git2::Error| e.message().to_owned();
+    let index = git2::Index::open(index_path).map_err(msg)?;
+    let tree = repo.find_tree(base).map_err(msg)?;
+    let diff = repo
+        .diff_tree_to_index(Some(&tree), Some(&index), None)
+        .map_err(msg)?;
+    let mut files = Vec::new();
+    for delta in diff.deltas() {
+        let (old, new) = (delta.old_file(), delta.new_file());
+        let entry = match delta.status() {
+            git2::Delta::Deleted => None,
+            _ => Some((new.id(), u32::from(new.mode()))),
+        };
+        let Some(path) = entry.map_or(old.path(), |_| new.path()).map(Path::to_owned) else {
+            continue;
+        };
+        if let Some(file) = read_entry(repo, path, entry)? {
+            files.push(file);
+        }
+    }
+    Ok(files)
 }
 
 /// Checks `relative` stays inside the workspace and makes every parent a real directory.
@@ -259,5 +485,262 @@ fn remove_file(workspace: &Path, relative: &Path) -> Result<(), OverlayError> {
         Ok(meta) if meta.is_dir() => fs::remove_dir_all(&target).map_err(io_err(&target)),
         Ok(_) => fs::remove_file(&target).map_err(io_err(&target)),
         Err(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workspace::git::run_git;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let mut all = vec!["-c", "user.name=t", "-c", "user.email=t@e"];
+        all.extend_from_slice(args);
+        run_git(dir, &all).unwrap()
+    }
+
+    fn write(root: &Path, path: &str, content: &[u8]) {
+        let target = root.join(path);
+        fs::create_dir_all(target.parent().unwrap()).unwrap();
+        fs::write(target, content).unwrap();
+    }
+
+    fn chmod(root: &Path, path: &str, mode: u32) {
+        fs::set_permissions(root.join(path), fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// Every file under `root` but `.git`: its kind and content (a link's target).
+    fn listing(root: &Path) -> Vec<(String, &'static str, Vec<u8>)> {
+        let mut found = Vec::new();
+        let mut stack = vec![root.to_owned()];
+        while let Some(dir) = stack.pop() {
+            for entry in fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                let rel = path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                let meta = fs::symlink_metadata(&path).unwrap();
+                if rel == ".git" {
+                    continue;
+                } else if meta.is_dir() {
+                    stack.push(path);
+                } else if meta.file_type().is_symlink() {
+                    let target = fs::read_link(&path).unwrap();
+                    found.push((rel, "link", target.as_os_str().as_bytes().to_vec()));
+                } else {
+                    let kind = if meta.permissions().mode() & 0o111 != 0 {
+                        "exec"
+                    } else {
+                        "file"
+                    };
+                    found.push((rel, kind, fs::read(&path).unwrap()));
+                }
+            }
+        }
+        found.sort();
+        found
+    }
+
+    /// A repo whose base has a text file, an empty file, a script and a binary file.
+    fn base_repo(root: &Path) -> (PathBuf, String) {
+        let repo = root.join("repo");
+        fs::create_dir_all(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        write(&repo, "a.txt", b"a\n");
+        write(&repo, "empty", b"");
+        write(&repo, "run.sh", b"echo run\n");
+        write(&repo, "moved.txt", b"one\ntwo\nthree\n");
+        write(&repo, "data.bin", b"\x00\x01\x02bin");
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-q", "-m", "base"]);
+        let base = git(&repo, &["rev-parse", "HEAD"]);
+        (repo, base)
+    }
+
+    /// The patch `change` makes, as `git diff --cached --binary ARGS` writes it.
+    fn patch_of(repo: &Path, diff_args: &[&str], change: impl FnOnce(&Path)) -> Vec<u8> {
+        change(repo);
+        git(repo, &["add", "-A"]);
+        let mut args = vec!["diff", "--cached", "--binary"];
+        args.extend_from_slice(diff_args);
+        let output = crate::workspace::git_command(repo)
+            .args(&args)
+            .output()
+            .unwrap();
+        git(repo, &["reset", "-q", "--hard"]);
+        git(repo, &["clean", "-q", "-fdx"]);
+        output.stdout
+    }
+
+    /// Applies `patch` with `apply_overlay` to a plain copy of the base (objects read from the
+    /// repo, as the verify workspace does) and with `git apply` to a clone, and compares.
+    fn lands_as_git_applies_it(root: &Path, repo: &Path, base: &str, name: &str, patch: &[u8]) {
+        let file = root.join(format!("{name}.patch"));
+        fs::write(&file, patch).unwrap();
+        let truth = root.join(format!("{name}-git"));
+        git(
+            root,
+            &[
+                "clone",
+                "-q",
+                &repo.to_string_lossy(),
+                &truth.to_string_lossy(),
+            ],
+        );
+        git(&truth, &["apply", &file.to_string_lossy()]);
+        let ours = root.join(format!("{name}-ours"));
+        git(
+            root,
+            &[
+                "clone",
+                "-q",
+                &repo.to_string_lossy(),
+                &ours.to_string_lossy(),
+            ],
+        );
+        fs::remove_dir_all(ours.join(".git")).unwrap();
+        let touched = apply_overlay(&ours, base, &Overlay::Patch(file), Some(&repo.join(".git")))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(!touched.is_empty(), "{name}: nothing written");
+        assert_eq!(listing(&ours), listing(&truth), "{name}");
+        assert_ne!(
+            listing(&ours),
+            listing(repo),
+            "{name}: the patch changed nothing"
+        );
+    }
+
+    #[test]
+    fn every_patch_git_applies_lands_as_git_applies_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let (repo, base) = base_repo(root);
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            (
+                "empty-file-added-beside-a-test",
+                patch_of(&repo, &[], |r| {
+                    write(r, "tests/__init__.py", b"");
+                    write(r, "tests/test_a.py", b"def test_a():\n    pass\n");
+                }),
+            ),
+            (
+                "empty-file-deleted",
+                patch_of(&repo, &[], |r| {
+                    fs::remove_file(r.join("empty")).unwrap();
+                }),
+            ),
+            (
+                "empty-executable-added",
+                patch_of(&repo, &[], |r| {
+                    write(r, "bin/tool", b"");
+                    chmod(r, "bin/tool", 0o755);
+                }),
+            ),
+            (
+                "mode-change",
+                patch_of(&repo, &[], |r| chmod(r, "run.sh", 0o755)),
+            ),
+            (
+                "pure-rename",
+                patch_of(&repo, &["-M"], |r| {
+                    fs::rename(r.join("moved.txt"), r.join("renamed.txt")).unwrap();
+                }),
+            ),
+            (
+                "rename-and-mode",
+                patch_of(&repo, &["-M"], |r| {
+                    fs::rename(r.join("moved.txt"), r.join("moved.sh")).unwrap();
+                    chmod(r, "moved.sh", 0o755);
+                }),
+            ),
+            (
+                "copy",
+                patch_of(&repo, &["-C", "-C"], |r| {
+                    fs::copy(r.join("moved.txt"), r.join("copied.txt")).unwrap();
+                }),
+            ),
+            (
+                "binary",
+                patch_of(&repo, &[], |r| {
+                    write(r, "data.bin", b"\x00\x01\x03changed");
+                    write(r, "new.bin", b"\x00new");
+                }),
+            ),
+            (
+                "symlink",
+                patch_of(&repo, &[], |r| {
+                    std::os::unix::fs::symlink("a.txt", r.join("link")).unwrap();
+                }),
+            ),
+            (
+                "file-becomes-directory",
+                patch_of(&repo, &[], |r| {
+                    fs::remove_file(r.join("empty")).unwrap();
+                    write(r, "empty/inside.txt", b"x\n");
+                }),
+            ),
+        ];
+        let git2_repo = Repository::open(&repo).unwrap();
+        let tree = git2_repo
+            .revparse_single(&base)
+            .unwrap()
+            .peel_to_tree()
+            .unwrap();
+        for (name, patch) in &cases {
+            lands_as_git_applies_it(root, &repo, &base, name, patch);
+            // What git diff writes never needs the `git apply` fallback.
+            libgit2_apply(&git2_repo, &tree, patch).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        // As `git format-patch` ends a mail, after an empty file's header.
+        let mut signed = cases[0].1.clone();
+        signed.extend_from_slice(b"-- \n2.47.3\n\n");
+        let empty_last = patch_of(&repo, &[], |r| write(r, "zz/__init__.py", b""));
+        signed.extend_from_slice(&empty_last);
+        signed.extend_from_slice(b"-- \n2.47.3\n\n");
+        lands_as_git_applies_it(root, &repo, &base, "format-patch", &signed);
+        libgit2_apply(&git2_repo, &tree, &signed).unwrap();
+        let traditional = b"--- a/a.txt\n+++ b/a.txt\n@@ -1 +1,2 @@\n a\n+more\n";
+        lands_as_git_applies_it(root, &repo, &base, "not-from-git", traditional);
+    }
+
+    #[test]
+    fn a_patch_that_does_not_apply_names_the_file_and_why() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (repo, base) = base_repo(tmp.path());
+        let check = |patch: &[u8]| {
+            let file = tmp.path().join("bad.patch");
+            fs::write(&file, patch).unwrap();
+            let err = apply_overlay(&repo, &base, &Overlay::Patch(file.clone()), None)
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(&format!("{}: ", file.display())), "{err}");
+            err
+        };
+        let stale =
+            check(b"diff --git a/a.txt b/a.txt\n--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-b\n+c\n");
+        assert!(
+            stale.contains("patch failed: a.txt:1")
+                && stale.contains("a.txt: patch does not apply"),
+            "{stale}"
+        );
+        let exists =
+            check(b"diff --git a/a.txt b/a.txt\nnew file mode 100644\nindex 0000000..e69de29\n");
+        assert!(
+            exists.contains("a.txt: already exists in index"),
+            "{exists}"
+        );
+        let not_empty = check(
+            b"diff --git a/a.txt b/a.txt\ndeleted file mode 100644\nindex 7898192..0000000\n",
+        );
+        assert!(
+            not_empty.contains("removal patch leaves file contents")
+                && not_empty.contains("a.txt: patch does not apply"),
+            "{not_empty}"
+        );
+        let prose = check(b"this is not a patch\n");
+        assert!(prose.contains("No valid patches in input"), "{prose}");
+        assert_eq!(fs::read(repo.join("a.txt")).unwrap(), b"a\n");
     }
 }

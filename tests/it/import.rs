@@ -285,6 +285,90 @@ fn swebench_end_to_end_validates_and_hides_the_fix() {
     assert_ok(&forced, "import --force");
 }
 
+/// Each row's patches are applied to its base at import, as the run will: a row whose fix or
+/// test patch does not apply is skipped with git's reason, one with a test patch git writes
+/// for an empty `__init__.py` is kept and validates, and the clone gains no object.
+#[test]
+fn swebench_rows_whose_patches_do_not_apply_are_skipped_with_the_reason() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    let clone = root.join("repos/acme__calc");
+    let (base, _, patch, test_patch) = upstream(&clone);
+    // The test patch also adds an empty package marker, as git writes it (a header, no hunk),
+    // and a file whose blob the clone does not hold.
+    let with_empty = format!(
+        "{test_patch}diff --git a/tests/unit/__init__.py b/tests/unit/__init__.py\nnew file mode 100644\nindex 0000000..e69de29\n\
+         diff --git a/tests/unit/NOTES b/tests/unit/NOTES\nnew file mode 100644\n--- /dev/null\n+++ b/tests/unit/NOTES\n@@ -0,0 +1 @@\n+only in the test patch\n"
+    );
+    let stale_fix = patch.replace("-    return a - b", "-    return a * b");
+    let stale_tests = test_patch.replace(
+        "+from calc import add, mul",
+        "+from calc import add, mul, div",
+    );
+    let stale_tests = stale_tests.replace(" def test_mul():", " def test_multiply():");
+    write_rows(
+        &root.join("rows.jsonl"),
+        &[
+            swe_row("acme__calc-1", "acme/calc", &base, &patch, &with_empty),
+            swe_row("acme__calc-2", "acme/calc", &base, &stale_fix, &test_patch),
+            swe_row("acme__calc-3", "acme/calc", &base, &patch, &stale_tests),
+            swe_row(
+                "acme__calc-4",
+                "acme/calc",
+                &base,
+                "not a patch\n",
+                &test_patch,
+            ),
+        ],
+    );
+    let objects_before = git(&clone, &["count-objects", "-v"]);
+    let output = import(
+        root,
+        &[
+            "swebench",
+            "rows.jsonl",
+            "--repos",
+            "repos",
+            "--out",
+            "suite",
+        ],
+    );
+    assert_ok(&output, "import");
+    let text = stdout(&output);
+    assert!(
+        text.starts_with("imported 1 task (swebench) into suite\n"),
+        "{text}"
+    );
+    let skipped = |id: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("  {id}: ")))
+            .unwrap_or_else(|| panic!("{id} not skipped:\n{text}"))
+            .to_owned()
+    };
+    let prefix = |what: &str| format!("the {what} does not apply to base commit {base}: ");
+    let fix = skipped("acme__calc-2");
+    assert!(
+        fix.starts_with(&prefix("fix"))
+            && fix.contains("patch failed: calc.py:1")
+            && fix.contains("calc.py: patch does not apply"),
+        "{fix}"
+    );
+    let tests = skipped("acme__calc-3");
+    assert!(
+        tests.starts_with(&prefix("test patch"))
+            && tests.contains("patch failed: tests/test_calc.py:1")
+            && tests.contains("tests/test_calc.py: patch does not apply"),
+        "{tests}"
+    );
+    let prose = skipped("acme__calc-4");
+    assert!(
+        prose.starts_with(&prefix("fix")) && prose.contains("No valid patches in input"),
+        "{prose}"
+    );
+    assert_eq!(git(&clone, &["count-objects", "-v"]), objects_before);
+    assert_ok(&validate(root, &root.join("suite")), "validate");
+}
+
 #[test]
 fn swebench_rows_of_several_repos_make_one_suite_each() {
     let tmp = temp_dir();
@@ -479,6 +563,10 @@ fn grade(
     (done.status.code(), last)
 }
 
+/// A spec with no `repo` (a set outside the official table) gets the generic parser, and the
+/// official verdict: FAIL_TO_PASS passed, PASS_TO_PASS passed or skipped, and a log that
+/// contradicts its exit code grades nothing. The agreement with the official package on real
+/// logs is `swebench::*`.
 #[test]
 fn swebench_grader_needs_every_listed_test_passed() {
     let tmp = temp_dir();
@@ -494,12 +582,30 @@ fn swebench_grader_needs_every_listed_test_passed() {
             "===== short test summary info =====\nPASSED tests/t.py::test_old\nPASSED tests/t.py::test_p[a b]\n{new}\n"
         )
     };
+    let cargo = |new: &str, p: &str| {
+        format!(
+            "test tests/t.py::test_new ... {new}\ntest tests/t.py::test_old ... ok\ntest tests/t.py::test_p[a b] ... {p}\n"
+        )
+    };
     let cases = [
-        ("all pass", "+x", pytest("PASSED tests/t.py::test_new"), r#"{"passed": true, "score": 1.0}"#),
-        ("no diff", "", pytest("PASSED tests/t.py::test_new"), r#"{"passed": false, "score": 1.0}"#),
+        (
+            "all pass",
+            "+x",
+            0,
+            pytest("PASSED tests/t.py::test_new"),
+            r#"{"passed": true, "score": 1.0}"#,
+        ),
+        (
+            "no diff",
+            "",
+            0,
+            pytest("PASSED tests/t.py::test_new"),
+            r#"{"passed": false, "score": 1.0}"#,
+        ),
         (
             "F2P failed",
             "+x",
+            1,
             pytest("FAILED tests/t.py::test_new - assert 1 == 2"),
             r#"{"passed": false, "score": 0.6666666666666666}"#,
         ),
@@ -507,18 +613,41 @@ fn swebench_grader_needs_every_listed_test_passed() {
             // pytest -rA reports a skip by location, not by id: the F2P test is not PASSED.
             "F2P skipped",
             "+x",
+            0,
             pytest("SKIPPED [1] tests/t.py:10: not ready"),
             r#"{"passed": false, "score": 0.6666666666666666}"#,
         ),
         (
+            "exit 1, nothing failed",
+            "+x",
+            1,
+            pytest("PASSED tests/t.py::test_new"),
+            r#"{"passed": false, "score": 1.0}"#,
+        ),
+        (
             "cargo test",
             "+x",
-            "test tests/t.py::test_new ... ok\ntest tests/t.py::test_old ... ok\ntest tests/t.py::test_p[a b] ... ignored\n".to_owned(),
+            0,
+            cargo("ok", "ok"),
+            r#"{"passed": true, "score": 1.0}"#,
+        ),
+        (
+            "cargo P2P ignored",
+            "+x",
+            0,
+            cargo("ok", "ignored"),
+            r#"{"passed": true, "score": 1.0}"#,
+        ),
+        (
+            "cargo F2P ignored",
+            "+x",
+            0,
+            cargo("ignored", "ok"),
             r#"{"passed": false, "score": 0.6666666666666666}"#,
         ),
     ];
-    for (name, diff, output, verdict) in cases {
-        let (code, last) = grade("swebench.py", &[spec], diff, 1, &output);
+    for (name, diff, exit_code, output, verdict) in cases {
+        let (code, last) = grade("swebench.py", &[spec], diff, exit_code, &output);
         assert_eq!(code, Some(0), "{name}");
         assert_eq!(last, verdict, "{name}");
     }
