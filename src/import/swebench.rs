@@ -8,8 +8,9 @@
 //! every PASS_TO_PASS test passed or skipped. The repo is a local clone; the workspaces strip
 //! every ref, so the agent sees the base and its ancestors.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use indexmap::IndexMap;
@@ -251,7 +252,13 @@ fn test_settings(
     } else {
         (None, 15 * 60)
     };
-    let Some(command) = entry.test_command.as_deref().or(default_command) else {
+    let official = official_test_command(instance);
+    let Some(command) = entry
+        .test_command
+        .as_deref()
+        .or(official.as_deref())
+        .or(default_command)
+    else {
         return Err(format!(
             "no test command for {}: the base has neither Cargo.toml nor a Python project file; give one in an --env file",
             instance.repo
@@ -267,6 +274,78 @@ fn test_settings(
         command: command.to_owned(),
         timeout,
     })
+}
+
+/// The official harness's specs for its Python repositories, per repository and version
+/// (`tests/fixtures/swebench/specs.py` writes the file from the `swebench` package).
+#[derive(Debug, Deserialize)]
+struct OfficialSpecs {
+    /// Files a test patch touches that are no test directive (data, docs, config).
+    non_test_exts: Vec<String>,
+    repos: HashMap<String, HashMap<String, OfficialSpec>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct OfficialSpec {
+    test_cmd: Option<String>,
+    #[serde(default)]
+    eval_commands: Vec<String>,
+}
+
+static OFFICIAL: LazyLock<OfficialSpecs> = LazyLock::new(|| {
+    serde_json::from_str(include_str!("swebench_specs.json"))
+        .expect("src/import/swebench_specs.json is valid (a unit test reads it)")
+});
+
+/// The test command the official harness runs for the row: its repository and version's
+/// `test_cmd` followed by the test directives (the files the test patch touches; Django's as
+/// module names), after the `export`s of its `eval_commands` (their system edits, such as
+/// `locale-gen`, are left to an image). None for a repository or version it does not list.
+fn official_test_command(instance: &Instance) -> Option<String> {
+    let spec = OFFICIAL
+        .repos
+        .get(&instance.repo)?
+        .get(instance.version.as_deref()?)?;
+    let command = spec.test_cmd.as_deref()?;
+    let mut parts: Vec<String> = spec
+        .eval_commands
+        .iter()
+        .filter(|line| line.starts_with("export "))
+        .map(|line| format!("{line} &&"))
+        .collect();
+    parts.push(command.to_owned());
+    parts.extend(
+        test_directives(&instance.repo, &instance.test_patch)
+            .iter()
+            .map(|d| shell_quote(d)),
+    );
+    Some(parts.join(" "))
+}
+
+/// What the official harness passes its test command: each file a `diff --git a/X b/Y` header
+/// of the test patch names (Y), except data files; for Django, as a module (`tests/` and `.py`
+/// cut, `/` made `.`).
+fn test_directives(repo: &str, test_patch: &str) -> Vec<String> {
+    test_patch
+        .lines()
+        // As its pattern `diff --git a/.* b/(.*)` reads: anywhere in a line, the last " b/".
+        .filter_map(|line| line.find("diff --git a/").map(|at| &line[at + 13..]))
+        .filter_map(|rest| rest.rsplit_once(" b/").map(|(_, path)| path))
+        .filter(|path| {
+            !OFFICIAL
+                .non_test_exts
+                .iter()
+                .any(|ext| path.ends_with(ext.as_str()))
+        })
+        .map(|path| {
+            if repo != "django/django" {
+                return path.to_owned();
+            }
+            let path = path.strip_suffix(".py").unwrap_or(path);
+            let path = path.strip_prefix("tests/").unwrap_or(path);
+            path.replace('/', ".")
+        })
+        .collect()
 }
 
 /// Fills `{tests}` (every FAIL_TO_PASS then PASS_TO_PASS id) and `{test_files}` (the files
@@ -658,6 +737,54 @@ mod tests {
             Value::Object(map) => map,
             _ => unreachable!(),
         }
+    }
+
+    fn official_row(repo: &str, version: &str, test_patch: &str) -> Instance {
+        let swe = row(json!({
+            "instance_id": "o__r-1", "repo": repo, "base_commit": "abc",
+            "problem_statement": "p", "patch": "x", "test_patch": test_patch,
+            "FAIL_TO_PASS": ["a"], "PASS_TO_PASS": [], "version": version,
+        }));
+        instance(Path::new("rows.jsonl"), "line 1", &swe).unwrap()
+    }
+
+    #[test]
+    fn the_official_test_command_runs_the_files_the_test_patch_touches() {
+        let patch = "diff --git a/sympy/core/tests/test_basic.py b/sympy/core/tests/test_basic.py\n\
+                     --- a/sympy/core/tests/test_basic.py\n\
+                     +++ b/sympy/core/tests/test_basic.py\n\
+                     diff --git a/data/table.txt b/data/table.txt\n\
+                     diff --git a/sympy/old.py b/sympy/new_test.py\n";
+        assert_eq!(
+            official_test_command(&official_row("sympy/sympy", "1.12", patch)).as_deref(),
+            Some(
+                "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose \
+                 sympy/core/tests/test_basic.py sympy/new_test.py"
+            )
+        );
+        // Django: modules, and the exports of its eval commands (not its locale-gen).
+        let patch = "diff --git a/tests/admin_views/tests.py b/tests/admin_views/tests.py\n";
+        assert_eq!(
+            official_test_command(&official_row("django/django", "3.0", patch)).as_deref(),
+            Some(
+                "export LANG=en_US.UTF-8 && export LANGUAGE=en_US:en && export LC_ALL=en_US.UTF-8 && \
+                 ./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 admin_views.tests"
+            )
+        );
+        let patch = "diff --git a/tests/test_requests.py b/tests/test_requests.py\n";
+        assert_eq!(
+            official_test_command(&official_row("psf/requests", "2.27", patch)).as_deref(),
+            Some("pytest -rA tests/test_requests.py")
+        );
+        // A version or a repository the official table does not list: the caller's default.
+        assert_eq!(
+            official_test_command(&official_row("psf/requests", "9.9", patch)),
+            None
+        );
+        assert_eq!(
+            official_test_command(&official_row("o/r", "1.0", patch)),
+            None
+        );
     }
 
     #[test]
