@@ -67,12 +67,13 @@ pub(super) fn gc(args: &GcArgs) -> Result<Exit, CliError> {
             ));
         }
     }
-    for cgroup in crate::process::tidy_dead_cgroups(args.dry_run) {
-        text.push_str(&format!("{verb} empty cgroup {}\n", cgroup.display()));
-    }
     if text.is_empty() {
         let places: Vec<String> = caches.iter().map(|c| c.display().to_string()).collect();
         text.push_str(&format!("nothing to clean in {}\n", places.join(", ")));
+    }
+    // Machine-wide, beside the caches: a killed run's empty cgroup, whichever cache it used.
+    for cgroup in crate::process::tidy_dead_cgroups(args.dry_run) {
+        text.push_str(&format!("{verb} empty cgroup {}\n", cgroup.display()));
     }
     print_stdout(&text);
     Ok(if failed > 0 { Exit::Unscored } else { Exit::Ok })
