@@ -120,7 +120,11 @@ fn default_jobs() -> usize {
 }
 
 fn workdir(args: &SuiteArgs) -> Result<PathBuf, CliError> {
-    let dir = args.places.workdir.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = args
+        .places
+        .workdir
+        .clone()
+        .unwrap_or_else(std::env::temp_dir);
     if !dir.is_dir() {
         return Err(CliError::usage(format!(
             "--workdir {}: no such directory",
