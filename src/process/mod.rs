@@ -402,7 +402,16 @@ fn sweep_orphans() {
             && process.pgid != own_group
             && !live.contains(&process.pgid)
             && !in_live_cgroup.contains(&process.pid)
+            && !is_container_monitor(process.pid)
     });
+}
+
+/// Podman's `conmon` double-forks away from its client, so as our subreaped orphan it would
+/// look like an escapee; killing it breaks a running container. Containers are removed
+/// through their runtime instead (`rm -f`, the run's label, `gc`).
+fn is_container_monitor(pid: i32) -> bool {
+    fs::read_link(format!("/proc/{pid}/exe"))
+        .is_ok_and(|exe| exe.file_name().is_some_and(|name| name == "conmon"))
 }
 
 /// A process as `/proc/PID/stat` describes it.

@@ -74,12 +74,13 @@ fn running_labelled(value: &str) -> usize {
         .count()
 }
 
-fn outcome(records: &[serde_json::Value], task: &str, agent: &str) -> String {
+/// Fails with the whole record unless `task / agent` ended with `expected`.
+fn assert_outcome(records: &[serde_json::Value], task: &str, agent: &str, expected: &str) {
     let record = records
         .iter()
         .find(|r| r["task"] == task && r["agent"] == agent)
         .unwrap_or_else(|| panic!("no record of {task} / {agent}"));
-    record["outcome"].as_str().unwrap().to_owned()
+    assert_eq!(record["outcome"], expected, "{task} / {agent}: {record}");
 }
 
 #[test]
@@ -101,16 +102,16 @@ fn a_verify_command_needing_the_images_tool_passes_only_in_the_container() {
     let records = trials(&out);
     assert_eq!(records.len(), 9, "{}", stderr(&output));
     for task in ["worktree", "sandbox"] {
-        assert_eq!(outcome(&records, task, "oracle"), "pass", "{task}");
-        assert_eq!(outcome(&records, task, "noop"), "fail", "{task}");
+        assert_outcome(&records, task, "oracle", "pass");
+        assert_outcome(&records, task, "noop", "fail");
         // The agent wrote what only the image's tool prints, into the mounted workspace.
-        assert_eq!(outcome(&records, task, "inside"), "pass", "{task}");
+        assert_outcome(&records, task, "inside", "pass");
         let patch = std::fs::read_to_string(out.join(format!("trials/{task}/inside/1/diff.patch")))
             .unwrap();
         assert!(patch.contains("+only-in-image was here"), "{patch}");
     }
     // Without the environment the same verify runs on the host, where the tool is missing.
-    assert_eq!(outcome(&records, "host", "oracle"), "fail");
+    assert_outcome(&records, "host", "oracle", "fail");
     let log = std::fs::read_to_string(out.join("trials/host/oracle/1/verify.log")).unwrap();
     assert!(log.contains("not found"), "{log}");
     let record = records
@@ -168,8 +169,8 @@ fn a_dockerfile_with_a_run_step_is_built_once_per_run() {
     let records = trials(&out);
     assert_eq!(records.len(), 4, "{}", stderr(&output));
     for id in ["one", "two"] {
-        assert_eq!(outcome(&records, id, "oracle"), "pass", "{id}");
-        assert_eq!(outcome(&records, id, "noop"), "fail", "{id}");
+        assert_outcome(&records, id, "oracle", "pass");
+        assert_outcome(&records, id, "noop", "fail");
     }
     // One build for both tasks: one log, one image.
     let logs: Vec<_> = std::fs::read_dir(root.join("cache/environments"))
