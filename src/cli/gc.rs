@@ -51,6 +51,7 @@ pub(super) fn gc(args: &GcArgs) -> Result<Exit, CliError> {
                     text.push_str(&format!("would kill and remove {reaped}\n"));
                 }
                 Reaped::Cgroup(_) => text.push_str(&format!("killed and removed {reaped}\n")),
+
                 Reaped::Unmounted(_) if args.dry_run => {
                     text.push_str(&format!("would unmount {reaped}\n"));
                 }

@@ -23,7 +23,8 @@ use super::{
 use crate::agent::CodingResult;
 use crate::process::{self, CommandSpec};
 use crate::workspace::{
-    Overlay, SandboxPolicy, WorkspaceBase, WorkspaceProvisioner, apply_overlay, write_entry,
+    ContainerPolicy, Overlay, RUNTIME_FAILED, SandboxPolicy, WorkspaceBase, WorkspaceProvisioner,
+    apply_overlay, write_entry,
 };
 
 /// The patch of a trial's changes, in the artifacts folder.
@@ -62,6 +63,8 @@ pub struct TaskProbe {
     pub artifacts: Option<PathBuf>,
     /// Runs the verify command in this sandbox, when set.
     pub sandbox: Option<SandboxPolicy>,
+    /// Runs the verify command in this container, when set (instead of the sandbox).
+    pub container: Option<ContainerPolicy>,
     /// A harness-owned repository holding the base's objects, outside the agent's reach.
     pub objects: PathBuf,
     /// The most bytes of changed content a diff may hold.
@@ -224,12 +227,30 @@ impl TaskProbe {
                 )
             })?;
         }
+        if let Some(container) = &self.container {
+            spec = container.wrap(workspace, spec).map_err(|e| {
+                ProbeError::new(
+                    ProbeErrorKind::Verify,
+                    format!("cannot prepare the verify command's container: {e}"),
+                )
+            })?;
+        }
         let ended = process::run(&spec, &never).await.map_err(|e| {
             ProbeError::new(
                 ProbeErrorKind::Verify,
                 format!("`{}`: {e}", self.verify.run),
             )
         })?;
+        // 125 is the runtime's own failure: the command never ran, so no verdict.
+        if self.container.is_some() && ended.exit_code == Some(RUNTIME_FAILED) {
+            return Err(ProbeError::new(
+                ProbeErrorKind::Verify,
+                format!(
+                    "the container runtime could not run the verify command: {}",
+                    ended.last_line()
+                ),
+            ));
+        }
         if !crate::workspace::sandbox_started(&ended) {
             return Err(ProbeError::new(
                 ProbeErrorKind::Verify,
@@ -254,9 +275,11 @@ impl TaskProbe {
         let Some(artifacts) = &self.artifacts else {
             return Ok(None);
         };
-        let dir = match &self.sandbox {
-            Some(policy) => policy.home.join(HOOK_DIR),
-            None => artifacts.join(VERIFY_HOME).join(HOOK_DIR),
+        // In the home the command gets: mounted in its sandbox or container at the same path.
+        let dir = match (&self.sandbox, &self.container) {
+            (Some(policy), _) => policy.home.join(HOOK_DIR),
+            (None, Some(container)) => container.home.join(HOOK_DIR),
+            (None, None) => artifacts.join(VERIFY_HOME).join(HOOK_DIR),
         };
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("sitecustomize.py"), HOOK_SITECUSTOMIZE)?;

@@ -131,6 +131,9 @@ pub struct CommandSpec {
     /// [`ProcessOutput::status`]: a channel the program (bubblewrap's `--json-status-fd 3`)
     /// writes to and the processes it starts do not inherit.
     pub status_fd: bool,
+    /// A command run once this one has ended, on every path (exit, timeout, cancellation, the
+    /// future dropped): a container outlives its killed client, so its removal goes here.
+    pub cleanup: Option<Vec<OsString>>,
 }
 
 /// Where a separated stdout goes: every byte to `raw_path` (up to the log cap) and each line,
@@ -165,6 +168,7 @@ impl CommandSpec {
             clear_env: false,
             stdout: None,
             status_fd: false,
+            cleanup: None,
         }
     }
 
@@ -398,7 +402,16 @@ fn sweep_orphans() {
             && process.pgid != own_group
             && !live.contains(&process.pgid)
             && !in_live_cgroup.contains(&process.pid)
+            && !is_container_monitor(process.pid)
     });
+}
+
+/// Podman's `conmon` double-forks away from its client, so as our subreaped orphan it would
+/// look like an escapee; killing it breaks a running container. Containers are removed
+/// through their runtime instead (`rm -f`, the run's label, `gc`).
+fn is_container_monitor(pid: i32) -> bool {
+    fs::read_link(format!("/proc/{pid}/exe"))
+        .is_ok_and(|exe| exe.file_name().is_some_and(|name| name == "conmon"))
 }
 
 /// A process as `/proc/PID/stat` describes it.
@@ -554,6 +567,7 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
         live.insert(cgroup.dir().to_owned());
     }
     let guard = GroupGuard { pgid, cgroup };
+    let mut cleanup = Cleanup(spec.cleanup.clone());
     if let (Some(bytes), Some(mut stdin)) = (spec.stdin.clone(), child.stdin.take()) {
         // A child that never reads stdin must not block us: write in the background.
         tokio::spawn(async move {
@@ -594,13 +608,17 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
         status = child.wait() => status?,
         () = sleep_until_deadline => {
             timed_out = true;
+            // First: the client's end would not stop its container.
+            cleanup.run().await;
             terminate(&mut child, &guard, spec.grace).await?
         }
         () = cancel.cancelled() => {
             cancelled = true;
+            cleanup.run().await;
             terminate(&mut child, &guard, spec.grace).await?
         }
     };
+    cleanup.run().await;
 
     let mut leaked = false;
     let mut killed = timed_out || cancelled;
@@ -657,6 +675,36 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
         output,
         status: status_bytes,
     })
+}
+
+/// A spec's cleanup command: run once, awaited where the command ends, or blocking on drop.
+struct Cleanup(Option<Vec<OsString>>);
+
+impl Cleanup {
+    async fn run(&mut self) {
+        if let Some(argv) = self.0.take() {
+            let _ = tokio::task::spawn_blocking(move || run_cleanup(&argv)).await;
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(argv) = self.0.take() {
+            run_cleanup(&argv);
+        }
+    }
+}
+
+fn run_cleanup(argv: &[OsString]) {
+    if let Some((program, args)) = argv.split_first() {
+        let _ = std::process::Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
 /// The bytes of the status pipe, up to 64 KiB: what the child wrote before it ended. Read

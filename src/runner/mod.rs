@@ -12,6 +12,7 @@
 //! trials, so shards run on different machines and later merged (`store::merge_runs`) give the
 //! unsharded run.
 
+mod environments;
 mod plan;
 mod resume;
 mod trial;
@@ -189,22 +190,42 @@ async fn carry_out(
     store
         .write_manifest(&manifest)
         .map_err(RunError::io("cannot write the manifest"))?;
+    let runtime = match environments::runtime_for(&suite, &plan.tasks) {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            if done.is_empty() {
+                drop(store);
+                remove_empty_run(&run_dir);
+            }
+            return Err(err);
+        }
+    };
     // Taken before the root exists: whatever this run leaves under it, gc can find.
-    let lease = HeldLease::acquire(&plan.request.cache, &run_dir, &root)
-        .map_err(RunError::io("cannot write a lease file"))?;
+    let lease = HeldLease::acquire(
+        &plan.request.cache,
+        &run_dir,
+        &root,
+        runtime.as_ref().map(|r| r.program.as_path()),
+    )
+    .map_err(RunError::io("cannot write a lease file"))?;
+    let label = lease.id();
 
-    let (source, commits) = {
+    let (source, commits, environments) = {
         let suite = suite.clone();
         let staging = root.clone();
-        let cache = plan.request.cache.join("sources");
+        let cache = plan.request.cache.clone();
         let tasks = plan.tasks.clone();
-        let prepared =
-            tokio::task::spawn_blocking(move || prepare(&suite, &staging, &cache, &tasks))
-                .await
-                .map_err(|e| {
-                    RunError::io("the source preparation failed")(std::io::Error::other(e))
-                })
-                .and_then(|prepared| prepared);
+        let (runtime, label) = (runtime.clone(), label.clone());
+        let prepared = tokio::task::spawn_blocking(move || {
+            // Containers before the source: a missing image stops the run soonest.
+            let environments =
+                environments::prepare(&suite, &tasks, runtime.as_ref(), &label, &cache)?;
+            let (source, commits) = prepare(&suite, &staging, &cache.join("sources"), &tasks)?;
+            Ok((source, commits, environments))
+        })
+        .await
+        .map_err(|e| RunError::io("the source preparation failed")(std::io::Error::other(e)))
+        .and_then(|prepared| prepared);
         match prepared {
             Ok(prepared) => prepared,
             Err(err) => {
@@ -268,6 +289,7 @@ async fn carry_out(
             .with_shared(Isolation::Sandbox, worktree),
         sandbox_hidden: sandbox_hidden(&suite, &root, &run_dir, &plan.request.cache),
         expected: plan.expected.clone(),
+        environments,
     });
     let semaphore = Arc::new(Semaphore::new(plan.request.jobs));
     let retries = plan.request.retries;
@@ -363,6 +385,15 @@ async fn carry_out(
 
     scripted.stop().await;
     let mut leftovers = Vec::new();
+    // Each command removes its container; a forced stop can leave some running.
+    if let Some(runtime) = &runtime
+        && let Err(err) = runtime.remove_labelled(&label, false)
+    {
+        leftovers.push(format!(
+            "the containers labelled {}={label} ({err}; `deltabench gc` retries)",
+            crate::workspace::RUN_LABEL
+        ));
+    }
     if forced {
         // Trials still stopping may hold their workspaces: gc removes them later.
         leftovers.push(format!(

@@ -170,7 +170,8 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
     for &task in &tasks {
         let t = &suite.tasks[task];
         match t.isolation {
-            Isolation::Sandbox => {
+            // With an environment the container is the sandbox: bubblewrap is not used.
+            Isolation::Sandbox if t.environment.is_none() => {
                 if let Err(err) = check_bubblewrap() {
                     return Err(PlanError::new(format!("task '{}': {err}", t.id), None));
                 }
@@ -245,6 +246,23 @@ fn check_cli_agents(
         let Some((kind, config)) = spec.as_harness() else {
             continue;
         };
+        // Running the CLI on the host would misreport where the task's commands ran.
+        if let Some(task) = tasks
+            .iter()
+            .map(|&i| &suite.tasks[i])
+            .find(|t| t.environment.is_some())
+        {
+            return Err(PlanError::new(
+                format!(
+                    "agent '{name}' ({kind}) cannot run task '{}': the task has an `environment:`, and real agent CLIs do not run inside containers yet",
+                    task.id
+                ),
+                Some(
+                    "use a `command` agent (it runs inside the container), or run the task without its environment"
+                        .into(),
+                ),
+            ));
+        }
         if let Err(err) = find_program(kind, config.binary.as_deref()) {
             return Err(PlanError::new(
                 format!("agent '{name}' ({kind}): {err}"),

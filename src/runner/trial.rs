@@ -37,10 +37,12 @@ use crate::process::{self, CommandSpec};
 use crate::store::{TrialRecord, UsageRecord, VerifyRecord, layout, write_json_atomic};
 use crate::suite::{AgentSpec, MetricSpec, Suite, Task};
 use crate::workspace::{
-    BackendProvisioner, Isolation, PreparedSource, ProvisionError, ProvisionedWorkspace,
-    SandboxPolicy, WorkspaceBase, WorkspaceProvisionError, WorkspaceProvisioner,
+    BackendProvisioner, ContainerPolicy, Isolation, Network, PreparedSource, ProvisionError,
+    ProvisionedWorkspace, RUNTIME_FAILED, SandboxPolicy, WorkspaceBase, WorkspaceProvisionError,
+    WorkspaceProvisioner,
 };
 
+use super::environments::Environments;
 use super::{TrialSpec, now};
 use protect::{FileVersions, Protected};
 use redact::Secrets;
@@ -59,6 +61,8 @@ pub struct TrialInputs {
     pub sandbox_hidden: Vec<PathBuf>,
     /// What `validate` saw each task's reference solution show, by task id.
     pub expected: HashMap<String, TestEvidence>,
+    /// The runtime and the ready image of each task with an environment.
+    pub environments: Environments,
 }
 
 /// Runs one trial to a record. Never fails: what went wrong is in the record.
@@ -91,16 +95,34 @@ pub async fn run_trial(
             spec.trial
         ),
     };
+    // With an environment every command runs in a container, which is then the sandbox too:
+    // only the workspace, its home and the borrowed objects are mounted.
+    let container = |home: &str| -> Option<ContainerPolicy> {
+        let (environment, envs) = (task.environment.as_ref()?, &inputs.environments);
+        Some(
+            ContainerPolicy {
+                runtime: envs.runtime.clone()?,
+                image: envs.images.get(&spec.task)?.clone(),
+                workdir: environment.workdir.clone(),
+                network: environment.network,
+                home: dir.join(home),
+                readable: Vec::new(),
+                label: envs.label.clone(),
+            }
+            .borrowing_objects_of(history),
+        )
+    };
     let provisioner = SetupProvisioner {
         inner: inputs.provisioner.clone(),
         setup: task.setup.clone(),
         timeout: task.timeout,
         log: dir.join(layout::SETUP_LOG),
         history: history.to_owned(),
+        container: container("home"),
     };
     // The agent and the verify command each get their own home, kept with the trial's files.
     let sandbox = |home: &str| {
-        (task.isolation == Isolation::Sandbox).then(|| {
+        (task.isolation == Isolation::Sandbox && task.environment.is_none()).then(|| {
             SandboxPolicy::new(dir.join(home))
                 .hiding(inputs.sandbox_hidden.clone())
                 .borrowing_objects_of(history)
@@ -112,12 +134,15 @@ pub async fn run_trial(
         timeout: task.timeout,
         log: dir.join(layout::VERIFY_SETUP_LOG),
         history: history.to_owned(),
+        container: container(layout::VERIFY_HOME),
     };
     let probe = Arc::new(TaskProbe {
         hidden_tests: task.tests.clone(),
         verify: task.verify.clone(),
         artifacts: Some(dir.to_owned()),
         sandbox: sandbox(layout::VERIFY_HOME),
+        // The verify command never has a network (a host answering any address fails tests).
+        container: container(layout::VERIFY_HOME).map(|c| c.network(Network::None)),
         objects: history.to_owned(),
         max_diff: inputs.suite.max_diff,
         // The verify command runs in a workspace of its own, never the agent's.
@@ -132,6 +157,7 @@ pub async fn run_trial(
         },
     });
     let agent_sandbox = sandbox("home");
+    let agent_container = container("home");
     let (agent_name, scratch, solution) =
         (spec.agent.clone(), dir.to_owned(), task.solution.clone());
     let endpoints = inputs.endpoints.clone();
@@ -156,9 +182,10 @@ pub async fn run_trial(
                         ctx.workspace.clone(),
                         scratch.clone(),
                     );
-                    Arc::new(match &agent_sandbox {
-                        Some(policy) => agent.sandboxed(policy.clone()),
-                        None => agent,
+                    Arc::new(match (&agent_container, &agent_sandbox) {
+                        (Some(policy), _) => agent.contained(policy.clone()),
+                        (None, Some(policy)) => agent.sandboxed(policy.clone()),
+                        (None, None) => agent,
                     })
                 }
                 spec => {
@@ -405,6 +432,8 @@ struct SetupProvisioner {
     timeout: Option<Duration>,
     log: PathBuf,
     history: PathBuf,
+    /// Runs the setup command in this container, when set.
+    container: Option<ContainerPolicy>,
 }
 
 impl WorkspaceProvisioner for SetupProvisioner {
@@ -423,12 +452,24 @@ impl WorkspaceProvisioner for SetupProvisioner {
                 base: base.repo.clone(),
                 reason,
             };
-            let spec = CommandSpec::shell(setup, &workspace.path)
+            let mut spec = CommandSpec::shell(setup, &workspace.path)
                 .timeout(self.timeout)
                 .log_path(Some(self.log.clone()));
+            if let Some(container) = &self.container {
+                spec = container
+                    .wrap(&workspace.path, spec)
+                    .map_err(|e| fail(format!("cannot prepare the setup's container: {e}")))?;
+            }
             let ended = process::run(&spec, &CancellationToken::new())
                 .await
                 .map_err(|e| fail(format!("cannot start the setup command: {e}")))?;
+            if self.container.is_some() && ended.exit_code == Some(RUNTIME_FAILED) {
+                return Err(fail(format!(
+                    "the container runtime could not run the setup command: {}",
+                    ended.last_line()
+                ))
+                .into());
+            }
             if !ended.success() {
                 let how = ended.ending();
                 return Err(fail(format!(

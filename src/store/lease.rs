@@ -29,6 +29,10 @@ pub struct Lease {
     /// The run's workspace root under the workdir: workspaces, overlay mounts, scratch.
     pub root: PathBuf,
     pub run_dir: PathBuf,
+    /// The container runtime the run started containers with (labelled with the lease's
+    /// [`id`](FoundLease::id)), so `gc` removes them with the same one whatever its `PATH`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<PathBuf>,
 }
 
 /// A lease file held by this process; released explicitly once the root is cleaned.
@@ -38,8 +42,14 @@ pub struct HeldLease {
 }
 
 impl HeldLease {
-    /// Writes the lease of this process for `root` and `run_dir` under `cache`.
-    pub fn acquire(cache: &Path, run_dir: &Path, root: &Path) -> io::Result<Self> {
+    /// Writes the lease of this process for `root` and `run_dir` under `cache`, naming the
+    /// container runtime the run uses, if any.
+    pub fn acquire(
+        cache: &Path,
+        run_dir: &Path,
+        root: &Path,
+        runtime: Option<&Path>,
+    ) -> io::Result<Self> {
         let dir = cache.join("leases");
         fs::create_dir_all(&dir)?;
         let pid = std::process::id();
@@ -56,10 +66,16 @@ impl HeldLease {
             run_dir: run_dir
                 .canonicalize()
                 .or_else(|_| std::path::absolute(run_dir))?,
+            runtime: runtime.map(Path::to_owned),
         };
         write_json_atomic(&path, &lease)?;
         register_cache(cache);
         Ok(Self { path })
+    }
+
+    /// The lease's id, `<run-id>-<pid>`: the label of the run's containers.
+    pub fn id(&self) -> String {
+        lease_id(&self.path)
     }
 
     /// Removes the lease file: the run left nothing behind that gc should reap.
@@ -75,7 +91,18 @@ pub struct FoundLease {
     pub lease: Lease,
 }
 
+fn lease_id(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 impl FoundLease {
+    /// The lease's id, as [`HeldLease::id`].
+    pub fn id(&self) -> String {
+        lease_id(&self.path)
+    }
+
     /// Whether the process that wrote the lease is still running.
     pub fn is_alive(&self) -> bool {
         start_time(self.lease.pid).is_some_and(|t| t == self.lease.start_time)
@@ -109,6 +136,8 @@ pub enum Reaped {
     },
     /// The run's cgroups, every process still in them killed.
     Cgroup(PathBuf),
+    /// A container of the run, removed through its runtime.
+    Container(String),
     Unmounted(PathBuf),
     Removed(PathBuf),
     /// Something that could not be cleaned, with why.
@@ -123,6 +152,7 @@ impl std::fmt::Display for Reaped {
         match self {
             Self::Killed { pid, cwd } => write!(f, "process {pid} (in {})", cwd.display()),
             Self::Cgroup(path) => write!(f, "cgroup {}", path.display()),
+            Self::Container(id) => write!(f, "container {id}"),
             Self::Unmounted(path) => write!(f, "{}", path.display()),
             Self::Removed(path) => write!(f, "{}", path.display()),
             Self::Failed { what, error } => write!(f, "{what}: {error}"),
@@ -138,7 +168,19 @@ pub fn reap(found: &FoundLease, dry_run: bool) -> Vec<Reaped> {
     if root.as_os_str().is_empty() || root == Path::new("/") {
         return done;
     }
-    // The cgroups first: airtight where used, wherever the processes moved to.
+    // Containers first: a running one keeps its bind mount of the workspace alive, and neither
+    // the cgroups nor the cwd scan below find its processes (conmon is init's child).
+    if let Some(program) = &found.lease.runtime {
+        let runtime = crate::workspace::Runtime::at(program.clone());
+        match runtime.remove_labelled(&found.id(), dry_run) {
+            Ok(ids) => done.extend(ids.into_iter().map(Reaped::Container)),
+            Err(error) => done.push(Reaped::Failed {
+                what: format!("the containers labelled {}", found.id()),
+                error,
+            }),
+        }
+    }
+    // The cgroups next: airtight where used, wherever the processes moved to.
     match crate::process::reap_cgroups_of(found.lease.pid, dry_run) {
         Some((cgroup, true)) => done.push(Reaped::Cgroup(cgroup)),
         Some((cgroup, false)) if dry_run => done.push(Reaped::Cgroup(cgroup)),
@@ -277,8 +319,8 @@ mod tests {
     #[test]
     fn this_process_is_alive_and_a_reused_pid_is_not() {
         let tmp = tempfile::tempdir().unwrap();
-        let held =
-            HeldLease::acquire(tmp.path(), Path::new("/x/run"), Path::new("/x/root")).unwrap();
+        let held = HeldLease::acquire(tmp.path(), Path::new("/x/run"), Path::new("/x/root"), None)
+            .unwrap();
         let found = leases(tmp.path());
         assert_eq!(found.len(), 1);
         assert!(found[0].is_alive());

@@ -10,12 +10,16 @@ use sha2::{Digest, Sha256};
 
 use super::diagnostics::{Source, SuiteError};
 use super::matrix::add_agents;
-use super::raw::{RawAgentsFile, RawDefaults, RawMetric, RawSuite, RawTask, RawVerify, loc};
+use super::raw::{
+    RawAgentsFile, RawDefaults, RawEnvironment, RawMetric, RawSuite, RawTask, RawVerify, loc,
+};
 use super::types::{DEFAULT_MAX_DIFF, Located, MetricKind, MetricSpec, Suite, Task};
 use crate::agent::harness::Endpoint;
 use crate::delta::VerifySpec;
 use crate::support::{parse_duration, shell_quote};
-use crate::workspace::{Isolation, Overlay, RepoKind, RepoSource};
+use crate::workspace::{
+    DEFAULT_WORKDIR, Environment, ImageSource, Isolation, Network, Overlay, RepoKind, RepoSource,
+};
 use strum::VariantNames as _;
 
 /// The default grader timeout.
@@ -139,6 +143,14 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
         for overlay in [&task.tests, &task.solution].into_iter().flatten() {
             let (Overlay::Dir(path) | Overlay::Patch(path)) = overlay;
             hash_tree(&mut digest, path);
+        }
+        if let Some(Environment {
+            image: ImageSource::Dockerfile { path, context },
+            ..
+        }) = &task.environment
+        {
+            hash_tree(&mut digest, path);
+            hash_tree(&mut digest, context);
         }
     }
     for spec in agents.values() {
@@ -321,6 +333,13 @@ fn task(
             .map_err(|err| source.at(s, format!("{err}")))?,
         None => Isolation::Worktree,
     };
+    // A task's mapping replaces the default's whole: no key-by-key merge.
+    let environment = t
+        .environment
+        .as_ref()
+        .or(defaults.environment.as_ref())
+        .map(|e| environment(source, e))
+        .transpose()?;
     let timeout = t
         .timeout
         .as_ref()
@@ -351,6 +370,93 @@ fn task(
         tags,
         timeout,
         isolation,
+        environment,
+    })
+}
+
+fn environment(source: &Source, e: &Spanned<RawEnvironment>) -> Result<Environment, SuiteError> {
+    let raw = &e.value;
+    let image = match (&raw.image, &raw.dockerfile) {
+        (Some(image), None) => {
+            if let Some(context) = &raw.context {
+                return Err(source.at(
+                    context,
+                    "`context` applies to a `dockerfile` environment, not an `image` one",
+                ));
+            }
+            let name = image.value.trim();
+            if name.is_empty() || name.chars().any(char::is_whitespace) {
+                return Err(source.at(
+                    image,
+                    format!(
+                        "invalid image name '{}': use a local image such as localhost/NAME:TAG",
+                        image.value
+                    ),
+                ));
+            }
+            ImageSource::Image(name.to_owned())
+        }
+        (None, Some(dockerfile)) => {
+            let path = source.existing_path(dockerfile, "dockerfile")?;
+            if !path.is_file() {
+                return Err(source.at(
+                    dockerfile,
+                    format!("dockerfile '{}' is not a file", dockerfile.value),
+                ));
+            }
+            let path = path.canonicalize().unwrap_or(path);
+            let context = match &raw.context {
+                Some(context) => {
+                    let dir = source.existing_path(context, "context")?;
+                    if !dir.is_dir() {
+                        return Err(source.at(
+                            context,
+                            format!("context '{}' is not a folder", context.value),
+                        ));
+                    }
+                    dir.canonicalize().unwrap_or(dir)
+                }
+                None => path.parent().map(Path::to_owned).unwrap_or_default(),
+            };
+            ImageSource::Dockerfile { path, context }
+        }
+        (Some(_), Some(dockerfile)) => {
+            return Err(source.at(
+                dockerfile,
+                "the environment sets both `image` and `dockerfile`; keep exactly one",
+            ));
+        }
+        (None, None) => {
+            return Err(source.at(
+                e,
+                "the environment needs exactly one of `image` (a local image name) and `dockerfile` (a path)",
+            ));
+        }
+    };
+    let workdir = match &raw.workdir {
+        Some(w) if w.value.starts_with('/') && w.value.trim() != "/" => PathBuf::from(&w.value),
+        Some(w) => {
+            return Err(source.at(
+                w,
+                format!(
+                    "invalid workdir '{}': use an absolute folder other than /, such as {DEFAULT_WORKDIR}",
+                    w.value
+                ),
+            ));
+        }
+        None => PathBuf::from(DEFAULT_WORKDIR),
+    };
+    let network = match &raw.network {
+        Some(n) => n
+            .value
+            .parse::<Network>()
+            .map_err(|err| source.at(n, err.to_string()))?,
+        None => Network::None,
+    };
+    Ok(Environment {
+        image,
+        workdir,
+        network,
     })
 }
 

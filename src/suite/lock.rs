@@ -72,6 +72,10 @@ pub fn task_digest(task: &Task) -> String {
     if let Some(tests) = &task.tests {
         hash_tree(&mut digest, tests.path());
     }
+    // Only when set, so the digests of tasks without one stay what they were.
+    if let Some(environment) = &task.environment {
+        digest.update(serde_json::to_vec(environment).unwrap_or_default());
+    }
     format!("sha256:{:x}", digest.finalize())
 }
 

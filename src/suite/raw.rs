@@ -212,6 +212,36 @@ pub struct RawDefaults {
     pub isolation: Option<Spanned<String>>,
     #[serde(default)]
     pub tags: Option<Vec<String>>,
+    #[serde(default)]
+    #[schemars(with = "Option<RawEnvironment>")]
+    pub environment: Option<Spanned<RawEnvironment>>,
+}
+
+/// `environment:`: the container a task's setup, agent and verify command run in.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawEnvironment {
+    /// A local image name (fully qualified, e.g. `localhost/NAME:TAG`; never pulled).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub image: Option<Spanned<String>>,
+    /// A Dockerfile, relative to the suite file, built once per run (or `image`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub dockerfile: Option<Spanned<String>>,
+    /// The build context, relative to the suite file (default: the Dockerfile's folder).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub context: Option<Spanned<String>>,
+    /// Where the workspace is mounted inside (default `/app`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub workdir: Option<Spanned<String>>,
+    /// The network of setup and the agent: `none` (default) or `host`. The verify command
+    /// always runs with none.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub network: Option<Spanned<String>>,
 }
 
 /// One task.
@@ -269,6 +299,10 @@ pub struct RawTask {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub isolation: Option<Spanned<String>>,
+    /// The container the task's commands run in; replaces the default's whole mapping.
+    #[serde(default)]
+    #[schemars(with = "Option<RawEnvironment>")]
+    pub environment: Option<Spanned<RawEnvironment>>,
 }
 
 /// A factor's levels as written: `[a, b]` (each value its own label) or `{label: value}`.

@@ -12,7 +12,7 @@ use crate::agent::harness::{HarnessConfig, HarnessKind};
 use crate::agent::{CommandAgentConfig, MockConfig};
 use crate::delta::VerifySpec;
 use crate::support::duration_opt;
-use crate::workspace::{Isolation, Overlay, RepoSource};
+use crate::workspace::{Environment, Isolation, Overlay, RepoSource};
 
 /// A value with the place in the suite file it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,6 +133,9 @@ pub struct Task {
     #[serde(with = "duration_opt")]
     pub timeout: Option<Duration>,
     pub isolation: Isolation,
+    /// The container its setup, agent and verify command run in; `None`: on the host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<Environment>,
 }
 
 fn located_value<S: serde::Serializer>(v: &Located<String>, s: S) -> Result<S::Ok, S::Error> {

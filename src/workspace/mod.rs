@@ -5,6 +5,7 @@
 //! shared directory: an unknown strategy, or one with no backend, is an error.
 
 mod clone;
+mod container;
 mod digest;
 mod git;
 mod overlay;
@@ -24,6 +25,10 @@ use strum::{VariantArray, VariantNames};
 use futures::future::BoxFuture;
 
 pub use clone::CloneBackend;
+pub use container::{
+    ContainerError, ContainerPolicy, DEFAULT_WORKDIR, Environment, ImageSource, RUN_LABEL,
+    RUNTIME_FAILED, RUNTIME_VAR, Runtime, RuntimeKind,
+};
 pub use git::{git_command, harness_signature, resolve_commit};
 pub use overlay::{
     EntryKind, Overlay, OverlayError, PatchedFile, apply_overlay, patched_files, write_entry,

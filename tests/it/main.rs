@@ -6,6 +6,7 @@ mod common;
 mod compare;
 mod crash;
 mod demo;
+mod environments;
 mod exits;
 mod gaming;
 mod hostile;

@@ -4,7 +4,8 @@
 //! in its own process group, and gets the instruction in `$DELTABENCH_INSTRUCTION` and in the
 //! file named by `$DELTABENCH_INSTRUCTION_FILE`. Exit 0 is `completed`, anything else `error`.
 //! Under `isolation: sandbox` it runs inside bubblewrap ([`SandboxPolicy`]), with the network
-//! its `network:` key asks for.
+//! its `network:` key asks for. For a task with an `environment:` it runs in the task's
+//! container instead ([`ContainerPolicy`]), whatever the isolation.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,7 +18,7 @@ use crate::agent::{
     StreamEvent, new_session_id,
 };
 use crate::process::{self, CommandSpec};
-use crate::workspace::{Network, SandboxPolicy, program_paths};
+use crate::workspace::{ContainerPolicy, Network, RUNTIME_FAILED, SandboxPolicy, program_paths};
 
 /// Characters of the command's output kept as the result's summary text.
 const SUMMARY_CHARS: usize = 2000;
@@ -45,6 +46,7 @@ pub struct CommandAgent {
     workspace: PathBuf,
     scratch: PathBuf,
     sandbox: Option<SandboxPolicy>,
+    container: Option<ContainerPolicy>,
 }
 
 /// The instruction as a file, in the scratch folder.
@@ -67,7 +69,25 @@ impl CommandAgent {
             workspace,
             scratch,
             sandbox: None,
+            container: None,
         }
+    }
+
+    /// Runs the command in `policy`'s container, with its script and instruction file mounted
+    /// at their host paths; the network is `host` when the environment or the agent asks.
+    pub fn contained(mut self, policy: ContainerPolicy) -> Self {
+        let network = match (policy.network, self.config.network) {
+            (Network::None, Network::None) => Network::None,
+            _ => Network::Host,
+        };
+        let mut policy = policy
+            .network(network)
+            .readable(self.scratch.join(INSTRUCTION_FILE));
+        for path in program_paths(&self.config.run) {
+            policy = policy.readable(path);
+        }
+        self.container = Some(policy);
+        self
     }
 
     /// Runs the command inside `policy`'s sandbox, with the agent's own network setting, its
@@ -104,14 +124,23 @@ impl CommandAgent {
         for (key, value) in &self.config.env {
             spec = spec.env(key, value);
         }
-        let spec = match sandboxed_spec(self.sandbox.as_ref(), &self.workspace, spec) {
+        let spec = match &self.container {
+            Some(policy) => policy.wrap(&self.workspace, spec).map_err(|err| {
+                CodingError::new(
+                    ErrorCode::SdkError,
+                    format!("cannot prepare the container's home: {err}"),
+                )
+            }),
+            None => sandboxed_spec(self.sandbox.as_ref(), &self.workspace, spec),
+        };
+        let spec = match spec {
             Ok(spec) => spec,
             Err(err) => return CodingResult::failed(session, err),
         };
-        let sandboxed = if self.sandbox.is_some() {
-            "in the sandbox: "
-        } else {
-            ""
+        let sandboxed = match (&self.container, &self.sandbox) {
+            (Some(policy), _) => format!("in the container {}: ", policy.image),
+            (None, Some(_)) => "in the sandbox: ".to_owned(),
+            (None, None) => String::new(),
         };
         ctx.emit(StreamEvent::System {
             subtype: "spawn".into(),
@@ -145,6 +174,24 @@ impl CommandAgent {
         .await;
         if let Some(failed) = sandbox_failure(self.sandbox.is_some(), &session, &ended) {
             return failed;
+        }
+        // 125 is the runtime's own failure: the agent never ran, which is the harness's fault.
+        if self.container.is_some() && ended.exit_code == Some(RUNTIME_FAILED) {
+            let mut result = CodingResult::failed(
+                session,
+                CodingError::new(
+                    ErrorCode::SdkError,
+                    format!(
+                        "the container runtime could not start the agent: {}",
+                        ended.last_line()
+                    ),
+                ),
+            );
+            result
+                .output
+                .metadata
+                .insert(SANDBOX_FAILED.to_owned(), serde_json::json!(true));
+            return result;
         }
 
         let mut result = if ended.cancelled {

@@ -168,7 +168,7 @@ impl Scratch {
             )
         };
         // Taken before the folder exists: whatever this validate leaves, gc can find.
-        let lease = store::HeldLease::acquire(cache, &path, &path).map_err(cannot)?;
+        let lease = store::HeldLease::acquire(cache, &path, &path, None).map_err(cannot)?;
         if let Err(e) = std::fs::create_dir(&path) {
             lease.release();
             return Err(cannot(e));

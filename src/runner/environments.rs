@@ -1,0 +1,105 @@
+//! The run's container environments, made ready before any trial: the runtime answers, each
+//! Dockerfile is built once, each image starts (docs/environments.md).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use super::RunError;
+use crate::suite::{Suite, hash_tree};
+use crate::workspace::{ContainerError, ImageSource, Runtime};
+
+/// What trials need to run their tasks' commands in containers.
+#[derive(Debug, Clone, Default)]
+pub struct Environments {
+    pub runtime: Option<Runtime>,
+    /// The image each planned task with an environment runs, by task index.
+    pub images: HashMap<usize, String>,
+    /// The run's lease id: every container's label.
+    pub label: String,
+}
+
+fn config(message: String) -> RunError {
+    RunError::Config { message, at: None }
+}
+
+/// The runtime, when a planned task has an environment.
+pub fn runtime_for(suite: &Suite, tasks: &[usize]) -> Result<Option<Runtime>, RunError> {
+    if !tasks.iter().any(|&i| suite.tasks[i].environment.is_some()) {
+        return Ok(None);
+    }
+    Runtime::discover()
+        .map(Some)
+        .map_err(|ContainerError(message)| config(message))
+}
+
+/// The tag a Dockerfile is built as: a hash of it and its context's files.
+pub fn built_tag(dockerfile: &Path, context: &Path) -> String {
+    let mut digest = Sha256::new();
+    hash_tree(&mut digest, dockerfile);
+    digest.update([0xff]);
+    hash_tree(&mut digest, context);
+    let hex = format!("{:x}", digest.finalize());
+    format!("localhost/deltabench-env:{}", &hex[..16])
+}
+
+/// Checks the runtime, builds what is missing, and starts each image once. Blocking.
+pub fn prepare(
+    suite: &Suite,
+    tasks: &[usize],
+    runtime: Option<&Runtime>,
+    label: &str,
+    cache: &Path,
+) -> Result<Environments, RunError> {
+    let Some(runtime) = runtime else {
+        return Ok(Environments::default());
+    };
+    runtime
+        .check()
+        .map_err(|ContainerError(message)| config(message))?;
+    let mut images = HashMap::new();
+    // Each Dockerfile built, and each image started, once per run.
+    let mut built: HashMap<String, Result<(), String>> = HashMap::new();
+    let mut started: HashMap<String, Result<(), String>> = HashMap::new();
+    for &i in tasks {
+        let task = &suite.tasks[i];
+        let Some(environment) = &task.environment else {
+            continue;
+        };
+        let fail = |message: &str| {
+            config(format!(
+                "task '{}': its environment cannot be used, so no trial ran: {message}",
+                task.id
+            ))
+        };
+        let image = match &environment.image {
+            ImageSource::Image(name) => name.clone(),
+            ImageSource::Dockerfile { path, context } => {
+                let tag = built_tag(path, context);
+                let result = built.entry(tag.clone()).or_insert_with(|| {
+                    if runtime.image_exists(&tag) {
+                        return Ok(());
+                    }
+                    let log = cache
+                        .join("environments")
+                        .join(format!("{}.log", tag.replace([':', '/'], "_")));
+                    runtime.build(path, context, &tag, &log).map_err(|e| e.0)
+                });
+                result.as_ref().map_err(|message| fail(message))?;
+                tag
+            }
+        };
+        started
+            .entry(image.clone())
+            .or_insert_with(|| runtime.preflight(&image, label).map_err(|e| e.0))
+            .as_ref()
+            .map_err(|message| fail(message))?;
+        images.insert(i, image);
+    }
+    Ok(Environments {
+        runtime: Some(runtime.clone()),
+        images,
+        label: label.to_owned(),
+    })
+}

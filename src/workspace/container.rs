@@ -1,0 +1,477 @@
+//! Environments: a task's commands run in a container (docs/environments.md).
+//!
+//! One container per command (`run --rm`), driven through the runtime's CLI (Podman or Docker).
+//! [`ContainerPolicy::wrap`] rewrites a [`CommandSpec`] the way [`super::SandboxPolicy::wrap`]
+//! does for bubblewrap, so the process module's timeout, log and kill machinery stays; the spec
+//! carries a cleanup command (`rm -f -t 0 NAME`) that [`crate::process::run`] runs on every end,
+//! since killing the client does not stop its container.
+
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::process::CommandSpec;
+
+use super::Network;
+
+/// The variable that chooses the runtime: `podman`, `docker`, or a path to either.
+pub const RUNTIME_VAR: &str = "DELTABENCH_CONTAINER_RUNTIME";
+/// The label every container carries, valued with the run's lease id (what `gc` looks for).
+pub const RUN_LABEL: &str = "deltabench.run";
+/// Lines of a build or preflight log shown in an error.
+const LOG_TAIL_LINES: usize = 20;
+
+/// Where a task's commands run: an image (named, or built from a Dockerfile).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Environment {
+    pub image: ImageSource,
+    /// Where the workspace is mounted inside.
+    pub workdir: PathBuf,
+    /// The network of setup and the agent; the verify command always has none.
+    pub network: Network,
+}
+
+/// Where an environment's image comes from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageSource {
+    Image(String),
+    Dockerfile { path: PathBuf, context: PathBuf },
+}
+
+/// `workdir` when the suite does not set one.
+pub const DEFAULT_WORKDIR: &str = "/app";
+
+/// Which CLI a runtime speaks: the flags differ a little.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeKind {
+    Podman,
+    Docker,
+}
+
+/// A container runtime's CLI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runtime {
+    pub program: PathBuf,
+    pub kind: RuntimeKind,
+}
+
+/// Why containers cannot run, or an image cannot be had: a configuration problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ContainerError(pub String);
+
+impl Runtime {
+    /// `DELTABENCH_CONTAINER_RUNTIME` when set, else `podman` on `PATH`, else `docker`.
+    pub fn discover() -> Result<Self, ContainerError> {
+        match std::env::var_os(RUNTIME_VAR).filter(|v| !v.is_empty()) {
+            Some(chosen) => {
+                let program = PathBuf::from(&chosen);
+                let found = if program.components().count() > 1 {
+                    program.is_file().then_some(program.clone())
+                } else {
+                    which(&program)
+                };
+                let program = found.ok_or_else(|| {
+                    ContainerError(format!(
+                        "{RUNTIME_VAR}={} names no container runtime: no such program. Set it to `podman`, `docker` or the path of either",
+                        program.display()
+                    ))
+                })?;
+                Ok(Self::at(program))
+            }
+            None => which(Path::new("podman"))
+                .or_else(|| which(Path::new("docker")))
+                .map(Self::at)
+                .ok_or_else(|| {
+                    ContainerError(
+                        "a task has an `environment:`, and no container runtime is installed: neither `podman` nor `docker` is on PATH. Install Podman (docs/environments.md), or set DELTABENCH_CONTAINER_RUNTIME".into(),
+                    )
+                }),
+        }
+    }
+
+    /// The runtime at `program`; its kind is read from the name (Docker unless it says podman).
+    pub fn at(program: PathBuf) -> Self {
+        let podman = program
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().contains("podman"));
+        Self {
+            program,
+            kind: if podman {
+                RuntimeKind::Podman
+            } else {
+                RuntimeKind::Docker
+            },
+        }
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(&self.program);
+        command.stdin(Stdio::null());
+        command
+    }
+
+    /// Checks that the runtime answers: a Docker client without a daemon does not.
+    pub fn check(&self) -> Result<(), ContainerError> {
+        let out = self
+            .command()
+            .args(["version", "--format", "{{.Server.Version}}"])
+            .output()
+            .map_err(|e| ContainerError(format!("cannot start {}: {e}", self.program.display())))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let said = tail(&String::from_utf8_lossy(&out.stderr), LOG_TAIL_LINES);
+        let fix = match self.kind {
+            RuntimeKind::Docker => format!(
+                "start the Docker daemon, or set {RUNTIME_VAR}=podman to use Podman instead"
+            ),
+            RuntimeKind::Podman => {
+                "check Podman's configuration (docs/environments.md lists the errors and the fix)"
+                    .into()
+            }
+        };
+        Err(ContainerError(format!(
+            "the container runtime {} does not answer (`version` exited with {}): {fix}\n{said}",
+            self.program.display(),
+            exit_text(&out.status)
+        )))
+    }
+
+    /// Whether `image` is in the local store.
+    pub fn image_exists(&self, image: &str) -> bool {
+        self.command()
+            .args(["image", "inspect", "--format", "{{.Id}}", image])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Builds `dockerfile` with `context` as `tag`, its whole output written to `log`.
+    pub fn build(
+        &self,
+        dockerfile: &Path,
+        context: &Path,
+        tag: &str,
+        log: &Path,
+    ) -> Result<(), ContainerError> {
+        let out = self
+            .command()
+            .arg("build")
+            .arg("-f")
+            .arg(dockerfile)
+            .args(["-t", tag])
+            .arg(context)
+            .output()
+            .map_err(|e| ContainerError(format!("cannot start {}: {e}", self.program.display())))?;
+        let mut text = out.stdout;
+        text.extend_from_slice(&out.stderr);
+        if let Some(dir) = log.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let _ = std::fs::write(log, &text);
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(ContainerError(format!(
+            "building {} failed ({}); the build log ({}) ends with:\n{}",
+            dockerfile.display(),
+            exit_text(&out.status),
+            log.display(),
+            tail(&String::from_utf8_lossy(&text), LOG_TAIL_LINES)
+        )))
+    }
+
+    /// Starts `image` once with a command that does nothing: tells a missing image, a broken
+    /// runtime configuration and an image without `/bin/sh` apart from a task's own failures.
+    pub fn preflight(&self, image: &str, label: &str) -> Result<(), ContainerError> {
+        let mut command = self.command();
+        command.args(["run", "--rm", "--pull=never", "--network=none"]);
+        command.arg("--label").arg(format!("{RUN_LABEL}={label}"));
+        let out = command
+            .args([image, "sh", "-c", "exit 0"])
+            .output()
+            .map_err(|e| ContainerError(format!("cannot start {}: {e}", self.program.display())))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        let why = match out.status.code() {
+            Some(125) if !self.image_exists(image) => {
+                "the image is not in the local store (build or pull it first; deltabench never pulls)"
+            }
+            Some(125) => "the container runtime could not create the container",
+            Some(126) => "the container could not start its command (see the runtime's message)",
+            Some(127) => "the image has no `sh`",
+            _ => "the container did not run `sh -c 'exit 0'`",
+        };
+        Err(ContainerError(format!(
+            "image {image} cannot run a command: {why} (`{} run --rm --pull=never --network=none {image} sh -c 'exit 0'` exited with {}):\n{}",
+            self.program.display(),
+            exit_text(&out.status),
+            tail(&text, LOG_TAIL_LINES)
+        )))
+    }
+
+    /// Removes every container labelled with run `label` (with `dry_run`, only lists them).
+    /// Returns the ids removed.
+    pub fn remove_labelled(&self, label: &str, dry_run: bool) -> Result<Vec<String>, String> {
+        let out = self
+            .command()
+            .args(["ps", "-a", "-q", "--filter"])
+            .arg(format!("label={RUN_LABEL}={label}"))
+            .output()
+            .map_err(|e| format!("cannot start {}: {e}", self.program.display()))?;
+        if !out.status.success() {
+            return Err(tail(&String::from_utf8_lossy(&out.stderr), 3));
+        }
+        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        if dry_run || ids.is_empty() {
+            return Ok(ids);
+        }
+        let out = self
+            .command()
+            .args(["rm", "-f", "-t", "0"])
+            .args(&ids)
+            .output()
+            .map_err(|e| format!("cannot start {}: {e}", self.program.display()))?;
+        if !out.status.success() {
+            return Err(tail(&String::from_utf8_lossy(&out.stderr), 3));
+        }
+        Ok(ids)
+    }
+}
+
+fn which(program: &Path) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|path| path.is_file())
+}
+
+fn exit_text(status: &std::process::ExitStatus) -> String {
+    match status.code() {
+        Some(code) => format!("status {code}"),
+        None => "a signal".into(),
+    }
+}
+
+/// The last `lines` non-empty lines of `text`, indented.
+pub fn tail(text: &str, lines: usize) -> String {
+    let kept: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let start = kept.len().saturating_sub(lines);
+    kept[start..]
+        .iter()
+        .map(|line| format!("  {line}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Names containers uniquely within this process (the run label keeps runs apart).
+static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+
+/// How to run one kind of command (setup, the agent, the verify command) in a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerPolicy {
+    pub runtime: Runtime,
+    pub image: String,
+    pub workdir: PathBuf,
+    pub network: Network,
+    /// A host folder, created on use, mounted at the same path as the command's `$HOME`.
+    pub home: PathBuf,
+    /// Host paths mounted read-only at the same path.
+    pub readable: Vec<PathBuf>,
+    /// The run's lease id: the containers' label, and part of their names.
+    pub label: String,
+}
+
+impl ContainerPolicy {
+    pub fn network(mut self, network: Network) -> Self {
+        self.network = network;
+        self
+    }
+
+    pub fn home(mut self, home: PathBuf) -> Self {
+        self.home = home;
+        self
+    }
+
+    /// Mounts `path` read-only at the same path (it must exist when the command starts).
+    pub fn readable(mut self, path: impl Into<PathBuf>) -> Self {
+        self.readable.push(path.into());
+        self
+    }
+
+    /// Mounts the object stores a workspace cloned from `repo` borrows: its alternates name them
+    /// by their host paths, so they are mounted at those paths.
+    pub fn borrowing_objects_of(mut self, repo: &Path) -> Self {
+        let objects = match repo.join(".git/objects") {
+            nested if nested.is_dir() => nested,
+            _ => repo.join("objects"),
+        };
+        let alternates = std::fs::read_to_string(objects.join("info/alternates"));
+        for line in alternates.iter().flat_map(|text| text.lines()) {
+            if !line.is_empty() && !line.starts_with('#') {
+                let path = objects.join(line);
+                self = self.readable(path.canonicalize().unwrap_or(path));
+            }
+        }
+        self.readable(objects)
+    }
+
+    /// `spec` rewritten to run as `RUNTIME run --rm ... IMAGE ARGV` with `workspace` mounted
+    /// at the workdir, as the workspace's owner. Creates the home folder.
+    pub fn wrap(&self, workspace: &Path, mut spec: CommandSpec) -> std::io::Result<CommandSpec> {
+        std::fs::create_dir_all(&self.home)?;
+        let owner = std::fs::metadata(workspace)?;
+        let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+        let name = format!("deltabench-{}-{seq}", self.label);
+        let mut argv: Vec<OsString> = vec![self.runtime.program.clone().into()];
+        let mut add = |args: &[&str]| argv.extend(args.iter().map(OsString::from));
+        add(&["run", "--rm", "--init", "--pull=never"]);
+        if self.runtime.kind == RuntimeKind::Podman {
+            // Podman copies the host's *_proxy variables in otherwise.
+            add(&["--http-proxy=false"]);
+        }
+        add(&["--name", &name]);
+        add(&["--label", &format!("{RUN_LABEL}={}", self.label)]);
+        add(&["--network", &self.network.to_string()]);
+        add(&["--user", &format!("{}:{}", owner.uid(), owner.gid())]);
+        let bind = |host: &Path, inside: &Path, mode: &str| {
+            let mut arg = host.as_os_str().to_owned();
+            arg.push(":");
+            arg.push(inside.as_os_str());
+            arg.push(mode);
+            arg
+        };
+        argv.push("-v".into());
+        argv.push(bind(workspace, &self.workdir, ":rw"));
+        argv.push("-w".into());
+        argv.push(self.workdir.clone().into());
+        argv.push("-v".into());
+        argv.push(bind(&self.home, &self.home, ":rw"));
+        let mut readable: Vec<&PathBuf> = self
+            .readable
+            .iter()
+            .filter(|p| p.is_absolute() && p.exists())
+            .collect();
+        readable.sort();
+        readable.dedup();
+        for path in readable {
+            argv.push("-v".into());
+            argv.push(bind(path, path, ":ro"));
+        }
+        let mut env = vec![(OsString::from("HOME"), self.home.clone().into_os_string())];
+        env.extend(std::mem::take(&mut spec.env));
+        for (key, value) in env {
+            // Only the workspace moves: a value naming it names the workdir inside.
+            let value = match Path::new(&value).strip_prefix(workspace) {
+                Ok(rest) if rest.as_os_str().is_empty() => self.workdir.clone().into_os_string(),
+                Ok(rest) => self.workdir.join(rest).into_os_string(),
+                Err(_) => value,
+            };
+            let mut pair = key;
+            pair.push("=");
+            pair.push(value);
+            argv.push("-e".into());
+            argv.push(pair);
+        }
+        if spec.stdin.is_some() {
+            argv.push("-i".into());
+        }
+        argv.push(self.image.clone().into());
+        argv.append(&mut spec.argv);
+        spec.argv = argv;
+        // The client needs nothing of the command's environment: it went in with -e.
+        spec.clear_env = false;
+        spec.status_fd = false;
+        spec.cleanup = Some(vec![
+            self.runtime.program.clone().into(),
+            "rm".into(),
+            "-f".into(),
+            "-t".into(),
+            "0".into(),
+            name.into(),
+        ]);
+        Ok(spec)
+    }
+}
+
+/// The exit code a runtime gives for its own failure (the container never ran the command).
+pub const RUNTIME_FAILED: i32 = 125;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(home: PathBuf) -> ContainerPolicy {
+        ContainerPolicy {
+            runtime: Runtime::at(PathBuf::from("/usr/bin/podman")),
+            image: "localhost/x:1".into(),
+            workdir: PathBuf::from("/app"),
+            network: Network::None,
+            home,
+            readable: Vec::new(),
+            label: "run-1".into(),
+        }
+    }
+
+    #[test]
+    fn wrap_mounts_the_workspace_at_the_workdir_and_translates_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let spec = CommandSpec::shell("make test", &ws)
+            .env("DELTABENCH_WORKSPACE", &ws)
+            .env("OUT", ws.join("out.txt"))
+            .env("KEEP", "/etc");
+        let wrapped = policy(dir.path().join("home")).wrap(&ws, spec).unwrap();
+        let argv: Vec<String> = wrapped
+            .argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let joined = argv.join(" ");
+        assert_eq!(argv[0], "/usr/bin/podman");
+        assert!(joined.contains("run --rm --init --pull=never --http-proxy=false"));
+        assert!(joined.contains(&format!("-v {}:/app:rw -w /app", ws.display())));
+        assert!(joined.contains("--label deltabench.run=run-1"));
+        assert!(joined.contains("--network none"));
+        assert!(joined.contains("-e DELTABENCH_WORKSPACE=/app "));
+        assert!(joined.contains("-e OUT=/app/out.txt "));
+        assert!(joined.contains("-e KEEP=/etc "));
+        assert!(
+            joined.ends_with("localhost/x:1 sh -c make test"),
+            "{joined}"
+        );
+        assert!(wrapped.env.is_empty());
+        let cleanup = wrapped.cleanup.unwrap();
+        let name = argv[argv.iter().position(|a| a == "--name").unwrap() + 1].clone();
+        assert!(name.starts_with("deltabench-run-1-"), "{name}");
+        assert_eq!(cleanup.last().unwrap().to_string_lossy(), name);
+        assert!(dir.path().join("home").is_dir());
+    }
+
+    #[test]
+    fn docker_gets_no_podman_only_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut policy = policy(dir.path().join("home"));
+        policy.runtime = Runtime::at(PathBuf::from("docker"));
+        let wrapped = policy
+            .wrap(dir.path(), CommandSpec::shell("true", dir.path()))
+            .unwrap();
+        assert!(!wrapped.argv.iter().any(|a| a == "--http-proxy=false"));
+    }
+
+    #[test]
+    fn tail_keeps_the_last_non_empty_lines() {
+        assert_eq!(tail("a\n\nb\nc\n\n", 2), "  b\n  c");
+    }
+}

@@ -1,0 +1,378 @@
+//! Environments through the real binary: a task's setup, verify command and `command` agent run
+//! in a Podman container built from `localhost/deltabench-base:bookworm` (.ci/install builds it).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{
+    assert_no_leftovers, deltabench, have_tool, one_file_repo, run_suite, stderr, stdout, trials,
+    write_files, write_suite,
+};
+use crate::crash::{mounts_under, processes_with};
+
+const BASE: &str = "localhost/deltabench-base:bookworm";
+
+/// Whether Podman and the base image are here (see [`have_tool`]).
+fn have_podman_image(test: &str) -> bool {
+    let found = Command::new("podman")
+        .args(["image", "exists", BASE])
+        .status()
+        .is_ok_and(|s| s.success());
+    have_tool(
+        test,
+        "podman and localhost/deltabench-base:bookworm (tests/images/build-base.sh)",
+        found,
+    )
+}
+
+/// `env/` with a Dockerfile `FROM` the base image whose RUN step installs `only-in-image`, the
+/// repository's own tool (tests/images/only-in-image/), plus `extra` files in the context.
+fn write_env(root: &Path, extra: &[(&str, &str)]) {
+    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images/only-in-image");
+    write_files(
+        root,
+        &[
+            (
+                "env/only-in-image",
+                &std::fs::read_to_string(tool.join("only-in-image")).unwrap(),
+            ),
+            (
+                "env/Dockerfile",
+                &format!(
+                    "FROM {BASE}\nCOPY only-in-image /usr/local/bin/only-in-image\nRUN chmod 0755 /usr/local/bin/only-in-image && only-in-image --check\n"
+                ),
+            ),
+            ("sol/out.txt", "only-in-image was here\n"),
+        ],
+    );
+    write_files(root, extra);
+}
+
+/// Containers (running or not) labelled with `label`'s value.
+fn containers_labelled(value: &str) -> Vec<String> {
+    let out = Command::new("podman")
+        .args(["ps", "-a", "-q", "--filter"])
+        .arg(format!("label=deltabench.run={value}"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Running containers labelled with `value`.
+fn running_labelled(value: &str) -> usize {
+    let out = Command::new("podman")
+        .args(["ps", "-q", "--filter"])
+        .arg(format!("label=deltabench.run={value}"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .count()
+}
+
+/// Fails with the whole record unless `task / agent` ended with `expected`.
+fn assert_outcome(records: &[serde_json::Value], task: &str, agent: &str, expected: &str) {
+    let record = records
+        .iter()
+        .find(|r| r["task"] == task && r["agent"] == agent)
+        .unwrap_or_else(|| panic!("no record of {task} / {agent}"));
+    assert_eq!(record["outcome"], expected, "{task} / {agent}: {record}");
+}
+
+#[test]
+fn a_verify_command_needing_the_images_tool_passes_only_in_the_container() {
+    if !have_podman_image("environments::a_verify_command_needing_the_images_tool") {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_env(root, &[]);
+    write_suite(
+        root,
+        "name: env\nrepo: repo\nagents:\n  inside: {kind: command, run: only-in-image > out.txt, timeout: 2m}\ntasks:\n  - id: worktree\n    instruction: write out.txt\n    solution: sol\n    environment: {dockerfile: env/Dockerfile}\n    verify: only-in-image --verify out.txt\n  - id: sandbox\n    instruction: write out.txt\n    solution: sol\n    isolation: sandbox\n    environment: {dockerfile: env/Dockerfile}\n    verify: only-in-image --verify out.txt\n  - id: host\n    instruction: write out.txt\n    solution: sol\n    verify: only-in-image --verify out.txt\n",
+    );
+    let (output, work, out) = run_suite(
+        root,
+        &["--agent", "oracle", "--agent", "noop", "--agent", "inside"],
+    );
+    let records = trials(&out);
+    assert_eq!(records.len(), 9, "{}", stderr(&output));
+    for task in ["worktree", "sandbox"] {
+        assert_outcome(&records, task, "oracle", "pass");
+        assert_outcome(&records, task, "noop", "fail");
+        // The agent wrote what only the image's tool prints, into the mounted workspace.
+        assert_outcome(&records, task, "inside", "pass");
+        let patch = std::fs::read_to_string(out.join(format!("trials/{task}/inside/1/diff.patch")))
+            .unwrap();
+        assert!(patch.contains("+only-in-image was here"), "{patch}");
+    }
+    // Without the environment the same verify runs on the host, where the tool is missing.
+    assert_outcome(&records, "host", "oracle", "fail");
+    let log = std::fs::read_to_string(out.join("trials/host/oracle/1/verify.log")).unwrap();
+    assert!(log.contains("not found"), "{log}");
+    let record = records
+        .iter()
+        .find(|r| r["task"] == "host" && r["agent"] == "oracle")
+        .unwrap();
+    assert_eq!(record["verify"]["exit_code"], 127);
+    assert_no_leftovers(&work);
+    // Every container of the run is gone: the label is the lease id, `out-<pid>`.
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    let pid = manifest["workdir"]
+        .as_str()
+        .unwrap()
+        .rsplit('-')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        containers_labelled(&format!("out-{pid}")),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_dockerfile_with_a_run_step_is_built_once_per_run() {
+    if !have_podman_image("environments::a_dockerfile_with_a_run_step_is_built_once_per_run") {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    // A context of its own, copied before the RUN step, so this run really builds and runs it.
+    let marker = format!("{:?} {}", Instant::now(), std::process::id());
+    let dockerfile = format!(
+        "FROM {BASE}\nCOPY marker.txt /marker.txt\nCOPY only-in-image /usr/local/bin/only-in-image\nRUN chmod 0755 /usr/local/bin/only-in-image && only-in-image --check\n"
+    );
+    write_env(
+        root,
+        &[("env/marker.txt", &marker), ("env/Dockerfile", &dockerfile)],
+    );
+    let task = |id: &str| {
+        format!(
+            "  - id: {id}\n    instruction: write out.txt\n    solution: sol\n    setup: only-in-image --check > setup.txt\n    verify: only-in-image --verify out.txt && grep -q ok setup.txt\n"
+        )
+    };
+    write_suite(
+        root,
+        &format!(
+            "name: env\nrepo: repo\ndefaults:\n  environment:\n    dockerfile: env/Dockerfile\n    context: env\n    workdir: /work/inside\ntasks:\n{}{}",
+            task("one"),
+            task("two")
+        ),
+    );
+    let (output, work, out) = run_suite(root, &["--agent", "oracle", "--agent", "noop"]);
+    let records = trials(&out);
+    assert_eq!(records.len(), 4, "{}", stderr(&output));
+    for id in ["one", "two"] {
+        assert_outcome(&records, id, "oracle", "pass");
+        assert_outcome(&records, id, "noop", "fail");
+    }
+    // One build for both tasks: one log, one image.
+    let logs: Vec<_> = std::fs::read_dir(root.join("cache/environments"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let log = std::fs::read_to_string(logs[0].path()).unwrap();
+    assert!(log.contains("only-in-image: ok"), "the RUN step ran: {log}");
+    let tag = logs[0]
+        .file_name()
+        .to_string_lossy()
+        .trim_end_matches(".log")
+        .replacen("localhost_deltabench-env_", "localhost/deltabench-env:", 1);
+    assert!(
+        Command::new("podman")
+            .args(["image", "exists", &tag])
+            .status()
+            .unwrap()
+            .success(),
+        "{tag}"
+    );
+    assert_no_leftovers(&work);
+    let _ = Command::new("podman")
+        .args(["rmi", "-f", &tag])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+#[test]
+fn a_missing_image_or_runtime_stops_the_run_before_any_trial() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_suite(
+        root,
+        "name: env\nrepo: repo\ndefaults:\n  environment: {image: localhost/deltabench-no-such-image:1}\ntasks:\n  - id: t\n    instruction: do it\n    verify: \"true\"\n",
+    );
+    let (output, _, out) = run_suite(root, &["--agent", "noop"]);
+    let podman = Command::new("podman").arg("--version").output().is_ok();
+    if have_tool(
+        "environments::a_missing_image_or_runtime_stops_the_run_before_any_trial",
+        "podman",
+        podman,
+    ) {
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        let err = stderr(&output);
+        assert!(
+            err.contains("localhost/deltabench-no-such-image:1")
+                && err.contains("not in the local store")
+                && err.contains("image not known")
+                && err.contains("no trial ran"),
+            "{err}"
+        );
+        assert!(!out.exists(), "a run directory was left");
+    }
+
+    for command in ["run", "validate"] {
+        let mut cmd = deltabench(root);
+        cmd.arg(command)
+            .arg("suite.yaml")
+            .args(["--workdir"])
+            .arg(root.join("work"))
+            .env("DELTABENCH_CONTAINER_RUNTIME", "/nonexistent");
+        if command == "run" {
+            cmd.arg("--out").arg(root.join("out2"));
+        }
+        let output = cmd.output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(
+            stderr(&output)
+                .contains("DELTABENCH_CONTAINER_RUNTIME=/nonexistent names no container runtime"),
+            "{}",
+            stderr(&output)
+        );
+        assert!(
+            !stderr(&output).contains("reference fails"),
+            "{}",
+            stderr(&output)
+        );
+    }
+    assert!(!root.join("out2").exists());
+    assert_no_leftovers(&root.join("work"));
+}
+
+#[test]
+fn a_real_cli_with_an_environment_is_refused_at_plan_time() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_suite(
+        root,
+        "name: env\nrepo: repo\nagents:\n  claude: {kind: claude-code, binary: /bin/true, endpoint: \"http://127.0.0.1:9\"}\ndefaults:\n  environment: {image: localhost/x:1}\ntasks:\n  - id: t\n    instruction: do it\n    verify: \"true\"\n",
+    );
+    let (output, _, out) = run_suite(root, &["--agent", "claude"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("real agent CLIs do not run inside containers yet"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn gc_removes_the_containers_of_a_killed_run() {
+    if !have_podman_image("environments::gc_removes_the_containers_of_a_killed_run") {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    let seconds = 3000 + std::process::id() % 1000;
+    let token = format!("sleep {seconds}");
+    write_suite(
+        root,
+        &format!(
+            "name: env\nrepo: repo\ndefaults:\n  environment: {{image: {BASE}}}\nagents:\n  sleeper: {{kind: command, run: \"{token}\", timeout: 10m}}\ntasks:\n  - id: t\n    instruction: wait\n    verify: \"true\"\n"
+        ),
+    );
+    std::fs::create_dir_all(root.join("work")).unwrap();
+    let out = root.join("out");
+    let mut child = deltabench(root)
+        .args(["run", "suite.yaml", "--agent", "sleeper", "--workdir"])
+        .arg(root.join("work"))
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let label = format!("out-{}", child.id());
+    let started = Instant::now();
+    // The client's command line holds the token too: wait for the container itself.
+    while running_labelled(&label) == 0 || processes_with(&token) < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the agent's container never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        containers_labelled(&label).len(),
+        1,
+        "the container outlives a kill -9 of the runner"
+    );
+
+    let gc = deltabench(root).arg("gc").output().unwrap();
+    assert_eq!(gc.status.code(), Some(0), "{}", stderr(&gc));
+    assert!(stdout(&gc).contains("removed container"), "{}", stdout(&gc));
+    assert_eq!(containers_labelled(&label), Vec::<String>::new());
+    let started = Instant::now();
+    while processes_with(&token) > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "gc left the container's process running"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(mounts_under(&root.join("work")), Vec::<String>::new());
+    assert_no_leftovers(&root.join("work"));
+}
+
+#[test]
+fn a_bad_environment_is_a_located_suite_error() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_files(root, &[("env/Dockerfile", "FROM scratch\n")]);
+    let cases = [
+        (
+            "{image: localhost/x:1, dockerfile: env/Dockerfile}",
+            "the environment sets both `image` and `dockerfile`; keep exactly one",
+        ),
+        (
+            "{image: localhost/x:1, network: bridge}",
+            "unknown network mode: 'bridge'. Valid modes: none, host",
+        ),
+        (
+            "{dockerfile: env/Dockerfile, workdir: app}",
+            "invalid workdir 'app': use an absolute folder other than /, such as /app",
+        ),
+        (
+            "{workdir: /app}",
+            "the environment needs exactly one of `image` (a local image name) and `dockerfile` (a path)",
+        ),
+    ];
+    for (environment, expected) in cases {
+        write_suite(
+            root,
+            &format!(
+                "name: env\nrepo: repo\ntasks:\n  - id: t\n    instruction: do it\n    environment: {environment}\n    verify: \"true\"\n"
+            ),
+        );
+        let output = deltabench(root)
+            .args(["validate", "suite.yaml"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains(expected) && stderr(&output).contains("suite.yaml:6:"),
+            "{environment}: {}",
+            stderr(&output)
+        );
+    }
+}
