@@ -408,10 +408,22 @@ fn sweep_orphans() {
 
 /// Podman's `conmon` double-forks away from its client, so as our subreaped orphan it would
 /// look like an escapee; killing it breaks a running container. Containers are removed
-/// through their runtime instead (`rm -f`, the run's label, `gc`).
+/// through their runtime instead (`rm -f`, the run's label, `gc`). Spared only when it is the
+/// system's conmon monitoring one of our containers (`-n deltabench-...`): an agent's process
+/// that merely calls itself `conmon` is still swept.
 fn is_container_monitor(pid: i32) -> bool {
-    fs::read_link(format!("/proc/{pid}/exe"))
-        .is_ok_and(|exe| exe.file_name().is_some_and(|name| name == "conmon"))
+    let system_conmon = fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| {
+        exe.starts_with("/usr") && exe.file_name().is_some_and(|name| name == "conmon")
+    });
+    let ours = || {
+        let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
+            return false;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        args.windows(2)
+            .any(|pair| pair[0] == b"-n" && pair[1].starts_with(b"deltabench-"))
+    };
+    system_conmon && ours()
 }
 
 /// A process as `/proc/PID/stat` describes it.

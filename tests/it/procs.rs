@@ -1,5 +1,6 @@
 //! Processes that always die: agents that escape their process group, ignore SIGTERM, hold
-//! the output pipe, or flood it, through the real binary. Nothing may survive the run, and the
+//! the output pipe, flood it, or name themselves like Podman's container monitor, through the
+//! real binary. Nothing may survive the run, and the
 //! runner's memory stays bounded.
 
 use std::path::Path;
@@ -20,6 +21,7 @@ agents:
   stubborn: {{kind: command, run: "trap '' TERM; sleep 300; echo {token}", timeout: 2s}}
   holder: {{kind: command, run: "(sleep 300; echo {token}) & echo hi", timeout: 2s}}
   flood: {{kind: command, run: "yes {token} | head -c 1073741824", timeout: 2s}}
+  disguised: {{kind: command, run: "c=$(mktemp -d)/conmon && cp /bin/sh $c && cd / && (setsid $c -c 'while :; do sleep 1; done; echo {token}' >/dev/null 2>&1 &) && echo forked", timeout: 2s}}
 tasks:
   - id: t
     instruction: misbehave
@@ -64,7 +66,7 @@ fn run_misbehaving_agents(cgroups: &str) -> Option<u64> {
     assert!(matches!(output.status.code(), Some(0 | 1)), "{err}");
     assert!(elapsed < Duration::from_secs(60), "took {elapsed:?}");
     let records = trials(&out);
-    assert_eq!(records.len(), 5, "{err}");
+    assert_eq!(records.len(), 6, "{err}");
     for record in &records {
         assert_ne!(record["outcome"], "infra_error", "{record}");
     }
@@ -87,7 +89,7 @@ fn run_misbehaving_agents(cgroups: &str) -> Option<u64> {
         .and_then(|kib| kib.trim().parse().ok())
         .unwrap_or_else(|| panic!("no peak RSS in: {err}"));
     eprintln!(
-        "cgroups={cgroups}: 5 misbehaving agents, run took {elapsed:.1?}, peak RSS of deltabench {:.1} MiB",
+        "cgroups={cgroups}: 6 misbehaving agents, run took {elapsed:.1?}, peak RSS of deltabench {:.1} MiB",
         peak as f64 / 1024.0
     );
     assert!(peak < 200 * 1024, "peak RSS {peak} KiB");
