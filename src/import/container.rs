@@ -2,10 +2,13 @@
 //!
 //! Both formats describe a container: a Dockerfile whose working directory (`/app`) the agent
 //! works in, a test script run afterwards (`tests/test.sh` or `run-tests.sh`, with the tests at
-//! `/tests`), and a solution script. Without Docker:
-//! - the working directory's files (what the Dockerfile COPYs) become one root commit per task
-//!   in a bare repo `repo.git` in the suite folder, and the task's `base` is that commit, so
+//! `/tests`), and a solution script. On import:
+//! - the working directory's files (what the Dockerfile COPYs there) become one root commit per
+//!   task in a bare repo `repo.git` in the suite folder, and the task's `base` is that commit, so
 //!   each task starts from its own files and sees no other task's;
+//! - a Dockerfile that does more (`RUN`, `ENV`, ...) is copied with its build context to
+//!   `environments/<id>/` and becomes the task's `environment:`, built at run time; the
+//!   workspace is mounted over its working directory;
 //! - the test files become hidden tests under `.deltabench/tests/`, run by a small wrapper
 //!   (`.deltabench/verify.sh`) that prints the reward file the tests wrote for
 //!   `graders/reward.py`;
@@ -64,6 +67,8 @@ struct ContainerTask {
     dockerfile: Option<PathBuf>,
     /// The Docker build context (COPY sources are relative to it).
     context: PathBuf,
+    /// The context is the task folder itself, harness files and all (Terminal-Bench).
+    context_is_task: bool,
     /// Files and folders copied into the hidden tests folder: (source, name there; "" for a
     /// folder's contents).
     tests: Vec<(PathBuf, String)>,
@@ -144,6 +149,7 @@ pub async fn import(
         tasks: Vec::new(),
     };
     let mut without_reference = 0;
+    let mut built = 0;
     for dir in dirs {
         let read = match options.format {
             Format::Harbor => read_harbor(&dir)?,
@@ -177,6 +183,10 @@ pub async fn import(
         let paths = ContainerPaths::new(&env.workdir);
         let mut entry = write_task(&task, &id, &paths, staging)?;
         entry.base = Some(base);
+        if let (Some(_), Some(dockerfile)) = (&env.build, &task.dockerfile) {
+            entry.environment = copy_environment(&task, dockerfile, &id, &env.workdir, staging)?;
+            built += 1;
+        }
         match &task.solution {
             Some((_, script)) if options.run_solutions => {
                 (options.progress)(&format!("running {script} of {id}"));
@@ -207,6 +217,12 @@ pub async fn import(
         imported.notes.push(format!(
             "{without_reference} task(s) have a solution script (copied to solutions/<id>/) but no reference patch yet: \
              rerun with --run-solutions to run each script here once and keep the change it makes"
+        ));
+    }
+    if built > 0 {
+        imported.notes.push(format!(
+            "{built} task(s) run in a container built from their Dockerfile (environments/<id>/): \
+             `run` and `validate` need podman or docker; --run-solutions runs solution scripts here, not in the image"
         ));
     }
     repo.finish()?;
@@ -301,6 +317,7 @@ fn read_harbor(dir: &Path) -> Result<Read, ImportError> {
         instruction: read_text(&instruction_path)?,
         dockerfile: dockerfile.is_file().then_some(dockerfile),
         context: environment,
+        context_is_task: false,
         tests: vec![(dir.join("tests"), String::new())],
         test_entry: "test.sh",
         solution: solution
@@ -345,6 +362,7 @@ fn read_terminal_bench(dir: &Path) -> Result<Read, ImportError> {
         instruction,
         dockerfile: dockerfile.is_file().then_some(dockerfile),
         context: dir.to_owned(),
+        context_is_task: true,
         tests,
         test_entry: "run-tests.sh",
         solution: script.is_file().then_some((script, "solution.sh")),
@@ -355,7 +373,7 @@ fn read_terminal_bench(dir: &Path) -> Result<Read, ImportError> {
     }))
 }
 
-/// The task's environment as files, or why it needs Docker. A compose file or Dockerfile that
+/// The task's environment, or why it cannot be imported. A compose file or Dockerfile that
 /// cannot be read is an error, like any task file.
 fn environment(task: &ContainerTask) -> Result<Result<docker::Environment, String>, ImportError> {
     for name in ["docker-compose.yaml", "docker-compose.yml"] {
@@ -376,6 +394,33 @@ fn environment(task: &ContainerTask) -> Result<Result<docker::Environment, Strin
         Some(path) => docker::parse_dockerfile(&read_text(path)?),
         None => docker::parse_dockerfile(""),
     })
+}
+
+/// Copies the task's Dockerfile and build context to `environments/<id>/` (harness files left
+/// out) and returns its `environment:` mapping.
+fn copy_environment(
+    task: &ContainerTask,
+    dockerfile: &Path,
+    id: &str,
+    workdir: &str,
+    staging: &Path,
+) -> Result<Vec<(&'static str, String)>, ImportError> {
+    let dir = format!("environments/{id}");
+    let skip: &[&str] = if task.context_is_task { &HARNESS } else { &[] };
+    docker::copy_tree(&task.context, &staging.join(&dir), skip).map_err(|err| match err {
+        StageError::Io { path, source } => ImportError::Read { path, source },
+        StageError::Unsupported(message) => ImportError::Usage(message),
+    })?;
+    let text = std::fs::read(dockerfile).map_err(|source| ImportError::Read {
+        path: dockerfile.to_owned(),
+        source,
+    })?;
+    write_file(&staging.join(&dir).join("Dockerfile"), text, false)?;
+    Ok(vec![
+        ("dockerfile", format!("{dir}/Dockerfile")),
+        ("context", dir),
+        ("workdir", workdir.to_owned()),
+    ])
 }
 
 /// Writes the task's instruction, hidden tests (with the verify wrapper) and solution script;

@@ -1,10 +1,12 @@
-//! Container tasks without a container: what a simple Dockerfile puts in the working directory,
-//! and the container paths in task files rewritten to the workspace.
+//! Container tasks: what a Dockerfile puts in the working directory, and the container paths in
+//! task files rewritten to the workspace.
 //!
-//! A Dockerfile made only of `FROM`, `WORKDIR`, `COPY` (and metadata such as `LABEL` or `CMD`)
-//! describes files, which we can lay out in a directory. Anything else (`RUN`, `ADD`, `ENV`,
-//! `USER`, a multi-stage build, `COPY --from`) changes the image in ways only a build can, so the
-//! task is skipped with that line as the reason.
+//! The files a Dockerfile `COPY`s into its working directory are laid out in a directory: they
+//! become the workspace, which is mounted over that directory. A Dockerfile made only of `FROM`,
+//! `WORKDIR`, `COPY` into the working directory and metadata needs nothing else; anything more
+//! (`RUN`, `ENV`, `USER`, `ADD` or a copy outside the working directory) is left to a build at
+//! run time ([`Environment::build`]). A multi-stage build, a variable in a path, or an `ADD` or
+//! `COPY --from` into the working directory (which the workspace would hide) cannot be imported.
 
 use std::fs;
 use std::io;
@@ -37,6 +39,9 @@ pub struct Environment {
     /// The final `WORKDIR`, absolute: the workspace root.
     pub workdir: String,
     pub copies: Vec<CopyStep>,
+    /// Why the image must be built (the first instruction that needs it), or `None` when the
+    /// staged files are all the Dockerfile adds.
+    pub build: Option<String>,
 }
 
 /// One `COPY SRC... DEST`.
@@ -60,12 +65,8 @@ pub enum StageError {
     Io { path: PathBuf, source: io::Error },
 }
 
-fn needs_build(line: &str, why: Option<&str>) -> String {
-    let line = shorten(line);
-    match why {
-        Some(why) => format!("needs its Dockerfile built: {line} ({why})"),
-        None => format!("needs its Dockerfile built: {line}"),
-    }
+fn unsupported(line: &str, why: &str) -> String {
+    format!("cannot import its Dockerfile: {} ({why})", shorten(line))
 }
 
 fn shorten(line: &str) -> String {
@@ -77,10 +78,13 @@ fn shorten(line: &str) -> String {
     }
 }
 
-/// Reads a Dockerfile; `Err` is the skip reason when it does more than lay out files.
+/// Reads a Dockerfile; `Err` is the skip reason when it cannot be imported.
 pub fn parse_dockerfile(text: &str) -> Result<Environment, String> {
     let mut workdir: Option<String> = None;
     let mut copies = Vec::new();
+    // ADD and COPY --from: built, never staged, so never into the working directory.
+    let mut unstaged = Vec::new();
+    let mut build = None;
     let mut images = 0;
     for line in instructions(text) {
         let (keyword, rest) = line
@@ -91,18 +95,28 @@ pub fn parse_dockerfile(text: &str) -> Result<Environment, String> {
             "FROM" => {
                 images += 1;
                 if images > 1 {
-                    return Err(needs_build(&line, Some("a multi-stage build")));
+                    return Err(unsupported(&line, "a multi-stage build"));
                 }
             }
             "WORKDIR" => {
                 if rest.contains('$') {
-                    return Err(needs_build(&line, Some("a variable in the path")));
+                    return Err(unsupported(&line, "a variable in the path"));
                 }
                 workdir = Some(join_container(current, rest));
             }
-            "COPY" => copies.push(copy_step(&line, rest, current)?),
+            "COPY" | "ADD" => {
+                let (step, staged) = copy_step(&line, rest, current)?;
+                if staged && keyword.eq_ignore_ascii_case("COPY") {
+                    copies.push(step);
+                } else {
+                    build.get_or_insert_with(|| shorten(&line));
+                    unstaged.push(step);
+                }
+            }
             k if METADATA.contains(&k) => {}
-            _ => return Err(needs_build(&line, None)),
+            _ => {
+                build.get_or_insert_with(|| shorten(&line));
+            }
         }
     }
     let workdir = workdir.unwrap_or_else(|| DEFAULT_WORKDIR.to_owned());
@@ -112,7 +126,36 @@ pub fn parse_dockerfile(text: &str) -> Result<Environment, String> {
                 .into(),
         );
     }
-    Ok(Environment { workdir, copies })
+    if let Some(step) = unstaged
+        .iter()
+        .find(|s| inside(&workdir, &s.dest).is_some())
+    {
+        return Err(unsupported(
+            &step.line,
+            &format!("the workspace mounted at {workdir} would hide what it puts there"),
+        ));
+    }
+    if build.is_none()
+        && let Some(step) = copies.iter().find(|s| inside(&workdir, &s.dest).is_none())
+    {
+        build = Some(shorten(&step.line));
+    }
+    Ok(Environment {
+        workdir,
+        copies,
+        build,
+    })
+}
+
+/// `dest` relative to `workdir` ("" for `workdir` itself), or `None` outside it.
+fn inside<'a>(workdir: &str, dest: &'a str) -> Option<&'a str> {
+    let dest = dest.trim_end_matches('/');
+    if dest == workdir {
+        Some("")
+    } else {
+        dest.strip_prefix(workdir)
+            .and_then(|rest| rest.strip_prefix('/'))
+    }
 }
 
 /// The Dockerfile's instructions, continuation lines joined, comments and blanks dropped.
@@ -141,38 +184,37 @@ fn instructions(text: &str) -> Vec<String> {
     out
 }
 
-fn copy_step(line: &str, rest: &str, workdir: &str) -> Result<CopyStep, String> {
+/// One COPY or ADD, and whether its sources are in the build context (not `--from` a stage or
+/// an image).
+fn copy_step(line: &str, rest: &str, workdir: &str) -> Result<(CopyStep, bool), String> {
     let mut words: Vec<String> = if rest.starts_with('[') {
-        serde_json::from_str(rest).map_err(|_| needs_build(line, Some("unreadable JSON form")))?
+        serde_json::from_str(rest).map_err(|_| unsupported(line, "unreadable JSON form"))?
     } else {
         rest.split_whitespace().map(str::to_owned).collect()
     };
+    let mut staged = true;
     while words.first().is_some_and(|w| w.starts_with("--")) {
         let flag = words.remove(0);
         let name = flag.split('=').next().unwrap_or_default();
-        if !matches!(name, "--chown" | "--chmod" | "--link") {
-            return Err(needs_build(line, Some(&format!("{name} needs a build"))));
+        match name {
+            "--chown" | "--chmod" | "--link" => {}
+            _ => staged = false,
         }
     }
     if words.iter().any(|w| w.contains('$') || w.starts_with("<<")) {
-        return Err(needs_build(
-            line,
-            Some("a variable or here-document needs a build"),
-        ));
+        return Err(unsupported(line, "a variable or here-document in a path"));
     }
     let Some(dest) = words.pop().filter(|_| !words.is_empty()) else {
-        return Err(needs_build(
-            line,
-            Some("COPY needs a source and a destination"),
-        ));
+        return Err(unsupported(line, "no source and destination"));
     };
     let trailing = if dest.ends_with('/') { "/" } else { "" };
     let absolute = join_container(workdir, &dest);
-    Ok(CopyStep {
+    let step = CopyStep {
         sources: words,
         dest: format!("{}{trailing}", absolute.trim_end_matches('/')),
         line: line.to_owned(),
-    })
+    };
+    Ok((step, staged))
 }
 
 /// `path` made absolute against `dir`, with `.` and `..` resolved (as the container would).
@@ -197,7 +239,8 @@ fn join_container(dir: &str, path: &str) -> String {
 
 /// Lays the environment's files out under `root` (the working directory), reading sources from
 /// `context`. `harness` names files at the top of the context that are the task's own harness
-/// (tests, solution, task file): a `COPY . DEST` leaves them out.
+/// (tests, solution, task file): a `COPY . DEST` leaves them out. A copy outside the working
+/// directory is the build's (an environment without a build has none).
 pub fn stage(
     env: &Environment,
     context: &Path,
@@ -206,21 +249,8 @@ pub fn stage(
 ) -> Result<(), StageError> {
     fs::create_dir_all(root).map_err(io_at(root))?;
     for step in &env.copies {
-        let dest = step.dest.trim_end_matches('/');
-        let inside = if dest == env.workdir {
-            Some("")
-        } else {
-            dest.strip_prefix(&env.workdir)
-                .and_then(|rest| rest.strip_prefix('/'))
-        };
-        let Some(relative) = inside else {
-            return Err(StageError::Unsupported(needs_build(
-                &step.line,
-                Some(&format!(
-                    "copies outside the working directory {}",
-                    env.workdir
-                )),
-            )));
+        let Some(relative) = inside(&env.workdir, &step.dest) else {
+            continue;
         };
         let target = root.join(relative);
         let into_dir = step.dest.ends_with('/')
@@ -229,7 +259,7 @@ pub fn stage(
             || target.is_dir();
         for source in &step.sources {
             let matches = expand(context, source)
-                .map_err(|why| StageError::Unsupported(needs_build(&step.line, Some(&why))))?;
+                .map_err(|why| StageError::Unsupported(unsupported(&step.line, &why)))?;
             for path in matches {
                 let from = context.join(&path);
                 let top = path.as_os_str().is_empty();
@@ -450,26 +480,49 @@ mod tests {
     }
 
     #[test]
-    fn anything_that_builds_is_a_skip_reason() {
-        let reason = parse_dockerfile(
-            "FROM ubuntu\nWORKDIR /app\nRUN apt-get update && \\\n  apt-get install -y jq\n",
+    fn what_only_a_build_can_do_is_left_to_one() {
+        let env = parse_dockerfile(
+            "FROM ubuntu\nWORKDIR /app\nRUN apt-get update && \\\n  apt-get install -y jq\nCOPY a.txt ./\nWORKDIR /app/src\n",
         )
-        .unwrap_err();
+        .unwrap();
         assert_eq!(
-            reason,
-            "needs its Dockerfile built: RUN apt-get update && apt-get install -y jq"
+            env.build.as_deref(),
+            Some("RUN apt-get update && apt-get install -y jq")
         );
+        assert_eq!(env.workdir, "/app/src", "the final WORKDIR");
+        assert_eq!(env.copies.len(), 1, "COPYs are still staged");
+        for (text, line) in [
+            ("FROM a\nENV X=1\n", "ENV X=1"),
+            ("FROM a\nUSER nobody\n", "USER nobody"),
+            ("FROM a\nADD https://example.com/x /opt/\n", "ADD"),
+            ("FROM a\nCOPY --from=img:1 /x /opt/x\n", "--from"),
+            (
+                "FROM a\nWORKDIR /app\nCOPY a.txt /etc/a.txt\n",
+                "/etc/a.txt",
+            ),
+        ] {
+            let env = parse_dockerfile(text).unwrap();
+            assert!(env.build.unwrap().contains(line), "{text:?}");
+        }
+        let files_only = parse_dockerfile("FROM a\nCOPY a.txt /app/\n").unwrap();
+        assert_eq!(
+            (files_only.workdir.as_str(), files_only.build),
+            ("/app", None)
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_imported_is_a_skip_reason() {
         for (text, why) in [
             ("FROM a\nFROM b\n", "multi-stage"),
-            ("FROM a\nCOPY --from=build /x /app/x\n", "--from"),
-            ("FROM a\nENV X=1\n", "ENV X=1"),
-            ("FROM a\nADD https://example.com/x /app/\n", "ADD"),
+            ("FROM a\nCOPY --from=build /x /app/x\n", "would hide"),
+            ("FROM a\nADD https://example.com/x /app/\n", "would hide"),
+            ("FROM a\nWORKDIR $HOME\n", "a variable"),
             ("FROM a\nWORKDIR /\n", "WORKDIR /"),
         ] {
             let reason = parse_dockerfile(text).unwrap_err();
             assert!(reason.contains(why), "{text:?}: {reason}");
         }
-        assert_eq!(parse_dockerfile("FROM a\n").unwrap().workdir, "/app");
     }
 
     #[test]
@@ -496,13 +549,14 @@ mod tests {
         assert!(root.join("all/src/m.py").is_file());
         assert!(!root.join("all/tests").exists(), "harness files stay out");
 
-        let outside = parse_dockerfile("FROM x\nWORKDIR /app\nCOPY a.txt /etc/a.txt\n").unwrap();
-        let err = stage(&outside, &context, &root, &[]).unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("outside the working directory /app"),
-            "{err}"
-        );
+        let outside =
+            parse_dockerfile("FROM x\nWORKDIR /app\nCOPY a.txt /etc/a.txt\nCOPY a.txt b.txt\n")
+                .unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        stage(&outside, &context, &elsewhere, &[]).unwrap();
+        let staged: Vec<_> = fs::read_dir(&elsewhere).unwrap().flatten().collect();
+        assert_eq!(staged.len(), 1, "only b.txt: /etc is the build's");
+        assert!(elsewhere.join("b.txt").is_file());
         let escape = parse_dockerfile("FROM x\nCOPY ../secret /app/\n").unwrap();
         let err = stage(&escape, &context, &root, &[]).unwrap_err();
         assert!(

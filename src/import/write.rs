@@ -170,6 +170,8 @@ pub struct TaskEntry {
     pub grader: Option<String>,
     pub timeout: Option<Duration>,
     pub tags: Vec<String>,
+    /// The `environment:` mapping's (key, value) pairs; empty for none.
+    pub environment: Vec<(&'static str, String)>,
 }
 
 impl SuiteFile {
@@ -222,6 +224,14 @@ impl SuiteFile {
             if let Some(timeout) = task.timeout {
                 field("timeout", duration(timeout));
             }
+            if !task.environment.is_empty() {
+                let pairs: Vec<String> = task
+                    .environment
+                    .iter()
+                    .map(|(key, value)| format!("{key}: {}", quote(value)))
+                    .collect();
+                field("environment", format!("{{{}}}", pairs.join(", ")));
+            }
             if !task.tags.is_empty() {
                 let tags: Vec<String> = task.tags.iter().map(|t| quote(t)).collect();
                 field("tags", format!("[{}]", tags.join(", ")));
@@ -262,6 +272,10 @@ mod tests {
                 verify_timeout: Some(Duration::from_secs(150)),
                 grader: Some("./graders/swebench.py tests/a-1.json".into()),
                 tags: vec!["x: y".into()],
+                environment: vec![
+                    ("image", "localhost/x:1".into()),
+                    ("workdir", "/app".into()),
+                ],
                 ..TaskEntry::default()
             }],
         };
@@ -270,6 +284,10 @@ mod tests {
             "verify: {run: \"python3 -m pytest -rA 'tests/t.py::test[a: b]'\", timeout: \"2m 30s\"}"
         ), "{text}");
         assert!(text.contains("tags: [\"x: y\"]"), "{text}");
+        assert!(
+            text.contains("environment: {image: \"localhost/x:1\", workdir: \"/app\"}"),
+            "{text}"
+        );
         assert!(
             text.contains("description: \"rows: \\\"quoted\\\"\\nand a newline\""),
             "{text}"

@@ -11,10 +11,10 @@ use crate::common::{
 };
 use crate::crash::{mounts_under, processes_with};
 
-const BASE: &str = "localhost/deltabench-base:bookworm";
+pub const BASE: &str = "localhost/deltabench-base:bookworm";
 
 /// Whether Podman and the base image are here (see [`have_tool`]).
-fn have_podman_image(test: &str) -> bool {
+pub fn have_podman_image(test: &str) -> bool {
     let found = Command::new("podman")
         .args(["image", "exists", BASE])
         .status()

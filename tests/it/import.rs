@@ -17,6 +17,10 @@ fn import(cwd: &Path, args: &[&str]) -> Output {
 }
 
 fn validate(cwd: &Path, suite: &Path) -> Output {
+    validate_with(cwd, suite, &[])
+}
+
+fn validate_with(cwd: &Path, suite: &Path, extra: &[&str]) -> Output {
     let work = cwd.join("work");
     std::fs::create_dir_all(&work).unwrap();
     deltabench(cwd)
@@ -24,6 +28,7 @@ fn validate(cwd: &Path, suite: &Path) -> Output {
         .arg(suite)
         .arg("--workdir")
         .arg(&work)
+        .args(extra)
         .output()
         .unwrap()
 }
@@ -721,7 +726,7 @@ fn reward_grader_reads_the_reward_line() {
 // Harbor and Terminal-Bench
 
 #[test]
-fn harbor_end_to_end_with_skipped_docker_tasks() {
+fn harbor_end_to_end_with_skipped_and_built_tasks() {
     let tmp = temp_dir();
     let root = tmp.path();
     let source = fixtures().join("harbor");
@@ -778,12 +783,93 @@ fn harbor_end_to_end_with_skipped_docker_tasks() {
         test.contains("diff -q ${DELTABENCH_WORKSPACE}/greeting.txt ${DELTABENCH_WORKSPACE}/.deltabench/tests/expected.txt"),
         "{test}"
     );
+    // The RUN step is left to a build at run time (of ubuntu:24.04, so not run here).
+    assert!(
+        yaml.contains("environment: {dockerfile: \"environments/needs-apt/Dockerfile\", context: \"environments/needs-apt\", workdir: \"/app\"}"),
+        "{yaml}"
+    );
+
+    assert_ok(
+        &validate_with(root, &suite, &["--task", "greet"]),
+        "validate",
+    );
+    let (output, records) = run(root, &suite, &["--task", "greet"]);
+    assert_ok(&output, "run");
+    assert_eq!(outcome(&records, "oracle"), "pass");
+    assert_eq!(outcome(&records, "noop"), "fail");
+}
+
+/// Writes a Harbor task whose Dockerfile RUN step installs `only-here` (outside `/app`) and
+/// COPYs `data.txt` into `/app`; its test needs the tool and its solution copies the data.
+fn write_built_task(dir: &Path) {
+    let dockerfile = format!(
+        "FROM {}\nRUN printf '#!/bin/sh\\nexec cmp -s \"$1\" \"$2\"\\n' > /usr/local/bin/only-here \\\n && chmod 0755 /usr/local/bin/only-here\nWORKDIR /app\nCOPY data.txt /app/data.txt\n",
+        crate::environments::BASE
+    );
+    write_files(
+        dir,
+        &[
+            (
+                "task.toml",
+                "version = \"1.0\"\n[verifier]\ntimeout_sec = 120.0\n[agent]\ntimeout_sec = 60.0\n",
+            ),
+            ("instruction.md", "Copy /app/data.txt to /app/status.txt.\n"),
+            ("environment/Dockerfile", &dockerfile),
+            ("environment/data.txt", "ready\n"),
+            (
+                "tests/test.sh",
+                "#!/bin/bash\nmkdir -p /logs/verifier\nif only-here /app/status.txt /app/data.txt; then\n  echo 1 > /logs/verifier/reward.txt\nelse\n  echo 0 > /logs/verifier/reward.txt\nfi\n",
+            ),
+            (
+                "solution/solve.sh",
+                "#!/bin/bash\ncp /app/data.txt /app/status.txt\n",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn harbor_task_with_a_run_step_runs_in_its_built_image() {
+    if !crate::environments::have_podman_image("import::harbor_task_with_a_run_step") {
+        return;
+    }
+    let tmp = temp_dir();
+    let root = tmp.path();
+    write_built_task(&root.join("tasks/only-here"));
+    let output = import(
+        root,
+        &["harbor", "tasks", "--out", "suite", "--run-solutions"],
+    );
+    assert_ok(&output, "import");
+    let text = stdout(&output);
+    assert!(
+        text.starts_with("imported 1 task (harbor) into suite\n") && !text.contains("skipped"),
+        "{text}"
+    );
+    let suite = root.join("suite");
+    let yaml = std::fs::read_to_string(suite.join("suite.yaml")).unwrap();
+    assert!(
+        yaml.contains("environment: {dockerfile: \"environments/only-here/Dockerfile\", context: \"environments/only-here\", workdir: \"/app\"}"),
+        "{yaml}"
+    );
+    assert!(suite.join("environments/only-here/data.txt").is_file());
+    // The COPYed file is still in the base: the workspace mounted over /app would hide it.
+    let base = git(&suite.join("repo.git"), &["show", "only-here:data.txt"]);
+    assert_eq!(base.trim(), "ready");
 
     assert_ok(&validate(root, &suite), "validate");
     let (output, records) = run(root, &suite, &[]);
     assert_ok(&output, "run");
     assert_eq!(outcome(&records, "oracle"), "pass");
     assert_eq!(outcome(&records, "noop"), "fail");
+    // The tool is the image's alone: on this machine the test cannot pass.
+    assert!(
+        !Command::new("sh")
+            .args(["-c", "command -v only-here"])
+            .status()
+            .unwrap()
+            .success()
+    );
 }
 
 #[test]
