@@ -312,18 +312,12 @@ impl ContainerPolicy {
     /// Mounts the object stores a workspace cloned from `repo` borrows: its alternates name them
     /// by their host paths, so they are mounted at those paths.
     pub fn borrowing_objects_of(mut self, repo: &Path) -> Self {
-        let objects = match repo.join(".git/objects") {
-            nested if nested.is_dir() => nested,
-            _ => repo.join("objects"),
-        };
-        let alternates = std::fs::read_to_string(objects.join("info/alternates"));
-        for line in alternates.iter().flat_map(|text| text.lines()) {
-            if !line.is_empty() && !line.starts_with('#') {
-                let path = objects.join(line);
-                self = self.readable(path.canonicalize().unwrap_or(path));
-            }
+        let (own, borrowed) = super::sandbox::object_stores(repo);
+        for path in borrowed {
+            // Mounted where the alternates file points, resolved.
+            self = self.readable(path.canonicalize().unwrap_or(path));
         }
-        self.readable(objects)
+        self.readable(own)
     }
 
     /// `spec` rewritten to run as `RUNTIME run --rm ... IMAGE ARGV` with `workspace` mounted

@@ -153,6 +153,23 @@ pub struct SandboxPolicy {
     pub readable: Vec<PathBuf>,
 }
 
+/// The object store of the git repository `repo` (bare or not), then the stores it borrows
+/// from (its alternates, as written): what a workspace cloned from `repo` reads objects from.
+pub(super) fn object_stores(repo: &Path) -> (PathBuf, Vec<PathBuf>) {
+    let objects = match repo.join(".git/objects") {
+        nested if nested.is_dir() => nested,
+        _ => repo.join("objects"),
+    };
+    let alternates = std::fs::read_to_string(objects.join("info/alternates"));
+    let borrowed = alternates
+        .iter()
+        .flat_map(|text| text.lines())
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(|line| objects.join(line))
+        .collect();
+    (objects, borrowed)
+}
+
 impl SandboxPolicy {
     pub fn new(home: PathBuf) -> Self {
         Self {
@@ -188,17 +205,9 @@ impl SandboxPolicy {
     /// stores it borrows from in turn: a workspace cloned from `repo` reads objects there.
     /// Taken from `repo`, never from the workspace, whose alternates file the agent can rewrite.
     pub fn borrowing_objects_of(mut self, repo: &Path) -> Self {
-        let objects = match repo.join(".git/objects") {
-            nested if nested.is_dir() => nested,
-            _ => repo.join("objects"),
-        };
-        let alternates = std::fs::read_to_string(objects.join("info/alternates"));
-        for line in alternates.iter().flat_map(|text| text.lines()) {
-            if !line.is_empty() && !line.starts_with('#') {
-                self = self.readable(objects.join(line));
-            }
-        }
-        self.readable(objects)
+        let (own, borrowed) = object_stores(repo);
+        self.readable.extend(borrowed);
+        self.readable(own)
     }
 
     /// `spec` rewritten to run inside bubblewrap with `workspace` and the home as its only
