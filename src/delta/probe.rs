@@ -23,8 +23,8 @@ use super::{
 use crate::agent::CodingResult;
 use crate::process::{self, CommandSpec};
 use crate::workspace::{
-    ContainerPolicy, Overlay, RUNTIME_FAILED, SandboxPolicy, WorkspaceBase, WorkspaceProvisioner,
-    apply_overlay, write_entry,
+    ContainerPolicy, Overlay, SandboxPolicy, WorkspaceBase, WorkspaceProvisioner, apply_overlay,
+    container_started, write_entry,
 };
 
 /// The patch of a trial's changes, in the artifacts folder.
@@ -242,7 +242,7 @@ impl TaskProbe {
             )
         })?;
         // 125 is the runtime's own failure: the command never ran, so no verdict.
-        if self.container.is_some() && ended.exit_code == Some(RUNTIME_FAILED) {
+        if self.container.is_some() && !container_started(&ended) {
             return Err(ProbeError::new(
                 ProbeErrorKind::Verify,
                 format!(
@@ -251,7 +251,7 @@ impl TaskProbe {
                 ),
             ));
         }
-        if !crate::workspace::sandbox_started(&ended) {
+        if self.sandbox.is_some() && !crate::workspace::sandbox_started(&ended) {
             return Err(ProbeError::new(
                 ProbeErrorKind::Verify,
                 format!(

@@ -38,8 +38,8 @@ use crate::store::{TrialRecord, UsageRecord, VerifyRecord, layout, write_json_at
 use crate::suite::{AgentSpec, MetricSpec, Suite, Task};
 use crate::workspace::{
     BackendProvisioner, ContainerPolicy, Isolation, Network, PreparedSource, ProvisionError,
-    ProvisionedWorkspace, RUNTIME_FAILED, SandboxPolicy, WorkspaceBase, WorkspaceProvisionError,
-    WorkspaceProvisioner,
+    ProvisionedWorkspace, SandboxPolicy, WorkspaceBase, WorkspaceProvisionError,
+    WorkspaceProvisioner, container_started,
 };
 
 use super::environments::Environments;
@@ -463,7 +463,7 @@ impl WorkspaceProvisioner for SetupProvisioner {
             let ended = process::run(&spec, &CancellationToken::new())
                 .await
                 .map_err(|e| fail(format!("cannot start the setup command: {e}")))?;
-            if self.container.is_some() && ended.exit_code == Some(RUNTIME_FAILED) {
+            if self.container.is_some() && !container_started(&ended) {
                 return Err(fail(format!(
                     "the container runtime could not run the setup command: {}",
                     ended.last_line()

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::process::CommandSpec;
+use crate::process::{CommandSpec, ProcessOutput};
 
 use super::Network;
 
@@ -380,12 +380,25 @@ impl ContainerPolicy {
         if spec.stdin.is_some() {
             argv.push("-i".into());
         }
+        // Podman hands fd 3 in: the command says on it that it started, then closes it before
+        // anything of the task's runs, so the task's own exit 125 can never pass for the
+        // runtime's failure (which would turn a failed trial into an unscored one).
+        let marked = self.runtime.kind == RuntimeKind::Podman;
+        if marked {
+            add_all(&mut argv, &["--preserve-fds", "1"]);
+        }
         argv.push(self.image.clone().into());
+        if marked {
+            add_all(
+                &mut argv,
+                &["sh", "-c", STARTED_SCRIPT, "deltabench-started"],
+            );
+        }
         argv.append(&mut spec.argv);
         spec.argv = argv;
         // The client needs nothing of the command's environment: it went in with -e.
         spec.clear_env = false;
-        spec.status_fd = false;
+        spec.status_fd = marked;
         spec.cleanup = Some(vec![
             self.runtime.program.clone().into(),
             "rm".into(),
@@ -400,6 +413,24 @@ impl ContainerPolicy {
 
 /// The exit code a runtime gives for its own failure (the container never ran the command).
 pub const RUNTIME_FAILED: i32 = 125;
+
+/// Runs first in the container: writes the start mark on fd 3, closes it, then execs the task's
+/// command (`"$@"`).
+const STARTED_SCRIPT: &str = "printf started >&3 && exec 3>&- && exec \"$@\"";
+
+fn add_all(argv: &mut Vec<OsString>, args: &[&str]) {
+    argv.extend(args.iter().map(OsString::from));
+}
+
+/// Whether a wrapped command reached the task's own command. Podman's runs carry the start mark
+/// (any exit without it is the runtime's failure); Docker's, which cannot pass fd 3 in, are
+/// judged by the runtime's exit code 125.
+pub fn container_started(ended: &ProcessOutput) -> bool {
+    match &ended.status {
+        Some(status) => status.starts_with(b"started"),
+        None => ended.exit_code != Some(RUNTIME_FAILED),
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -441,10 +472,18 @@ mod tests {
         assert!(joined.contains("-e DELTABENCH_WORKSPACE=/app "));
         assert!(joined.contains("-e OUT=/app/out.txt "));
         assert!(joined.contains("-e KEEP=/etc "));
+        // Podman: the start mark on fd 3, closed before the task's command runs.
         assert!(
-            joined.ends_with("localhost/x:1 sh -c make test"),
+            joined.contains(" --preserve-fds 1 localhost/x:1 "),
             "{joined}"
         );
+        assert!(
+            joined.ends_with(
+                "localhost/x:1 sh -c printf started >&3 && exec 3>&- && exec \"$@\" deltabench-started sh -c make test"
+            ),
+            "{joined}"
+        );
+        assert!(wrapped.status_fd);
         assert!(wrapped.env.is_empty());
         let cleanup = wrapped.cleanup.unwrap();
         let name = argv[argv.iter().position(|a| a == "--name").unwrap() + 1].clone();

@@ -27,7 +27,7 @@ use futures::future::BoxFuture;
 pub use clone::CloneBackend;
 pub use container::{
     ContainerError, ContainerPolicy, DEFAULT_WORKDIR, Environment, ImageSource, RUN_LABEL,
-    RUNTIME_FAILED, RUNTIME_VAR, Runtime, RuntimeKind,
+    RUNTIME_VAR, Runtime, RuntimeKind, container_started,
 };
 pub use git::{git_command, harness_signature, resolve_commit};
 pub use overlay::{

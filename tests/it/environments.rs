@@ -136,6 +136,32 @@ fn a_verify_command_needing_the_images_tool_passes_only_in_the_container() {
     );
 }
 
+/// A verify command that exits 125 (what a runtime exits with when it cannot start a container)
+/// is the task's own failure, never an unscored trial: otherwise code that exits 125 would take
+/// a failed trial out of the pass rate.
+#[test]
+fn a_task_exiting_125_fails_and_is_not_taken_for_the_runtime() {
+    if !have_podman_image("environments::a_task_exiting_125_fails") {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_suite(
+        root,
+        &format!(
+            "name: env\nrepo: repo\nagents:\n  quits: {{kind: command, run: 'echo x > a.txt; exit 125', timeout: 2m}}\ntasks:\n  - id: t\n    instruction: x\n    environment: {{image: {BASE}}}\n    verify: \"grep -q fixed a.txt || exit 125\"\n"
+        ),
+    );
+    let (output, work, out) = run_suite(root, &["--agent", "quits"]);
+    let records = trials(&out);
+    assert_eq!(records.len(), 1, "{}", stderr(&output));
+    assert_outcome(&records, "t", "quits", "fail");
+    assert_eq!(records[0]["verify"]["exit_code"], 125, "{}", records[0]);
+    // The agent's own exit 125 is its error, not the runtime's: it ran and is scored.
+    assert_ne!(records[0]["status"], "completed", "{}", records[0]);
+    assert_no_leftovers(&work);
+}
+
 #[test]
 fn a_dockerfile_with_a_run_step_is_built_once_per_run() {
     if !have_podman_image("environments::a_dockerfile_with_a_run_step_is_built_once_per_run") {

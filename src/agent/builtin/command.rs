@@ -18,7 +18,7 @@ use crate::agent::{
     StreamEvent, new_session_id,
 };
 use crate::process::{self, CommandSpec};
-use crate::workspace::{ContainerPolicy, Network, RUNTIME_FAILED, SandboxPolicy, program_paths};
+use crate::workspace::{ContainerPolicy, Network, SandboxPolicy, container_started, program_paths};
 
 /// Characters of the command's output kept as the result's summary text.
 const SUMMARY_CHARS: usize = 2000;
@@ -176,7 +176,7 @@ impl CommandAgent {
             return failed;
         }
         // 125 is the runtime's own failure: the agent never ran, which is the harness's fault.
-        if self.container.is_some() && ended.exit_code == Some(RUNTIME_FAILED) {
+        if self.container.is_some() && !container_started(&ended) {
             let mut result = CodingResult::failed(
                 session,
                 CodingError::new(
