@@ -349,11 +349,11 @@ fn file_versions(history: &Path, base: &str, patch: &str, path: &str) -> FileVer
         Ok(entry) => Some(blob(entry.id())?),
         Err(_) => None,
     };
-    let diff = git2::Diff::from_buffer(patch.as_bytes()).ok()?;
-    let index = repo.apply_to_tree(&tree, &diff, None).ok()?;
-    let after = match index.get_path(Path::new(path), 0) {
-        Some(entry) => Some(blob(entry.id)?),
-        None => None,
+    // As the verify workspace gets it (an empty file added with no hunk included).
+    let files = crate::workspace::patched_files(&repo, &tree, patch.as_bytes()).ok()?;
+    let after = match files.iter().find(|file| file.path == Path::new(path)) {
+        Some(file) => file.content.as_ref().map(|(bytes, _)| bytes.clone()),
+        None => before.clone(),
     };
     Some((before, after))
 }
