@@ -617,7 +617,12 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
     let mut timed_out = false;
     let mut cancelled = false;
     let status: ExitStatus = tokio::select! {
-        status = child.wait() => status?,
+        status = child.wait() => {
+            // A client that ended by itself took its container with it (`run --rm`): the
+            // cleanup is for the ends it does not see, and the run's label sweep backs it up.
+            cleanup.disarm();
+            status?
+        }
         () = sleep_until_deadline => {
             timed_out = true;
             // First: the client's end would not stop its container.
@@ -630,7 +635,6 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
             terminate(&mut child, &guard, spec.grace).await?
         }
     };
-    cleanup.run().await;
 
     let mut leaked = false;
     let mut killed = timed_out || cancelled;
@@ -693,6 +697,10 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
 struct Cleanup(Option<Vec<OsString>>);
 
 impl Cleanup {
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+
     async fn run(&mut self) {
         if let Some(argv) = self.0.take() {
             let _ = tokio::task::spawn_blocking(move || run_cleanup(&argv)).await;
