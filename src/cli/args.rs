@@ -120,6 +120,25 @@ pub(super) struct Places {
         hide_env_values = true
     )]
     pub(super) cache: Option<PathBuf>,
+    /// What the cache's workspace templates may take (e.g. 20GiB, 500MB); the least recently
+    /// used are removed first, never one a running run uses. `run` and `validate` trim to it
+    /// when they finish [default there: 20GiB]; `gc` only when it is given.
+    #[arg(
+        long,
+        value_name = "SIZE",
+        env = "DELTABENCH_CACHE_MAX",
+        hide_env_values = true,
+        value_parser = parse_size
+    )]
+    pub(super) cache_max: Option<u64>,
+}
+
+fn parse_size(value: &str) -> Result<u64, String> {
+    value
+        .trim()
+        .parse::<bytesize::ByteSize>()
+        .map(|size| size.as_u64())
+        .map_err(|e| format!("{e} (a size such as 20GiB, 500MB or 1000000)"))
 }
 
 impl Places {

@@ -68,6 +68,32 @@ pub(super) fn gc(args: &GcArgs) -> Result<Exit, CliError> {
             ));
         }
     }
+    if let Some(max) = args.places.cache_max {
+        for cache in &caches {
+            match crate::runner::trim_templates(cache, max, args.dry_run) {
+                Ok(evicted) => {
+                    for template in evicted {
+                        text.push_str(&format!(
+                            "{verb} template {} ({}{}), least recently used\n",
+                            template.dir.display(),
+                            bytesize::ByteSize::b(template.bytes).display().iec(),
+                            template
+                                .made
+                                .map(|image| format!(", and its image {image}"))
+                                .unwrap_or_default()
+                        ));
+                    }
+                }
+                Err(err) => {
+                    failed += 1;
+                    text.push_str(&format!(
+                        "could not trim the templates of {}: {err}\n",
+                        cache.display()
+                    ));
+                }
+            }
+        }
+    }
     if text.is_empty() {
         let places: Vec<String> = caches.iter().map(|c| c.display().to_string()).collect();
         text.push_str(&format!("nothing to clean in {}\n", places.join(", ")));

@@ -48,6 +48,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
             .transpose()
             .map_err(|e| CliError::with_cause(ErrorKind::Usage, "cannot resolve --agents", e))?,
         retries: args.resume_options.retries.unwrap_or(0),
+        cache_max: args.suite.places.cache_max,
     };
     let plan = runner::plan(suite.clone(), request)?;
     if let Some(shard) = args.shard {

@@ -488,6 +488,9 @@ fn parent_and_group(pid: i32) -> Option<(i32, i32)> {
     Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
 }
 
+/// Not inherited by a command: a build folder shared across workspaces.
+pub const SHARED_BUILD_DIR: &str = "CARGO_TARGET_DIR";
+
 /// Runs `spec` to completion (or timeout, or cancellation) and returns how it ended.
 ///
 /// An `Err` means the child could not be started at all.
@@ -501,6 +504,11 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
     let mut command = tokio::process::Command::new(program);
     if spec.clear_env {
         command.env_clear();
+    } else {
+        // One build folder for every workspace would hand each trial the builds of the others
+        // (a no-op agent passing on a fix built before it): each builds in its own workspace
+        // unless the command's own environment names one.
+        command.env_remove(SHARED_BUILD_DIR);
     }
     let stdout_pipe = match &spec.stdout {
         Some(_) => Some(nix::unistd::pipe().map_err(io::Error::from)?),

@@ -2,13 +2,13 @@
 //! Dockerfile is built once, each image starts (docs/environments.md).
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
 use super::RunError;
-use crate::suite::{Suite, hash_tree};
-use crate::workspace::{ContainerError, ImageSource, Runtime};
+use crate::suite::{Suite, Task, hash_tree};
+use crate::workspace::{ContainerError, ContainerPolicy, ImageSource, Runtime};
 
 /// What trials need to run their tasks' commands in containers.
 #[derive(Debug, Clone, Default)]
@@ -16,8 +16,36 @@ pub struct Environments {
     pub runtime: Option<Runtime>,
     /// The image each planned task with an environment runs, by task index.
     pub images: HashMap<usize, String>,
+    /// The id each of those images had when the run started, by task index.
+    pub ids: HashMap<usize, String>,
     /// The run's lease id: every container's label.
     pub label: String,
+}
+
+impl Environments {
+    /// How the task at `index` runs a command in its container: with `home` as `$HOME` and the
+    /// object stores of `history` readable. `None` for a task run on the host.
+    pub fn policy(
+        &self,
+        index: usize,
+        task: &Task,
+        home: PathBuf,
+        history: &Path,
+    ) -> Option<ContainerPolicy> {
+        let environment = task.environment.as_ref()?;
+        Some(
+            ContainerPolicy {
+                runtime: self.runtime.clone()?,
+                image: self.images.get(&index)?.clone(),
+                workdir: environment.workdir.clone(),
+                network: environment.network,
+                home,
+                readable: Vec::new(),
+                label: self.label.clone(),
+            }
+            .borrowing_objects_of(history),
+        )
+    }
 }
 
 fn config(message: String) -> RunError {
@@ -58,7 +86,7 @@ pub fn prepare(
     runtime
         .check()
         .map_err(|ContainerError(message)| config(message))?;
-    let mut images = HashMap::new();
+    let (mut images, mut ids) = (HashMap::new(), HashMap::new());
     // Each Dockerfile built, and each image started, once per run.
     let mut built: HashMap<String, Result<(), String>> = HashMap::new();
     let mut started: HashMap<String, Result<(), String>> = HashMap::new();
@@ -95,11 +123,15 @@ pub fn prepare(
             .or_insert_with(|| runtime.preflight(&image, label).map_err(|e| e.0))
             .as_ref()
             .map_err(|message| fail(message))?;
+        if let Some(id) = runtime.image_id(&image) {
+            ids.insert(i, id);
+        }
         images.insert(i, image);
     }
     Ok(Environments {
         runtime: Some(runtime.clone()),
         images,
+        ids,
         label: label.to_owned(),
     })
 }

@@ -14,9 +14,13 @@
 
 mod environments;
 mod plan;
+mod prepare;
 mod resume;
 mod trial;
 
+use environments::Environments;
+pub use prepare::trim_templates;
+use prepare::{DEFAULT_CACHE_MAX, SetupPreparation};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -241,7 +245,16 @@ async fn carry_out(
             }
         }
     };
-    let (worktree, provisioning) = worktree_backend(plan, &commits, &root.join("ws"));
+    let (worktree, provisioning, templates) = worktree_backend(plan, &commits, &root.join("ws"));
+    let (preparations, provisioning) = preparations(
+        plan,
+        &suite,
+        &source,
+        &commits,
+        &environments,
+        templates,
+        provisioning,
+    );
     let sandboxed = plan
         .tasks
         .iter()
@@ -290,6 +303,7 @@ async fn carry_out(
         sandbox_hidden: sandbox_hidden(&suite, &root, &run_dir, &plan.request.cache),
         expected: plan.expected.clone(),
         environments,
+        preparations,
     });
     let semaphore = Arc::new(Semaphore::new(plan.request.jobs));
     let retries = plan.request.retries;
@@ -405,6 +419,18 @@ async fn carry_out(
     {
         leftovers.extend(err.left.iter().map(ToString::to_string));
     }
+    if !forced {
+        // The run's own templates are in use until `inputs` goes: they stay.
+        let max = plan.request.cache_max.unwrap_or(DEFAULT_CACHE_MAX);
+        if let Err(err) = trim_templates(&plan.request.cache, max, false) {
+            eprintln!(
+                "warning: cannot trim the templates in {} to {}: {err}",
+                plan.request.cache.display(),
+                bytesize::ByteSize::b(max).display().iec()
+            );
+        }
+    }
+    drop(inputs);
     // A root that could not be removed keeps its lease, so `gc` can finish the job later.
     if leftovers.is_empty() {
         lease.release();
@@ -481,14 +507,14 @@ fn fresh_trial_dir(run_dir: &Path, task: &str, spec: &TrialSpec) -> Result<PathB
     Ok(dir)
 }
 
-/// The `worktree` backend for this plan, and how the manifest describes it: overlay mounts over
-/// cached templates for the base commits provisioned more than once, when the machine allows
-/// mounting; plain clones otherwise.
+/// The `worktree` backend for this plan, how the manifest describes it, and whether it makes
+/// templates: overlay mounts over cached templates for the base commits provisioned more than
+/// once, when the machine allows mounting; plain clones otherwise.
 fn worktree_backend(
     plan: &Plan,
     commits: &[String],
     workspaces: &Path,
-) -> (Arc<dyn WorkspaceBackend>, String) {
+) -> (Arc<dyn WorkspaceBackend>, String, bool) {
     let keep = plan.request.keep_workspaces;
     let clone =
         || Arc::new(CloneBackend::new(workspaces).keeping(keep)) as Arc<dyn WorkspaceBackend>;
@@ -507,6 +533,7 @@ fn worktree_backend(
         return (
             clone(),
             "clone (every base commit is provisioned once)".into(),
+            false,
         );
     }
     match OverlayBackend::probe(workspaces) {
@@ -521,10 +548,73 @@ fn worktree_backend(
             (
                 Arc::new(OverlayBackend::new(workspaces, &templates, reused, keep)),
                 described,
+                true,
             )
         }
-        Err(reason) => (clone(), format!("clone (overlay unavailable: {reason})")),
+        Err(reason) => (
+            clone(),
+            format!("clone (overlay unavailable: {reason})"),
+            false,
+        ),
     }
+}
+
+/// The prepared setup of each planned task that asks for one, and the provisioning described
+/// with it. Without templates every setup runs in each trial, as the description then says.
+fn preparations(
+    plan: &Plan,
+    suite: &Suite,
+    source: &PreparedSource,
+    commits: &[String],
+    environments: &Environments,
+    templates: bool,
+    provisioning: String,
+) -> (HashMap<usize, Arc<SetupPreparation>>, String) {
+    let wanted: Vec<usize> = plan
+        .tasks
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let task = &suite.tasks[i];
+            task.prepare && task.setup.is_some() && task.isolation != Isolation::Session
+        })
+        .collect();
+    if wanted.is_empty() {
+        return (HashMap::new(), provisioning);
+    }
+    if !templates {
+        return (
+            HashMap::new(),
+            format!(
+                "{provisioning}; setup runs in every trial (preparing it once needs overlay mounts)"
+            ),
+        );
+    }
+    let prepared = wanted
+        .iter()
+        .map(|&i| {
+            let task = &suite.tasks[i];
+            let history = source.repo_for(&commits[i]);
+            let container = environments.policy(i, task, PathBuf::new(), history);
+            let preparation = SetupPreparation::new(
+                task.setup.as_deref().unwrap_or_default(),
+                task.timeout,
+                history,
+                &commits[i],
+                container,
+                environments.ids.get(&i).map(String::as_str),
+            );
+            (i, Arc::new(preparation))
+        })
+        .collect();
+    (
+        prepared,
+        format!(
+            "{provisioning}; setup prepared once per template for {} of {} tasks",
+            wanted.len(),
+            plan.tasks.len()
+        ),
+    )
 }
 
 /// Removes what a fresh run directory holds before its first trial (the manifest, an empty

@@ -37,12 +37,13 @@ use crate::process::{self, CommandSpec};
 use crate::store::{TrialRecord, UsageRecord, VerifyRecord, layout, write_json_atomic};
 use crate::suite::{AgentSpec, MetricSpec, Suite, Task};
 use crate::workspace::{
-    BackendProvisioner, ContainerPolicy, Isolation, Network, PreparedSource, ProvisionError,
-    ProvisionedWorkspace, SandboxPolicy, WorkspaceBase, WorkspaceProvisionError,
+    BackendProvisioner, ContainerPolicy, Isolation, Network, Prepare, PreparedSource,
+    ProvisionError, ProvisionedWorkspace, SandboxPolicy, WorkspaceBase, WorkspaceProvisionError,
     WorkspaceProvisioner, container_started,
 };
 
 use super::environments::Environments;
+use super::prepare::SetupPreparation;
 use super::{TrialSpec, now};
 use protect::{FileVersions, Protected};
 use redact::Secrets;
@@ -63,6 +64,8 @@ pub struct TrialInputs {
     pub expected: HashMap<String, TestEvidence>,
     /// The runtime and the ready image of each task with an environment.
     pub environments: Environments,
+    /// The prepared setup of each task whose setup runs once per template, by task index.
+    pub preparations: HashMap<usize, Arc<SetupPreparation>>,
 }
 
 /// Runs one trial to a record. Never fails: what went wrong is in the record.
@@ -82,35 +85,32 @@ pub async fn run_trial(
     let protected = Protected::for_task(task.protected.as_deref(), task.tests.as_ref());
     // Only the base commit's history, so no later commit is readable from the workspace.
     let history = inputs.source.repo_for(commit);
-    let base = WorkspaceBase {
-        repo: match (task.isolation, &inputs.source.work_tree) {
+    let preparation = inputs.preparations.get(&spec.task);
+    let base = WorkspaceBase::new(
+        match (task.isolation, &inputs.source.work_tree) {
             (Isolation::Session, Some(tree)) => tree.clone(),
             _ => history.to_owned(),
         },
-        commit: commit.to_owned(),
-        name: format!(
+        commit.to_owned(),
+        format!(
             "{}--{}--{}",
             task.id,
             crate::store::sanitize(&spec.agent),
             spec.trial
         ),
-    };
+    )
+    .prepared_by(preparation.map(|p| p.clone() as Arc<dyn Prepare>));
     // With an environment every command runs in a container, which is then the sandbox too:
-    // only the workspace, its home and the borrowed objects are mounted.
+    // only the workspace, its home and the borrowed objects are mounted. A prepared setup's
+    // commands run in the image it was committed as.
     let container = |home: &str| -> Option<ContainerPolicy> {
-        let (environment, envs) = (task.environment.as_ref()?, &inputs.environments);
-        Some(
-            ContainerPolicy {
-                runtime: envs.runtime.clone()?,
-                image: envs.images.get(&spec.task)?.clone(),
-                workdir: environment.workdir.clone(),
-                network: environment.network,
-                home: dir.join(home),
-                readable: Vec::new(),
-                label: envs.label.clone(),
-            }
-            .borrowing_objects_of(history),
-        )
+        let policy = inputs
+            .environments
+            .policy(spec.task, task, dir.join(home), history)?;
+        Some(match preparation.and_then(|p| p.image()) {
+            Some(image) => policy.image(image),
+            None => policy,
+        })
     };
     let provisioner = SetupProvisioner {
         inner: inputs.provisioner.clone(),
@@ -148,11 +148,12 @@ pub async fn run_trial(
         // The verify command runs in a workspace of its own, never the agent's.
         fresh: FreshWorkspace {
             provisioner: Arc::new(verify_provisioner),
-            base: WorkspaceBase {
-                repo: history.to_owned(),
-                commit: commit.to_owned(),
-                name: format!("{}--verify", base.name),
-            },
+            base: WorkspaceBase::new(
+                history.to_owned(),
+                commit.to_owned(),
+                format!("{}--verify", base.name),
+            )
+            .prepared_by(base.prepare.clone()),
             isolation: Isolation::Worktree.as_str().to_owned(),
         },
     });
@@ -424,8 +425,9 @@ fn metric_for(task: &Task, suite: &Suite, dir: &Path) -> Box<dyn Metric> {
     }
 }
 
-/// Provisions through `inner`, then runs the task's setup command; the tree it leaves is the
-/// base the probe diffs against, and its objects are kept in `history`.
+/// Provisions through `inner`, then runs the task's setup command unless the workspace is a view
+/// of a template it already ran in; the tree it leaves is the base the probe diffs against, and
+/// its objects are kept in `history`.
 struct SetupProvisioner {
     inner: BackendProvisioner,
     setup: Option<String>,
@@ -444,7 +446,7 @@ impl WorkspaceProvisioner for SetupProvisioner {
     ) -> BoxFuture<'a, Result<ProvisionedWorkspace, ProvisionError>> {
         Box::pin(async move {
             let mut workspace = self.inner.provision(base, isolation).await?;
-            let Some(setup) = &self.setup else {
+            let Some(setup) = self.setup.as_ref().filter(|_| !workspace.prepared) else {
                 return Ok(workspace);
             };
             let fail = |reason: String| WorkspaceProvisionError {

@@ -28,6 +28,9 @@ pub struct RunRequest {
     /// Times an `infra_error` trial is run again; only the last attempt is recorded.
     #[serde(default)]
     pub retries: u32,
+    /// Bytes the cache's templates may take after the run; the least recently used go first.
+    #[serde(default)]
+    pub cache_max: Option<u64>,
 }
 
 /// Slice `index` (1-based) of `total` of a plan: the trials whose key hashes to it.

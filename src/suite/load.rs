@@ -351,6 +351,18 @@ fn task(
         .as_ref()
         .or(defaults.setup.as_ref())
         .map(|s| s.value.clone());
+    let prepare = match t.prepare.as_ref().or(defaults.prepare.as_ref()) {
+        Some(p) if p.value && isolation == Isolation::Session => {
+            return Err(source.at(
+                p,
+                "`prepare: true` needs a cached template, which the `session` strategy never uses \
+                 (it works in your own tree); use `worktree` or `sandbox`, or drop `prepare`"
+                    .to_owned(),
+            ));
+        }
+        Some(p) => p.value,
+        None => environment.is_some() && isolation != Isolation::Session,
+    };
     let mut tags = defaults.tags.clone().unwrap_or_default();
     for tag in t.tags.iter().flatten() {
         if !tags.contains(tag) {
@@ -362,6 +374,7 @@ fn task(
         instruction,
         base,
         setup,
+        prepare,
         tests: overlay(&t.tests, "tests")?,
         protected: t.protected.clone(),
         verify,

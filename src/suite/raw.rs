@@ -215,6 +215,9 @@ pub struct RawDefaults {
     #[serde(default)]
     #[schemars(with = "Option<RawEnvironment>")]
     pub environment: Option<Spanned<RawEnvironment>>,
+    #[serde(default)]
+    #[schemars(with = "Option<bool>")]
+    pub prepare: Option<Spanned<bool>>,
 }
 
 /// `environment:`: the container a task's setup, agent and verify command run in.
@@ -267,6 +270,12 @@ pub struct RawTask {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub setup: Option<Spanned<String>>,
+    /// Run `setup` once per base commit and environment into a cached template that every
+    /// trial gets a copy-on-write view of (default: true with an `environment`, false on the
+    /// host, where the template's path differs from the trial's).
+    #[serde(default)]
+    #[schemars(with = "Option<bool>")]
+    pub prepare: Option<Spanned<bool>>,
     /// Hidden tests: a directory copied over the workspace after the agent, or a `.patch`.
     #[serde(default)]
     #[schemars(with = "Option<String>")]

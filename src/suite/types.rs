@@ -122,6 +122,8 @@ pub struct Task {
     #[serde(serialize_with = "located_value")]
     pub base: Located<String>,
     pub setup: Option<String>,
+    /// `setup` runs once into a cached template instead of in every trial.
+    pub prepare: bool,
     pub tests: Option<Overlay>,
     /// `protected:` as written; `None` protects the paths the hidden tests write.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -143,8 +143,53 @@ impl Runtime {
 
     /// Whether `image` is in the local store.
     pub fn image_exists(&self, image: &str) -> bool {
-        self.command()
+        self.image_id(image).is_some()
+    }
+
+    /// The id of `image` in the local store: what its name points to now.
+    pub fn image_id(&self, image: &str) -> Option<String> {
+        let out = self
+            .command()
             .args(["image", "inspect", "--format", "{{.Id}}", image])
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        (out.status.success() && !id.is_empty()).then_some(id)
+    }
+
+    /// Saves the stopped container `name` as `image`, then removes the container (also when
+    /// the commit fails).
+    pub fn commit(&self, name: &str, image: &str) -> Result<(), ContainerError> {
+        let out = self.command().args(["commit", name, image]).output();
+        self.remove_container(name);
+        let out = out
+            .map_err(|e| ContainerError(format!("cannot start {}: {e}", self.program.display())))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(ContainerError(format!(
+            "`{} commit {name} {image}` exited with {}: {}",
+            self.program.display(),
+            exit_text(&out.status),
+            tail(&String::from_utf8_lossy(&out.stderr), LOG_TAIL_LINES)
+        )))
+    }
+
+    /// Removes the container `name` if it exists.
+    pub fn remove_container(&self, name: &str) {
+        let _ = self
+            .command()
+            .args(["rm", "-f", "-t", "0", name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// Removes `image` from the local store (nothing when a container still uses it).
+    pub fn remove_image(&self, image: &str) -> bool {
+        self.command()
+            .args(["rmi", image])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -293,6 +338,11 @@ pub struct ContainerPolicy {
 }
 
 impl ContainerPolicy {
+    pub fn image(mut self, image: &str) -> Self {
+        self.image = image.to_owned();
+        self
+    }
+
     pub fn network(mut self, network: Network) -> Self {
         self.network = network;
         self
@@ -322,19 +372,48 @@ impl ContainerPolicy {
 
     /// `spec` rewritten to run as `RUNTIME run --rm ... IMAGE ARGV` with `workspace` mounted
     /// at the workdir, as the workspace's owner. Creates the home folder.
-    pub fn wrap(&self, workspace: &Path, mut spec: CommandSpec) -> std::io::Result<CommandSpec> {
+    pub fn wrap(&self, workspace: &Path, spec: CommandSpec) -> std::io::Result<CommandSpec> {
+        let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+        self.wrap_as(
+            workspace,
+            spec,
+            &format!("deltabench-{}-{seq}", self.label),
+            true,
+        )
+    }
+
+    /// As [`Self::wrap`], but the container is named `name` and kept when the command ends by
+    /// itself, for [`Runtime::commit`] (it is removed on a timeout or cancel).
+    pub fn wrap_kept(
+        &self,
+        workspace: &Path,
+        spec: CommandSpec,
+        name: &str,
+    ) -> std::io::Result<CommandSpec> {
+        self.wrap_as(workspace, spec, name, false)
+    }
+
+    fn wrap_as(
+        &self,
+        workspace: &Path,
+        mut spec: CommandSpec,
+        name: &str,
+        remove: bool,
+    ) -> std::io::Result<CommandSpec> {
         std::fs::create_dir_all(&self.home)?;
         let owner = std::fs::metadata(workspace)?;
-        let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
-        let name = format!("deltabench-{}-{seq}", self.label);
         let mut argv: Vec<OsString> = vec![self.runtime.program.clone().into()];
         let mut add = |args: &[&str]| argv.extend(args.iter().map(OsString::from));
-        add(&["run", "--rm", "--init", "--pull=never"]);
+        add(&["run"]);
+        if remove {
+            add(&["--rm"]);
+        }
+        add(&["--init", "--pull=never"]);
         if self.runtime.kind == RuntimeKind::Podman {
             // Podman copies the host's *_proxy variables in otherwise.
             add(&["--http-proxy=false"]);
         }
-        add(&["--name", &name]);
+        add(&["--name", name]);
         add(&["--label", &format!("{RUN_LABEL}={}", self.label)]);
         add(&["--network", &self.network.to_string()]);
         add(&["--user", &format!("{}:{}", owner.uid(), owner.gid())]);

@@ -33,7 +33,7 @@ pub use git::{git_command, harness_signature, resolve_commit};
 pub use overlay::{
     EntryKind, Overlay, OverlayError, PatchedFile, apply_overlay, patched_files, write_entry,
 };
-pub use overlayfs::{OverlayBackend, overlay_changes};
+pub use overlayfs::{EvictedTemplate, MADE, OverlayBackend, evict_templates, overlay_changes};
 pub use remove::{LeftBehind, RemoveError, mounts_below, remove_tree, unmount_below};
 pub use sandbox::{
     Network, SandboxPolicy, SandboxUnavailableError, UnknownNetworkError, check_bubblewrap,
@@ -146,6 +146,38 @@ pub struct WorkspaceBase {
     pub commit: String,
     /// Unique within a run; names the workspace directory.
     pub name: String,
+    /// Work a backend with templates does once per template (a task's setup); a backend
+    /// without them leaves it to the caller (see [`ProvisionedWorkspace::prepared`]).
+    pub prepare: Option<Arc<dyn Prepare>>,
+}
+
+impl WorkspaceBase {
+    pub fn new(repo: PathBuf, commit: String, name: String) -> Self {
+        Self {
+            repo,
+            commit,
+            name,
+            prepare: None,
+        }
+    }
+
+    pub fn prepared_by(mut self, prepare: Option<Arc<dyn Prepare>>) -> Self {
+        self.prepare = prepare;
+        self
+    }
+}
+
+/// Work done once in a fresh template checkout, before any workspace is made from it: every
+/// workspace of the template then starts from what it left.
+pub trait Prepare: Send + Sync + fmt::Debug {
+    /// Everything the preparation depends on (templates of one commit differ by it).
+    fn key(&self) -> &str;
+    /// Prepares the checkout at `tree`, writing its logs to `dir`; returns the commit the
+    /// workspaces start from. Blocking.
+    fn prepare(&self, tree: &Path, dir: &Path) -> Result<String, String>;
+    /// Whether what an earlier `prepare` made (outside the tree, e.g. an image) is still there
+    /// for workspaces to start from `base`.
+    fn intact(&self, base: &str) -> bool;
 }
 
 type Dispose = Box<dyn FnOnce() -> std::io::Result<()> + Send>;
@@ -161,6 +193,8 @@ pub struct ProvisionedWorkspace {
     pub base: String,
     /// A directory holding every path that can differ from the base (an overlay's upper dir).
     pub changes: Option<PathBuf>,
+    /// The base's [`Prepare`] ran (in the template this workspace is a view of).
+    pub prepared: bool,
     dispose: Option<Dispose>,
 }
 
@@ -176,6 +210,7 @@ impl ProvisionedWorkspace {
             isolation,
             base,
             changes: None,
+            prepared: false,
             dispose: Some(Box::new(dispose)),
         }
     }
@@ -183,6 +218,13 @@ impl ProvisionedWorkspace {
     /// Records where the workspace's changes are kept (see [`overlay_changes`]).
     pub fn with_changes(mut self, dir: PathBuf) -> Self {
         self.changes = Some(dir);
+        self
+    }
+
+    /// Marks the workspace as made from a prepared template whose workspaces start at `base`.
+    pub fn prepared_at(mut self, base: String) -> Self {
+        self.base = base;
+        self.prepared = true;
         self
     }
 
@@ -210,6 +252,7 @@ impl fmt::Debug for ProvisionedWorkspace {
             .field("path", &self.path)
             .field("isolation", &self.isolation)
             .field("base", &self.base)
+            .field("prepared", &self.prepared)
             .field("disposed", &self.dispose.is_none())
             .finish()
     }

@@ -38,11 +38,35 @@ const READY: &str = ".deltabench-ready";
 /// The template's recorded content (see [`record_tree`]), beside its tree.
 const RECORD: &str = "content.json";
 
+/// Beside a template's folder: locked shared while a run uses the template.
+pub(super) const IN_USE: &str = "in-use";
+/// In a template's folder: its mtime is when a run last used it.
+pub(super) const LAST_USED: &str = "last-used";
+
 /// What [`RECORD`] holds.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ContentRecord {
     commit: String,
+    /// The commit a prepared template's workspaces start from (its setup's result).
+    #[serde(default)]
+    prepared: Option<String>,
     entries: Vec<Entry>,
+}
+
+impl ContentRecord {
+    fn start(&self) -> &str {
+        self.prepared.as_deref().unwrap_or(&self.commit)
+    }
+}
+
+fn read_record(dir: &Path) -> Option<ContentRecord> {
+    fs::read(dir.join(RECORD))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+}
+
+fn touch_last_used(dir: &Path) {
+    let _ = fs::File::create(dir.join(LAST_USED));
 }
 
 /// Overlay workspaces over cached templates; commits used once fall back to a clone.
@@ -56,6 +80,10 @@ pub struct OverlayBackend {
     building: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
     /// Templates whose content this run has checked (or built) already.
     checked: Mutex<HashSet<PathBuf>>,
+    /// Templates whose preparation failed in this run, with the reason.
+    failed: Mutex<HashMap<PathBuf, String>>,
+    /// The in-use locks of the templates this run uses.
+    in_use: Mutex<Vec<(PathBuf, Flock<fs::File>)>>,
 }
 
 impl OverlayBackend {
@@ -70,6 +98,8 @@ impl OverlayBackend {
             keep,
             building: Mutex::new(HashMap::new()),
             checked: Mutex::new(HashSet::new()),
+            failed: Mutex::new(HashMap::new()),
+            in_use: Mutex::new(Vec::new()),
         }
     }
 
@@ -90,12 +120,22 @@ impl OverlayBackend {
         Ok(())
     }
 
-    fn template_for(&self, base: &WorkspaceBase) -> Result<PathBuf, String> {
+    /// The template of `base` (built, checked or rebuilt as needed) and the commit its
+    /// workspaces start from.
+    fn template_for(&self, base: &WorkspaceBase) -> Result<(PathBuf, String), String> {
         let repo = base
             .repo
             .canonicalize()
             .unwrap_or_else(|_| base.repo.clone());
-        let key = Sha256::digest(format!("{}\0{}", repo.display(), base.commit));
+        let prepare = base.prepare.as_deref();
+        let key = Sha256::digest(format!(
+            "{}\0{}{}",
+            repo.display(),
+            base.commit,
+            prepare
+                .map(|p| format!("\0{}", p.key()))
+                .unwrap_or_default()
+        ));
         let dir = self.templates.join(&format!("{key:x}")[..24]);
         let tree = dir.join("tree");
         let lock = {
@@ -103,21 +143,33 @@ impl OverlayBackend {
             building.entry(dir.clone()).or_default().clone()
         };
         let _held = lock.lock().map_err(|e| e.to_string())?;
+        // A preparation that failed once in this run fails the same way for every trial.
+        if let Some(reason) = self.failed.lock().ok().and_then(|f| f.get(&dir).cloned()) {
+            return Err(reason);
+        }
         // Other runs may share the cache: a file lock keeps two processes from building at once.
         fs::create_dir_all(&self.templates)
             .map_err(|e| format!("cannot create {}: {e}", self.templates.display()))?;
         let lock_file = fs::File::create(dir.with_extension("lock")).map_err(|e| e.to_string())?;
         let _flock =
             Flock::lock(lock_file, FlockArg::LockExclusive).map_err(|(_, e)| e.to_string())?;
+        self.hold_in_use(&dir)?;
         if dir.join(READY).exists() {
+            let recorded = read_record(&dir);
+            let start = recorded
+                .as_ref()
+                .map_or_else(|| base.commit.clone(), |r| r.start().to_owned());
             if self.is_checked(&dir) {
-                return Ok(tree);
+                return Ok((tree, start));
             }
-            match check_template(&dir, &tree) {
-                Ok(()) => {
+            match check_template(recorded.as_ref(), &tree) {
+                Ok(()) if prepare.is_none_or(|p| p.intact(&start)) => {
                     self.mark_checked(&dir);
-                    return Ok(tree);
+                    touch_last_used(&dir);
+                    return Ok((tree, start));
                 }
+                // What the preparation made outside the tree is gone: made again, quietly.
+                Ok(()) => {}
                 Err(Some(first)) => eprintln!(
                     "warning: the cached template {} (commit {}) changed since it was built \
                      (first difference: {first}); rebuilding it",
@@ -131,6 +183,18 @@ impl OverlayBackend {
         remove_tree(&dir).map_err(|e| e.to_string())?;
         fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         make_clone(&base.repo, &tree, &base.commit)?;
+        let prepared = match prepare {
+            Some(prepare) => match prepare.prepare(&tree, &dir) {
+                Ok(start) => Some(start),
+                Err(reason) => {
+                    if let Ok(mut failed) = self.failed.lock() {
+                        failed.insert(dir.clone(), reason.clone());
+                    }
+                    return Err(reason);
+                }
+            },
+            None => None,
+        };
         // Right after a checkout every index entry is "racily clean" (same second as the file),
         // so each trial's first git command would re-hash the whole tree. One refresh a second
         // later settles it for every workspace built on this template.
@@ -138,6 +202,7 @@ impl OverlayBackend {
         run_git(&tree, &["update-index", "-q", "--refresh"])?;
         let record = ContentRecord {
             commit: base.commit.clone(),
+            prepared,
             entries: record_tree(&tree)
                 .map_err(|e| format!("cannot read back {}: {e}", tree.display()))?,
         };
@@ -145,7 +210,21 @@ impl OverlayBackend {
         fs::write(dir.join(RECORD), json).map_err(|e| e.to_string())?;
         fs::write(dir.join(READY), &base.commit).map_err(|e| e.to_string())?;
         self.mark_checked(&dir);
-        Ok(tree)
+        touch_last_used(&dir);
+        Ok((tree, record.start().to_owned()))
+    }
+
+    /// Holds a shared lock on the template's in-use file until the backend is dropped, so
+    /// `gc --cache-max` never evicts a template a running trial's overlay reads from.
+    fn hold_in_use(&self, dir: &Path) -> Result<(), String> {
+        let mut held = self.in_use.lock().map_err(|e| e.to_string())?;
+        if held.iter().any(|(path, _)| path == dir) {
+            return Ok(());
+        }
+        let file = fs::File::create(dir.with_extension(IN_USE)).map_err(|e| e.to_string())?;
+        let flock = Flock::lock(file, FlockArg::LockShared).map_err(|(_, e)| e.to_string())?;
+        held.push((dir.to_owned(), flock));
+        Ok(())
     }
 
     fn is_checked(&self, dir: &Path) -> bool {
@@ -159,7 +238,7 @@ impl OverlayBackend {
     }
 
     fn has_template(&self, base: &WorkspaceBase) -> bool {
-        self.reused.contains(&base.commit)
+        base.prepare.is_some() || self.reused.contains(&base.commit)
     }
 }
 
@@ -176,9 +255,13 @@ impl WorkspaceBackend for OverlayBackend {
             base: base.repo.clone(),
             reason,
         };
-        let template = self
-            .template_for(base)
-            .map_err(|e| fail(format!("cannot build the template: {e}")))?;
+        let (template, start) = self.template_for(base).map_err(|e| {
+            fail(match base.prepare {
+                // The preparation's reason says what failed and where its log is.
+                Some(_) => e,
+                None => format!("cannot build the template: {e}"),
+            })
+        })?;
         let dir = self.root.join(&base.name);
         if dir.exists() {
             return Err(fail(format!(
@@ -211,7 +294,11 @@ impl WorkspaceBackend for OverlayBackend {
                 remove_tree(&dir).map_err(std::io::Error::from)
             },
         );
-        Ok(workspace.with_changes(upper))
+        let workspace = workspace.with_changes(upper);
+        Ok(match base.prepare {
+            Some(_) => workspace.prepared_at(start),
+            None => workspace,
+        })
     }
 }
 
@@ -260,13 +347,10 @@ fn is_opaque(dir: &Path) -> bool {
     n == 1 && value[0] == b'y'
 }
 
-/// Whether the template in `dir` still holds what was recorded when it was built: `Err(Some(path))`
+/// Whether the template `tree` still holds what was recorded when it was built: `Err(Some(path))`
 /// names the first differing path, `Err(None)` means there is no usable record.
-fn check_template(dir: &Path, tree: &Path) -> Result<(), Option<String>> {
-    let recorded: ContentRecord = fs::read(dir.join(RECORD))
-        .ok()
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-        .ok_or(None)?;
+fn check_template(recorded: Option<&ContentRecord>, tree: &Path) -> Result<(), Option<String>> {
+    let recorded = recorded.ok_or(None)?;
     let now = record_tree(tree).map_err(|e| Some(format!("{} ({e})", tree.display())))?;
     match first_difference(&recorded.entries, &now) {
         None => Ok(()),
@@ -347,4 +431,90 @@ fn mount_overlay(lower: &Path, upper: &Path, work: &Path, merged: &Path) -> Resu
         Some(options.as_str()),
     )
     .map_err(|e| format!("cannot mount an overlay on {}: {e}", merged.display()))
+}
+
+/// A cached template `gc --cache-max` removed (or would remove, on a dry run).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvictedTemplate {
+    pub dir: PathBuf,
+    pub bytes: u64,
+    /// What its preparation made outside it, as written to its `made` file (an image name).
+    pub made: Option<String>,
+}
+
+/// In a template's folder: what its preparation made outside the folder (one line).
+pub const MADE: &str = "made";
+
+/// Removes the least recently used templates under `templates` until what is left takes at most
+/// `max_bytes` on disk. A template a running run uses (its in-use lock is held) is never
+/// removed, nor counted as removable.
+pub fn evict_templates(
+    templates: &Path,
+    max_bytes: u64,
+    dry_run: bool,
+) -> std::io::Result<Vec<EvictedTemplate>> {
+    let mut found = Vec::new();
+    let entries = match fs::read_dir(templates) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        if !entry.file_type()?.is_dir() {
+            continue;
+        }
+        let dir = entry.path();
+        let used = fs::metadata(dir.join(LAST_USED))
+            .or_else(|_| fs::metadata(&dir))
+            .and_then(|m| m.modified())
+            .unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+        found.push((used, disk_usage(&dir), dir));
+    }
+    let mut total: u64 = found.iter().map(|(_, bytes, _)| bytes).sum();
+    found.sort_by_key(|(used, _, _)| *used);
+    let mut evicted = Vec::new();
+    for (_, bytes, dir) in found {
+        if total <= max_bytes {
+            break;
+        }
+        let Ok(file) = fs::File::create(dir.with_extension(IN_USE)) else {
+            continue;
+        };
+        // Busy: a running run's overlays read from it.
+        let Ok(_exclusive) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else {
+            continue;
+        };
+        let made = fs::read_to_string(dir.join(MADE))
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty());
+        if !dry_run {
+            remove_tree(&dir).map_err(std::io::Error::from)?;
+            let _ = fs::remove_file(dir.with_extension("lock"));
+        }
+        total = total.saturating_sub(bytes);
+        evicted.push(EvictedTemplate { dir, bytes, made });
+    }
+    Ok(evicted)
+}
+
+/// The bytes `dir` takes on disk (allocated blocks), not following links.
+fn disk_usage(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            total += meta.blocks() * 512;
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    total
 }

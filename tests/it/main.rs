@@ -16,6 +16,7 @@ mod layers;
 mod lifecycle;
 mod model;
 mod patches;
+mod prepared;
 mod procs;
 mod redaction;
 mod reports;

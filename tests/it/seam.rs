@@ -307,11 +307,7 @@ fn fixture() -> Fixture {
     Fixture {
         provisioner,
         disposed,
-        base: WorkspaceBase {
-            repo: dir.path().to_owned(),
-            commit: "base".into(),
-            name: "ws".into(),
-        },
+        base: WorkspaceBase::new(dir.path().to_owned(), "base".into(), "ws".into()),
         _dir: dir,
     }
 }

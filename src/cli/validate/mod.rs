@@ -45,6 +45,7 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
         shard: None,
         agents_file: None,
         retries: 0,
+        cache_max: args.suite.places.cache_max,
     };
     let mut plan = runner::plan(Arc::new(loaded), request)?;
     // The reference is measured afresh, not held to what an earlier validate recorded.
