@@ -42,7 +42,7 @@ pub enum Format {
 }
 
 impl Format {
-    /// Whether `--repos` and `--env` apply: the format names repositories to clone.
+    /// Whether `--repos`, `--env` and `--images` apply: the format names repositories to clone.
     fn names_repos(self) -> bool {
         self == Self::Swebench
     }

@@ -6,7 +6,8 @@
 //! (copied into the suite folder) reads the per-test results from the output with the official
 //! harness's parser for the repository and grades as it does: every FAIL_TO_PASS test passed,
 //! every PASS_TO_PASS test passed or skipped. The repo is a local clone; the workspaces strip
-//! every ref, so the agent sees the base and its ancestors.
+//! every ref, so the agent sees the base and its ancestors. A row the official harness has a
+//! spec for runs in its environment (`swebench_env`) unless the `--env` file names its repository.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
