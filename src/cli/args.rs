@@ -188,6 +188,11 @@ pub(super) struct ImportArgs {
     /// timeout}; {tests} and {test_files} in test_command stand for the instance's tests.
     #[arg(long, value_name = "FILE")]
     pub(super) env: Option<PathBuf>,
+    /// swebench: run each row in the official harness's prebuilt image
+    /// (docker.io/swebench/sweb.eval.x86_64.<instance>:latest, pulled beforehand) instead of an
+    /// image built from a Dockerfile written from its recipe; --env entries still win.
+    #[arg(long)]
+    pub(super) images: bool,
     /// Replace the suite already in DIR.
     #[arg(long)]
     pub(super) force: bool,

@@ -16,6 +16,7 @@ pub(super) async fn import(args: ImportArgs) -> Result<Exit, CliError> {
         out: args.out,
         repos: args.repos,
         env: args.env,
+        images: args.images,
         force: args.force,
         run_solutions: args.run_solutions,
         progress: Box::new(|step| eprintln!("{step} ...")),

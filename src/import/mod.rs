@@ -16,6 +16,7 @@ mod container;
 mod docker;
 mod exercism;
 mod swebench;
+mod swebench_env;
 mod toml;
 mod write;
 
@@ -41,7 +42,7 @@ pub enum Format {
 }
 
 impl Format {
-    /// Whether `--repos` and `--env` apply: the format names repositories to clone.
+    /// Whether `--repos`, `--env` and `--images` apply: the format names repositories to clone.
     fn names_repos(self) -> bool {
         self == Self::Swebench
     }
@@ -73,6 +74,9 @@ pub struct ImportOptions {
     pub repos: Option<PathBuf>,
     /// swebench: per-repository setup and test commands.
     pub env: Option<PathBuf>,
+    /// swebench: run each row in the official harness's prebuilt instance image instead of a
+    /// Dockerfile written from its recipe.
+    pub images: bool,
     /// Replace a suite already in `out`.
     pub force: bool,
     /// harbor, terminal-bench: run each solution script once, here, to make its reference patch.
@@ -251,6 +255,7 @@ fn check_options(options: &ImportOptions) -> Result<(), ImportError> {
     let flags = [
         (options.repos.is_some(), "--repos", names_repos),
         (options.env.is_some(), "--env", names_repos),
+        (options.images, "--images", names_repos),
         (
             options.run_solutions,
             "--run-solutions",

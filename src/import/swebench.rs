@@ -6,7 +6,8 @@
 //! (copied into the suite folder) reads the per-test results from the output with the official
 //! harness's parser for the repository and grades as it does: every FAIL_TO_PASS test passed,
 //! every PASS_TO_PASS test passed or skipped. The repo is a local clone; the workspaces strip
-//! every ref, so the agent sees the base and its ancestors.
+//! every ref, so the agent sees the base and its ancestors. A row the official harness has a
+//! spec for runs in its environment (`swebench_env`) unless the `--env` file names its repository.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::swebench_env;
 use super::write::{SuiteFile, TaskEntry, write_file};
 use super::{Ids, ImportError, ImportOptions, Imported};
 use crate::process::{self, CommandSpec};
@@ -44,6 +46,8 @@ struct Instance {
     fail_to_pass: Vec<String>,
     pass_to_pass: Vec<String>,
     version: Option<String>,
+    /// The commit the official environment of the row's version is made at.
+    environment_setup_commit: Option<String>,
 }
 
 /// One entry of an `--env` file.
@@ -133,8 +137,15 @@ pub async fn import(
             .add_new_mempack_backend(1000)
             .map_err(git_err)?;
         let mut ids = Ids::default();
+        let mut environments = Environments::default();
         for instance in instances {
-            match task(&instance, &git, &clone, &env, &dir, &mut ids)? {
+            let place = Place {
+                git: &git,
+                clone: &clone,
+                dir: &dir,
+                images: options.images,
+            };
+            match task(&instance, &place, &env, &mut environments, &mut ids)? {
                 Ok(entry) => suite.tasks.push(entry),
                 Err(reason) => imported.skip(&instance.name, reason),
             }
@@ -149,15 +160,33 @@ pub async fn import(
     Ok(imported)
 }
 
+/// Where one repository's tasks are imported from and to.
+struct Place<'a> {
+    git: &'a git2::Repository,
+    clone: &'a Path,
+    /// The suite's folder.
+    dir: &'a Path,
+    /// `--images`: the official instance images rather than generated Dockerfiles.
+    images: bool,
+}
+
+/// The environments written into one suite's folder, per version: the Dockerfile's path
+/// relative to the suite file, or why it could not be written.
+type Environments = HashMap<String, Result<String, String>>;
+
+/// How long the verify command may take in an official environment: it installs the package
+/// again before the tests (a compiled one builds its extensions).
+const OFFICIAL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
 /// Writes one instance's files into `dir` and returns its entry, or the reason to skip it.
 fn task(
     instance: &Instance,
-    git: &git2::Repository,
-    clone: &Path,
+    place: &Place,
     env: &IndexMap<String, EnvEntry>,
-    dir: &Path,
+    environments: &mut Environments,
     ids: &mut Ids,
 ) -> Result<Result<TaskEntry, String>, ImportError> {
+    let (git, clone, dir) = (place.git, place.clone, place.dir);
     let Some(tree) = git
         .revparse_single(&format!("{}^{{tree}}", instance.base_commit))
         .ok()
@@ -181,12 +210,60 @@ fn task(
             )));
         }
     }
-    let settings = match test_settings(instance, &tree, env) {
-        Ok(settings) => settings,
-        Err(reason) => return Ok(Err(reason)),
+    let entry = env_entry(instance, env);
+    let official = if entry.is_none() {
+        official_spec(instance)
+    } else {
+        None
+    };
+    let (settings, verify, environment) = match official {
+        // No --env entry, and the official harness knows the repository and version: its
+        // environment, and its verify command in it.
+        Some(spec) => {
+            let Some(verify) =
+                swebench_env::verify_command(spec, &instance.repo, &instance.test_patch)
+            else {
+                return Ok(Err(format!(
+                    "the official spec of {} {} has no test command",
+                    instance.repo,
+                    instance.version.as_deref().unwrap_or_default()
+                )));
+            };
+            let environment = if place.images {
+                ("image", swebench_env::image_name(&instance.name))
+            } else {
+                match official_dockerfile(instance, spec, place, environments)? {
+                    Ok(path) => ("dockerfile", path),
+                    Err(reason) => return Ok(Err(reason)),
+                }
+            };
+            let settings = TestSettings {
+                setup: None,
+                command: String::new(),
+                timeout: OFFICIAL_TIMEOUT,
+            };
+            let workdir = ("workdir", swebench_env::TESTBED.to_owned());
+            (settings, verify, vec![environment, workdir])
+        }
+        None if place.images && entry.is_none() => {
+            let version = match &instance.version {
+                Some(version) => format!(" version {version}"),
+                None => " (no version)".to_owned(),
+            };
+            return Ok(Err(format!(
+                "no official image: the SWE-bench harness has no spec for {}{version}; give its test command in an --env file",
+                instance.repo
+            )));
+        }
+        None => match test_settings(instance, &tree, entry) {
+            Ok(settings) => {
+                let verify = test_command(&settings.command, instance);
+                (settings, verify, Vec::new())
+            }
+            Err(reason) => return Ok(Err(reason)),
+        },
     };
     let id = ids.claim(&instance.name);
-    let verify = test_command(&settings.command, instance);
     let instruction = format!("instructions/{id}.md");
     let (tests, spec, solution) = (
         format!("tests/{id}.patch"),
@@ -218,25 +295,80 @@ fn task(
         verify_timeout: Some(settings.timeout),
         solution: Some(solution),
         grader: Some(format!("./{GRADER_PATH} {spec}")),
+        environment,
         ..TaskEntry::default()
     }))
 }
 
-/// The `--env` entry for the instance (`owner/name@version` first, then `owner/name`), or the
-/// default for the language found at the base.
-fn test_settings(
-    instance: &Instance,
-    tree: &git2::Tree,
-    env: &IndexMap<String, EnvEntry>,
-) -> Result<TestSettings, String> {
+/// The `--env` entry for the instance: `owner/name@version` first, then `owner/name`.
+fn env_entry<'a>(instance: &Instance, env: &'a IndexMap<String, EnvEntry>) -> Option<&'a EnvEntry> {
     let versioned = instance
         .version
         .as_ref()
         .and_then(|v| env.get(&format!("{}@{v}", instance.repo)));
-    let entry = versioned
-        .or_else(|| env.get(&instance.repo))
-        .cloned()
-        .unwrap_or_default();
+    versioned.or_else(|| env.get(&instance.repo))
+}
+
+/// The Dockerfile of the official environment of the row's version, written into the suite's
+/// `environments/` once per version: its path relative to the suite file, or why there is none.
+fn official_dockerfile(
+    instance: &Instance,
+    spec: &OfficialSpec,
+    place: &Place,
+    environments: &mut Environments,
+) -> Result<Result<String, String>, ImportError> {
+    let version = instance.version.clone().unwrap_or_default();
+    if let Some(known) = environments.get(&version) {
+        return Ok(known.clone());
+    }
+    // The harness makes a version's environment at its `environment_setup_commit`.
+    let commit = instance
+        .environment_setup_commit
+        .as_deref()
+        .unwrap_or(&instance.base_commit);
+    let tree = place
+        .git
+        .revparse_single(&format!("{commit}^{{tree}}"))
+        .ok()
+        .and_then(|object| object.into_tree().ok());
+    let files = match tree {
+        None => Err(format!(
+            "the environment setup commit {commit} is not in {}",
+            place.clone.display()
+        )),
+        Some(tree) => {
+            swebench_env::dockerfile(&instance.repo, &version, spec, commit, place.git, &tree)
+        }
+    };
+    let folder = format!(
+        "environments/{}-{}",
+        instance.repo.replace('/', "__"),
+        super::task_id(&version)
+    );
+    let result = match files {
+        Ok(files) => {
+            for (name, text) in files {
+                write_file(&place.dir.join(&folder).join(name), text, false)?;
+            }
+            Ok(format!("{folder}/Dockerfile"))
+        }
+        Err(why) => Err(format!(
+            "cannot write the official environment of {} {version}: {why}",
+            instance.repo
+        )),
+    };
+    environments.insert(version, result.clone());
+    Ok(result)
+}
+
+/// The `--env` entry's settings for the instance, or the defaults: the official test command,
+/// else the one for the language found at the base.
+fn test_settings(
+    instance: &Instance,
+    tree: &git2::Tree,
+    entry: Option<&EnvEntry>,
+) -> Result<TestSettings, String> {
+    let entry = entry.cloned().unwrap_or_default();
     let rust = tree.get_name("Cargo.toml").is_some();
     let python = ["setup.py", "pyproject.toml", "setup.cfg"]
         .iter()
@@ -279,33 +411,63 @@ fn test_settings(
 /// The official harness's specs for its Python repositories, per repository and version
 /// (`tests/fixtures/swebench/specs.py` writes the file from the `swebench` package).
 #[derive(Debug, Deserialize)]
-struct OfficialSpecs {
+pub(super) struct OfficialSpecs {
     /// Files a test patch touches that are no test directive (data, docs, config).
     non_test_exts: Vec<String>,
+    /// The base image's versions.
+    pub docker: DockerSpecs,
+    /// Where a repository keeps its requirements file, first found wins.
+    pub reqs_paths: HashMap<String, Vec<String>>,
+    /// Where a repository keeps its conda environment file, first found wins.
+    pub env_yml_paths: HashMap<String, Vec<String>>,
+    /// Packages replaced in those files (yanked from PyPI), and their replacements.
+    pub replace_req_packages: Vec<(String, String)>,
     repos: HashMap<String, HashMap<String, OfficialSpec>>,
 }
 
 #[derive(Debug, Deserialize)]
-struct OfficialSpec {
-    test_cmd: Option<String>,
-    #[serde(default)]
-    eval_commands: Vec<String>,
+pub(super) struct DockerSpecs {
+    pub ubuntu_version: String,
+    pub conda_version: String,
 }
 
-static OFFICIAL: LazyLock<OfficialSpecs> = LazyLock::new(|| {
+#[derive(Debug, Deserialize)]
+pub(super) struct OfficialSpec {
+    pub test_cmd: Option<String>,
+    #[serde(default)]
+    pub eval_commands: Vec<String>,
+    pub python: Option<String>,
+    /// Conda packages, or `requirements.txt` / `environment.yml` for the repository's file.
+    pub packages: Option<String>,
+    #[serde(default)]
+    pub pip_packages: Vec<String>,
+    #[serde(default)]
+    pub pre_install: Vec<String>,
+    pub install: Option<String>,
+    /// An `environment.yml` is applied to a fresh environment rather than creating it.
+    #[serde(default)]
+    pub no_use_env: bool,
+}
+
+pub(super) static OFFICIAL: LazyLock<OfficialSpecs> = LazyLock::new(|| {
     serde_json::from_str(include_str!("swebench_specs.json"))
         .expect("src/import/swebench_specs.json is valid (a unit test reads it)")
 });
+
+/// The official spec of the row's repository and version, if the table lists them.
+fn official_spec(instance: &Instance) -> Option<&'static OfficialSpec> {
+    OFFICIAL
+        .repos
+        .get(&instance.repo)?
+        .get(instance.version.as_deref()?)
+}
 
 /// The test command the official harness runs for the row: its repository and version's
 /// `test_cmd` followed by the test directives (the files the test patch touches; Django's as
 /// module names), after the `export`s of its `eval_commands` (their system edits, such as
 /// `locale-gen`, are left to an image). None for a repository or version it does not list.
 fn official_test_command(instance: &Instance) -> Option<String> {
-    let spec = OFFICIAL
-        .repos
-        .get(&instance.repo)?
-        .get(instance.version.as_deref()?)?;
+    let spec = official_spec(instance)?;
     let command = spec.test_cmd.as_deref()?;
     let mut parts: Vec<String> = spec
         .eval_commands
@@ -325,7 +487,7 @@ fn official_test_command(instance: &Instance) -> Option<String> {
 /// What the official harness passes its test command: each file a `diff --git a/X b/Y` header
 /// of the test patch names (Y), except data files; for Django, as a module (`tests/` and `.py`
 /// cut, `/` made `.`).
-fn test_directives(repo: &str, test_patch: &str) -> Vec<String> {
+pub(super) fn test_directives(repo: &str, test_patch: &str) -> Vec<String> {
     test_patch
         .lines()
         // As its pattern `diff --git a/.* b/(.*)` reads: anywhere in a line, the last " b/".
@@ -462,6 +624,10 @@ fn instance(path: &Path, at: &str, row: &Map<String, Value>) -> Result<Instance,
                 Value::Number(n) => Some(n.to_string()),
                 _ => None,
             }),
+            environment_setup_commit: row
+                .get("environment_setup_commit")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             name,
         });
     }
@@ -512,6 +678,7 @@ fn instance(path: &Path, at: &str, row: &Map<String, Value>) -> Result<Instance,
         fail_to_pass: fail_to_pass.into_iter().collect(),
         pass_to_pass: fields.test_names("p2p_tests")?,
         version: None,
+        environment_setup_commit: None,
         name,
     })
 }

@@ -436,6 +436,238 @@ fn swebench_rows_of_several_repos_make_one_suite_each() {
     );
 }
 
+/// Clones of `pallets/flask`, `sphinx-doc/sphinx`, `django/django` and `acme/calc` (all the
+/// calc repo of [`upstream`]) and a row of each: the first three are in the official harness's
+/// table (flask 2.3: requirements file; sphinx 7.2: conda packages and a `pre_install` edit;
+/// django 4.0: a requirements file its clone lacks), `acme/calc` is not. Flask's environment
+/// commit adds the requirements files. Returns (base, environment commit).
+fn official_rows(root: &Path) -> (String, String) {
+    let flask = root.join("repos/pallets__flask");
+    let (base, _, patch, test_patch) = upstream(&flask);
+    git(&flask, &["checkout", "-q", "-b", "env", &base]);
+    write_files(
+        &flask,
+        &[
+            (
+                "requirements/dev.txt",
+                "-r tests.txt\n-e .\n# the tools\ntox\ntypes-pkg_resources==0.1.3\n",
+            ),
+            ("requirements/tests.txt", "pytest\n# async\nasgiref\n"),
+        ],
+    );
+    git(&flask, &["add", "-A"]);
+    git(&flask, &["commit", "-qm", "requirements"]);
+    let env = git(&flask, &["rev-parse", "HEAD"]);
+    git(&flask, &["checkout", "-q", "main"]);
+    for other in ["sphinx-doc__sphinx", "django__django", "acme__calc"] {
+        git(
+            root,
+            &[
+                "clone",
+                "-q",
+                "repos/pallets__flask",
+                &format!("repos/{other}"),
+            ],
+        );
+    }
+    let row = |id: &str, repo: &str, version: &str| {
+        let mut row = swe_row(id, repo, &base, &patch, &test_patch);
+        row["version"] = serde_json::json!(version);
+        row["environment_setup_commit"] = serde_json::json!(env);
+        row
+    };
+    write_rows(
+        &root.join("rows.jsonl"),
+        &[
+            row("pallets__flask-1", "pallets/flask", "2.3"),
+            row("sphinx-doc__Sphinx-2", "sphinx-doc/sphinx", "7.2"),
+            row("django__django-3", "django/django", "4.0"),
+            row("acme__calc-4", "acme/calc", "1.0"),
+        ],
+    );
+    (base, env)
+}
+
+/// A written file with the test's paths and commits put back as `<root>`, `<base>`, `<env>`.
+fn read_normalized(path: &Path, root: &Path, base: &str, env: &str) -> String {
+    let root = root.canonicalize().unwrap();
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .replace(&root.display().to_string(), "<root>")
+        .replace(base, "<base>")
+        .replace(env, "<env>")
+}
+
+#[test]
+fn swebench_images_run_the_official_eval_in_each_instance_image() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    let (base, env) = official_rows(root);
+    let output = import(
+        root,
+        &[
+            "swebench",
+            "rows.jsonl",
+            "--repos",
+            "repos",
+            "--images",
+            "--out",
+            "suites",
+        ],
+    );
+    assert_ok(&output, "import --images");
+    let text = stdout(&output);
+    assert!(
+        text.contains("imported 3 tasks (swebench) into 3 suites, one per repository:\n"),
+        "{text}"
+    );
+    // No official image for a repository the harness does not know.
+    assert!(
+        text.contains(
+            "skipped 1 task:\n  acme__calc-4: no official image: the SWE-bench harness has no spec for acme/calc version 1.0; give its test command in an --env file\n"
+        ),
+        "{text}"
+    );
+    let mut suites = String::new();
+    for repo in ["pallets__flask", "sphinx-doc__sphinx", "django__django"] {
+        let dir = root.join("suites").join(repo);
+        assert!(!dir.join("environments").exists(), "{repo}: no Dockerfile");
+        suites.push_str(&read_normalized(&dir.join("suite.yaml"), root, &base, &env));
+    }
+    insta::assert_snapshot!("swebench_images", suites);
+}
+
+#[test]
+fn swebench_without_images_writes_the_official_recipe_per_version() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    let (base, env) = official_rows(root);
+    let output = import(
+        root,
+        &[
+            "swebench",
+            "rows.jsonl",
+            "--repos",
+            "repos",
+            "--out",
+            "suites",
+        ],
+    );
+    assert_ok(&output, "import");
+    let text = stdout(&output);
+    assert!(
+        text.contains("imported 3 tasks (swebench) into 3 suites, one per repository:\n"),
+        "{text}"
+    );
+    // Django's requirements file is not at the environment commit: no recipe, no task.
+    assert!(
+        text.contains(&format!(
+            "skipped 1 task:\n  django__django-3: cannot write the official environment of django/django 4.0: no requirements file at commit {env} (looked for tests/requirements/py3.txt)\n"
+        )),
+        "{text}"
+    );
+    let flask = root.join("suites/pallets__flask");
+    let mut written = read_normalized(&flask.join("suite.yaml"), root, &base, &env);
+    for file in ["Dockerfile", "setup_env.sh", "setup_repo.sh"] {
+        written.push_str(&format!("=== environments/pallets__flask-2.3/{file}\n"));
+        written.push_str(&read_normalized(
+            &flask.join("environments/pallets__flask-2.3").join(file),
+            root,
+            &base,
+            &env,
+        ));
+    }
+    let sphinx = root.join("suites/sphinx-doc__sphinx");
+    written.push_str(&read_normalized(
+        &sphinx.join("suite.yaml"),
+        root,
+        &base,
+        &env,
+    ));
+    for file in ["setup_env.sh", "setup_repo.sh"] {
+        written.push_str(&format!("=== environments/sphinx-doc__sphinx-7.2/{file}\n"));
+        written.push_str(&read_normalized(
+            &sphinx
+                .join("environments/sphinx-doc__sphinx-7.2")
+                .join(file),
+            root,
+            &base,
+            &env,
+        ));
+    }
+    insta::assert_snapshot!("swebench_dockerfiles", written);
+    // A repository the harness does not know runs here, as before.
+    let calc = std::fs::read_to_string(root.join("suites/acme__calc/suite.yaml")).unwrap();
+    assert!(
+        calc.contains("verify: {run: \"python3 -m pytest -rA tests/test_calc.py::test_add tests/test_calc.py::test_mul\", timeout: \"15m\"}"),
+        "{calc}"
+    );
+    assert!(!calc.contains("environment"), "{calc}");
+}
+
+#[test]
+fn swebench_env_entries_win_over_images() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    official_rows(root);
+    std::fs::write(
+        root.join("env.yaml"),
+        "pallets/flask@2.3:\n  setup: pip install -e .\n  test_command: python3 -m pytest -rA {test_files}\n  timeout: 2m\nacme/calc:\n  timeout: 3m\n",
+    )
+    .unwrap();
+    let output = import(
+        root,
+        &[
+            "swebench",
+            "rows.jsonl",
+            "--repos",
+            "repos",
+            "--env",
+            "env.yaml",
+            "--images",
+            "--out",
+            "suites",
+        ],
+    );
+    assert_ok(&output, "import --env --images");
+    let text = stdout(&output);
+    assert!(
+        text.contains("imported 4 tasks (swebench) into 4 suites"),
+        "{text}"
+    );
+    let flask = std::fs::read_to_string(root.join("suites/pallets__flask/suite.yaml")).unwrap();
+    assert!(
+        flask.contains("    setup: \"pip install -e .\"\n")
+            && flask.contains(
+                "verify: {run: \"python3 -m pytest -rA tests/test_calc.py\", timeout: \"2m\"}"
+            )
+            && !flask.contains("environment"),
+        "{flask}"
+    );
+    // An entry with a timeout only: the row runs here, with the default test command.
+    let calc = std::fs::read_to_string(root.join("suites/acme__calc/suite.yaml")).unwrap();
+    assert!(
+        calc.contains("timeout: \"3m\"}") && !calc.contains("environment"),
+        "{calc}"
+    );
+    // The rows the file does not name keep their official image.
+    let sphinx =
+        std::fs::read_to_string(root.join("suites/sphinx-doc__sphinx/suite.yaml")).unwrap();
+    assert!(
+        sphinx.contains("environment: {image: \"docker.io/swebench/sweb.eval.x86_64.sphinx-doc_1776_sphinx-2:latest\", workdir: \"/testbed\"}"),
+        "{sphinx}"
+    );
+
+    // --images is for SWE-bench rows only.
+    let harbor = import(root, &["harbor", "rows.jsonl", "--images", "--out", "hb"]);
+    assert_eq!(harbor.status.code(), Some(2), "{}", stderr(&harbor));
+    assert!(
+        stderr(&harbor).contains("--images applies to swebench only, not to harbor"),
+        "{}",
+        stderr(&harbor)
+    );
+}
+
 #[test]
 fn swebench_bad_input_names_the_file_row_and_field() {
     let dir = fixtures().join("swebench");
