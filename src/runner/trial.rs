@@ -107,6 +107,7 @@ pub async fn run_trial(
                 network: environment.network,
                 home: dir.join(home),
                 readable: Vec::new(),
+                writable: Vec::new(),
                 label: envs.label.clone(),
             }
             .borrowing_objects_of(history),
@@ -210,9 +211,10 @@ pub async fn run_trial(
                         scratch.clone(),
                         endpoint,
                     );
-                    Arc::new(match &agent_sandbox {
-                        Some(policy) => agent.sandboxed(policy.clone()),
-                        None => agent,
+                    Arc::new(match (&agent_container, &agent_sandbox) {
+                        (Some(policy), _) => agent.contained(policy.clone()),
+                        (None, Some(policy)) => agent.sandboxed(policy.clone()),
+                        (None, None) => agent,
                     })
                 }
             })
