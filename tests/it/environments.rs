@@ -387,6 +387,63 @@ fn a_real_cli_runs_inside_the_tasks_container() {
     assert_no_leftovers(&work);
 }
 
+/// The other CLIs that need nothing of the image run in it too: opencode (native), and
+/// mini-swe-agent and aider from their virtualenv, whose Python is mounted with it; their files
+/// in the trial's folder (mini-swe-agent's trajectory, aider's history) are written through.
+#[test]
+fn the_native_and_virtualenv_clis_run_inside_the_container() {
+    let test = "environments::the_native_and_virtualenv_clis_run_inside_the_container";
+    let kinds = [
+        HarnessKind::Opencode,
+        HarnessKind::MiniSweAgent,
+        HarnessKind::Aider,
+    ];
+    if !have_podman_image(test) || !kinds.iter().all(|&kind| have_cli(test, kind)) {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_files(
+        root,
+        &[(
+            "model.yaml",
+            "steps:\n  - text: I'll create hello.txt.\n    write: {path: hello.txt, content: \"hello from the script\\n\"}\n  - shell: cat hello.txt\n  - text: Done.\n",
+        )],
+    );
+    let price = "model: fake-model, price: {input: 3, output: 15}";
+    write_suite(
+        root,
+        &format!(
+            "name: env\nrepo: repo\nagents:\n  opencode: {{kind: opencode, endpoint: scripted:model.yaml, {price}}}\n  mini: {{kind: mini-swe-agent, endpoint: scripted:model.yaml, {price}, env: {{MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT: '1'}}}}\n  aider: {{kind: aider, endpoint: scripted:model.yaml, {price}, args: [--edit-format, diff]}}\ntasks:\n  - id: hello\n    instruction: Create hello.txt, then show it.\n    environment: {{image: {BASE}, network: host}}\n    verify: grep -q 'hello from the script' hello.txt\n"
+        ),
+    );
+    let (output, work, out) = run_suite(root, &[]);
+    let records = trials(&out);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}\n{records:?}",
+        stderr(&output)
+    );
+    for agent in ["opencode", "mini", "aider"] {
+        assert_outcome(&records, "hello", agent, "pass");
+        let dir = out.join(format!("trials/hello/{agent}/1"));
+        let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+        assert!(
+            events.starts_with(&format!(
+                "{{\"type\":\"system\",\"subtype\":\"spawn\",\"message\":\"in the container {BASE}: "
+            )),
+            "{agent}: {events}"
+        );
+    }
+    let trajectory = out.join("trials/hello/mini/1/trajectory.json");
+    let trajectory = std::fs::read_to_string(&trajectory).unwrap();
+    assert!(trajectory.contains("hello.txt"), "{trajectory}");
+    let history = out.join("trials/hello/aider/1/aider.chat.history.md");
+    assert!(std::fs::metadata(&history).unwrap().len() > 0);
+    assert_no_leftovers(&work);
+}
+
 /// A CLI that needs what the image lacks (Codex runs through `node`; the base image has none)
 /// stops the run before any trial, naming the image, the agent and the tool.
 #[test]
