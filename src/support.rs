@@ -3,6 +3,16 @@
 
 use std::time::Duration;
 
+/// Whether a variable name looks like it holds a secret (`*API_KEY`, `*_TOKEN`, `*SECRET*`,
+/// `*PASSWORD*`): its value is redacted from a trial's files and kept out of command lines.
+pub fn is_secret_name(name: &str) -> bool {
+    let name = name.to_ascii_uppercase();
+    name.ends_with("API_KEY")
+        || name.ends_with("_TOKEN")
+        || name.contains("SECRET")
+        || name.contains("PASSWORD")
+}
+
 /// Quotes `text` for `sh` when it holds anything but safe characters (an empty string too).
 pub fn shell_quote(text: &str) -> String {
     if !text.is_empty()

@@ -4,10 +4,12 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use indexmap::IndexMap;
 use sha2::{Digest, Sha256};
 
 use super::RunError;
-use crate::suite::{Suite, Task, hash_tree};
+use crate::agent::harness::{container_mounts, find_program, image_needs};
+use crate::suite::{AgentSpec, Suite, Task, hash_tree};
 use crate::workspace::{ContainerError, ContainerPolicy, ImageSource, Runtime};
 
 /// What trials need to run their tasks' commands in containers.
@@ -41,6 +43,7 @@ impl Environments {
                 network: environment.network,
                 home,
                 readable: Vec::new(),
+                writable: Vec::new(),
                 label: self.label.clone(),
             }
             .borrowing_objects_of(history),
@@ -72,10 +75,12 @@ pub fn built_tag(dockerfile: &Path, context: &Path) -> String {
     format!("localhost/deltabench-env:{}", &hex[..16])
 }
 
-/// Checks the runtime, builds what is missing, and starts each image once. Blocking.
+/// Checks the runtime, builds what is missing, starts each image once, and checks in each image
+/// what the plan's real agent CLIs need there (`node`, the virtualenv's Python). Blocking.
 pub fn prepare(
     suite: &Suite,
     tasks: &[usize],
+    agents: &IndexMap<String, AgentSpec>,
     runtime: Option<&Runtime>,
     label: &str,
     cache: &Path,
@@ -128,10 +133,51 @@ pub fn prepare(
         }
         images.insert(i, image);
     }
+    check_clis(runtime, agents, &images, label)?;
     Ok(Environments {
         runtime: Some(runtime.clone()),
         images,
         ids,
         label: label.to_owned(),
     })
+}
+
+/// For each (image, real agent CLI) pair of the plan, checks in the image that what the CLI
+/// needs besides its mounted installation is there; the first lack stops the run.
+fn check_clis(
+    runtime: &Runtime,
+    agents: &IndexMap<String, AgentSpec>,
+    images: &HashMap<usize, String>,
+    label: &str,
+) -> Result<(), RunError> {
+    let mut images: Vec<&String> = images.values().collect();
+    images.sort();
+    images.dedup();
+    for (name, spec) in agents {
+        let Some((kind, cli)) = spec.as_harness() else {
+            continue;
+        };
+        // The plan checked it is installed.
+        let Ok(program) = find_program(kind, cli.binary.as_deref()) else {
+            continue;
+        };
+        let needs = image_needs(kind, &program);
+        if needs.is_empty() {
+            continue;
+        }
+        let mounts = container_mounts(&program);
+        for image in &images {
+            let lack = runtime
+                .lacks(image, label, &mounts, &needs)
+                .map_err(|ContainerError(message)| config(message))?;
+            if let Some(i) = lack {
+                let need = &needs[i];
+                return Err(config(format!(
+                    "image {image} lacks {}, which agent '{name}' ({kind}) needs: {}; no trial ran\nhint: {}",
+                    need.tool, need.why, need.hint
+                )));
+            }
+        }
+    }
+    Ok(())
 }

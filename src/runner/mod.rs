@@ -219,11 +219,12 @@ async fn carry_out(
         let staging = root.clone();
         let cache = plan.request.cache.clone();
         let tasks = plan.tasks.clone();
+        let agents = plan.agents.clone();
         let (runtime, label) = (runtime.clone(), label.clone());
         let prepared = tokio::task::spawn_blocking(move || {
             // Containers before the source: a missing image stops the run soonest.
             let environments =
-                environments::prepare(&suite, &tasks, runtime.as_ref(), &label, &cache)?;
+                environments::prepare(&suite, &tasks, &agents, runtime.as_ref(), &label, &cache)?;
             let (source, commits) = prepare(&suite, &staging, &cache.join("sources"), &tasks)?;
             Ok((source, commits, environments))
         })

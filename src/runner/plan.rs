@@ -233,7 +233,9 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
 }
 
 /// What can be known about the real CLI agents before anything runs: the CLI is installed, it
-/// has a key for a remote endpoint, and a sandboxed one can reach a loopback endpoint.
+/// has a key for a remote endpoint, and a sandboxed or contained one can reach a loopback
+/// endpoint. (What the CLI needs from a task's image is checked in the image, before any
+/// trial: `environments::prepare`.)
 fn check_cli_agents(
     suite: &Suite,
     agents: &IndexMap<String, AgentSpec>,
@@ -241,28 +243,13 @@ fn check_cli_agents(
 ) -> Result<(), PlanError> {
     let sandboxed = tasks
         .iter()
-        .any(|&i| suite.tasks[i].isolation == Isolation::Sandbox);
+        .map(|&i| &suite.tasks[i])
+        // With an environment the container is the sandbox (checked below).
+        .any(|t| t.isolation == Isolation::Sandbox && t.environment.is_none());
     for (name, spec) in agents {
         let Some((kind, config)) = spec.as_harness() else {
             continue;
         };
-        // Running the CLI on the host would misreport where the task's commands ran.
-        if let Some(task) = tasks
-            .iter()
-            .map(|&i| &suite.tasks[i])
-            .find(|t| t.environment.is_some())
-        {
-            return Err(PlanError::new(
-                format!(
-                    "agent '{name}' ({kind}) cannot run task '{}': the task has an `environment:`, and real agent CLIs do not run inside containers yet",
-                    task.id
-                ),
-                Some(
-                    "use a `command` agent (it runs inside the container), or run the task without its environment"
-                        .into(),
-                ),
-            ));
-        }
         if let Err(err) = find_program(kind, config.binary.as_deref()) {
             return Err(PlanError::new(
                 format!("agent '{name}' ({kind}): {err}"),
@@ -308,6 +295,27 @@ fn check_cli_agents(
                     "agent '{name}' ({kind}) talks to {local} on this machine, which a sandboxed task (network `none`) cannot reach"
                 ),
                 Some("set `network: host` on the agent".into()),
+            ));
+        }
+        // A container with network `none` has its own loopback only.
+        if config.network.is_none()
+            && let Some(local) = local
+            && let Some(task) = tasks.iter().map(|&i| &suite.tasks[i]).find(|t| {
+                t.environment
+                    .as_ref()
+                    .is_some_and(|environment| environment.network.is_none())
+            })
+        {
+            return Err(PlanError::new(
+                format!(
+                    "{}: agent '{name}' ({kind}) talks to {local} on this machine, which task '{}' cannot reach from its container (its environment's network is `none`)",
+                    suite.path.display(),
+                    task.id
+                ),
+                Some(format!(
+                    "add `network: host` to the `environment:` of task '{}' (or set `network: host` on the agent)",
+                    task.id
+                )),
             ));
         }
     }

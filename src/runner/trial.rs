@@ -211,9 +211,10 @@ pub async fn run_trial(
                         scratch.clone(),
                         endpoint,
                     );
-                    Arc::new(match &agent_sandbox {
-                        Some(policy) => agent.sandboxed(policy.clone()),
-                        None => agent,
+                    Arc::new(match (&agent_container, &agent_sandbox) {
+                        (Some(policy), _) => agent.contained(policy.clone()),
+                        (None, Some(policy)) => agent.sandboxed(policy.clone()),
+                        (None, None) => agent,
                     })
                 }
             })

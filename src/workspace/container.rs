@@ -263,6 +263,53 @@ impl Runtime {
         )))
     }
 
+    /// Runs each need's test in `image`, with `mounts` mounted read-only at their host paths:
+    /// the index of the first that fails, or `None` when the image has everything.
+    pub fn lacks(
+        &self,
+        image: &str,
+        label: &str,
+        mounts: &[PathBuf],
+        needs: &[ImageNeed],
+    ) -> Result<Option<usize>, ContainerError> {
+        let mut script = String::new();
+        for (i, need) in needs.iter().enumerate() {
+            script.push_str(&format!(
+                "if ! ( {} ) >/dev/null 2>&1; then echo {MISSING}{i}; exit 3; fi\n",
+                need.test
+            ));
+        }
+        let mut command = self.command();
+        command.args(["run", "--rm", "--pull=never", "--network=none"]);
+        command.arg("--label").arg(format!("{RUN_LABEL}={label}"));
+        for path in mounts.iter().filter(|p| p.is_absolute() && p.exists()) {
+            let mut bind = path.as_os_str().to_owned();
+            bind.push(":");
+            bind.push(path.as_os_str());
+            bind.push(":ro");
+            command.arg("-v").arg(bind);
+        }
+        let out = command
+            .args([image, "sh", "-c", &script])
+            .output()
+            .map_err(|e| ContainerError(format!("cannot start {}: {e}", self.program.display())))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if let Some(i) = stdout
+            .lines()
+            .find_map(|line| line.strip_prefix(MISSING)?.trim().parse::<usize>().ok())
+        {
+            return Ok(Some(i));
+        }
+        if out.status.success() {
+            return Ok(None);
+        }
+        Err(ContainerError(format!(
+            "image {image} could not run the agent CLI's checks ({}):\n{}",
+            exit_text(&out.status),
+            tail(&String::from_utf8_lossy(&out.stderr), LOG_TAIL_LINES)
+        )))
+    }
+
     /// Removes every container labelled with run `label` (with `dry_run`, only lists them).
     /// Returns the ids removed.
     pub fn remove_labelled(&self, label: &str, dry_run: bool) -> Result<Vec<String>, String> {
@@ -294,6 +341,22 @@ impl Runtime {
         Ok(ids)
     }
 }
+
+/// What an agent CLI needs from an image: a shell test that succeeds when it is there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageNeed {
+    /// What is missing when the test fails (`node`).
+    pub tool: String,
+    /// Why the CLI needs it.
+    pub why: String,
+    /// A `sh` command line, run with the CLI's installation mounted.
+    pub test: String,
+    /// How to give the image what it lacks.
+    pub hint: String,
+}
+
+/// How [`Runtime::lacks`]'s script names the need that failed.
+const MISSING: &str = "deltabench-missing:";
 
 fn which(program: &Path) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
@@ -333,6 +396,8 @@ pub struct ContainerPolicy {
     pub home: PathBuf,
     /// Host paths mounted read-only at the same path.
     pub readable: Vec<PathBuf>,
+    /// Host paths (files or folders) mounted read-write at the same path.
+    pub writable: Vec<PathBuf>,
     /// The run's lease id: the containers' label, and part of their names.
     pub label: String,
 }
@@ -356,6 +421,13 @@ impl ContainerPolicy {
     /// Mounts `path` read-only at the same path (it must exist when the command starts).
     pub fn readable(mut self, path: impl Into<PathBuf>) -> Self {
         self.readable.push(path.into());
+        self
+    }
+
+    /// Mounts `path` read-write at the same path (it must exist when the command starts): a
+    /// file of the trial's own that the command writes (an agent CLI's trajectory).
+    pub fn writable(mut self, path: impl Into<PathBuf>) -> Self {
+        self.writable.push(path.into());
         self
     }
 
@@ -441,9 +513,22 @@ impl ContainerPolicy {
             argv.push("-v".into());
             argv.push(bind(path, path, ":ro"));
         }
+        for path in self.writable.iter().filter(|p| p.is_absolute()) {
+            argv.push("-v".into());
+            argv.push(bind(path, path, ":rw"));
+        }
         let mut env = vec![(OsString::from("HOME"), self.home.clone().into_os_string())];
         env.extend(std::mem::take(&mut spec.env));
         for (key, value) in env {
+            // A secret's value stays out of the command line, which Podman keeps in the
+            // container's configuration on disk (`CreateCommand`): `-e KEY` takes it from the
+            // client's environment instead.
+            if crate::support::is_secret_name(&key.to_string_lossy()) {
+                argv.push("-e".into());
+                argv.push(key.clone());
+                spec.env.push((key, value));
+                continue;
+            }
             // Only the workspace moves: a value naming it names the workdir inside.
             let value = match Path::new(&value).strip_prefix(workspace) {
                 Ok(rest) if rest.as_os_str().is_empty() => self.workdir.clone().into_os_string(),
@@ -475,7 +560,8 @@ impl ContainerPolicy {
         }
         argv.append(&mut spec.argv);
         spec.argv = argv;
-        // The client needs nothing of the command's environment: it went in with -e.
+        // The client needs nothing of the command's environment but the secrets: the rest went
+        // in with -e.
         spec.clear_env = false;
         spec.status_fd = marked;
         spec.cleanup = Some(vec![
@@ -523,6 +609,7 @@ mod tests {
             network: Network::None,
             home,
             readable: Vec::new(),
+            writable: Vec::new(),
             label: "run-1".into(),
         }
     }
@@ -569,6 +656,39 @@ mod tests {
         assert!(name.starts_with("deltabench-run-1-"), "{name}");
         assert_eq!(cleanup.last().unwrap().to_string_lossy(), name);
         assert!(dir.path().join("home").is_dir());
+    }
+
+    #[test]
+    fn a_secret_stays_out_of_the_command_line_and_writable_paths_are_mounted_rw() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let trajectory = dir.path().join("trajectory.json");
+        let spec = CommandSpec::shell("true", &ws)
+            .env("ANTHROPIC_API_KEY", "sk-very-secret-value")
+            .env("MODEL", "m");
+        let wrapped = policy(dir.path().join("home"))
+            .writable(&trajectory)
+            .wrap(&ws, spec)
+            .unwrap();
+        let joined: String = wrapped
+            .argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(!joined.contains("sk-very-secret-value"), "{joined}");
+        assert!(
+            joined.contains("-e ANTHROPIC_API_KEY -e MODEL=m "),
+            "{joined}"
+        );
+        // The client passes it on from its own environment.
+        assert_eq!(
+            wrapped.env,
+            [("ANTHROPIC_API_KEY".into(), "sk-very-secret-value".into())]
+        );
+        let t = trajectory.display();
+        assert!(joined.contains(&format!("-v {t}:{t}:rw")), "{joined}");
     }
 
     #[test]

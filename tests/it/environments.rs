@@ -5,6 +5,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use deltabench::agent::harness::{HarnessKind, find_program};
+
 use crate::common::{
     assert_no_leftovers, deltabench, have_tool, one_file_repo, run_suite, stderr, stdout, trials,
     write_files, write_suite,
@@ -12,6 +14,9 @@ use crate::common::{
 use crate::crash::{mounts_under, processes_with};
 
 pub const BASE: &str = "localhost/deltabench-base:bookworm";
+/// The base plus `only-in-image` (tests/images/only-in-image/, built by `build-base.sh
+/// --with-derived`).
+const ONLY_IN_IMAGE: &str = "localhost/deltabench-only-in-image:latest";
 
 /// Whether Podman and the base image are here (see [`have_tool`]).
 pub fn have_podman_image(test: &str) -> bool {
@@ -282,8 +287,10 @@ fn a_missing_image_or_runtime_stops_the_run_before_any_trial() {
     assert_no_leftovers(&root.join("work"));
 }
 
+/// A container with network `none` has its own loopback only: a real CLI talking to a loopback
+/// endpoint is refused at plan time, as under the sandbox.
 #[test]
-fn a_real_cli_with_an_environment_is_refused_at_plan_time() {
+fn a_real_cli_with_a_local_endpoint_needs_the_host_network_in_a_container() {
     let tmp = one_file_repo();
     let root = tmp.path();
     write_suite(
@@ -291,13 +298,181 @@ fn a_real_cli_with_an_environment_is_refused_at_plan_time() {
         "name: env\nrepo: repo\nagents:\n  claude: {kind: claude-code, binary: /bin/true, endpoint: \"http://127.0.0.1:9\"}\ndefaults:\n  environment: {image: localhost/x:1}\ntasks:\n  - id: t\n    instruction: do it\n    verify: \"true\"\n",
     );
     let (output, _, out) = run_suite(root, &["--agent", "claude"]);
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
     assert!(
-        stderr(&output).contains("real agent CLIs do not run inside containers yet"),
-        "{}",
-        stderr(&output)
+        err.contains("suite.yaml: agent 'claude' (claude-code) talks to http://127.0.0.1:9 on this machine, which task 't' cannot reach from its container (its environment's network is `none`)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("hint: add `network: host` to the `environment:` of task 't'"),
+        "{err}"
     );
     assert!(!out.exists());
+}
+
+/// Whether `kind`'s CLI is installed (see [`have_tool`]).
+fn have_cli(test: &str, kind: HarnessKind) -> bool {
+    let found = find_program(kind, None);
+    have_tool(
+        test,
+        &format!(
+            "{kind} (.ci/install-agents): {}",
+            found.clone().err().unwrap_or_default()
+        ),
+        found.is_ok(),
+    )
+}
+
+/// Claude Code (a native program: the image needs nothing of its own for it) runs in the task's
+/// container against the scripted endpoint: its write lands at the workdir, and its shell call
+/// runs a tool only the image has.
+#[test]
+fn a_real_cli_runs_inside_the_tasks_container() {
+    let test = "environments::a_real_cli_runs_inside_the_tasks_container";
+    if !have_podman_image(test) || !have_cli(test, HarnessKind::ClaudeCode) {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_files(
+        root,
+        &[(
+            "model.yaml",
+            "usage: {input_tokens: 1000, output_tokens: 20}\nsteps:\n  - text: I'll create hello.txt.\n    write: {path: hello.txt, content: \"hello from the script\\n\"}\n  - shell: only-in-image > out.txt\n  - text: Done.\n",
+        )],
+    );
+    write_suite(
+        root,
+        &format!(
+            "name: env\nrepo: repo\nagents:\n  a:\n    kind: claude-code\n    endpoint: scripted:model.yaml\n    model: claude-sonnet-4-5\n    env: {{CLAUDE_CODE_MAX_RETRIES: '0'}}\ntasks:\n  - id: hello\n    instruction: Create hello.txt, then run only-in-image into out.txt.\n    environment: {{image: {ONLY_IN_IMAGE}, network: host}}\n    verify: grep -q 'hello from the script' hello.txt && only-in-image --verify out.txt\n"
+        ),
+    );
+    let (output, work, out) = run_suite(root, &[]);
+    let records = trials(&out);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}\n{records:?}",
+        stderr(&output)
+    );
+    assert_outcome(&records, "hello", "a", "pass");
+    let dir = out.join("trials/hello/a/1");
+    let events: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let spawn = events[0]["message"].as_str().unwrap();
+    assert!(
+        spawn.starts_with(&format!("in the container {ONLY_IN_IMAGE}: ")),
+        "{spawn}"
+    );
+    // The CLI saw the workspace at the workdir (this machine has no /app).
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "tool_call" && e["args"].to_string().contains("/app/hello.txt")),
+        "{events:#?}"
+    );
+    let patch = std::fs::read_to_string(dir.join("diff.patch")).unwrap();
+    assert!(patch.contains("+hello from the script"), "{patch}");
+    assert!(patch.contains("+only-in-image was here"), "{patch}");
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).unwrap()).unwrap();
+    assert_eq!(
+        result["result"]["output"]["modified_files"],
+        serde_json::json!(["hello.txt"])
+    );
+    assert_no_leftovers(&work);
+}
+
+/// The other CLIs that need nothing of the image run in it too: opencode (native), and
+/// mini-swe-agent and aider from their virtualenv, whose Python is mounted with it; their files
+/// in the trial's folder (mini-swe-agent's trajectory, aider's history) are written through.
+#[test]
+fn the_native_and_virtualenv_clis_run_inside_the_container() {
+    let test = "environments::the_native_and_virtualenv_clis_run_inside_the_container";
+    let kinds = [
+        HarnessKind::Opencode,
+        HarnessKind::MiniSweAgent,
+        HarnessKind::Aider,
+    ];
+    if !have_podman_image(test) || !kinds.iter().all(|&kind| have_cli(test, kind)) {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_files(
+        root,
+        &[(
+            "model.yaml",
+            "steps:\n  - text: I'll create hello.txt.\n    write: {path: hello.txt, content: \"hello from the script\\n\"}\n  - shell: cat hello.txt\n  - text: Done.\n",
+        )],
+    );
+    let price = "model: fake-model, price: {input: 3, output: 15}";
+    write_suite(
+        root,
+        &format!(
+            "name: env\nrepo: repo\nagents:\n  opencode: {{kind: opencode, endpoint: scripted:model.yaml, {price}}}\n  mini: {{kind: mini-swe-agent, endpoint: scripted:model.yaml, {price}, env: {{MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT: '1'}}}}\n  aider: {{kind: aider, endpoint: scripted:model.yaml, {price}, args: [--edit-format, diff]}}\ntasks:\n  - id: hello\n    instruction: Create hello.txt, then show it.\n    environment: {{image: {BASE}, network: host}}\n    verify: grep -q 'hello from the script' hello.txt\n"
+        ),
+    );
+    let (output, work, out) = run_suite(root, &[]);
+    let records = trials(&out);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}\n{records:?}",
+        stderr(&output)
+    );
+    for agent in ["opencode", "mini", "aider"] {
+        assert_outcome(&records, "hello", agent, "pass");
+        let dir = out.join(format!("trials/hello/{agent}/1"));
+        let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+        assert!(
+            events.starts_with(&format!(
+                "{{\"type\":\"system\",\"subtype\":\"spawn\",\"message\":\"in the container {BASE}: "
+            )),
+            "{agent}: {events}"
+        );
+    }
+    let trajectory = out.join("trials/hello/mini/1/trajectory.json");
+    let trajectory = std::fs::read_to_string(&trajectory).unwrap();
+    assert!(trajectory.contains("hello.txt"), "{trajectory}");
+    let history = out.join("trials/hello/aider/1/aider.chat.history.md");
+    assert!(std::fs::metadata(&history).unwrap().len() > 0);
+    assert_no_leftovers(&work);
+}
+
+/// A CLI that needs what the image lacks (Codex runs through `node`; the base image has none)
+/// stops the run before any trial, naming the image, the agent and the tool.
+#[test]
+fn an_image_lacking_a_clis_interpreter_stops_the_run_before_any_trial() {
+    let test = "environments::an_image_lacking_a_clis_interpreter_stops_the_run";
+    if !have_podman_image(test) || !have_cli(test, HarnessKind::Codex) {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_files(root, &[("model.yaml", "steps:\n  - text: Done.\n")]);
+    write_suite(
+        root,
+        &format!(
+            "name: env\nrepo: repo\nagents:\n  a: {{kind: codex, endpoint: scripted:model.yaml, model: gpt-5.5}}\ntasks:\n  - id: t\n    instruction: do it\n    environment: {{image: {BASE}, network: host}}\n    verify: \"true\"\n"
+        ),
+    );
+    let (output, work, out) = run_suite(root, &[]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "image {BASE} lacks node, which agent 'a' (codex) needs"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("hint: add Node.js to the image"), "{err}");
+    assert!(!out.join("trials.jsonl").exists(), "a trial ran");
+    assert_no_leftovers(&work);
 }
 
 #[test]

@@ -175,23 +175,8 @@ impl CommandAgent {
         if let Some(failed) = sandbox_failure(self.sandbox.is_some(), &session, &ended) {
             return failed;
         }
-        // 125 is the runtime's own failure: the agent never ran, which is the harness's fault.
-        if self.container.is_some() && !container_started(&ended) {
-            let mut result = CodingResult::failed(
-                session,
-                CodingError::new(
-                    ErrorCode::SdkError,
-                    format!(
-                        "the container runtime could not start the agent: {}",
-                        ended.last_line()
-                    ),
-                ),
-            );
-            result
-                .output
-                .metadata
-                .insert(SANDBOX_FAILED.to_owned(), serde_json::json!(true));
-            return result;
+        if let Some(failed) = container_failure(self.container.is_some(), &session, &ended) {
+            return failed;
         }
 
         let mut result = if ended.cancelled {
@@ -230,6 +215,33 @@ impl CommandAgent {
 /// The key of a result's metadata that marks a sandbox that never started the agent: the
 /// trial is the harness's failure (`infra_error`, retried), not the agent's.
 pub const SANDBOX_FAILED: &str = "deltabench.sandbox_failed";
+
+/// When a contained command never started in its container (the runtime's own failure: the
+/// agent never ran, which is the harness's fault), the failed result that says so.
+pub(crate) fn container_failure(
+    contained: bool,
+    session: &str,
+    ended: &process::ProcessOutput,
+) -> Option<CodingResult> {
+    if !contained || container_started(ended) {
+        return None;
+    }
+    let mut result = CodingResult::failed(
+        session.to_owned(),
+        CodingError::new(
+            ErrorCode::SdkError,
+            format!(
+                "the container runtime could not start the agent: {}",
+                ended.last_line()
+            ),
+        ),
+    );
+    result
+        .output
+        .metadata
+        .insert(SANDBOX_FAILED.to_owned(), serde_json::json!(true));
+    Some(result)
+}
 
 /// When a sandboxed command never started inside bubblewrap, the failed result that says so.
 /// bubblewrap reports the child's start on its status fd, which the sandboxed processes do

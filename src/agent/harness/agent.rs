@@ -21,13 +21,13 @@ use super::{
     AiderParser, ClaudeParser, CodexParser, GeminiParser, MiniSweParser, OpencodeParser, ParsedRun,
     StreamParser,
 };
-use crate::agent::builtin::command::{sandbox_failure, sandboxed_spec};
+use crate::agent::builtin::command::{container_failure, sandbox_failure, sandboxed_spec};
 use crate::agent::{
     CodingAgent, CodingError, CodingHandle, CodingOutput, CodingResult, CodingStatus, CodingTask,
     ErrorCode, RunContext, StreamEvent, Usage, new_session_id,
 };
 use crate::process::{self, CommandSpec, StdoutLines};
-use crate::workspace::SandboxPolicy;
+use crate::workspace::{ContainerPolicy, ImageNeed, Network, SandboxPolicy};
 
 /// The CLI's wall-clock limit when neither the agent nor the task sets one: a CLI that waits
 /// forever on an unreachable API must not hold the run forever.
@@ -124,6 +124,7 @@ pub struct HarnessAgent {
     workspace: PathBuf,
     scratch: PathBuf,
     sandbox: Option<SandboxPolicy>,
+    container: Option<ContainerPolicy>,
 }
 
 impl HarnessAgent {
@@ -150,7 +151,24 @@ impl HarnessAgent {
             workspace: absolute(workspace),
             scratch: absolute(scratch),
             sandbox: None,
+            container: None,
         }
+    }
+
+    /// Runs the CLI in `policy`'s container (whose home must be this agent's [`Self::home`]),
+    /// its installation mounted read-only at its host paths ([`container_mounts`]); the network
+    /// is `host` when the environment or the agent asks.
+    pub fn contained(mut self, policy: ContainerPolicy) -> Self {
+        let network = match (policy.network, self.config.network) {
+            (Network::None, Network::None) => Network::None,
+            _ => Network::Host,
+        };
+        let mut policy = policy.network(network);
+        for root in container_mounts(&self.program) {
+            policy = policy.readable(root);
+        }
+        self.container = Some(policy);
+        self
     }
 
     /// Runs the CLI inside `policy`'s sandbox (whose home must be this agent's [`Self::home`]),
@@ -236,24 +254,28 @@ impl HarnessAgent {
             lines: lines_tx,
         });
         for (key, value) in &inv.env {
+            // In a container the image's PATH finds the task's tools; the CLI is run by its path.
+            if self.container.is_some() && key == "PATH" {
+                continue;
+            }
             spec = spec.env(key, value);
         }
-        let spec = match sandboxed_spec(self.sandbox.as_ref(), &self.workspace, spec) {
+        let spec = match &self.container {
+            Some(policy) => self.contained_spec(policy, &inv, spec),
+            None => sandboxed_spec(self.sandbox.as_ref(), &self.workspace, spec),
+        };
+        let spec = match spec {
             Ok(spec) => spec,
             Err(err) => return CodingResult::failed(fallback_session, err),
         };
+        let place = match (&self.container, &self.sandbox) {
+            (Some(policy), _) => format!("in the container {}: ", policy.image),
+            (None, Some(_)) => "in the sandbox: ".to_owned(),
+            (None, None) => String::new(),
+        };
         ctx.emit(StreamEvent::System {
             subtype: "spawn".into(),
-            message: format!(
-                "{}{} {}",
-                if self.sandbox.is_some() {
-                    "in the sandbox: "
-                } else {
-                    ""
-                },
-                self.program.display(),
-                inv.args.join(" ")
-            ),
+            message: format!("{place}{} {}", self.program.display(), inv.args.join(" ")),
             data: Some(json!({ "cli": kind, "endpoint": self.endpoint })),
         })
         .await;
@@ -329,13 +351,21 @@ impl HarnessAgent {
         if let Some(failed) = sandbox_failure(self.sandbox.is_some(), &fallback_session, &ended) {
             return failed;
         }
+        if let Some(failed) = container_failure(self.container.is_some(), &fallback_session, &ended)
+        {
+            return failed;
+        }
         if kind == HarnessKind::Aider {
             self.remove_aider_caches(&aider_caches_before);
         }
         let cumulative = parser.codex_cumulative();
         let parsed = parser
             .finish(ended.exit_code, &ended.output.text())
-            .relative_to(&self.workspace);
+            .relative_to(match &self.container {
+                // The CLI saw the workspace at the workdir.
+                Some(policy) => &policy.workdir,
+                None => &self.workspace,
+            });
         let session = parsed
             .session_id
             .clone()
@@ -402,6 +432,31 @@ impl HarnessAgent {
             ]),
         };
         result
+    }
+
+    /// `spec` wrapped in `policy`'s container, with the files of the trial the invocation names
+    /// outside the CLI's home (mini-swe-agent's trajectory, aider's history files) created and
+    /// mounted read-write at their paths.
+    fn contained_spec(
+        &self,
+        policy: &ContainerPolicy,
+        inv: &Invocation,
+        spec: CommandSpec,
+    ) -> Result<CommandSpec, CodingError> {
+        let fail = |err: std::io::Error| {
+            CodingError::new(
+                ErrorCode::SdkError,
+                format!("cannot prepare the container's files: {err}"),
+            )
+        };
+        let mut policy = policy.clone();
+        for path in scratch_files(inv, &self.scratch, &self.home()) {
+            if !path.exists() {
+                std::fs::File::create(&path).map_err(fail)?;
+            }
+            policy = policy.writable(path);
+        }
+        policy.wrap(&self.workspace, spec).map_err(fail)
     }
 
     /// Writes the invocation's config files.
@@ -605,6 +660,164 @@ fn save_thread_usage(file: &Path, thread: &str, total: Usage) {
     }
 }
 
+/// The files of the trial's own folder (`scratch`, outside `home`) that the invocation's
+/// arguments name: the CLI writes or reads them, so a container mounts them.
+fn scratch_files(inv: &Invocation, scratch: &Path, home: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = inv
+        .args
+        .iter()
+        .map(|arg| match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => value,
+            _ => arg.as_str(),
+        })
+        .map(PathBuf::from)
+        .filter(|path| path.starts_with(scratch) && !path.starts_with(home) && path != scratch)
+        .collect();
+    files.extend(inv.trajectory.iter().cloned());
+    files.sort();
+    files.dedup();
+    files
+}
+
+/// What of a CLI's installation a container mounts at its host paths: the folders
+/// [`install_roots`] finds, but never a system folder (`/usr`, `/usr/local/bin`, ...), which
+/// would cover the image's own; a CLI or Python installed there must be in the image.
+pub fn container_mounts(program: &Path) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = install_roots(program)
+        .into_iter()
+        .filter(|path| path.is_file() || !is_system_folder(path))
+        .collect();
+    roots.sort();
+    roots.dedup();
+    roots
+}
+
+fn is_system_folder(path: &Path) -> bool {
+    const TOPS: [&str; 14] = [
+        "usr", "bin", "sbin", "lib", "lib32", "lib64", "etc", "opt", "var", "run", "tmp", "proc",
+        "sys", "dev",
+    ];
+    let parts: Vec<String> = path
+        .components()
+        .skip(1)
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    match parts.first() {
+        None => true,
+        Some(top) if TOPS.contains(&top.as_str()) => {
+            // `/usr/bin`, `/usr/local/lib`: shared by everything in the image.
+            let shared = ["bin", "sbin", "lib", "lib64", "share", "include", "local"];
+            parts.len() == 1
+                || (parts.len() == 2 && shared.contains(&parts[1].as_str()))
+                || (parts.len() == 3 && parts[1] == "local" && shared.contains(&parts[2].as_str()))
+        }
+        Some(_) => false,
+    }
+}
+
+/// What `program` (the CLI `kind` runs) needs from an image besides its installation, which
+/// is mounted: the interpreter its `#!` line names (`node` for Codex and Gemini CLI), or for a
+/// virtualenv's script its Python, which must run there. A native program needs nothing.
+pub fn image_needs(kind: HarnessKind, program: &Path) -> Vec<ImageNeed> {
+    let real = program
+        .canonicalize()
+        .unwrap_or_else(|_| program.to_owned());
+    let mut head = [0u8; 256];
+    let read = std::fs::File::open(&real)
+        .and_then(|mut file| std::io::Read::read(&mut file, &mut head))
+        .unwrap_or(0);
+    let head = &head[..read];
+    let Some(line) = head
+        .strip_prefix(b"#!")
+        .and_then(|rest| rest.split(|&b| b == b'\n').next())
+    else {
+        return Vec::new();
+    };
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.split_whitespace();
+    let Some(interpreter) = words.next() else {
+        return Vec::new();
+    };
+    let name = if Path::new(interpreter)
+        .file_name()
+        .is_some_and(|n| n == "env")
+    {
+        words.find(|w| !w.starts_with('-')).map(str::to_owned)
+    } else {
+        None
+    };
+    let shown = program.display();
+    if let Some(name) = name {
+        let mut needs = vec![ImageNeed {
+            tool: name.clone(),
+            why: format!("{shown} is a `#!/usr/bin/env {name}` script"),
+            test: format!("command -v {}", crate::support::shell_quote(&name)),
+            hint: match name.as_str() {
+                "node" => "add Node.js to the image (Debian: apt-get install nodejs)".to_owned(),
+                other => format!("install {other} in the image, on its PATH"),
+            },
+        }];
+        if name == "node" && kind == HarnessKind::GeminiCli {
+            needs.push(ImageNeed {
+                tool: "Node.js 20 or newer".into(),
+                why: format!("{kind}'s code does not parse on older versions"),
+                test: "node -e 'process.exit(parseInt(process.versions.node) >= 20 ? 0 : 1)'"
+                    .into(),
+                hint: "install Node.js 20 or newer in the image (Debian 12's nodejs is 18)".into(),
+            });
+        }
+        return needs;
+    }
+    let interpreter = Path::new(interpreter);
+    let venv = interpreter
+        .ancestors()
+        .find(|dir| dir.join("pyvenv.cfg").is_file());
+    match venv {
+        Some(venv) => {
+            let cfg = std::fs::read_to_string(venv.join("pyvenv.cfg")).unwrap_or_default();
+            let field = |key: &str| {
+                cfg.lines()
+                    .filter_map(|line| line.split_once('='))
+                    .find(|(k, _)| k.trim() == key)
+                    .map(|(_, v)| v.trim().to_owned())
+                    .unwrap_or_default()
+            };
+            let (version, home) = (field("version"), field("home"));
+            let system = is_system_folder(Path::new(&home))
+                || Path::new(&home).parent().is_some_and(is_system_folder);
+            vec![ImageNeed {
+                tool: format!("Python {version}"),
+                why: format!(
+                    "{shown} runs in the virtualenv {}, made from the Python in {home}",
+                    venv.display()
+                ),
+                test: format!(
+                    "{} -c 'import ssl'",
+                    crate::support::shell_quote(&interpreter.to_string_lossy())
+                ),
+                hint: if system {
+                    format!(
+                        "install Python {version} in the image at {home}, or make the virtualenv from a Python outside the system folders (it is then mounted)"
+                    )
+                } else {
+                    format!(
+                        "the Python in {home} is mounted but does not run there: use an image whose C library is at least as new as this machine's"
+                    )
+                },
+            }]
+        }
+        None => vec![ImageNeed {
+            tool: interpreter.display().to_string(),
+            why: format!("{shown} is a `#!{}` script", interpreter.display()),
+            test: format!(
+                "test -x {}",
+                crate::support::shell_quote(&interpreter.to_string_lossy())
+            ),
+            hint: format!("install {} in the image", interpreter.display()),
+        }],
+    }
+}
+
 /// What a sandboxed CLI must be able to read: its whole installation (the `node_modules` or
 /// virtualenv its launcher belongs to), not just the launcher, and for a virtualenv the Python
 /// installation its interpreter links to (`home =` in `pyvenv.cfg`).
@@ -659,6 +872,66 @@ mod tests {
             find_program(HarnessKind::Codex, Some(Path::new("no-such-codex-binary"))).unwrap_err();
         assert!(err.contains("not on PATH"), "{err}");
         assert!(find_program(HarnessKind::Codex, Some(Path::new("sh"))).is_ok());
+    }
+
+    #[test]
+    fn a_container_never_mounts_a_system_folder() {
+        for system in [
+            "/",
+            "/usr",
+            "/usr/bin",
+            "/usr/local/bin",
+            "/usr/local",
+            "/opt",
+            "/lib64",
+        ] {
+            assert!(is_system_folder(Path::new(system)), "{system}");
+        }
+        for own in [
+            "/root/.pyenv/versions/3.11.7",
+            "/root/.cache/deltabench/agents/npm/node_modules",
+            "/usr/lib/node_modules",
+            "/opt/node",
+        ] {
+            assert!(!is_system_folder(Path::new(own)), "{own}");
+        }
+    }
+
+    #[test]
+    fn image_needs_follow_the_programs_interpreter() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let node = write("codex.js", "#!/usr/bin/env node\nconsole.log(1)\n");
+        let needs = image_needs(HarnessKind::Codex, &node);
+        assert_eq!(needs.len(), 1, "{needs:?}");
+        assert_eq!(needs[0].tool, "node");
+        assert_eq!(needs[0].test, "command -v node");
+        // Gemini CLI also needs a recent Node.js.
+        assert_eq!(image_needs(HarnessKind::GeminiCli, &node).len(), 2);
+        let native = write("claude.exe", "\x7fELF\x02\x01\x01");
+        assert_eq!(image_needs(HarnessKind::ClaudeCode, &native), []);
+        // A virtualenv's script: its Python must run in the image.
+        let venv = dir.path().join("venv");
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        std::fs::write(
+            venv.join("pyvenv.cfg"),
+            "home = /usr/bin\nversion = 3.11.2\n",
+        )
+        .unwrap();
+        let python = venv.join("bin/python3");
+        let aider = write("aider", &format!("#!{}\nimport aider\n", python.display()));
+        let needs = image_needs(HarnessKind::Aider, &aider);
+        assert_eq!(needs.len(), 1, "{needs:?}");
+        assert_eq!(needs[0].tool, "Python 3.11.2");
+        assert!(
+            needs[0].test.ends_with("/venv/bin/python3 -c 'import ssl'"),
+            "{needs:?}"
+        );
+        assert!(needs[0].hint.contains("at /usr/bin"), "{needs:?}");
     }
 
     #[test]

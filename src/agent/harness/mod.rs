@@ -41,7 +41,9 @@ use serde_json::Value;
 
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
 
-pub use agent::{HarnessAgent, agent_tool_dir, find_program, is_loopback};
+pub use agent::{
+    HarnessAgent, agent_tool_dir, container_mounts, find_program, image_needs, is_loopback,
+};
 pub use aider::AiderParser;
 pub use claude::ClaudeParser;
 pub use codex::CodexParser;

@@ -32,14 +32,7 @@ pub const MIN_SECRET_LEN: usize = 8;
 #[derive(Debug, Default)]
 pub struct Secrets(Vec<(String, String)>);
 
-/// Whether a variable name looks like it holds a secret.
-pub fn is_secret_name(name: &str) -> bool {
-    let name = name.to_ascii_uppercase();
-    name.ends_with("API_KEY")
-        || name.ends_with("_TOKEN")
-        || name.contains("SECRET")
-        || name.contains("PASSWORD")
-}
+pub use crate::support::is_secret_name;
 
 impl Secrets {
     pub fn collect<'a>(vars: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
