@@ -238,11 +238,48 @@ fn agents_of(summaries: &[AgentSummary]) -> Vec<String> {
 /// The terminal report: the summary table, then the per-task table.
 pub fn text(run: &StoredRun, summaries: &[AgentSummary]) -> String {
     let agents = agents_of(summaries);
-    format!(
+    let mut out = format!(
         "{}\n{FALSE_CLAIMS_NOTE}\n\nPer task: {PER_TASK_NOTE}\n{}\n",
         table(summaries),
         per_task_table(&per_task(run, &agents), &agents)
-    )
+    );
+    let explained = graded_not_passed(run);
+    if !explained.is_empty() {
+        let _ = writeln!(out, "\n{GRADER_NOTE}:");
+        for record in explained.iter().take(GRADER_NOTES_SHOWN) {
+            let _ = writeln!(
+                out,
+                "{} / {} #{}: {}",
+                record.task,
+                record.agent,
+                record.trial,
+                record.reason.as_deref().unwrap_or("not passed")
+            );
+            for line in record.grader.as_deref().unwrap_or_default().lines() {
+                let _ = writeln!(out, "    {line}");
+            }
+        }
+        if explained.len() > GRADER_NOTES_SHOWN {
+            let _ = writeln!(
+                out,
+                "... and {} more (each trial folder's grader.log has the whole explanation)",
+                explained.len() - GRADER_NOTES_SHOWN
+            );
+        }
+    }
+    out
+}
+
+const GRADER_NOTE: &str = "Not passed, as the grader explained";
+/// The terminal report lists this many graded trials that did not pass; markdown lists all.
+const GRADER_NOTES_SHOWN: usize = 10;
+
+/// Scored trials that did not pass and carry a grader's explanation.
+fn graded_not_passed(run: &StoredRun) -> Vec<&TrialRecord> {
+    run.trials
+        .iter()
+        .filter(|r| matches!(r.outcome, Outcome::Fail | Outcome::Invalid) && r.grader.is_some())
+        .collect()
 }
 
 /// A markdown report fit for `$GITHUB_STEP_SUMMARY`.
@@ -283,6 +320,24 @@ pub fn markdown(run: &StoredRun, summaries: &[AgentSummary]) -> String {
         "Invalid (the verifier gave no evidence; counted as not passed)",
         |r| r.invalid.as_deref(),
     );
+    let explained = graded_not_passed(run);
+    if !explained.is_empty() {
+        let _ = writeln!(out, "\n### {GRADER_NOTE}\n");
+        for record in explained {
+            // Indented four spaces under the item: a code block no output can close.
+            let _ = writeln!(
+                out,
+                "- `{}` / `{}` #{}: {}\n",
+                record.task,
+                record.agent,
+                record.trial,
+                record.reason.as_deref().unwrap_or("not passed")
+            );
+            for line in record.grader.as_deref().unwrap_or_default().lines() {
+                let _ = writeln!(out, "      {line}");
+            }
+        }
+    }
     out
 }
 

@@ -306,6 +306,9 @@ pub async fn run_trial(
                         expected: inputs.expected.get(&task.id),
                     });
                     record.apply(&verdict);
+                    if matches!(task.metric, MetricSpec::Grader { .. }) {
+                        record.grader = grader_explanation(&dir.join(layout::GRADER_LOG));
+                    }
                 }
                 Err(e) => {
                     record.infra_error =
@@ -409,6 +412,43 @@ fn describe_result(record: &mut TrialRecord, result: &CodingResult) {
         cost_usd: u.cost_usd,
         cost_estimated: u.cost_estimated,
     });
+}
+
+/// The most of a grader's explanation a record keeps; the whole is in `grader.log`.
+const EXPLANATION_MAX_LINES: usize = 12;
+const EXPLANATION_MAX_BYTES: usize = 2000;
+
+/// What a grader printed before its verdict line, its first lines and bytes at most.
+fn grader_explanation(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim_end)
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    // The verdict is the last JSON line; what follows it is not the explanation either.
+    let verdict = lines
+        .iter()
+        .rposition(|line| line.trim_start().starts_with('{'))
+        .unwrap_or(lines.len());
+    let mut kept: Vec<&str> = lines[..verdict]
+        .iter()
+        .take(EXPLANATION_MAX_LINES)
+        .copied()
+        .collect();
+    if verdict > EXPLANATION_MAX_LINES {
+        kept.push("...");
+    }
+    let mut explanation = kept.join("\n");
+    if explanation.len() > EXPLANATION_MAX_BYTES {
+        let cut = (0..=EXPLANATION_MAX_BYTES)
+            .rev()
+            .find(|&i| explanation.is_char_boundary(i))
+            .unwrap_or(0);
+        explanation.truncate(cut);
+        explanation.push_str("...");
+    }
+    (!explanation.is_empty()).then_some(explanation)
 }
 
 fn metric_for(task: &Task, suite: &Suite, dir: &Path) -> Box<dyn Metric> {

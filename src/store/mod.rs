@@ -116,6 +116,10 @@ pub struct TrialRecord {
     /// Why a scored trial did not pass (`fail` or `invalid`), in a user's words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// A `grader` metric's explanation of its verdict: what it printed before the verdict line
+    /// (the head of its `grader.log`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grader: Option<String>,
     /// The run was interrupted while this trial ran: it is not scored (`infra_error`), and
     /// `resume` runs it again, its new record superseding this one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -157,6 +161,7 @@ impl TrialRecord {
             tampered: Vec::new(),
             invalid: None,
             reason: None,
+            grader: None,
             interrupted: false,
         }
     }

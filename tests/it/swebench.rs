@@ -257,3 +257,59 @@ fn the_grader_explanation_is_kept_in_the_trial_folder() {
         "{text}"
     );
 }
+
+/// Why a graded trial did not pass is kept in its record and shown by `report`, in the terminal
+/// and in markdown: which listed test failed, and the count.
+#[test]
+fn the_graders_explanation_is_kept_and_reported() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    git_repo(root, &[("a.txt", "a\n")]);
+    std::fs::write(
+        root.join("spec.json"),
+        r#"{"FAIL_TO_PASS": ["tests/t.py::test_fixed"], "PASS_TO_PASS": ["tests/t.py::test_old"]}"#,
+    )
+    .unwrap();
+    write_suite(
+        root,
+        &format!(
+            "name: graded\nrepo: repo\nagents:\n  editor: {{kind: command, run: echo b > a.txt}}\ntasks:\n  - id: t\n    instruction: write b to a.txt\n    verify: >-\n      echo 'PASSED tests/t.py::test_old';\n      if grep -q b a.txt; then echo 'PASSED tests/t.py::test_fixed'; else echo 'FAILED tests/t.py::test_fixed'; exit 1; fi\n    metric: {{grader: 'python3 {} spec.json'}}\n",
+            grader().display()
+        ),
+    );
+    let (output, _work, out) = run_suite(root, &["--agent", "editor", "--agent", "noop"]);
+    let records = trials(&out);
+    assert_eq!(records.len(), 2, "{}", stderr(&output));
+    let record = |agent: &str| records.iter().find(|r| r["agent"] == agent).unwrap();
+    assert_eq!(record("editor")["outcome"], "pass", "{}", record("editor"));
+    let noop = record("noop");
+    assert_eq!(noop["outcome"], "fail", "{noop}");
+    let explained = noop["grader"].as_str().unwrap_or_default();
+    assert!(
+        explained.contains("not passed: FAIL_TO_PASS tests/t.py::test_fixed (FAILED)"),
+        "{noop}"
+    );
+    assert!(explained.contains("1 of 2 listed tests passed"), "{noop}");
+    assert!(
+        !explained.contains("\"passed\""),
+        "the verdict line is not the explanation: {noop}"
+    );
+    for format in ["table", "markdown"] {
+        let report = crate::common::deltabench(root)
+            .args(["report", "--format", format])
+            .arg(&out)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&report.stdout);
+        assert!(
+            text.contains("Not passed, as the grader explained"),
+            "{format}: {text}"
+        );
+        assert!(
+            text.contains("not passed: FAIL_TO_PASS tests/t.py::test_fixed (FAILED)"),
+            "{format}: {text}"
+        );
+        // Only the trial that did not pass is explained.
+        assert!(!text.contains("editor #1"), "{format}: {text}");
+    }
+}
