@@ -17,6 +17,7 @@ use crate::process::{self, CommandSpec};
 use crate::store::layout;
 use crate::workspace::{
     ContainerPolicy, EvictedTemplate, MADE, Prepare, Runtime, container_started, evict_templates,
+    tail,
 };
 
 /// What the cache may hold in templates after a run, unless told otherwise.
@@ -140,12 +141,25 @@ fn ended_well(ended: &process::ProcessOutput, setup: &str, log: &Path) -> Result
     if ended.success() {
         return Ok(());
     }
-    Err(format!(
-        "the setup command `{setup}` {}; see {}",
+    Err(setup_failed(ended, setup, log))
+}
+
+/// Why a setup command failed: how it ended, where its log is, and the log's last lines.
+pub(super) fn setup_failed(ended: &process::ProcessOutput, setup: &str, log: &Path) -> String {
+    let said = tail(&ended.output.text(), SETUP_TAIL_LINES);
+    let ends = if said.is_empty() {
+        String::new()
+    } else {
+        format!(", which ends with:\n{said}")
+    };
+    format!(
+        "the setup command `{setup}` {}; see {}{ends}",
         ended.ending(),
         log.display()
-    ))
+    )
 }
+
+const SETUP_TAIL_LINES: usize = 5;
 
 impl Prepare for SetupPreparation {
     fn key(&self) -> &str {

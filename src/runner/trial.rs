@@ -43,7 +43,7 @@ use crate::workspace::{
 };
 
 use super::environments::Environments;
-use super::prepare::SetupPreparation;
+use super::prepare::{SetupPreparation, setup_failed};
 use super::{TrialSpec, now};
 use protect::{FileVersions, Protected};
 use redact::Secrets;
@@ -514,12 +514,7 @@ impl WorkspaceProvisioner for SetupProvisioner {
                 .into());
             }
             if !ended.success() {
-                let how = ended.ending();
-                return Err(fail(format!(
-                    "the setup command `{setup}` {how}; see {}",
-                    self.log.display()
-                ))
-                .into());
+                return Err(fail(setup_failed(&ended, setup, &self.log)).into());
             }
             let (path, history) = (workspace.path.clone(), self.history.clone());
             let tree = tokio::task::spawn_blocking(move || commit_setup(&path, &history))

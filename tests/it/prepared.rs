@@ -213,3 +213,43 @@ fn a_setup_in_a_container_is_kept_as_an_image_and_run_once() {
     let manifest = read(out.join("manifest.json"));
     assert!(manifest.contains("setup prepared once"), "{manifest}");
 }
+
+/// A setup that fails is reported with the reason and its log's last lines, never a bare
+/// "reference fails", and is not run again for each trial of the run.
+#[test]
+fn a_failing_prepared_setup_is_explained_once() {
+    let test = "prepared::a_failing_prepared_setup_is_explained_once";
+    if !can_mount(test) {
+        return;
+    }
+    let tmp = temp_dir();
+    let root = tmp.path();
+    git_repo(root, &[("a.txt", "a\n")]);
+    write_files(root, &[("sol/a.txt", "b\n")]);
+    let count = root.join("setups.txt");
+    write_suite(
+        root,
+        &format!(
+            "name: broken\nrepo: repo\ntasks:\n  - id: t\n    instruction: write b\n    solution: sol\n    prepare: true\n    setup: echo run >> {}; echo the mirror is down; exit 3\n    verify: grep -q b a.txt\n",
+            count.display()
+        ),
+    );
+    let work = root.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let output = deltabench(root)
+        .args(["validate", "suite.yaml", "--workdir"])
+        .arg(&work)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let said = format!("{}{}", stdout(&output), stderr(&output));
+    assert!(said.contains("the setup command `echo run"), "{said}");
+    assert!(said.contains("exited with status 3"), "{said}");
+    assert!(
+        said.contains("which ends with:\n  the mirror is down"),
+        "{said}"
+    );
+    assert!(!said.contains("reference fails"), "{said}");
+    // Oracle and noop, each with a verify workspace: one attempt.
+    assert_eq!(read(&count), "run\n");
+}
