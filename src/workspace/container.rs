@@ -544,20 +544,21 @@ impl ContainerPolicy {
         if spec.stdin.is_some() {
             argv.push("-i".into());
         }
-        // Podman hands fd 3 in: the command says on it that it started, then closes it before
-        // anything of the task's runs, so the task's own exit 125 can never pass for the
-        // runtime's failure (which would turn a failed trial into an unscored one).
+        // The command says it started before anything of the task's runs, so the task's own
+        // exit 125 can never pass for the runtime's failure (which would turn a failed trial
+        // into an unscored one). Podman hands fd 3 in, closed before the task runs; Docker
+        // cannot, so there the mark is the output's first line, which the task cannot unwrite.
         let marked = self.runtime.kind == RuntimeKind::Podman;
         if marked {
             add_all(&mut argv, &["--preserve-fds", "1"]);
         }
         argv.push(self.image.clone().into());
-        if marked {
-            add_all(
-                &mut argv,
-                &["sh", "-c", STARTED_SCRIPT, "deltabench-started"],
-            );
-        }
+        let script = if marked {
+            STARTED_SCRIPT
+        } else {
+            STARTED_OUTPUT_SCRIPT
+        };
+        add_all(&mut argv, &["sh", "-c", script, "deltabench-started"]);
         argv.append(&mut spec.argv);
         spec.argv = argv;
         // The client needs nothing of the command's environment but the secrets: the rest went
@@ -576,9 +577,6 @@ impl ContainerPolicy {
     }
 }
 
-/// The exit code a runtime gives for its own failure (the container never ran the command).
-pub const RUNTIME_FAILED: i32 = 125;
-
 /// Runs first in the container: writes the start mark on fd 3, closes it, then execs the task's
 /// command (`"$@"`).
 const STARTED_SCRIPT: &str = "printf started >&3 && exec 3>&- && exec \"$@\"";
@@ -587,13 +585,19 @@ fn add_all(argv: &mut Vec<OsString>, args: &[&str]) {
     argv.extend(args.iter().map(OsString::from));
 }
 
-/// Whether a wrapped command reached the task's own command. Podman's runs carry the start mark
-/// (any exit without it is the runtime's failure); Docker's, which cannot pass fd 3 in, are
-/// judged by the runtime's exit code 125.
+/// Without fd 3 (Docker): the mark is a line of the command's output, written before the task runs.
+const STARTED_OUTPUT_SCRIPT: &str =
+    "printf '%s\\n' 'deltabench: the container started' >&2 && exec \"$@\"";
+const STARTED_OUTPUT: &str = "deltabench: the container started\n";
+
+/// Whether a wrapped command reached the task's own command: Podman's runs carry the start mark
+/// on fd 3, Docker's as a line of their output (the client may print warnings before it). Any
+/// end without it is the runtime's failure; a task printing the line itself only makes its own
+/// failure count as one.
 pub fn container_started(ended: &ProcessOutput) -> bool {
     match &ended.status {
         Some(status) => status.starts_with(b"started"),
-        None => ended.exit_code != Some(RUNTIME_FAILED),
+        None => ended.output.text().contains(STARTED_OUTPUT),
     }
 }
 

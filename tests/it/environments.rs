@@ -149,6 +149,40 @@ fn a_task_exiting_125_fails_and_is_not_taken_for_the_runtime() {
     if !have_podman_image("environments::a_task_exiting_125_fails") {
         return;
     }
+    let _ = task_exiting_125_fails(None);
+}
+
+/// The same through the Docker code path (no fd 3 to pass in: the start mark is a line of the
+/// output), driven by Podman's Docker-compatible CLI under the name `docker`.
+#[test]
+fn a_task_exiting_125_fails_through_the_docker_client_too() {
+    if !have_podman_image("environments::a_task_exiting_125_fails_through_the_docker_client") {
+        return;
+    }
+    let bin = crate::common::temp_dir();
+    let podman = which_podman();
+    let docker = bin.path().join("docker");
+    std::os::unix::fs::symlink(&podman, &docker).unwrap();
+    let (_tmp, out) = task_exiting_125_fails(Some(&docker));
+    let log = std::fs::read_to_string(out.join("trials/t/quits/1/verify.log")).unwrap();
+    assert!(
+        log.starts_with("deltabench: the container started\n"),
+        "{log}"
+    );
+}
+
+fn which_podman() -> std::path::PathBuf {
+    let out = Command::new("sh")
+        .args(["-c", "command -v podman"])
+        .output()
+        .unwrap();
+    std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// Runs an agent and a verify command that both exit 125 in a container (with `runtime` as
+/// DELTABENCH_CONTAINER_RUNTIME when given); the trial is scored and fails. Returns the run
+/// directory and the temp folder holding it.
+fn task_exiting_125_fails(runtime: Option<&Path>) -> (tempfile::TempDir, std::path::PathBuf) {
     let tmp = one_file_repo();
     let root = tmp.path();
     write_suite(
@@ -157,7 +191,19 @@ fn a_task_exiting_125_fails_and_is_not_taken_for_the_runtime() {
             "name: env\nrepo: repo\nagents:\n  quits: {{kind: command, run: 'echo x > a.txt; exit 125', timeout: 2m}}\ntasks:\n  - id: t\n    instruction: x\n    environment: {{image: {BASE}}}\n    verify: \"grep -q fixed a.txt || exit 125\"\n"
         ),
     );
-    let (output, work, out) = run_suite(root, &["--agent", "quits"]);
+    let work = root.join("work");
+    let out = root.join("out");
+    std::fs::create_dir_all(&work).unwrap();
+    let mut command = deltabench(root);
+    command
+        .args(["run", "suite.yaml", "--agent", "quits", "--workdir"])
+        .arg(&work)
+        .arg("--out")
+        .arg(&out);
+    if let Some(runtime) = runtime {
+        command.env("DELTABENCH_CONTAINER_RUNTIME", runtime);
+    }
+    let output = command.output().unwrap();
     let records = trials(&out);
     assert_eq!(records.len(), 1, "{}", stderr(&output));
     assert_outcome(&records, "t", "quits", "fail");
@@ -165,6 +211,7 @@ fn a_task_exiting_125_fails_and_is_not_taken_for_the_runtime() {
     // The agent's own exit 125 is its error, not the runtime's: it ran and is scored.
     assert_ne!(records[0]["status"], "completed", "{}", records[0]);
     assert_no_leftovers(&work);
+    (tmp, out)
 }
 
 #[test]
