@@ -359,7 +359,7 @@ fn a_real_cli_with_a_local_endpoint_needs_the_host_network_in_a_container() {
 }
 
 /// Whether `kind`'s CLI is installed (see [`have_tool`]).
-fn have_cli(test: &str, kind: HarnessKind) -> bool {
+pub fn have_cli(test: &str, kind: HarnessKind) -> bool {
     let found = find_program(kind, None);
     have_tool(
         test,

@@ -1102,6 +1102,41 @@ fn harbor_task_with_a_run_step_runs_in_its_built_image() {
             .unwrap()
             .success()
     );
+
+    // A command agent and a real CLI (against the scripted endpoint) run inside the built image:
+    // the command agent calls the image's tool, Claude Code writes at the workdir.
+    let test = "import::harbor_task_with_a_run_step_runs_in_its_built_image";
+    if !crate::environments::have_cli(test, deltabench::agent::harness::HarnessKind::ClaudeCode) {
+        return;
+    }
+    write_files(
+        root,
+        &[
+            (
+                "model.yaml",
+                "usage: {input_tokens: 1000, output_tokens: 20}\nsteps:\n  - text: I'll copy it.\n    write: {path: /app/status.txt, content: \"ready\\n\"}\n  - text: Done.\n",
+            ),
+            (
+                "agents.yaml",
+                "agents:\n  inside: {kind: command, run: \"only-here data.txt data.txt && cp data.txt status.txt\", timeout: 2m}\n  claude:\n    kind: claude-code\n    endpoint: scripted:model.yaml\n    model: claude-sonnet-4-5\n    network: host\n    env: {CLAUDE_CODE_MAX_RETRIES: '0'}\n",
+            ),
+        ],
+    );
+    let (output, records) = run(
+        root,
+        &suite,
+        &[
+            "--agents",
+            "agents.yaml",
+            "--agent",
+            "inside",
+            "--agent",
+            "claude",
+        ],
+    );
+    assert_ok(&output, "run with agents inside");
+    assert_eq!(outcome(&records, "inside"), "pass", "{records:?}");
+    assert_eq!(outcome(&records, "claude"), "pass", "{records:?}");
 }
 
 #[test]
