@@ -568,7 +568,21 @@ fn gc_removes_the_containers_of_a_killed_run() {
 
     let gc = deltabench(root).arg("gc").output().unwrap();
     assert_eq!(gc.status.code(), Some(0), "{}", stderr(&gc));
-    assert!(stdout(&gc).contains("removed container"), "{}", stdout(&gc));
+    // When this fails, what happened to the container says who removed it.
+    let events = || {
+        let out = Command::new("podman")
+            .args(["events", "--stream=false", "--since", "5m", "--filter"])
+            .arg(format!("label=deltabench.run={label}"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        stdout(&gc).contains("removed container"),
+        "{}\nthe container's events:\n{}",
+        stdout(&gc),
+        events()
+    );
     assert_eq!(containers_labelled(&label), Vec::<String>::new());
     let started = Instant::now();
     while processes_with(&token) > 0 {
