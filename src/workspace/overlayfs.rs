@@ -39,9 +39,11 @@ const READY: &str = ".deltabench-ready";
 const RECORD: &str = "content.json";
 
 /// Beside a template's folder: locked shared while a run uses the template.
-pub(super) const IN_USE: &str = "in-use";
+const IN_USE: &str = "in-use";
 /// In a template's folder: its mtime is when a run last used it.
-pub(super) const LAST_USED: &str = "last-used";
+const LAST_USED: &str = "last-used";
+/// In a template's folder: the bytes it takes on disk, counted when it was built.
+const SIZE: &str = "bytes";
 
 /// What [`RECORD`] holds.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -209,6 +211,8 @@ impl OverlayBackend {
         let json = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
         fs::write(dir.join(RECORD), json).map_err(|e| e.to_string())?;
         fs::write(dir.join(READY), &base.commit).map_err(|e| e.to_string())?;
+        // Read-only from now on: its size is counted once, not at every eviction.
+        let _ = fs::write(dir.join(SIZE), disk_usage(&dir).to_string());
         self.mark_checked(&dir);
         touch_last_used(&dir);
         Ok((tree, record.start().to_owned()))
@@ -469,7 +473,11 @@ pub fn evict_templates(
             .or_else(|_| fs::metadata(&dir))
             .and_then(|m| m.modified())
             .unwrap_or(std::time::SystemTime::UNIX_EPOCH);
-        found.push((used, disk_usage(&dir), dir));
+        let bytes = fs::read_to_string(dir.join(SIZE))
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or_else(|| disk_usage(&dir));
+        found.push((used, bytes, dir));
     }
     let mut total: u64 = found.iter().map(|(_, bytes, _)| bytes).sum();
     found.sort_by_key(|(used, _, _)| *used);
