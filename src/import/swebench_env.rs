@@ -209,14 +209,24 @@ WORKDIR {TESTBED}/
 }
 
 /// A file of the repository at the commit: the first of `paths` there, and its path.
-fn first_file<'a>(
+/// The first of `paths` the tree holds, with its text; why not, naming `what` and the paths.
+fn first_file_or_why<'a>(
     git: &git2::Repository,
     tree: &git2::Tree,
-    paths: &'a [String],
-) -> Option<(&'a str, String)> {
+    paths: Option<&'a Vec<String>>,
+    what: &str,
+    commit: &str,
+) -> Result<(&'a str, String), String> {
+    let paths = paths.map_or(&[][..], Vec::as_slice);
     paths
         .iter()
         .find_map(|path| Some((path.as_str(), read(git, tree, path)?)))
+        .ok_or_else(|| {
+            format!(
+                "no {what} at commit {commit} (looked for {})",
+                paths.join(", ")
+            )
+        })
 }
 
 fn read(git: &git2::Repository, tree: &git2::Tree, path: &str) -> Option<String> {
@@ -234,14 +244,13 @@ fn requirements(
     tree: &git2::Tree,
     commit: &str,
 ) -> Result<String, String> {
-    let empty = Vec::new();
-    let paths = OFFICIAL.reqs_paths.get(repo).unwrap_or(&empty);
-    let Some((path, text)) = first_file(git, tree, paths) else {
-        return Err(format!(
-            "no requirements file at commit {commit} (looked for {})",
-            paths.join(", ")
-        ));
-    };
+    let (path, text) = first_file_or_why(
+        git,
+        tree,
+        OFFICIAL.reqs_paths.get(repo),
+        "requirements file",
+        commit,
+    )?;
     let excluded = |line: &str| {
         let line = line.trim();
         ["-e .", "#", ".[test"].iter().any(|x| line.starts_with(x))
@@ -276,14 +285,13 @@ fn environment_yml(
     tree: &git2::Tree,
     commit: &str,
 ) -> Result<String, String> {
-    let empty = Vec::new();
-    let paths = OFFICIAL.env_yml_paths.get(repo).unwrap_or(&empty);
-    let Some((_, text)) = first_file(git, tree, paths) else {
-        return Err(format!(
-            "no conda environment file at commit {commit} (looked for {})",
-            paths.join(", ")
-        ));
-    };
+    let (_, text) = first_file_or_why(
+        git,
+        tree,
+        OFFICIAL.env_yml_paths.get(repo),
+        "conda environment file",
+        commit,
+    )?;
     let named: Vec<String> = text
         .split('\n')
         .map(|line| {

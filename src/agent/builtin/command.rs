@@ -226,21 +226,7 @@ pub(crate) fn container_failure(
     if !contained || container_started(ended) {
         return None;
     }
-    let mut result = CodingResult::failed(
-        session.to_owned(),
-        CodingError::new(
-            ErrorCode::SdkError,
-            format!(
-                "the container runtime could not start the agent: {}",
-                ended.last_line()
-            ),
-        ),
-    );
-    result
-        .output
-        .metadata
-        .insert(SANDBOX_FAILED.to_owned(), serde_json::json!(true));
-    Some(result)
+    Some(not_started(session, "the container runtime", ended))
 }
 
 /// When a sandboxed command never started inside bubblewrap, the failed result that says so.
@@ -254,21 +240,24 @@ pub(crate) fn sandbox_failure(
     if !sandboxed || crate::workspace::sandbox_started(ended) {
         return None;
     }
+    Some(not_started(session, "the sandbox", ended))
+}
+
+/// The harness's failure (marked [`SANDBOX_FAILED`], so unscored and retried): `who` could not
+/// start the agent.
+fn not_started(session: &str, who: &str, ended: &process::ProcessOutput) -> CodingResult {
     let mut result = CodingResult::failed(
         session.to_owned(),
         CodingError::new(
             ErrorCode::SdkError,
-            format!(
-                "the sandbox could not start the agent: {}",
-                ended.last_line()
-            ),
+            format!("{who} could not start the agent: {}", ended.last_line()),
         ),
     );
     result
         .output
         .metadata
         .insert(SANDBOX_FAILED.to_owned(), serde_json::json!(true));
-    Some(result)
+    result
 }
 
 /// `spec` wrapped in `policy`'s sandbox when there is one; an agent's error when the sandbox's
