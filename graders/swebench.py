@@ -200,11 +200,13 @@ def parse_django(log):
             found[line.split(" ... skipped")[0]] = SKIPPED
         if line.endswith(" ... FAIL"):
             found[line.split(" ... FAIL")[0]] = FAILED
-        if line.startswith("FAIL:"):
+        # A bare "FAIL:" or "ERROR:" (output the tested code can print) names no test; the
+        # official parser crashes on it, which would turn a failed trial into an ungraded one.
+        if line.startswith("FAIL:") and len(line.split()) > 1:
             found[line.split()[1].strip()] = FAILED
         if line.endswith(" ... ERROR"):
             found[line.split(" ... ERROR")[0]] = ERROR
-        if line.startswith("ERROR:"):
+        if line.startswith("ERROR:") and len(line.split()) > 1:
             found[line.split()[1].strip()] = ERROR
         if line.lstrip().startswith("ok") and previous is not None:
             found[previous] = PASSED

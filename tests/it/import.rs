@@ -1331,3 +1331,21 @@ agents:
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(records[0]["outcome"], "pass", "{:#}", records[0]);
 }
+
+/// Output the tested code prints can hold a bare `FAIL:` or `ERROR:` line (Django's parser
+/// reads them as test names): the grader grades the trial instead of crashing, which would
+/// leave a failed trial unscored.
+#[test]
+fn swebench_grader_survives_bare_fail_lines_in_a_django_log() {
+    let tmp = temp_dir();
+    let spec = tmp.path().join("spec.json");
+    std::fs::write(
+        &spec,
+        r#"{"repo": "django/django", "FAIL_TO_PASS": ["test_new (app.tests.T)"], "PASS_TO_PASS": []}"#,
+    )
+    .unwrap();
+    let log = "test_new (app.tests.T) ... FAIL\nFAIL:\nERROR:\n";
+    let (code, last) = grade("swebench.py", &[spec.to_str().unwrap()], "+x", 1, log);
+    assert_eq!(code, Some(0), "{last}");
+    assert_eq!(last, r#"{"passed": false, "score": 0.0}"#);
+}
