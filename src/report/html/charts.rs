@@ -168,7 +168,7 @@ pub(super) fn cost_scatter(agents: &[AgentData]) -> (String, String) {
     let (plot_w, plot_h) = (width - left - right, height - top - bottom);
     let max_cost = agents
         .iter()
-        .filter_map(|a| a.mean_cost_usd)
+        .filter_map(|a| a.summary.mean_cost_usd)
         .fold(0.0, f64::max);
     let (steps, step) = cost_axis(max_cost);
     let x_max = step * f64::from(steps);
@@ -221,7 +221,7 @@ pub(super) fn cost_scatter(agents: &[AgentData]) -> (String, String) {
         .enumerate()
         .filter_map(|(i, a)| {
             let rate = a.summary.pass_rate?;
-            Some((i + 1, a, x(a.mean_cost_usd.unwrap_or(0.0)), y(rate)))
+            Some((i + 1, a, x(a.summary.mean_cost_usd.unwrap_or(0.0)), y(rate)))
         })
         .collect();
     // A name that does not fit beside its point (matrix combinations) would be cut: number the
@@ -243,7 +243,7 @@ pub(super) fn cost_scatter(agents: &[AgentData]) -> (String, String) {
                 y(hi)
             );
         }
-        let (fill, cost) = match agent.mean_cost_usd {
+        let (fill, cost) = match agent.summary.mean_cost_usd {
             Some(cost) => (BAR, format!("${cost:.4} per trial")),
             None => ("#ffffff", "no cost reported".to_owned()),
         };
@@ -287,7 +287,7 @@ pub(super) fn cost_scatter(agents: &[AgentData]) -> (String, String) {
 
     let no_cost: Vec<&str> = agents
         .iter()
-        .filter(|a| a.mean_cost_usd.is_none())
+        .filter(|a| a.summary.mean_cost_usd.is_none())
         .map(|a| a.summary.agent.as_str())
         .collect();
     let unscored: Vec<&str> = agents

@@ -7,8 +7,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::text::{cut, one_line};
+use crate::report::AgentSummary;
 use crate::report::junit::{LOG_TAIL_LINES, relative, verify_log_tail};
-use crate::report::{AgentSummary, mean_cost};
 use crate::store::{StoredRun, TrialRecord, layout};
 
 /// A diff larger than this is cut: one huge generated file must not make the page unusable.
@@ -67,12 +67,7 @@ impl<'a> Data<'a> {
                 .collect(),
             agents: summaries
                 .iter()
-                .map(|summary| AgentData {
-                    summary,
-                    mean_cost_usd: mean_cost(
-                        run.trials.iter().filter(|r| r.agent == summary.agent),
-                    ),
-                })
+                .map(|summary| AgentData { summary })
                 .collect(),
             trials: trials.iter().map(|r| trial_data(run, r)).collect(),
         }
@@ -92,8 +87,6 @@ impl<'a> Data<'a> {
 pub(super) struct AgentData<'a> {
     #[serde(flatten)]
     pub(super) summary: &'a AgentSummary,
-    /// Mean over the trials that reported a cost; None when none did.
-    pub(super) mean_cost_usd: Option<f64>,
 }
 
 /// A record plus what its trial folder holds.

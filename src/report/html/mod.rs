@@ -85,7 +85,10 @@ pub fn html(
         );
     }
     out.push_str("</header>\n<main>\n<div class=\"grid\">\n");
-    let has_cost = data.agents.iter().any(|a| a.mean_cost_usd.is_some());
+    let has_cost = data
+        .agents
+        .iter()
+        .any(|a| a.summary.mean_cost_usd.is_some());
     let _ = write!(
         out,
         "<section class=\"panel\">\n<h2>Pass rate per agent</h2>\n<p class=\"note\">Scored \
