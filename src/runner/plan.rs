@@ -286,9 +286,14 @@ fn check_cli_agents(
                 )),
             ));
         }
+        // The gateway is on this machine too, whatever the endpoint.
+        let local = local.or_else(|| {
+            crate::gateway::uses_gateway(kind, config)
+                .then(|| "deltabench's model gateway".to_owned())
+        });
         if sandboxed
             && config.network.is_none()
-            && let Some(local) = local
+            && let Some(local) = local.clone()
         {
             return Err(PlanError::new(
                 format!(
