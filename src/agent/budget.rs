@@ -23,7 +23,7 @@ pub struct Budget {
     /// Model calls (requests for a completion; token counts and model lists are free).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_calls: Option<u64>,
-    /// Wall time from the trial's first registration at the gateway.
+    /// Wall time from the agent's start.
     #[serde(default, with = "crate::support::duration_opt")]
     pub wall: Option<Duration>,
 }

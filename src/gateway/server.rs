@@ -74,7 +74,8 @@ pub struct TrialSetup {
 
 struct Account {
     setup: TrialSetup,
-    started: Instant,
+    /// When the agent started (the `wall` budget runs from here).
+    started: Mutex<Instant>,
     usage: Mutex<Totals>,
 }
 
@@ -95,7 +96,7 @@ impl Account {
             tokens: u.input_tokens + u.output_tokens + u.cache_read_tokens + u.cache_write_tokens,
             cost_usd: totals.cost,
             model_calls: u.model_calls,
-            wall: self.started.elapsed(),
+            wall: self.started.lock().map_or(Duration::ZERO, |t| t.elapsed()),
         };
         if let Some(why) = over_budget(&self.setup.budget, &spent) {
             return Err(why);
@@ -194,7 +195,7 @@ impl Gateway {
         let token = uuid::Uuid::new_v4().simple().to_string();
         let account = Arc::new(Account {
             setup,
-            started: Instant::now(),
+            started: Mutex::new(Instant::now()),
             usage: Mutex::new(Totals::default()),
         });
         if let Ok(mut trials) = self.shared.trials.lock() {
@@ -234,6 +235,14 @@ impl GatewayLease {
     /// The trial's usage so far, counted from the providers' answers.
     pub fn usage(&self) -> Usage {
         self.account.total()
+    }
+
+    /// Starts the `wall` budget's clock again: the agent starts now (provisioning and setup,
+    /// which ran since the trial registered, are not the agent's time).
+    pub fn start_clock(&self) {
+        if let Ok(mut started) = self.account.started.lock() {
+            *started = Instant::now();
+        }
     }
 
     /// The trial's budget stop.

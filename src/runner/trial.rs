@@ -165,7 +165,7 @@ pub async fn run_trial(
         (spec.agent.clone(), dir.to_owned(), task.solution.clone());
     let endpoints = inputs.endpoints.clone();
     let lease = super::gateway::lease(inputs.gateway.as_ref(), &agent_spec, &endpoints);
-    let through = lease.as_ref().map(|l| (l.url().to_owned(), l.stop()));
+    let through = lease.clone().map(|l| (l.url().to_owned(), l.stop(), l));
     let factory = FnCodingAgentFactory::new(
         move |ctx: &BuildContext| -> Result<Arc<dyn CodingAgent>, anyhow::Error> {
             Ok(match &agent_spec {
@@ -187,7 +187,8 @@ pub async fn run_trial(
                         ctx.workspace.clone(),
                         scratch.clone(),
                     );
-                    if let Some((url, stop)) = &through {
+                    if let Some((url, stop, lease)) = &through {
+                        lease.start_clock();
                         agent = agent.through_gateway(url.clone(), stop.clone());
                     }
                     Arc::new(match (&agent_container, &agent_sandbox) {
@@ -218,7 +219,8 @@ pub async fn run_trial(
                         scratch.clone(),
                         endpoint,
                     );
-                    if let Some((url, stop)) = &through {
+                    if let Some((url, stop, lease)) = &through {
+                        lease.start_clock();
                         agent = agent.through_gateway(url.clone(), stop.clone());
                     }
                     Arc::new(match (&agent_container, &agent_sandbox) {

@@ -4,11 +4,12 @@ use std::path::PathBuf;
 
 use super::diagnostics::{Source, SuiteError};
 use super::load::resolve_command;
-use super::raw::{RawAgent, loc};
+use super::raw::{RawAgent, RawBudget, loc};
 use super::types::{AgentKind, AgentSpec};
 use crate::agent::harness::{Endpoint, HarnessConfig, HarnessKind};
 use crate::agent::{Budget, CommandAgentConfig, MockConfig};
 use crate::workspace::Network;
+use indexmap::IndexMap;
 use serde_saphyr::Spanned;
 use strum::VariantNames;
 
@@ -123,10 +124,15 @@ pub(super) fn agent_spec(
 
 /// The agent's `budget:`, each value checked to be above zero.
 fn agent_budget(source: &Source, agent: &RawAgent) -> Result<Option<Budget>, SuiteError> {
-    let Some(raw) = &agent.budget else {
-        return Ok(None);
-    };
-    let raw = &raw.value;
+    agent
+        .budget
+        .as_ref()
+        .map(|raw| budget(source, &raw.value))
+        .transpose()
+}
+
+/// A `budget:` map, each value checked to be above zero.
+pub(super) fn budget(source: &Source, raw: &RawBudget) -> Result<Budget, SuiteError> {
     let bad = |key: &str, value: String, why: &str, at: (u64, u64)| {
         source.error(
             at,
@@ -166,12 +172,37 @@ fn agent_budget(source: &Source, agent: &RawAgent) -> Result<Option<Budget>, Sui
                 .map_err(|why| bad("wall", v.value.clone(), &why, loc(v)))
         })
         .transpose()?;
-    Ok(Some(Budget {
+    Ok(Budget {
         tokens: whole("tokens", &raw.tokens)?,
         cost_usd,
         model_calls: whole("model_calls", &raw.model_calls)?,
         wall,
-    }))
+    })
+}
+
+/// Gives every agent whose calls pass the gateway the suite's `budget:`, limit by limit where
+/// its own leaves one unset.
+pub(super) fn apply_default_budget(agents: &mut IndexMap<String, AgentSpec>, defaults: Budget) {
+    for spec in agents.values_mut() {
+        let through = match spec.as_harness() {
+            Some((kind, config)) => crate::gateway::uses_gateway(kind, config),
+            None => matches!(spec, AgentSpec::Command(config) if config.gateway),
+        };
+        if !through {
+            continue;
+        }
+        let slot = match spec {
+            AgentSpec::Command(config) => &mut config.budget,
+            AgentSpec::ClaudeCode(config)
+            | AgentSpec::Codex(config)
+            | AgentSpec::GeminiCli(config)
+            | AgentSpec::Opencode(config)
+            | AgentSpec::MiniSweAgent(config)
+            | AgentSpec::Aider(config) => &mut config.budget,
+            AgentSpec::Noop | AgentSpec::Oracle | AgentSpec::Mock(_) => continue,
+        };
+        *slot = Some(slot.unwrap_or_default().or(defaults));
+    }
 }
 
 /// The agent's `network:`, `none` when unset.

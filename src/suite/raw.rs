@@ -32,6 +32,11 @@ pub struct RawSuite {
     /// Named agent configurations, merged with `--agents FILE`.
     #[serde(default)]
     pub agents: IndexMap<String, RawAgent>,
+    /// The budget of every agent whose model calls pass deltabench's gateway, limit by limit
+    /// where the agent's own `budget:` leaves one unset.
+    #[serde(default)]
+    #[schemars(with = "Option<RawBudgetSchema>")]
+    pub budget: Option<Spanned<RawBudget>>,
     /// Defaults for every task.
     #[serde(default)]
     pub defaults: RawDefaults,

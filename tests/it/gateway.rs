@@ -204,7 +204,7 @@ fn calls_of_gemini() -> (&'static str, Value) {
 
 /// A suite whose `command` agent makes three Anthropic calls with curl through the gateway,
 /// having written hello.txt first.
-fn command_suite(agent_extra: &str) -> tempfile::TempDir {
+fn command_suite(agent_extra: &str, suite_extra: &str) -> tempfile::TempDir {
     let tmp = temp_dir();
     git_repo(tmp.path(), &[("README.md", "# demo\n")]);
     let call = r#"curl -sS -o /dev/null -w '%{http_code}\n' "$ANTHROPIC_BASE_URL/v1/messages" -H "x-api-key: $ANTHROPIC_API_KEY" -H 'content-type: application/json' -d '{"model":"claude-sonnet-4-5","max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"Bash","input_schema":{"type":"object"}}]}'"#;
@@ -240,7 +240,7 @@ agents:
     gateway: true
     endpoint: scripted:model.yaml
     timeout: 60s{agent_extra}
-"
+{suite_extra}"
         ),
     );
     tmp
@@ -251,7 +251,7 @@ fn a_command_agent_that_opts_in_is_counted_and_stopped_at_its_budget() {
     if !crate::common::have_tool("the gateway's command tests", "curl", which("curl")) {
         return;
     }
-    let tmp = command_suite("\n    budget: {tokens: 1500}");
+    let tmp = command_suite("\n    budget: {tokens: 1500}", "");
     let (output, _, out) = run_suite(tmp.path(), &[]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let records = trials(&out);
@@ -277,6 +277,26 @@ fn a_command_agent_that_opts_in_is_counted_and_stopped_at_its_budget() {
     assert!(log.contains("200\n200\n"), "{log}");
     let events = std::fs::read_to_string(out.join("trials/hello/a/1/events.jsonl")).unwrap();
     assert!(events.contains("budget_exceeded"), "{events}");
+}
+
+#[test]
+fn the_suites_budget_is_every_gateway_agents_default() {
+    if !crate::common::have_tool("the gateway's command tests", "curl", which("curl")) {
+        return;
+    }
+    // The agent's own limit stays; the suite's adds the one it leaves unset.
+    let tmp = command_suite(
+        "\n    budget: {tokens: 100000}",
+        "budget: {model_calls: 1}\n",
+    );
+    let (output, _, out) = run_suite(tmp.path(), &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let record = &trials(&out)[0];
+    assert_eq!(record["status"], "budget_exceeded", "{record:#}");
+    assert_eq!(record["gateway_usage"]["model_calls"], 1, "{record:#}");
+    let manifest = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    assert!(manifest.contains("\"model_calls\": 1"), "{manifest}");
+    assert!(manifest.contains("\"tokens\": 100000"), "{manifest}");
 }
 
 fn which(tool: &str) -> bool {
