@@ -193,6 +193,18 @@ mod tests {
         spent.tokens = 0;
         spent.model_calls = 2;
         assert!(over_budget(&budget, &spent).unwrap().contains("allows 2"));
+        let cost = Budget {
+            cost_usd: Some(0.01),
+            ..Budget::default()
+        };
+        spent.cost_usd = 0.009;
+        assert_eq!(over_budget(&cost, &spent), None);
+        spent.cost_usd = 0.0101;
+        assert!(
+            over_budget(&cost, &spent)
+                .unwrap()
+                .contains("$0.0101 spent")
+        );
         let wall = Budget {
             wall: Some(Duration::from_secs(1)),
             ..Budget::default()
