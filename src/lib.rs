@@ -9,6 +9,7 @@
 pub mod agent;
 pub mod cli;
 pub mod delta;
+pub mod gateway;
 pub mod import;
 pub mod lifecycle;
 pub mod metric;

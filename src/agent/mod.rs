@@ -7,6 +7,7 @@
 //!
 //! Nothing here knows about the CLI, the terminal or the run directory.
 
+mod budget;
 mod builtin;
 mod handle;
 pub mod harness;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
+pub use budget::{Budget, BudgetStop};
 pub use builtin::command::{
     AGENT_LOG, CommandAgent, CommandAgentConfig, INSTRUCTION_FILE, SANDBOX_FAILED,
 };

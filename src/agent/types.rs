@@ -117,6 +117,8 @@ pub enum CodingStatus {
     Aborted,
     MaxTurns,
     MaxDuration,
+    // The gateway refused a model call past the agent's `budget:` and the run was stopped.
+    BudgetExceeded,
 }
 
 impl CodingStatus {
@@ -127,6 +129,7 @@ impl CodingStatus {
             Self::Aborted => "aborted",
             Self::MaxTurns => "max_turns",
             Self::MaxDuration => "max_duration",
+            Self::BudgetExceeded => "budget_exceeded",
         }
     }
 }

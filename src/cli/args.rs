@@ -294,7 +294,8 @@ Agent kinds (in the suite's `agents:` or an --agents file):
                             the real CLIs, headless, each with its own HOME; keys: model,
                             max_turns, permission_mode, append_system_prompt, args, env,
                             binary, endpoint (URL or scripted:FILE), api_key, timeout,
-                            network, price
+                            network, price, budget ({tokens, cost_usd, model_calls,
+                            wall}, enforced at deltabench's model gateway)
   `deltabench schema` prints every key; `deltabench model serve --help` the scripted endpoint.";
 
 #[derive(Debug, clap::Args)]

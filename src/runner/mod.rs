@@ -13,6 +13,7 @@
 //! unsharded run.
 
 mod environments;
+mod gateway;
 mod plan;
 mod prepare;
 mod resume;
@@ -291,7 +292,18 @@ async fn carry_out(
             return Err(err);
         }
     };
+    let gateway = match gateway::start(&plan.agents).await {
+        Ok(gateway) => gateway,
+        Err(err) => {
+            scripted.stop().await;
+            let _ = std::fs::remove_dir_all(&root);
+            lease.release();
+            return Err(RunError::io("cannot start the model gateway")(err));
+        }
+    };
     let inputs = Arc::new(TrialInputs {
+        // Dropped with the inputs, after the last trial: that stops it.
+        gateway,
         suite: suite.clone(),
         agents: plan.agents.clone(),
         endpoints: scripted.urls.clone(),
@@ -464,10 +476,13 @@ impl ScriptedEndpoints {
             urls: HashMap::new(),
         };
         for spec in agents.values() {
-            let Some((_, config)) = spec.as_harness() else {
-                continue;
+            let endpoint = match spec {
+                AgentSpec::Command(config) => config.endpoint.as_ref(),
+                spec => spec
+                    .as_harness()
+                    .and_then(|(_, config)| config.endpoint.as_ref()),
             };
-            let Some(Endpoint::Scripted(path)) = &config.endpoint else {
+            let Some(Endpoint::Scripted(path)) = endpoint else {
                 continue;
             };
             if started.urls.contains_key(path) {

@@ -247,6 +247,18 @@ fn check_cli_agents(
         // With an environment the container is the sandbox (checked below).
         .any(|t| t.isolation == Isolation::Sandbox && t.environment.is_none());
     for (name, spec) in agents {
+        if let AgentSpec::Command(config) = spec
+            && config.gateway
+            && sandboxed
+            && config.network.is_none()
+        {
+            return Err(PlanError::new(
+                format!(
+                    "agent '{name}' (command, gateway: true) talks to deltabench's model gateway on this machine, which a sandboxed task (network `none`) cannot reach"
+                ),
+                Some("set `network: host` on the agent".into()),
+            ));
+        }
         let Some((kind, config)) = spec.as_harness() else {
             continue;
         };
@@ -286,9 +298,14 @@ fn check_cli_agents(
                 )),
             ));
         }
+        // The gateway is on this machine too, whatever the endpoint.
+        let local = local.or_else(|| {
+            crate::gateway::uses_gateway(kind, config)
+                .then(|| "deltabench's model gateway".to_owned())
+        });
         if sandboxed
             && config.network.is_none()
-            && let Some(local) = local
+            && let Some(local) = local.clone()
         {
             return Err(PlanError::new(
                 format!(

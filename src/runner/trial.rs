@@ -66,6 +66,8 @@ pub struct TrialInputs {
     pub environments: Environments,
     /// The prepared setup of each task whose setup runs once per template, by task index.
     pub preparations: HashMap<usize, Arc<SetupPreparation>>,
+    /// The run's model gateway, when an agent's calls pass it.
+    pub gateway: Option<Arc<crate::gateway::Gateway>>,
 }
 
 /// Runs one trial to a record. Never fails: what went wrong is in the record.
@@ -162,6 +164,8 @@ pub async fn run_trial(
     let (agent_name, scratch, solution) =
         (spec.agent.clone(), dir.to_owned(), task.solution.clone());
     let endpoints = inputs.endpoints.clone();
+    let lease = super::gateway::lease(inputs.gateway.as_ref(), &agent_spec, &endpoints);
+    let through = lease.clone().map(|l| (l.url().to_owned(), l.stop(), l));
     let factory = FnCodingAgentFactory::new(
         move |ctx: &BuildContext| -> Result<Arc<dyn CodingAgent>, anyhow::Error> {
             Ok(match &agent_spec {
@@ -177,12 +181,16 @@ pub async fn run_trial(
                         .in_workspace(ctx.workspace.clone()),
                 ),
                 AgentSpec::Command(config) => {
-                    let agent = CommandAgent::new(
+                    let mut agent = CommandAgent::new(
                         &agent_name,
                         config.clone(),
                         ctx.workspace.clone(),
                         scratch.clone(),
                     );
+                    if let Some((url, stop, lease)) = &through {
+                        lease.start_clock();
+                        agent = agent.through_gateway(url.clone(), stop.clone());
+                    }
                     Arc::new(match (&agent_container, &agent_sandbox) {
                         (Some(policy), _) => agent.contained(policy.clone()),
                         (None, Some(policy)) => agent.sandboxed(policy.clone()),
@@ -202,7 +210,7 @@ pub async fn run_trial(
                         }
                         None => None,
                     };
-                    let agent = HarnessAgent::new(
+                    let mut agent = HarnessAgent::new(
                         &agent_name,
                         kind,
                         config.clone(),
@@ -211,6 +219,10 @@ pub async fn run_trial(
                         scratch.clone(),
                         endpoint,
                     );
+                    if let Some((url, stop, lease)) = &through {
+                        lease.start_clock();
+                        agent = agent.through_gateway(url.clone(), stop.clone());
+                    }
                     Arc::new(match (&agent_container, &agent_sandbox) {
                         (Some(policy), _) => agent.contained(policy.clone()),
                         (None, Some(policy)) => agent.sandboxed(policy.clone()),
@@ -328,6 +340,7 @@ pub async fn run_trial(
             record.infra_error = Some(err.to_string());
         }
     }
+    super::gateway::record_usage(&mut record, lease.as_deref());
     record.duration_ms = started.elapsed().as_millis() as u64;
     if cancel.is_cancelled() && record.status == Some(CodingStatus::Aborted) {
         record.mark_interrupted();

@@ -55,6 +55,16 @@ pub struct VerifyRecord {
     pub duration_ms: u64,
 }
 
+/// Where a trial record's `usage` was counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageSource {
+    /// deltabench's model gateway, from the provider's answers.
+    Gateway,
+    /// The agent's own report (its CLI's stream).
+    Cli,
+}
+
 /// Usage as recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct UsageRecord {
@@ -98,7 +108,17 @@ pub struct TrialRecord {
     pub session_id: Option<String>,
     pub diff: Option<DiffStats>,
     pub verify: Option<VerifyRecord>,
+    /// The usage to compare trials by: the gateway's count when the agent's calls passed it,
+    /// else what the agent reported (`usage_source` says which).
     pub usage: Option<UsageRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_source: Option<UsageSource>,
+    /// What the agent (its CLI's own stream) reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cli_usage: Option<UsageRecord>,
+    /// What deltabench's gateway counted from the provider's answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_usage: Option<UsageRecord>,
     /// Wall time of the whole trial.
     pub duration_ms: u64,
     /// Wall time of the agent's run.
@@ -154,6 +174,9 @@ impl TrialRecord {
             diff: None,
             verify: None,
             usage: None,
+            usage_source: None,
+            cli_usage: None,
+            gateway_usage: None,
             duration_ms: 0,
             agent_duration_ms: None,
             phases: Vec::new(),

@@ -4,11 +4,13 @@ use std::path::PathBuf;
 
 use super::diagnostics::{Source, SuiteError};
 use super::load::resolve_command;
-use super::raw::{RawAgent, loc};
+use super::raw::{RawAgent, RawBudget, loc};
 use super::types::{AgentKind, AgentSpec};
 use crate::agent::harness::{Endpoint, HarnessConfig, HarnessKind};
-use crate::agent::{CommandAgentConfig, MockConfig};
+use crate::agent::{Budget, CommandAgentConfig, MockConfig};
 use crate::workspace::Network;
+use indexmap::IndexMap;
+use serde_saphyr::Spanned;
 use strum::VariantNames;
 
 /// Agents that exist without being configured.
@@ -29,7 +31,9 @@ pub(super) fn agent_spec(
             "simulate_panic",
             "apply_writes",
         ],
-        "command" => &["run", "timeout", "env", "network"],
+        "command" => &[
+            "run", "timeout", "env", "network", "gateway", "endpoint", "budget",
+        ],
         other if HarnessKind::parse(other).is_some() => {
             return harness_spec(
                 source,
@@ -85,6 +89,22 @@ pub(super) fn agent_spec(
                     ),
                 ));
             };
+            let gateway = agent.gateway.as_ref().is_some_and(|g| g.value);
+            if !gateway {
+                let needs = [
+                    ("endpoint", agent.endpoint.as_ref().map(loc)),
+                    ("budget", agent.budget.as_ref().map(loc)),
+                ];
+                if let Some((key, Some(at))) = needs.into_iter().find(|(_, at)| at.is_some()) {
+                    return Err(source.error(
+                        at,
+                        format!(
+                            "`{key}` on agent '{name}' of kind 'command' needs `gateway: true`: \
+                             only calls through deltabench's gateway are counted and limited"
+                        ),
+                    ));
+                }
+            }
             AgentSpec::Command(CommandAgentConfig {
                 run: resolve_command(source, run)?,
                 timeout: agent
@@ -94,9 +114,95 @@ pub(super) fn agent_spec(
                     .transpose()?,
                 env: agent.env.clone().unwrap_or_default(),
                 network: agent_network(source, agent)?,
+                gateway,
+                endpoint: agent_endpoint(source, agent)?,
+                budget: agent_budget(source, agent)?,
             })
         }
     })
+}
+
+/// The agent's `budget:`, each value checked to be above zero.
+fn agent_budget(source: &Source, agent: &RawAgent) -> Result<Option<Budget>, SuiteError> {
+    agent
+        .budget
+        .as_ref()
+        .map(|raw| budget(source, &raw.value))
+        .transpose()
+}
+
+/// A `budget:` map, each value checked to be above zero.
+pub(super) fn budget(source: &Source, raw: &RawBudget) -> Result<Budget, SuiteError> {
+    let bad = |key: &str, value: String, why: &str, at: (u64, u64)| {
+        source.error(
+            at,
+            format!(
+                "`budget.{key}: {value}` is not a budget: {why}. Valid keys: {} (tokens and \
+                 model_calls whole numbers, cost_usd in USD, wall a duration such as `10m`)",
+                Budget::KEYS.join(", ")
+            ),
+        )
+    };
+    const ABOVE_ZERO: &str = "it must be above zero";
+    let whole = |key: &str, value: &Option<Spanned<i64>>| -> Result<Option<u64>, SuiteError> {
+        value
+            .as_ref()
+            .map(|v| match u64::try_from(v.value) {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(bad(key, v.value.to_string(), ABOVE_ZERO, loc(v))),
+            })
+            .transpose()
+    };
+    let cost_usd = raw
+        .cost_usd
+        .as_ref()
+        .map(|v| {
+            if v.value > 0.0 && v.value.is_finite() {
+                Ok(v.value)
+            } else {
+                Err(bad("cost_usd", v.value.to_string(), ABOVE_ZERO, loc(v)))
+            }
+        })
+        .transpose()?;
+    let wall = raw
+        .wall
+        .as_ref()
+        .map(|v| {
+            crate::support::parse_duration(&v.value)
+                .map_err(|why| bad("wall", v.value.clone(), &why, loc(v)))
+        })
+        .transpose()?;
+    Ok(Budget {
+        tokens: whole("tokens", &raw.tokens)?,
+        cost_usd,
+        model_calls: whole("model_calls", &raw.model_calls)?,
+        wall,
+    })
+}
+
+/// Gives every agent whose calls pass the gateway the suite's `budget:`, limit by limit where
+/// its own leaves one unset.
+pub(super) fn apply_default_budget(agents: &mut IndexMap<String, AgentSpec>, defaults: Budget) {
+    for spec in agents.values_mut() {
+        let through = match spec.as_harness() {
+            Some((kind, config)) => crate::gateway::uses_gateway(kind, config),
+            None => matches!(spec, AgentSpec::Command(config) if config.gateway),
+        };
+        if !through {
+            continue;
+        }
+        let slot = match spec {
+            AgentSpec::Command(config) => &mut config.budget,
+            AgentSpec::ClaudeCode(config)
+            | AgentSpec::Codex(config)
+            | AgentSpec::GeminiCli(config)
+            | AgentSpec::Opencode(config)
+            | AgentSpec::MiniSweAgent(config)
+            | AgentSpec::Aider(config) => &mut config.budget,
+            AgentSpec::Noop | AgentSpec::Oracle | AgentSpec::Mock(_) => continue,
+        };
+        *slot = Some(slot.unwrap_or_default().or(defaults));
+    }
 }
 
 /// The agent's `network:`, `none` when unset.
@@ -111,6 +217,32 @@ fn agent_network(source: &Source, agent: &RawAgent) -> Result<Network, SuiteErro
         })
         .transpose()
         .map(Option::unwrap_or_default)
+}
+
+/// The agent's `endpoint:`, a URL or a `scripted:` script that exists and loads.
+fn agent_endpoint(source: &Source, agent: &RawAgent) -> Result<Option<Endpoint>, SuiteError> {
+    agent
+        .endpoint
+        .as_ref()
+        .map(|text| -> Result<Endpoint, SuiteError> {
+            match Endpoint::parse(&text.value).map_err(|err| source.at(text, err))? {
+                Endpoint::Scripted(path) => {
+                    let full = source.dir.join(&path);
+                    if !full.is_file() {
+                        return Err(source.at(
+                            text,
+                            format!("the endpoint's script {} does not exist", full.display()),
+                        ));
+                    }
+                    let full = full.canonicalize().unwrap_or(full);
+                    crate::model::Script::load(&full)
+                        .map_err(|err| SuiteError::Referenced(err.to_string()))?;
+                    Ok(Endpoint::Scripted(full))
+                }
+                url => Ok(url),
+            }
+        })
+        .transpose()
 }
 
 /// Validates a real CLI agent: only the keys its kind supports, a known permission mode, a
@@ -169,28 +301,7 @@ fn harness_spec(
     {
         return Err(source.at(turns, "max_turns must be at least 1"));
     }
-    let endpoint = agent
-        .endpoint
-        .as_ref()
-        .map(|text| -> Result<Endpoint, SuiteError> {
-            match Endpoint::parse(&text.value).map_err(|err| source.at(text, err))? {
-                Endpoint::Scripted(path) => {
-                    let full = source.dir.join(&path);
-                    if !full.is_file() {
-                        return Err(source.at(
-                            text,
-                            format!("the endpoint's script {} does not exist", full.display()),
-                        ));
-                    }
-                    let full = full.canonicalize().unwrap_or(full);
-                    crate::model::Script::load(&full)
-                        .map_err(|err| SuiteError::Referenced(err.to_string()))?;
-                    Ok(Endpoint::Scripted(full))
-                }
-                url => Ok(url),
-            }
-        })
-        .transpose()?;
+    let endpoint = agent_endpoint(source, agent)?;
     if kind == HarnessKind::Codex
         && agent.model.is_none()
         && let Some(endpoint) = &agent.endpoint
@@ -224,29 +335,44 @@ fn harness_spec(
             Ok(path)
         })
         .transpose()?;
-    Ok(AgentSpec::harness(
-        kind,
-        HarnessConfig {
-            model: agent.model.as_ref().map(|m| m.value.clone()),
-            max_turns: agent.max_turns.as_ref().map(|t| t.value),
-            permission_mode: agent.permission_mode.as_ref().map(|m| m.value.clone()),
-            append_system_prompt: agent.append_system_prompt.as_ref().map(|p| p.value.clone()),
-            args: agent
-                .args
-                .as_ref()
-                .map(|a| a.value.clone())
-                .unwrap_or_default(),
-            env: agent.env.clone().unwrap_or_default(),
-            binary,
-            endpoint,
-            api_key: agent.api_key.clone(),
-            timeout: agent
-                .timeout
-                .as_ref()
-                .map(|t| source.duration(t))
-                .transpose()?,
-            network: agent_network(source, agent)?,
-            price: agent.price,
-        },
-    ))
+    let config = HarnessConfig {
+        model: agent.model.as_ref().map(|m| m.value.clone()),
+        max_turns: agent.max_turns.as_ref().map(|t| t.value),
+        permission_mode: agent.permission_mode.as_ref().map(|m| m.value.clone()),
+        append_system_prompt: agent.append_system_prompt.as_ref().map(|p| p.value.clone()),
+        args: agent
+            .args
+            .as_ref()
+            .map(|a| a.value.clone())
+            .unwrap_or_default(),
+        env: agent.env.clone().unwrap_or_default(),
+        binary,
+        endpoint,
+        api_key: agent.api_key.clone(),
+        timeout: agent
+            .timeout
+            .as_ref()
+            .map(|t| source.duration(t))
+            .transpose()?,
+        network: agent_network(source, agent)?,
+        price: agent.price,
+        budget: agent_budget(source, agent)?,
+    };
+    if let Some(budget) = &agent.budget
+        && !crate::gateway::uses_gateway(kind, &config)
+    {
+        let why = match kind {
+            HarnessKind::Codex => "codex without `model:`",
+            HarnessKind::Opencode => "opencode without `endpoint:`",
+            _ => "a model of a provider other than OpenAI without `endpoint:`",
+        };
+        return Err(source.at(
+            budget,
+            format!(
+                "`budget` on agent '{name}' needs its calls to pass deltabench's gateway, which \
+                 {why} bypasses: set `endpoint:`"
+            ),
+        ));
+    }
+    Ok(AgentSpec::harness(kind, config))
 }

@@ -96,6 +96,10 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
         add_agents(&agents_source, &file.agents, &mut agents, &mut variants)?;
     }
 
+    if let Some(defaults) = &raw.budget {
+        let defaults = super::agents::budget(&source, &defaults.value)?;
+        super::agents::apply_default_budget(&mut agents, defaults);
+    }
     let name = raw.name.value.trim().to_owned();
     if name.is_empty() {
         return Err(source.at(&raw.name, "the suite `name` is empty"));

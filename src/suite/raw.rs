@@ -32,6 +32,11 @@ pub struct RawSuite {
     /// Named agent configurations, merged with `--agents FILE`.
     #[serde(default)]
     pub agents: IndexMap<String, RawAgent>,
+    /// The budget of every agent whose model calls pass deltabench's gateway, limit by limit
+    /// where the agent's own `budget:` leaves one unset.
+    #[serde(default)]
+    #[schemars(with = "Option<RawBudgetSchema>")]
+    pub budget: Option<Spanned<RawBudget>>,
     /// Defaults for every task.
     #[serde(default)]
     pub defaults: RawDefaults,
@@ -111,6 +116,15 @@ pub struct RawAgent {
     /// Real CLI kinds: USD per million tokens, overriding the price table for this agent.
     #[serde(default)]
     pub price: Option<crate::agent::harness::Price>,
+    /// Real CLI kinds, and command agents with `gateway: true`: limits on a trial's model
+    /// use, enforced at deltabench's gateway (`tokens`, `cost_usd`, `model_calls`, `wall`).
+    #[serde(default)]
+    #[schemars(with = "Option<RawBudgetSchema>")]
+    pub budget: Option<Spanned<RawBudget>>,
+    /// command: route the command's model calls through deltabench's gateway.
+    #[serde(default)]
+    #[schemars(with = "Option<bool>")]
+    pub gateway: Option<Spanned<bool>>,
     /// mock: the scripted events.
     #[serde(default)]
     pub responses: Option<Vec<StreamEvent>>,
@@ -179,8 +193,47 @@ impl RawAgent {
         add("endpoint", self.endpoint.is_some(), at(&self.endpoint));
         add("api_key", self.api_key.is_some(), None);
         add("price", self.price.is_some(), None);
+        add(
+            "budget",
+            self.budget.is_some(),
+            self.budget.as_ref().map(loc),
+        );
+        add(
+            "gateway",
+            self.gateway.is_some(),
+            self.gateway.as_ref().map(loc),
+        );
         keys
     }
+}
+
+/// An agent's `budget:`; each value is checked to be above zero when the agent is built.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBudget {
+    #[serde(default)]
+    pub tokens: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub cost_usd: Option<Spanned<f64>>,
+    #[serde(default)]
+    pub model_calls: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub wall: Option<Spanned<String>>,
+}
+
+/// An agent's budget; each limit is optional and must be above zero.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+#[serde(deny_unknown_fields)]
+pub struct RawBudgetSchema {
+    /// Input, output, cache read and cache write tokens together.
+    tokens: Option<u64>,
+    /// USD, priced from the price table or the agent's `price:`.
+    cost_usd: Option<f64>,
+    /// Model calls.
+    model_calls: Option<u64>,
+    /// Wall time, e.g. `10m`.
+    wall: Option<String>,
 }
 
 /// Line and column of a spanned value.

@@ -231,7 +231,8 @@ fn passes_on_the_delta(kind: HarnessKind) {
         "only hello.txt changed:\n{diff}"
     );
 
-    let usage = &record["usage"];
+    // What the CLI reported, and what the gateway counted: both the script's numbers.
+    let usage = &record["cli_usage"];
     assert_eq!(usage["input_tokens"], 1000 * cli.calls, "{usage}");
     assert_eq!(usage["output_tokens"], 20 * cli.calls, "{usage}");
     let cost = usage["cost_usd"].as_f64().expect("a cost");
@@ -244,6 +245,23 @@ fn passes_on_the_delta(kind: HarnessKind) {
         usage["cost_estimated"].as_bool().unwrap_or(false),
         cli.estimated
     );
+    assert_eq!(record["usage_source"], "gateway", "{record:#}");
+    let counted = &record["gateway_usage"];
+    assert_eq!(record["usage"], *counted);
+    assert_eq!(counted["input_tokens"], 1000 * cli.calls, "{counted}");
+    assert_eq!(counted["output_tokens"], 20 * cli.calls, "{counted}");
+    // Side calls (titles, commit messages) are model calls too, with no tokens.
+    assert!(
+        counted["model_calls"].as_u64().unwrap() >= cli.calls,
+        "{counted}"
+    );
+    let counted_cost = counted["cost_usd"].as_f64().expect("a cost");
+    assert!(
+        (counted_cost - cli.cost).abs() < 1e-9,
+        "cost {counted_cost} != {}",
+        cli.cost
+    );
+    assert_eq!(counted["cost_estimated"], true);
     let session = record["session_id"].as_str().unwrap();
     assert!(session.len() >= 8, "{session}");
 
@@ -280,19 +298,13 @@ fn passes_on_the_delta(kind: HarnessKind) {
     }
     let raw = std::fs::read_to_string(trial_dir(&out).join("agent.stdout")).unwrap();
     assert!(!raw.trim().is_empty(), "the raw stream was not kept");
-    // The summary says when deltabench priced the tokens itself.
     let report = deltabench(tmp.path())
         .arg("report")
         .arg(&out)
         .output()
         .unwrap();
-    let mark = format!("~${:.4}", cli.cost);
-    assert_eq!(
-        stdout(&report).contains(&mark),
-        cli.estimated,
-        "{}",
-        stdout(&report)
-    );
+    // The summary is the gateway's count, which deltabench priced: marked `~`.
+    assert!(stdout(&report).contains("~$0.0"), "{}", stdout(&report));
     // The CLI's HOME and config stayed in the trial, out of the workspace and the diff.
     assert!(trial_dir(&out).join("home").is_dir());
     assert!(!diff.contains("home/"), "{diff}");
@@ -309,6 +321,60 @@ fn stops_at_max_turns(kind: HarnessKind) {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(record["status"], "max_turns", "{record:#}");
     assert_eq!(record["outcome"], "fail");
+}
+
+/// With a token budget below what the looping script spends, the gateway refuses the call
+/// after the budget is spent and the trial ends `budget_exceeded`, overshooting by at most the
+/// one call that crossed it.
+fn stops_at_its_budget(kind: HarnessKind) {
+    if !installed(kind) {
+        return;
+    }
+    let script = "usage: {input_tokens: 1000, output_tokens: 20}\nloop: true\nsteps:\n  - shell: echo again\n";
+    let tmp = suite(
+        kind,
+        script,
+        "\n    budget: {tokens: 2500}\n    timeout: 120s",
+    );
+    let (output, _, out) = run_suite(tmp.path(), &[]);
+    let record = only_record(&out);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(record["status"], "budget_exceeded", "{record:#}");
+    assert_eq!(record["outcome"], "fail");
+    let counted = &record["gateway_usage"];
+    let tokens =
+        counted["input_tokens"].as_u64().unwrap() + counted["output_tokens"].as_u64().unwrap();
+    assert!(
+        (2500..2500 + 1020).contains(&tokens),
+        "{tokens} tokens: past the budget by at most one call\n{record:#}"
+    );
+    let events = events(&out);
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "system" && e["subtype"] == "budget_exceeded"),
+        "{events:#?}"
+    );
+}
+
+#[test]
+fn claude_code_stops_at_its_budget() {
+    stops_at_its_budget(HarnessKind::ClaudeCode);
+}
+
+#[test]
+fn codex_stops_at_its_budget() {
+    stops_at_its_budget(HarnessKind::Codex);
+}
+
+#[test]
+fn gemini_cli_stops_at_its_budget() {
+    stops_at_its_budget(HarnessKind::GeminiCli);
+}
+
+#[test]
+fn opencode_stops_at_its_budget() {
+    stops_at_its_budget(HarnessKind::Opencode);
 }
 
 /// An HTTP error from the model ends the run `error` with the matching code (and the

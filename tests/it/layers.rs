@@ -12,6 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["model"],
     &["workspace"],
     &["agent"],
+    &["gateway"],
     &["delta"],
     &["metric"],
     &["lifecycle"],

@@ -9,6 +9,7 @@ mod demo;
 mod environments;
 mod exits;
 mod gaming;
+mod gateway;
 mod hostile;
 mod import;
 mod init;

@@ -350,6 +350,69 @@ fn key_that_does_not_apply_to_the_agent_kind() {
     assert_tmp_snapshot!(tmp.path(), err);
 }
 
+/// A suite with one claude-code agent against a scripted endpoint, with `budget` as given.
+fn budget_suite(tmp: &Path, budget: &str) -> String {
+    write_files(tmp, &[("model.yaml", "steps:\n  - text: Done.\n")]);
+    VALID.replace(
+        "tasks:\n",
+        &format!(
+            "agents:\n  a:\n    kind: claude-code\n    endpoint: scripted:model.yaml\n    budget: {budget}\ntasks:\n"
+        ),
+    )
+}
+
+#[test]
+fn unknown_budget_key() {
+    let tmp = fixture();
+    let yaml = budget_suite(tmp.path(), "{tokens: 10, dollars: 5}");
+    let err = load_error(tmp.path(), &yaml, &[]);
+    assert!(err.contains("suite.yaml:7:26: "), "{err}");
+    assert!(err.contains("dollars"), "{err}");
+    assert!(
+        err.contains("tokens, cost_usd, model_calls, wall"),
+        "the valid keys: {err}"
+    );
+    assert_tmp_snapshot!(tmp.path(), err);
+}
+
+#[test]
+fn negative_or_zero_budget() {
+    let tmp = fixture();
+    for (budget, at, value) in [
+        ("{tokens: -5}", "7:22", "budget.tokens: -5"),
+        ("{model_calls: 0}", "7:27", "budget.model_calls: 0"),
+        ("{cost_usd: -0.5}", "7:24", "budget.cost_usd: -0.5"),
+        ("{wall: 0s}", "7:20", "budget.wall: 0s"),
+    ] {
+        let yaml = budget_suite(tmp.path(), budget);
+        let err = load_error(tmp.path(), &yaml, &[]);
+        assert!(
+            err.contains(&format!("suite.yaml:{at}: ")),
+            "{budget}: {err}"
+        );
+        assert!(err.contains(value), "{budget}: {err}");
+        assert!(
+            err.contains("Valid keys: tokens, cost_usd, model_calls, wall"),
+            "{err}"
+        );
+    }
+    let yaml = budget_suite(tmp.path(), "{tokens: -5}");
+    let err = load_error(tmp.path(), &yaml, &[]);
+    assert_tmp_snapshot!(tmp.path(), err);
+}
+
+#[test]
+fn a_command_budget_needs_the_gateway() {
+    let tmp = fixture();
+    let yaml = VALID.replace(
+        "tasks:\n",
+        "agents:\n  a:\n    kind: command\n    run: \"true\"\n    budget: {tokens: 5}\ntasks:\n",
+    );
+    let err = load_error(tmp.path(), &yaml, &[]);
+    assert!(err.contains("suite.yaml:7:13: "), "{err}");
+    assert!(err.contains("needs `gateway: true`"), "{err}");
+}
+
 #[test]
 fn yaml_syntax_error_unclosed_flow_sequence() {
     let tmp = fixture();

@@ -14,8 +14,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{
-    CodingAgent, CodingError, CodingHandle, CodingResult, CodingTask, ErrorCode, RunContext,
-    StreamEvent, new_session_id,
+    BudgetStop, CodingAgent, CodingError, CodingHandle, CodingResult, CodingTask, ErrorCode,
+    RunContext, StreamEvent, new_session_id,
 };
 use crate::process::{self, CommandSpec};
 use crate::workspace::{ContainerPolicy, Network, SandboxPolicy, container_started, program_paths};
@@ -36,6 +36,17 @@ pub struct CommandAgentConfig {
     /// The network inside the sandbox (`isolation: sandbox` only).
     #[serde(default, skip_serializing_if = "Network::is_none")]
     pub network: Network,
+    /// Route the command's model calls through deltabench's gateway: the base-URL variables
+    /// the CLI adapters set (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`, `GOOGLE_GEMINI_BASE_URL`)
+    /// point at it, the key variables hold a placeholder, and its usage is counted there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gateway: bool,
+    /// With `gateway`: the server root the calls go on to (default: each provider's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<crate::agent::harness::Endpoint>,
+    /// With `gateway`: limits on the trial's model use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::agent::Budget>,
 }
 
 /// A shell command wearing the [`CodingAgent`] interface.
@@ -47,6 +58,8 @@ pub struct CommandAgent {
     scratch: PathBuf,
     sandbox: Option<SandboxPolicy>,
     container: Option<ContainerPolicy>,
+    /// The gateway's root URL for this trial, and its budget stop.
+    gateway: Option<(String, BudgetStop)>,
 }
 
 /// The instruction as a file, in the scratch folder.
@@ -70,7 +83,15 @@ impl CommandAgent {
             scratch,
             sandbox: None,
             container: None,
+            gateway: None,
         }
+    }
+
+    /// Points the command's model clients at `url` (a gateway trial's root) and stops it when
+    /// `stop` trips; the run then resolves `budget_exceeded`.
+    pub fn through_gateway(mut self, url: String, stop: BudgetStop) -> Self {
+        self.gateway = Some((url, stop));
+        self
     }
 
     /// Runs the command in `policy`'s container, with its script and instruction file mounted
@@ -121,6 +142,20 @@ impl CommandAgent {
             .env("DELTABENCH_SESSION_ID", &session)
             .timeout(self.config.timeout)
             .log_path(Some(self.scratch.join(AGENT_LOG)));
+        if let Some((url, _)) = &self.gateway {
+            let key = crate::agent::harness::invocation::DUMMY_API_KEY;
+            for (name, value) in [
+                ("DELTABENCH_GATEWAY_URL", url.clone()),
+                ("ANTHROPIC_BASE_URL", url.clone()),
+                ("OPENAI_BASE_URL", format!("{url}/v1")),
+                ("GOOGLE_GEMINI_BASE_URL", url.clone()),
+                ("ANTHROPIC_API_KEY", key.to_owned()),
+                ("OPENAI_API_KEY", key.to_owned()),
+                ("GEMINI_API_KEY", key.to_owned()),
+            ] {
+                spec = spec.env(name, value);
+            }
+        }
         for (key, value) in &self.config.env {
             spec = spec.env(key, value);
         }
@@ -148,7 +183,21 @@ impl CommandAgent {
             data: None,
         })
         .await;
-        let ended = match process::run(&spec, &ctx.cancel).await {
+        let stop = ctx.cancel.child_token();
+        let budget = self.gateway.as_ref().map(|(_, stop)| stop.clone());
+        let stopper = budget.clone().map(|budget| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                budget.wait().await;
+                stop.cancel();
+            })
+        });
+        let ended = process::run(&spec, &stop).await;
+        if let Some(stopper) = stopper {
+            stopper.abort();
+        }
+        let exceeded = budget.as_ref().and_then(BudgetStop::tripped);
+        let ended = match ended {
             Ok(ended) => ended,
             Err(err) => {
                 return CodingResult::failed(
@@ -179,7 +228,20 @@ impl CommandAgent {
             return failed;
         }
 
-        let mut result = if ended.cancelled {
+        let mut result = if ctx.cancel.is_cancelled() {
+            CodingResult::aborted(session)
+        } else if let Some(reason) = exceeded {
+            ctx.emit(StreamEvent::System {
+                subtype: "budget_exceeded".into(),
+                message: reason,
+                data: None,
+            })
+            .await;
+            CodingResult {
+                status: crate::agent::CodingStatus::BudgetExceeded,
+                ..CodingResult::completed(session)
+            }
+        } else if ended.cancelled {
             CodingResult::aborted(session)
         } else if ended.timed_out {
             let limit = self.config.timeout.unwrap_or_default();

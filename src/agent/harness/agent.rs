@@ -23,8 +23,8 @@ use super::{
 };
 use crate::agent::builtin::command::{container_failure, sandbox_failure, sandboxed_spec};
 use crate::agent::{
-    CodingAgent, CodingError, CodingHandle, CodingOutput, CodingResult, CodingStatus, CodingTask,
-    ErrorCode, RunContext, StreamEvent, Usage, new_session_id,
+    BudgetStop, CodingAgent, CodingError, CodingHandle, CodingOutput, CodingResult, CodingStatus,
+    CodingTask, ErrorCode, RunContext, StreamEvent, Usage, new_session_id,
 };
 use crate::process::{self, CommandSpec, StdoutLines};
 use crate::workspace::{ContainerPolicy, ImageNeed, Network, SandboxPolicy};
@@ -125,6 +125,9 @@ pub struct HarnessAgent {
     scratch: PathBuf,
     sandbox: Option<SandboxPolicy>,
     container: Option<ContainerPolicy>,
+    budget: Option<BudgetStop>,
+    /// The endpoint is deltabench's gateway, which holds the real key.
+    gateway: bool,
 }
 
 impl HarnessAgent {
@@ -152,7 +155,19 @@ impl HarnessAgent {
             scratch: absolute(scratch),
             sandbox: None,
             container: None,
+            budget: None,
+            gateway: false,
         }
+    }
+
+    /// Points the CLI at deltabench's gateway (`url`, the trial's root there) with a
+    /// placeholder key, and stops it when `stop` trips (the gateway refused a call past the
+    /// budget); the run then resolves `budget_exceeded`.
+    pub fn through_gateway(mut self, url: String, stop: BudgetStop) -> Self {
+        self.endpoint = Some(url);
+        self.gateway = true;
+        self.budget = Some(stop);
+        self
     }
 
     /// Runs the CLI in `policy`'s container (whose home must be this agent's [`Self::home`]),
@@ -193,6 +208,9 @@ impl HarnessAgent {
     }
 
     fn api_key(&self) -> Option<String> {
+        if self.gateway {
+            return Some(DUMMY_API_KEY.to_owned());
+        }
         if let Some(key) = &self.config.api_key {
             return Some(key.clone());
         }
@@ -305,9 +323,21 @@ impl HarnessAgent {
         let run = process::run(&spec, &stop);
         tokio::pin!(run);
         let mut poll = tokio::time::interval(TRAJECTORY_POLL);
+        let budget = self.budget.clone().unwrap_or_default();
+        let mut budget_heard = self.budget.is_none();
         let ended = loop {
             tokio::select! {
                 ended = &mut run => break ended,
+                () = budget.wait(), if !budget_heard => {
+                    budget_heard = true;
+                    stop.cancel();
+                    ctx.emit(StreamEvent::System {
+                        subtype: "budget_exceeded".into(),
+                        message: budget.tripped().unwrap_or_default(),
+                        data: None,
+                    })
+                    .await;
+                }
                 Some(line) = lines.recv() => {
                     let events = parser.line(&line);
                     watch.emit_all(&ctx, events).await;
@@ -408,6 +438,19 @@ impl HarnessAgent {
                     ),
                 ),
             )
+        } else if let Some(reason) = self.budget.as_ref().and_then(BudgetStop::tripped) {
+            if !budget_heard {
+                ctx.emit(StreamEvent::System {
+                    subtype: "budget_exceeded".into(),
+                    message: reason,
+                    data: None,
+                })
+                .await;
+            }
+            CodingResult {
+                status: CodingStatus::BudgetExceeded,
+                ..CodingResult::completed(session)
+            }
         } else if watch.turn_limit_hit {
             CodingResult {
                 status: CodingStatus::MaxTurns,

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::pricing::Price;
+use crate::agent::Budget;
 use crate::workspace::Network;
 
 /// The real coding-agent CLIs deltabench drives.
@@ -238,6 +239,7 @@ impl HarnessKind {
     pub fn keys(self) -> Vec<&'static str> {
         let mut keys = vec![
             "model", "args", "env", "binary", "endpoint", "api_key", "timeout", "network", "price",
+            "budget",
         ];
         if self.turn_limit() != TurnLimit::Unsupported {
             keys.push("max_turns");
@@ -318,6 +320,9 @@ pub struct HarnessConfig {
     /// Overrides the price table for this agent's model (USD per million tokens).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price: Option<Price>,
+    /// Limits on the trial's model use, enforced at the gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
 }
 
 impl HarnessConfig {

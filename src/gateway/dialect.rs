@@ -1,0 +1,341 @@
+//! The four model APIs as the gateway sees them: which requests are model calls, the usage
+//! their answers report (streamed or not), and the error each API answers with.
+
+use serde_json::{Value, json};
+
+use crate::agent::Usage;
+
+/// A model API, told from the request's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// Anthropic Messages (`/v1/messages`).
+    Anthropic,
+    /// OpenAI Responses (`/v1/responses`).
+    Responses,
+    /// OpenAI Chat Completions (`/v1/chat/completions`).
+    Chat,
+    /// Gemini (`/v1beta/models/M:generateContent`, `:streamGenerateContent`).
+    Gemini,
+}
+
+/// The provider whose server answers a dialect (and whose key it takes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    Anthropic,
+    OpenAi,
+    Google,
+}
+
+impl Dialect {
+    /// The dialect of a model call to `path` (no query), or `None` for anything else (token
+    /// counts, model lists), which is forwarded uncounted.
+    pub fn of_call(path: &str) -> Option<Dialect> {
+        let last = path.rsplit('/').next().unwrap_or("");
+        if path.ends_with("/messages") {
+            Some(Self::Anthropic)
+        } else if path.ends_with("/responses") {
+            Some(Self::Responses)
+        } else if path.ends_with("/chat/completions") {
+            Some(Self::Chat)
+        } else if path.contains("/models/")
+            && (last.ends_with(":generateContent") || last.ends_with(":streamGenerateContent"))
+        {
+            Some(Self::Gemini)
+        } else {
+            None
+        }
+    }
+
+    pub fn provider(self) -> Provider {
+        match self {
+            Self::Anthropic => Provider::Anthropic,
+            Self::Responses | Self::Chat => Provider::OpenAi,
+            Self::Gemini => Provider::Google,
+        }
+    }
+
+    /// The usage one answer reports, from its whole JSON body (Gemini's non-SSE stream is an
+    /// array of chunks).
+    pub fn usage_of_body(self, body: &Value) -> Option<Usage> {
+        match body {
+            Value::Array(chunks) => chunks.iter().rev().find_map(|c| self.usage_of_body(c)),
+            _ => match self {
+                Self::Anthropic => body.get("usage").map(anthropic_usage),
+                Self::Responses => body
+                    .get("usage")
+                    .filter(|u| u.is_object())
+                    .map(responses_usage),
+                Self::Chat => body.get("usage").filter(|u| u.is_object()).map(chat_usage),
+                Self::Gemini => body.get("usageMetadata").map(gemini_usage),
+            },
+        }
+    }
+
+    /// The error body this API answers a refused call with, and its status.
+    pub fn refusal(self, message: &str) -> (u16, Value) {
+        match self {
+            Self::Anthropic => (
+                400,
+                json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}}),
+            ),
+            Self::Responses | Self::Chat => (
+                400,
+                json!({"error": {"message": message, "type": "invalid_request_error",
+                    "param": null, "code": "budget_exceeded"}}),
+            ),
+            Self::Gemini => (
+                400,
+                json!({"error": {"code": 400, "message": message, "status": "FAILED_PRECONDITION"}}),
+            ),
+        }
+    }
+}
+
+fn n(value: &Value, pointer: &str) -> u64 {
+    value.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn anthropic_usage(u: &Value) -> Usage {
+    Usage {
+        input_tokens: n(u, "/input_tokens"),
+        output_tokens: n(u, "/output_tokens"),
+        cache_read_tokens: n(u, "/cache_read_input_tokens"),
+        cache_write_tokens: n(u, "/cache_creation_input_tokens"),
+        ..Usage::default()
+    }
+}
+
+/// OpenAI counts cached tokens inside `input_tokens`.
+fn responses_usage(u: &Value) -> Usage {
+    let cached = n(u, "/input_tokens_details/cached_tokens");
+    Usage {
+        input_tokens: n(u, "/input_tokens").saturating_sub(cached),
+        output_tokens: n(u, "/output_tokens"),
+        cache_read_tokens: cached,
+        cache_write_tokens: n(u, "/input_tokens_details/cache_write_tokens"),
+        ..Usage::default()
+    }
+}
+
+fn chat_usage(u: &Value) -> Usage {
+    let cached = n(u, "/prompt_tokens_details/cached_tokens");
+    Usage {
+        input_tokens: n(u, "/prompt_tokens").saturating_sub(cached),
+        output_tokens: n(u, "/completion_tokens"),
+        cache_read_tokens: cached,
+        ..Usage::default()
+    }
+}
+
+/// Gemini counts cached tokens inside `promptTokenCount`, and thinking apart from the answer.
+fn gemini_usage(u: &Value) -> Usage {
+    let cached = n(u, "/cachedContentTokenCount");
+    Usage {
+        input_tokens: n(u, "/promptTokenCount").saturating_sub(cached),
+        output_tokens: n(u, "/candidatesTokenCount") + n(u, "/thoughtsTokenCount"),
+        cache_read_tokens: cached,
+        ..Usage::default()
+    }
+}
+
+/// Reads an answer's usage as its bytes pass: SSE events one at a time (nothing kept but the
+/// line being read), a plain JSON body whole (up to [`MAX_BODY`]).
+#[derive(Debug)]
+pub struct Meter {
+    dialect: Dialect,
+    sse: bool,
+    /// The unfinished line (SSE) or the body so far (JSON).
+    buffer: Vec<u8>,
+    usage: Option<Usage>,
+    overflow: bool,
+}
+
+/// The most of a non-streamed answer kept to read its usage.
+pub const MAX_BODY: usize = 64 * 1024 * 1024;
+
+impl Meter {
+    pub fn new(dialect: Dialect, sse: bool) -> Self {
+        Self {
+            dialect,
+            sse,
+            buffer: Vec::new(),
+            usage: None,
+            overflow: false,
+        }
+    }
+
+    pub fn feed(&mut self, bytes: &[u8]) {
+        if !self.sse {
+            if self.buffer.len() + bytes.len() > MAX_BODY {
+                self.overflow = true;
+            } else {
+                self.buffer.extend_from_slice(bytes);
+            }
+            return;
+        }
+        for &byte in bytes {
+            if byte == b'\n' {
+                let line = std::mem::take(&mut self.buffer);
+                self.line(&line);
+            } else if self.buffer.len() < MAX_BODY {
+                self.buffer.push(byte);
+            }
+        }
+    }
+
+    fn line(&mut self, line: &[u8]) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(data) = line.strip_prefix(b"data:") else {
+            return;
+        };
+        let Ok(event) = serde_json::from_slice::<Value>(data.trim_ascii()) else {
+            return;
+        };
+        match self.dialect {
+            Dialect::Anthropic => {
+                let found = match event.get("type").and_then(Value::as_str) {
+                    Some("message_start") => event.pointer("/message/usage"),
+                    Some("message_delta") => event.get("usage"),
+                    _ => None,
+                };
+                if let Some(found) = found.and_then(Value::as_object) {
+                    // message_delta's counts are cumulative and win over message_start's.
+                    let usage = self.usage.get_or_insert_with(Usage::default);
+                    let get = |key: &str, slot: &mut u64| {
+                        if let Some(v) = found.get(key).and_then(Value::as_u64) {
+                            *slot = v;
+                        }
+                    };
+                    get("input_tokens", &mut usage.input_tokens);
+                    get("output_tokens", &mut usage.output_tokens);
+                    get("cache_read_input_tokens", &mut usage.cache_read_tokens);
+                    get("cache_creation_input_tokens", &mut usage.cache_write_tokens);
+                }
+            }
+            Dialect::Responses => {
+                if let Some(usage) = event
+                    .pointer("/response/usage")
+                    .filter(|u| u.is_object())
+                    .map(responses_usage)
+                {
+                    self.usage = Some(usage);
+                }
+            }
+            Dialect::Chat | Dialect::Gemini => {
+                if let Some(usage) = self.dialect.usage_of_body(&event) {
+                    self.usage = Some(usage);
+                }
+            }
+        }
+    }
+
+    /// The answer's usage; `None` when it reported none (or was too large to read).
+    pub fn finish(mut self) -> Option<Usage> {
+        if self.sse {
+            let rest = std::mem::take(&mut self.buffer);
+            self.line(&rest);
+            return self.usage;
+        }
+        if self.overflow {
+            return None;
+        }
+        serde_json::from_slice::<Value>(&self.buffer)
+            .ok()
+            .and_then(|body| self.dialect.usage_of_body(&body))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metered(dialect: Dialect, sse: bool, text: &str, chunk: usize) -> Option<Usage> {
+        let mut meter = Meter::new(dialect, sse);
+        for piece in text.as_bytes().chunks(chunk) {
+            meter.feed(piece);
+        }
+        meter.finish()
+    }
+
+    fn usage(input: u64, output: u64, read: u64, write: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            cache_read_tokens: read,
+            cache_write_tokens: write,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn calls_are_told_by_their_path() {
+        assert_eq!(Dialect::of_call("/v1/messages"), Some(Dialect::Anthropic));
+        assert_eq!(Dialect::of_call("/v1/messages/count_tokens"), None);
+        assert_eq!(Dialect::of_call("/v1/responses"), Some(Dialect::Responses));
+        assert_eq!(
+            Dialect::of_call("/v1/chat/completions"),
+            Some(Dialect::Chat)
+        );
+        assert_eq!(
+            Dialect::of_call("/v1beta/models/gemini-2.5-pro:streamGenerateContent"),
+            Some(Dialect::Gemini)
+        );
+        assert_eq!(
+            Dialect::of_call("/v1beta/models/gemini-2.5-pro:countTokens"),
+            None
+        );
+        assert_eq!(Dialect::of_call("/v1/models"), None);
+    }
+
+    #[test]
+    fn anthropic_streams_sum_start_and_delta_in_any_chunking() {
+        let text = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1000,\"cache_read_input_tokens\":5,\"cache_creation_input_tokens\":7,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":20}}\n\n";
+        for chunk in [1, 7, 4096] {
+            assert_eq!(
+                metered(Dialect::Anthropic, true, text, chunk),
+                Some(usage(1000, 20, 5, 7))
+            );
+        }
+        let body = r#"{"usage":{"input_tokens":3,"output_tokens":4}}"#;
+        assert_eq!(
+            metered(Dialect::Anthropic, false, body, 5),
+            Some(usage(3, 4, 0, 0))
+        );
+    }
+
+    #[test]
+    fn openai_and_gemini_take_cached_tokens_out_of_input() {
+        let responses = "data: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":1010,\"input_tokens_details\":{\"cached_tokens\":10},\"output_tokens\":20}}}\n\n";
+        assert_eq!(
+            metered(Dialect::Responses, true, responses, 3),
+            Some(usage(1000, 20, 10, 0))
+        );
+        let chat = "data: {\"choices\":[]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":20}}\n\ndata: [DONE]\n\n";
+        assert_eq!(
+            metered(Dialect::Chat, true, chat, 9),
+            Some(usage(1000, 20, 0, 0))
+        );
+        let gemini = r#"[{"candidates":[]},{"usageMetadata":{"promptTokenCount":1002,"cachedContentTokenCount":2,"candidatesTokenCount":15,"thoughtsTokenCount":5}}]"#;
+        assert_eq!(
+            metered(Dialect::Gemini, false, gemini, 2),
+            Some(usage(1000, 20, 2, 0))
+        );
+        assert_eq!(metered(Dialect::Chat, false, "not json", 2), None);
+    }
+
+    #[test]
+    fn refusals_wear_each_apis_error_shape() {
+        let (status, body) = Dialect::Anthropic.refusal("spent");
+        assert_eq!(status, 400);
+        assert_eq!(body["type"], "error");
+        assert_eq!(body["error"]["message"], "spent");
+        assert_eq!(
+            Dialect::Gemini.refusal("x").1["error"]["status"],
+            "FAILED_PRECONDITION"
+        );
+        assert_eq!(
+            Dialect::Chat.refusal("x").1["error"]["code"],
+            "budget_exceeded"
+        );
+    }
+}

@@ -1,0 +1,487 @@
+//! The gateway's HTTP server: trial registration, forwarding, metering and budgets.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use bytes::Bytes;
+use futures::Stream;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::dialect::{Dialect, MAX_BODY, Meter, Provider};
+use super::{Spent, over_budget};
+use crate::agent::harness::{Price, is_loopback, pricing};
+use crate::agent::{Budget, BudgetStop, Usage};
+
+/// Where one trial's calls go: a root URL per provider, each with the key to add (none: the
+/// client's own header passes as it came, as for a local endpoint that needs no key).
+#[derive(Debug, Clone, Default)]
+pub struct Upstream {
+    roots: HashMap<Provider, (String, Option<String>)>,
+    /// For requests that name no dialect (model lists), when the provider cannot be told.
+    fallback: Option<Provider>,
+}
+
+impl Upstream {
+    /// Every provider's calls to one server root (an agent's `endpoint`).
+    pub fn single(root: &str, key: Option<String>) -> Self {
+        let root = root.trim_end_matches('/').to_owned();
+        let mut upstream = Self::default();
+        for provider in [Provider::Anthropic, Provider::OpenAi, Provider::Google] {
+            upstream.roots.insert(provider, (root.clone(), key.clone()));
+        }
+        upstream.fallback = Some(Provider::OpenAi);
+        upstream
+    }
+
+    /// `provider`'s calls to `root` with `key`.
+    pub fn with(mut self, provider: Provider, root: &str, key: Option<String>) -> Self {
+        self.roots
+            .insert(provider, (root.trim_end_matches('/').to_owned(), key));
+        self.fallback.get_or_insert(provider);
+        self
+    }
+
+    fn root(&self, provider: Provider) -> Option<&(String, Option<String>)> {
+        self.roots
+            .get(&provider)
+            .or_else(|| self.roots.get(&self.fallback?))
+    }
+}
+
+/// What a trial registers with.
+#[derive(Debug, Clone)]
+pub struct TrialSetup {
+    pub upstream: Upstream,
+    pub budget: Budget,
+    /// Prices every call when set (the agent's `price:`).
+    pub price: Option<Price>,
+    /// The model to price calls as (the agent's `model:`); else each request's own.
+    pub model: Option<String>,
+    /// Tripped when a call is refused for the budget.
+    pub stop: BudgetStop,
+}
+
+struct Account {
+    setup: TrialSetup,
+    /// When the agent started (the `wall` budget runs from here).
+    started: Mutex<Instant>,
+    usage: Mutex<Totals>,
+}
+
+#[derive(Default)]
+struct Totals {
+    usage: Usage,
+    cost: f64,
+    /// A call with tokens that no price covered: the total cost is unknown.
+    unpriced: bool,
+}
+
+impl Account {
+    /// Counts a model call about to be forwarded, or says why the budget refuses it.
+    fn admit(&self) -> Result<(), String> {
+        let mut totals = self.usage.lock().map_err(|_| "poisoned".to_owned())?;
+        let u = &totals.usage;
+        let spent = Spent {
+            tokens: u.input_tokens + u.output_tokens + u.cache_read_tokens + u.cache_write_tokens,
+            cost_usd: totals.cost,
+            model_calls: u.model_calls,
+            wall: self.started.lock().map_or(Duration::ZERO, |t| t.elapsed()),
+        };
+        if let Some(why) = over_budget(&self.setup.budget, &spent) {
+            return Err(why);
+        }
+        totals.usage.model_calls += 1;
+        Ok(())
+    }
+
+    fn record(&self, mut call: Usage, request_model: Option<&str>) {
+        let model = self.setup.model.as_deref().or(request_model);
+        let priced = pricing::estimate(&mut call, model, self.setup.price);
+        let Ok(mut totals) = self.usage.lock() else {
+            return;
+        };
+        let tokens = call.input_tokens
+            + call.output_tokens
+            + call.cache_read_tokens
+            + call.cache_write_tokens;
+        if priced {
+            totals.cost += call.cost_usd.unwrap_or(0.0);
+        } else if tokens > 0 {
+            totals.unpriced = true;
+        }
+        let u = &mut totals.usage;
+        u.input_tokens += call.input_tokens;
+        u.output_tokens += call.output_tokens;
+        u.cache_read_tokens += call.cache_read_tokens;
+        u.cache_write_tokens += call.cache_write_tokens;
+    }
+
+    fn total(&self) -> Usage {
+        let Ok(totals) = self.usage.lock() else {
+            return Usage::default();
+        };
+        let mut usage = totals.usage.clone();
+        usage.cost_usd = (!totals.unpriced).then_some(totals.cost);
+        usage.cost_estimated = usage.cost_usd.is_some();
+        usage
+    }
+}
+
+struct Shared {
+    trials: Mutex<HashMap<String, Arc<Account>>>,
+    /// For remote upstreams: honours the proxy variables.
+    client: reqwest::Client,
+    /// For loopback upstreams: never through a proxy.
+    direct: reqwest::Client,
+}
+
+/// The run's gateway, serving from the current tokio runtime on 127.0.0.1.
+pub struct Gateway {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Gateway {
+    /// Binds any free loopback port and starts serving.
+    pub async fn start() -> std::io::Result<Gateway> {
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let addr = listener.local_addr()?;
+        let build = |proxied: bool| {
+            let builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(30));
+            let builder = if proxied { builder } else { builder.no_proxy() };
+            builder.build().map_err(std::io::Error::other)
+        };
+        let shared = Arc::new(Shared {
+            trials: Mutex::new(HashMap::new()),
+            client: build(true)?,
+            direct: build(false)?,
+        });
+        let router = Router::new().fallback(handle).with_state(shared.clone());
+        let shutdown = CancellationToken::new();
+        let stopped = shutdown.clone().cancelled_owned();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, router)
+                .with_graceful_shutdown(stopped)
+                .await;
+        });
+        Ok(Gateway {
+            addr,
+            shared,
+            shutdown,
+            task,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Registers a trial; its calls are accounted while the lease lives.
+    pub fn register(&self, setup: TrialSetup) -> GatewayLease {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let account = Arc::new(Account {
+            setup,
+            started: Mutex::new(Instant::now()),
+            usage: Mutex::new(Totals::default()),
+        });
+        if let Ok(mut trials) = self.shared.trials.lock() {
+            trials.insert(token.clone(), account.clone());
+        }
+        GatewayLease {
+            url: format!("{}/t/{token}", self.url()),
+            token,
+            account,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl Drop for Gateway {
+    /// Stops serving; the run's trials are over by then.
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        self.task.abort();
+    }
+}
+
+/// One trial's registration; dropping it forgets the trial (later calls get a 404).
+pub struct GatewayLease {
+    url: String,
+    token: String,
+    account: Arc<Account>,
+    shared: Arc<Shared>,
+}
+
+impl GatewayLease {
+    /// The root URL the trial's client is pointed at (`/v1` etc. are added as for an endpoint).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The trial's usage so far, counted from the providers' answers.
+    pub fn usage(&self) -> Usage {
+        self.account.total()
+    }
+
+    /// Starts the `wall` budget's clock again: the agent starts now (provisioning and setup,
+    /// which ran since the trial registered, are not the agent's time).
+    pub fn start_clock(&self) {
+        if let Ok(mut started) = self.account.started.lock() {
+            *started = Instant::now();
+        }
+    }
+
+    /// The trial's budget stop.
+    pub fn stop(&self) -> BudgetStop {
+        self.account.setup.stop.clone()
+    }
+}
+
+impl Drop for GatewayLease {
+    fn drop(&mut self) {
+        if let Ok(mut trials) = self.shared.trials.lock() {
+            trials.remove(&self.token);
+        }
+    }
+}
+
+fn json_response(status: u16, body: &Value) -> Response {
+    let mut response = Response::new(Body::from(body.to_string()));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// Headers that describe one connection, not the message.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+    "trailer",
+    "host",
+    "content-length",
+];
+
+/// The headers a key travels in.
+const AUTH: [&str; 4] = ["authorization", "x-api-key", "x-goog-api-key", "api-key"];
+
+/// The provider a request that names no dialect is for, from its headers and path.
+fn guess_provider(headers: &HeaderMap, path: &str) -> Option<Provider> {
+    if headers.contains_key("x-api-key") || headers.contains_key("anthropic-version") {
+        Some(Provider::Anthropic)
+    } else if headers.contains_key("x-goog-api-key") || path.starts_with("/v1beta") {
+        Some(Provider::Google)
+    } else if headers.contains_key(header::AUTHORIZATION) {
+        Some(Provider::OpenAi)
+    } else {
+        None
+    }
+}
+
+/// The model a request names: its body's `model`, or Gemini's path segment.
+fn request_model(dialect: Dialect, path: &str, body: &[u8]) -> Option<String> {
+    if dialect == Dialect::Gemini {
+        let last = path.rsplit("/models/").next()?;
+        return last.split(':').next().map(str::to_owned);
+    }
+    serde_json::from_slice::<Value>(body)
+        .ok()?
+        .get("model")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path();
+    let Some((token, rest)) = path
+        .strip_prefix("/t/")
+        .map(|p| p.split_once('/').unwrap_or((p, "")))
+    else {
+        return json_response(404, &json!({"error": {"message": "not a trial's path"}}));
+    };
+    let account = shared
+        .trials
+        .lock()
+        .ok()
+        .and_then(|trials| trials.get(token).cloned());
+    let Some(account) = account else {
+        return json_response(404, &json!({"error": {"message": "no such trial"}}));
+    };
+    let rest = format!("/{rest}");
+    let upgrade = parts
+        .headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    if upgrade {
+        return json_response(
+            426,
+            &json!({"error": {"message": "the gateway does not carry websockets; use SSE"}}),
+        );
+    }
+    let dialect = Dialect::of_call(&rest);
+    if let Some(dialect) = dialect
+        && let Err(why) = account.admit()
+    {
+        account.setup.stop.trip(why.clone());
+        let (status, body) = dialect.refusal(&why);
+        return json_response(status, &body);
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
+        return json_response(
+            413,
+            &json!({"error": {"message": "request body too large"}}),
+        );
+    };
+    let provider = dialect
+        .map(Dialect::provider)
+        .or_else(|| guess_provider(&parts.headers, &rest))
+        .unwrap_or(Provider::OpenAi);
+    let Some((root, key)) = account.setup.upstream.root(provider).cloned() else {
+        return json_response(
+            502,
+            &json!({"error": {"message": "no upstream for this API"}}),
+        );
+    };
+    let mut url = format!("{root}{rest}");
+    if let Some(query) = parts.uri.query() {
+        let query: Vec<String> = query
+            .split('&')
+            .map(|pair| match (&key, pair.split_once('=')) {
+                (Some(key), Some(("key", _))) => format!("key={key}"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        url = format!("{url}?{}", query.join("&"));
+    }
+    let client = if is_loopback(&root) {
+        &shared.direct
+    } else {
+        &shared.client
+    };
+    let mut request = client.request(parts.method.clone(), &url);
+    for (name, value) in &parts.headers {
+        let lower = name.as_str();
+        if HOP_BY_HOP.contains(&lower) || lower == "accept-encoding" {
+            continue;
+        }
+        let value = match (&key, AUTH.contains(&lower)) {
+            (Some(key), true) => {
+                let text = if lower == "authorization" {
+                    format!("Bearer {key}")
+                } else {
+                    key.clone()
+                };
+                match HeaderValue::from_str(&text) {
+                    Ok(v) => v,
+                    Err(_) => continue,
+                }
+            }
+            _ => value.clone(),
+        };
+        request = request.header(name, value);
+    }
+    let model = dialect.and_then(|d| request_model(d, &rest, &bytes));
+    let answer = match request.body(bytes).send().await {
+        Ok(answer) => answer,
+        Err(err) => {
+            let message = format!("deltabench gateway: cannot reach {root}: {err}");
+            return match dialect {
+                Some(Dialect::Anthropic) => json_response(
+                    502,
+                    &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+                ),
+                _ => json_response(502, &json!({"error": {"message": message}})),
+            };
+        }
+    };
+    let mut response = Response::builder().status(answer.status().as_u16());
+    let sse = answer
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    for (name, value) in answer.headers() {
+        if HOP_BY_HOP.contains(&name.as_str()) {
+            continue;
+        }
+        if let Ok(name) = HeaderName::from_bytes(name.as_str().as_bytes()) {
+            response = response.header(name, value.as_bytes());
+        }
+    }
+    let stream = Metered {
+        inner: Box::pin(answer.bytes_stream()),
+        meter: dialect.map(|d| Meter::new(d, sse)),
+        account,
+        model,
+    };
+    response
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| json_response(502, &json!({"error": {"message": "bad answer"}})))
+}
+
+type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+/// An answer's body on its way to the client, read by a [`Meter`] as it passes; the usage is
+/// recorded when it ends, or when the client hangs up.
+struct Metered {
+    inner: ByteStream,
+    meter: Option<Meter>,
+    account: Arc<Account>,
+    model: Option<String>,
+}
+
+impl Metered {
+    fn finish(&mut self) {
+        if let Some(meter) = self.meter.take()
+            && let Some(usage) = meter.finish()
+        {
+            self.account.record(usage, self.model.as_deref());
+        }
+    }
+}
+
+impl Stream for Metered {
+    type Item = reqwest::Result<Bytes>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let polled = self.inner.as_mut().poll_next(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(bytes))) => {
+                if let Some(meter) = self.meter.as_mut() {
+                    meter.feed(bytes);
+                }
+            }
+            Poll::Ready(None) => self.finish(),
+            _ => {}
+        }
+        polled
+    }
+}
+
+impl Drop for Metered {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}

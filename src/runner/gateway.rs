@@ -1,0 +1,95 @@
+//! The run's model gateway: started when an agent's calls pass it, one lease per trial, and
+//! the trial record's usage from both sides.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+
+use crate::agent::Usage;
+use crate::agent::harness::Endpoint;
+use crate::gateway::{Gateway, GatewayLease, TrialSetup, command_upstream, upstream_for};
+use crate::store::{TrialRecord, UsageRecord, UsageSource};
+use crate::suite::AgentSpec;
+
+/// Whether `spec`'s model calls pass the gateway.
+pub(crate) fn uses_gateway(spec: &AgentSpec) -> bool {
+    match spec {
+        AgentSpec::Command(config) => config.gateway,
+        spec => spec
+            .as_harness()
+            .is_some_and(|(kind, config)| crate::gateway::uses_gateway(kind, config)),
+    }
+}
+
+/// The run's gateway, when any of `agents` uses it.
+pub(crate) async fn start(
+    agents: &IndexMap<String, AgentSpec>,
+) -> std::io::Result<Option<Arc<Gateway>>> {
+    if !agents.values().any(uses_gateway) {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(Gateway::start().await?)))
+}
+
+/// Registers one trial of `spec` (`None` when its calls do not pass the gateway).
+pub(crate) fn lease(
+    gateway: Option<&Arc<Gateway>>,
+    spec: &AgentSpec,
+    endpoints: &HashMap<PathBuf, String>,
+) -> Option<Arc<GatewayLease>> {
+    let gateway = gateway?;
+    let scripted = |endpoint: Option<&Endpoint>| match endpoint {
+        Some(Endpoint::Scripted(path)) => endpoints.get(path).cloned(),
+        Some(Endpoint::Url(url)) => Some(url.clone()),
+        None => None,
+    };
+    let setup = match spec {
+        AgentSpec::Command(config) if config.gateway => TrialSetup {
+            upstream: command_upstream(scripted(config.endpoint.as_ref()).as_deref()),
+            budget: config.budget.unwrap_or_default(),
+            price: None,
+            model: None,
+            stop: Default::default(),
+        },
+        spec => {
+            let (kind, config) = spec.as_harness()?;
+            let url = scripted(config.endpoint.as_ref());
+            TrialSetup {
+                upstream: upstream_for(kind, config, url.as_deref())?,
+                budget: config.budget.unwrap_or_default(),
+                price: config.price,
+                model: config.model.clone(),
+                stop: Default::default(),
+            }
+        }
+    };
+    Some(Arc::new(gateway.register(setup)))
+}
+
+fn record_of(u: &Usage) -> UsageRecord {
+    UsageRecord {
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cache_read_tokens: u.cache_read_tokens,
+        cache_write_tokens: u.cache_write_tokens,
+        model_calls: u.model_calls,
+        cost_usd: u.cost_usd,
+        cost_estimated: u.cost_estimated,
+    }
+}
+
+/// For a trial through the gateway, the record's usage from both sides: what the agent
+/// reported (`cli_usage`) and what the gateway counted (`gateway_usage`, now the summary).
+pub(crate) fn record_usage(record: &mut TrialRecord, lease: Option<&GatewayLease>) {
+    // Without the gateway the record stays as it always was: `usage` is the agent's.
+    let Some(lease) = lease else {
+        return;
+    };
+    let counted = record_of(&lease.usage());
+    record.cli_usage = record.usage.take();
+    record.gateway_usage = Some(counted);
+    record.usage = Some(counted);
+    record.usage_source = Some(UsageSource::Gateway);
+}
