@@ -12,6 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["model"],
     &["workspace"],
     &["agent"],
+    &["trajectory"],
     &["delta"],
     &["metric"],
     &["lifecycle"],
