@@ -13,7 +13,9 @@
 //! - a `tool_result` lands in the observation of the step that made the call (by id, else the
 //!   oldest pending call of the same name, else the oldest pending call);
 //! - `usage` events are the run's cumulative totals: the difference between two consecutive ones
-//!   is the metrics of the agent step it follows, when it covers at most one model call;
+//!   is the metrics of the agent step it follows, when it covers exactly one model call; when
+//!   deltabench priced the run itself, the steps carry no cost (the agent's own figures were
+//!   not used for the total);
 //! - a closing `result` whose text the last agent step does not already say becomes an agent step;
 //! - `unknown` events (raw CLI output) are left out; `notes` counts them;
 //! - `final_metrics` come from the result's usage (deltabench's authoritative, priced total), else
@@ -188,6 +190,11 @@ pub fn trajectory(input: &TrajectoryInput) -> Trajectory {
         .and_then(|r| r.usage.clone())
         .or(last_usage)
         .filter(|u| *u != Usage::default());
+    if usage.as_ref().is_some_and(|u| u.cost_estimated) {
+        for metrics in steps.iter_mut().filter_map(|s| s.metrics.as_mut()) {
+            metrics.cost_usd = None;
+        }
+    }
     let final_metrics = FinalMetrics {
         total_steps: steps.len(),
         ..usage.as_ref().map(final_metrics).unwrap_or_default()
@@ -460,7 +467,8 @@ impl Builder {
     }
 
     /// A cumulative total: its increase is the metrics of the last agent step without any,
-    /// when the increase covers at most one model call.
+    /// when the increase is exactly one model call (an agent that does not count its calls
+    /// reports none per step).
     fn usage(&mut self, usage: &Usage) {
         let previous = self.last_usage.replace(usage.clone()).unwrap_or_default();
         let grew = usage.input_tokens >= previous.input_tokens
@@ -486,7 +494,7 @@ impl Builder {
             // The agent started counting again: this total is its own.
             usage.clone()
         };
-        if delta.model_calls > 1 || delta == Usage::default() {
+        if delta.model_calls != 1 {
             return;
         }
         let Some(step) = self
@@ -786,5 +794,37 @@ mod tests {
         // No agent step to carry it: the usage is in the totals only.
         assert_eq!(t.final_metrics.total_prompt_tokens, Some(7));
         assert!(json["final_metrics"].get("total_cost_usd").is_none());
+    }
+
+    #[test]
+    fn steps_carry_only_one_calls_usage_and_no_cost_deltabench_replaced() {
+        let events = [
+            at(1, StreamEvent::Assistant { text: "a".into() }),
+            // An agent that does not count its calls: no per-step metrics.
+            at(
+                2,
+                StreamEvent::Usage {
+                    usage: usage(10, 1, 0, None),
+                },
+            ),
+            at(3, StreamEvent::Assistant { text: "b".into() }),
+            at(
+                4,
+                StreamEvent::Usage {
+                    usage: usage(30, 2, 1, Some(0.0)),
+                },
+            ),
+        ];
+        let mut result = CodingResult::completed("s");
+        result.usage = Some(Usage {
+            cost_usd: Some(0.2),
+            cost_estimated: true,
+            ..usage(30, 2, 1, None)
+        });
+        let t = trajectory(&input(&events, Some(&result)));
+        assert_eq!(t.steps[1].metrics, None);
+        let m = t.steps[2].metrics.as_ref().unwrap();
+        assert_eq!((m.prompt_tokens, m.cost_usd), (20, None));
+        assert_eq!(t.final_metrics.total_cost_usd, Some(0.2));
     }
 }

@@ -239,7 +239,11 @@ tasks:
     assert_eq!(reporter["usage"]["cache_read_tokens"], 1000);
     assert_eq!(reporter["usage"]["model_calls"], 2);
     assert!((reporter["usage"]["cost_usd"].as_f64().unwrap() - 0.30).abs() < 1e-9);
-    assert!(!reporter["usage"]["cost_estimated"].as_bool().unwrap_or(false));
+    assert!(
+        !reporter["usage"]["cost_estimated"]
+            .as_bool()
+            .unwrap_or(false)
+    );
     let events = std::fs::read_to_string(dir("reporter").join("events.jsonl")).unwrap();
     assert!(events.contains("\"type\":\"tool_call\""), "{events}");
     assert!(
