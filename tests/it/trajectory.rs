@@ -288,3 +288,69 @@ tasks:
 
     validate_with_harbor(test, &out);
 }
+
+/// Confined (`task` holds the task's isolation or environment keys), a command agent still
+/// reports through `$DELTABENCH_EVENTS`: the file is in its home, the one trial folder it can
+/// write.
+fn reports_when_confined(test: &str, task: &str) {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    git_repo(root, &[("a.txt", "broken\n")]);
+    write_files(
+        root,
+        &[(
+            "report.sh",
+            "#!/bin/sh\necho fixed > a.txt\n\
+             echo '{\"type\": \"message\", \"text\": \"from inside\"}' >> \"$DELTABENCH_EVENTS\"\n\
+             echo '{\"type\": \"usage\", \"input_tokens\": 5, \"output_tokens\": 1}' >> \"$DELTABENCH_EVENTS\"\n",
+        )],
+    );
+    let status = Command::new("chmod")
+        .arg("+x")
+        .arg(root.join("report.sh"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::write(
+        root.join("suite.yaml"),
+        format!(
+            "name: confined\nrepo: repo\nagents:\n  reporter: {{kind: command, run: ./report.sh, timeout: 2m}}\ntasks:\n  - id: fix\n    instruction: write fixed into a.txt\n    verify: \"grep -q fixed a.txt\"\n{task}"
+        ),
+    )
+    .unwrap();
+    let (output, _, out) = run_suite(root, &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let record = &trials(&out)[0];
+    assert_eq!(record["outcome"], "pass", "{record:#}");
+    assert_eq!(record["usage"]["input_tokens"], 5, "{record:#}");
+    let dir = out.join("trials/fix/reporter/1");
+    assert!(dir.join("home/agent-events.jsonl").is_file());
+    let trajectory = json_file(&dir.join("trajectory.json"));
+    assert!(
+        trajectory["steps"].to_string().contains("from inside"),
+        "{trajectory:#}"
+    );
+    validate_with_harbor(test, &out);
+}
+
+#[test]
+fn a_sandboxed_command_agent_reports_its_events() {
+    let test = "a_sandboxed_command_agent_reports_its_events";
+    if crate::common::have_bwrap(test) {
+        reports_when_confined(test, "    isolation: sandbox\n");
+    }
+}
+
+#[test]
+fn a_contained_command_agent_reports_its_events() {
+    let test = "a_contained_command_agent_reports_its_events";
+    if crate::environments::have_podman_image(test) {
+        reports_when_confined(
+            test,
+            &format!(
+                "    environment: {{image: {}}}\n",
+                crate::environments::BASE
+            ),
+        );
+    }
+}
