@@ -21,4 +21,5 @@ pub mod stats;
 pub mod store;
 pub mod suite;
 pub mod support;
+pub mod trajectory;
 pub mod workspace;

@@ -19,6 +19,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 pub use budget::{Budget, BudgetStop};
+pub use builtin::agent_events::{AGENT_EVENTS, AgentEvents};
 pub use builtin::command::{
     AGENT_LOG, CommandAgent, CommandAgentConfig, INSTRUCTION_FILE, SANDBOX_FAILED,
 };

@@ -35,7 +35,8 @@ use crate::metric::{
 };
 use crate::process::{self, CommandSpec};
 use crate::store::{TrialRecord, UsageRecord, VerifyRecord, layout, write_json_atomic};
-use crate::suite::{AgentSpec, MetricSpec, Suite, Task};
+use crate::suite::{AgentKind, AgentSpec, MetricSpec, Suite, Task};
+use crate::trajectory::{TimedEvent, TrajectoryInput};
 use crate::workspace::{
     BackendProvisioner, ContainerPolicy, Isolation, Network, Prepare, PreparedSource,
     ProvisionError, ProvisionedWorkspace, SandboxPolicy, WorkspaceBase, WorkspaceProvisionError,
@@ -239,8 +240,13 @@ pub async fn run_trial(
         Err(_) => None,
     };
     let mut transcript: Vec<String> = Vec::new();
+    let mut timed: Vec<TimedEvent> = Vec::new();
     let mut on_event = |event: &StreamEvent| {
         transcript.push(describe_event(event));
+        timed.push(TimedEvent {
+            at: now(),
+            event: event.clone(),
+        });
         if let Some(out) = events.as_mut()
             && let Ok(line) = serde_json::to_string(event)
         {
@@ -345,6 +351,18 @@ pub async fn run_trial(
     if cancel.is_cancelled() && record.status == Some(CodingStatus::Aborted) {
         record.mark_interrupted();
     }
+    let result: Option<CodingResult> = result_json
+        .get("result")
+        .and_then(|r| serde_json::from_value(r.clone()).ok());
+    write_trajectory(
+        dir,
+        &inputs.agents[&spec.agent],
+        &spec.agent,
+        &task.instruction,
+        &record.started_at,
+        &timed,
+        result.as_ref(),
+    );
     let record = redact_record(&secrets, record);
     result_json["record"] = serde_json::to_value(&record).unwrap_or_default();
     let _ = write_json_atomic(&dir.join(layout::RESULT), &result_json);
@@ -355,6 +373,31 @@ pub async fn run_trial(
         return record;
     }
     record
+}
+
+/// `trajectory.json`: the run in ATIF, built from the events and the result (before the trial
+/// folder's secrets are redacted, which covers it).
+fn write_trajectory(
+    dir: &Path,
+    agent: &AgentSpec,
+    name: &str,
+    instruction: &str,
+    started_at: &str,
+    events: &[TimedEvent],
+    result: Option<&CodingResult>,
+) {
+    let kind: &'static str = AgentKind::from(agent).into();
+    let model = agent.as_harness().and_then(|(_, c)| c.model.as_deref());
+    let trajectory = crate::trajectory::trajectory(&TrajectoryInput {
+        agent: name,
+        kind,
+        model,
+        instruction,
+        started_at,
+        events,
+        result,
+    });
+    let _ = write_json_atomic(&dir.join(layout::TRAJECTORY), &trajectory);
 }
 
 /// A file's content at the base and after `patch`, for the protected config sections;

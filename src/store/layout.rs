@@ -5,8 +5,8 @@
 //!   manifest.json      suite name and digest, agents and configs, the request, version, times
 //!   trials.jsonl       one line per finished trial, appended and fsynced before it is reported
 //!   trials/<task>/<agent>/<n>/
-//!     events.jsonl  diff.patch  verify.log  agent.log  result.json  tests.json  (instruction.md,
-//!     setup.log, verify-setup.log, verify-home/, grader.log)
+//!     events.jsonl  trajectory.json  diff.patch  verify.log  agent.log  result.json  tests.json
+//!     (instruction.md, agent-events.jsonl, setup.log, verify-setup.log, verify-home/, grader.log)
 //! ```
 //!
 //! The probe, the command agent and a grader metric write their files into the trial folder
@@ -14,7 +14,8 @@
 
 use std::path::{Path, PathBuf};
 
-pub use crate::agent::{AGENT_LOG, INSTRUCTION_FILE};
+pub use crate::agent::harness::invocation::MINI_TRAJECTORY;
+pub use crate::agent::{AGENT_EVENTS, AGENT_LOG, INSTRUCTION_FILE};
 pub use crate::delta::{DIFF_PATCH, HOOK_DIR, HOOK_REPORT, VERIFY_HOME, VERIFY_LOG};
 pub use crate::metric::GRADER_LOG;
 
@@ -29,6 +30,9 @@ pub const TRIALS_DIR: &str = "trials";
 
 /// The trial's stream of agent events, one JSON object per line.
 pub const EVENTS: &str = "events.jsonl";
+/// The agent's run as an ATIF trajectory, built from the events and the result
+/// ([`crate::trajectory`]).
+pub const TRAJECTORY: &str = "trajectory.json";
 /// What the agent said it did: kept for reading, never scored.
 pub const RESULT: &str = "result.json";
 /// What the verify output showed (tests run, passed, failed): the evidence `validate` keeps.

@@ -308,6 +308,39 @@ fn passes_on_the_delta(kind: HarnessKind) {
     // The CLI's HOME and config stayed in the trial, out of the workspace and the diff.
     assert!(trial_dir(&out).join("home").is_dir());
     assert!(!diff.contains("home/"), "{diff}");
+    // The trajectory: valid ATIF by Harbor's validator, the write a call with its result, the
+    // totals the record's.
+    let trajectory: Value = serde_json::from_str(
+        &std::fs::read_to_string(trial_dir(&out).join("trajectory.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        trajectory["agent"]["name"],
+        kind.to_string(),
+        "{trajectory:#}"
+    );
+    assert_eq!(trajectory["session_id"], record["session_id"]);
+    let steps = trajectory["steps"].as_array().unwrap();
+    let writes = steps
+        .iter()
+        .find(|s| s["tool_calls"].to_string().contains("hello.txt"))
+        .unwrap_or_else(|| panic!("{kind}: no step writes hello.txt: {trajectory:#}"));
+    assert_eq!(writes["source"], "agent");
+    assert!(
+        writes["observation"]["results"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["source_call_id"].is_string())),
+        "{kind}: the write has no result: {writes:#}"
+    );
+    let prompt = usage["input_tokens"].as_u64().unwrap()
+        + usage["cache_read_tokens"].as_u64().unwrap_or(0)
+        + usage["cache_write_tokens"].as_u64().unwrap_or(0);
+    assert_eq!(trajectory["final_metrics"]["total_prompt_tokens"], prompt);
+    assert_eq!(
+        trajectory["final_metrics"]["total_cost_usd"],
+        usage["cost_usd"]
+    );
+    crate::trajectory::validate_with_harbor(&format!("the {kind} trajectory"), &out);
 }
 
 /// With `max_turns: 2` and a model that never stops, the run ends `max_turns`.

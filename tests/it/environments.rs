@@ -483,7 +483,7 @@ fn the_native_and_virtualenv_clis_run_inside_the_container() {
             "{agent}: {events}"
         );
     }
-    let trajectory = out.join("trials/hello/mini/1/trajectory.json");
+    let trajectory = out.join("trials/hello/mini/1/mini-trajectory.json");
     let trajectory = std::fs::read_to_string(&trajectory).unwrap();
     assert!(trajectory.contains("hello.txt"), "{trajectory}");
     let history = out.join("trials/hello/aider/1/aider.chat.history.md");

@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["model"],
     &["workspace"],
     &["agent"],
-    &["gateway"],
+    &["gateway", "trajectory"],
     &["delta"],
     &["metric"],
     &["lifecycle"],

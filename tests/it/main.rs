@@ -28,6 +28,7 @@ mod shard;
 mod suite_errors;
 mod swebench;
 mod tampered;
+mod trajectory;
 mod trust;
 mod validate;
 mod workspace;

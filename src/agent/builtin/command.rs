@@ -3,6 +3,8 @@
 //! The command runs under `sh -c` with the workspace as its working directory, stdin closed,
 //! in its own process group, and gets the instruction in `$DELTABENCH_INSTRUCTION` and in the
 //! file named by `$DELTABENCH_INSTRUCTION_FILE`. Exit 0 is `completed`, anything else `error`.
+//! It may report its own messages, tool calls and usage in the file named by
+//! `$DELTABENCH_EVENTS` ([`super::agent_events`]), read once it has ended.
 //! Under `isolation: sandbox` it runs inside bubblewrap ([`SandboxPolicy`]), with the network
 //! its `network:` key asks for. For a task with an `environment:` it runs in the task's
 //! container instead ([`ContainerPolicy`]), whatever the isolation.
@@ -13,6 +15,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::agent_events::{self, AGENT_EVENTS};
 use crate::agent::{
     BudgetStop, CodingAgent, CodingError, CodingHandle, CodingResult, CodingTask, ErrorCode,
     RunContext, StreamEvent, new_session_id,
@@ -135,8 +138,19 @@ impl CommandAgent {
                 ),
             );
         }
+        let events_file = self.events_file();
+        if let Err(err) = fresh_file(&events_file) {
+            return CodingResult::failed(
+                session,
+                CodingError::new(
+                    ErrorCode::SdkError,
+                    format!("cannot create {}: {err}", events_file.display()),
+                ),
+            );
+        }
         let mut spec = CommandSpec::shell(&self.config.run, &self.workspace)
             .env("DELTABENCH_INSTRUCTION", &task)
+            .env("DELTABENCH_EVENTS", &events_file)
             .env("DELTABENCH_INSTRUCTION_FILE", &instruction_file)
             .env("DELTABENCH_WORKSPACE", &self.workspace)
             .env("DELTABENCH_SESSION_ID", &session)
@@ -209,6 +223,22 @@ impl CommandAgent {
                 );
             }
         };
+        let reported = agent_events::read(&events_file);
+        if std::fs::symlink_metadata(&events_file).is_ok_and(|m| m.is_file() && m.len() == 0) {
+            // Nothing reported: no empty file left in the trial folder.
+            let _ = std::fs::remove_file(&events_file);
+        }
+        for event in reported.events {
+            ctx.emit(event).await;
+        }
+        for problem in &reported.problems {
+            ctx.emit(StreamEvent::System {
+                subtype: "warning".into(),
+                message: format!("$DELTABENCH_EVENTS ({AGENT_EVENTS}): {problem}"),
+                data: None,
+            })
+            .await;
+        }
         ctx.emit(StreamEvent::System {
             subtype: "exit".into(),
             message: ended.ending(),
@@ -270,8 +300,41 @@ impl CommandAgent {
             .nth(SUMMARY_CHARS)
             .map_or(0, |(i, _)| i);
         result.output.text = Some(text[start..].to_owned()).filter(|t| !t.is_empty());
+        result.usage = reported.usage;
+        if !reported.problems.is_empty() {
+            result.output.metadata.insert(
+                "agent_events_problems".to_owned(),
+                serde_json::json!(reported.problems),
+            );
+        }
         result
     }
+
+    /// Where the command writes its events: the trial folder, or the home it gets when it runs
+    /// confined (the one folder of the trial's it can write there).
+    fn events_file(&self) -> PathBuf {
+        match (&self.container, &self.sandbox) {
+            (Some(policy), _) => policy.home.join(AGENT_EVENTS),
+            (None, Some(policy)) => policy.home.join(AGENT_EVENTS),
+            (None, None) => self.scratch.join(AGENT_EVENTS),
+        }
+    }
+}
+
+/// An empty file at `path`, replacing whatever was there (a symlink is removed, not followed).
+fn fresh_file(path: &std::path::Path) -> std::io::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map(drop)
 }
 
 /// The key of a result's metadata that marks a sandbox that never started the agent: the

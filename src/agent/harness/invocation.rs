@@ -355,8 +355,12 @@ fn openai_env(run: &RunPaths, inv: &mut Invocation, base_var: &str) {
     set_env(&mut inv.env, "LITELLM_LOCAL_MODEL_COST_MAP", "True");
 }
 
+/// mini-swe-agent's own trajectory file, in the trial folder (`trajectory.json` there is
+/// deltabench's ATIF trajectory of every agent).
+pub const MINI_TRAJECTORY: &str = "mini-trajectory.json";
+
 fn mini_swe(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
-    let trajectory = run.scratch.join("trajectory.json");
+    let trajectory = run.scratch.join(MINI_TRAJECTORY);
     openai_env(run, inv, "OPENAI_BASE_URL");
     for (key, value) in [
         (
@@ -592,13 +596,13 @@ mod tests {
         );
         assert_eq!(
             inv.args.join(" "),
-            "-m openai/fake-model --task=-fix the bug -y --exit-immediately -o /t/trajectory.json \
+            "-m openai/fake-model --task=-fix the bug -y --exit-immediately -o /t/mini-trajectory.json \
              -c mini.yaml -c agent.step_limit=2"
         );
         assert_eq!(env(&inv, "OPENAI_BASE_URL"), Some("http://127.0.0.1:9/v1"));
         assert_eq!(
             inv.trajectory.as_deref(),
-            Some(Path::new("/t/trajectory.json"))
+            Some(Path::new("/t/mini-trajectory.json"))
         );
     }
 

@@ -7,8 +7,9 @@
 //! files, folders and symlinks (the agent's `home/` is kept there) and the targets of its
 //! symlinks. Values shorter than [`MIN_SECRET_LEN`] are left alone (they would match ordinary
 //! text). What this cannot reach: a value the agent transformed (encoded, split, reversed), one
-//! JSON-escaped differently in `events.jsonl` (a value holding quotes or backslashes), one
-//! holding `/` spread over nested folder names, and copies outside the run directory.
+//! JSON-escaped differently in `events.jsonl` or `trajectory.json` (a value holding quotes or
+//! backslashes), one holding `/` spread over nested folder names, and copies outside the run
+//! directory.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
