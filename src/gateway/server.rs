@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::model::Served;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -15,8 +16,6 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures::Stream;
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use super::dialect::{Dialect, MAX_BODY, Meter, Provider};
 use super::{Spent, over_budget};
@@ -150,8 +149,7 @@ struct Shared {
 pub struct Gateway {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    shutdown: CancellationToken,
-    task: JoinHandle<()>,
+    served: Served,
 }
 
 impl Gateway {
@@ -170,18 +168,10 @@ impl Gateway {
             direct: build(false)?,
         });
         let router = Router::new().fallback(handle).with_state(shared.clone());
-        let shutdown = CancellationToken::new();
-        let stopped = shutdown.clone().cancelled_owned();
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, router)
-                .with_graceful_shutdown(stopped)
-                .await;
-        });
         Ok(Gateway {
             addr,
             shared,
-            shutdown,
-            task,
+            served: Served::start(listener, router),
         })
     }
 
@@ -213,8 +203,7 @@ impl Gateway {
 impl Drop for Gateway {
     /// Stops serving; the run's trials are over by then.
     fn drop(&mut self) {
-        self.shutdown.cancel();
-        self.task.abort();
+        self.served.abort();
     }
 }
 

@@ -36,8 +36,42 @@ struct Shared {
 pub struct ScriptedServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
+    served: Served,
+}
+
+/// A router served on a listener from the current tokio runtime, until stopped or dropped.
+pub struct Served {
     shutdown: CancellationToken,
     task: JoinHandle<()>,
+}
+
+impl Served {
+    pub fn start(listener: tokio::net::TcpListener, router: Router) -> Self {
+        let shutdown = CancellationToken::new();
+        let stopped = shutdown.clone().cancelled_owned();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, router)
+                .with_graceful_shutdown(stopped)
+                .await;
+        });
+        Self { shutdown, task }
+    }
+
+    /// Stops accepting, lets answers in flight finish for at most `grace`, then drops them
+    /// (keep-alive connections of a client still running would hold a graceful shutdown open).
+    pub async fn stop(self, grace: Duration) {
+        self.shutdown.cancel();
+        let mut task = self.task;
+        if tokio::time::timeout(grace, &mut task).await.is_err() {
+            task.abort();
+        }
+    }
+
+    /// Stops at once, dropping what is in flight.
+    pub fn abort(&self) {
+        self.shutdown.cancel();
+        self.task.abort();
+    }
 }
 
 impl ScriptedServer {
@@ -60,18 +94,10 @@ impl ScriptedServer {
             log: log.map(Mutex::new),
         });
         let router = Router::new().fallback(handle).with_state(shared.clone());
-        let shutdown = CancellationToken::new();
-        let stopped = shutdown.clone().cancelled_owned();
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, router)
-                .with_graceful_shutdown(stopped)
-                .await;
-        });
         Ok(ScriptedServer {
             addr,
             shared,
-            shutdown,
-            task,
+            served: Served::start(listener, router),
         })
     }
 
@@ -97,15 +123,7 @@ impl ScriptedServer {
 
     /// Stops accepting, lets answers in flight finish (for a moment), and returns.
     pub async fn stop(self) {
-        self.shutdown.cancel();
-        let mut task = self.task;
-        // Keep-alive connections of a client still running would hold graceful shutdown open.
-        if tokio::time::timeout(Duration::from_secs(2), &mut task)
-            .await
-            .is_err()
-        {
-            task.abort();
-        }
+        self.served.stop(Duration::from_secs(2)).await;
     }
 }
 

@@ -259,22 +259,7 @@ fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn kinds(events: &[StreamEvent]) -> Vec<&'static str> {
-        events
-            .iter()
-            .map(|e| match e {
-                StreamEvent::System { .. } => "system",
-                StreamEvent::Assistant { .. } => "assistant",
-                StreamEvent::Thinking { .. } => "thinking",
-                StreamEvent::ToolCall { .. } => "tool_call",
-                StreamEvent::ToolResult { .. } => "tool_result",
-                StreamEvent::Usage { .. } => "usage",
-                StreamEvent::Result { .. } => "result",
-                StreamEvent::Unknown { .. } => "unknown",
-            })
-            .collect()
-    }
+    use crate::agent::harness::tests::kinds;
 
     #[test]
     fn agent_events_lines_become_events_and_summed_usage() {

@@ -223,7 +223,7 @@ fn last_lines(text: &str, n: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Feeds every line of `text` to `parser`, returning all events.
