@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Speed and scale benchmarks for deltabench (issue 6). Prints ratios measured side by side.
+"""Speed and scale benchmarks for deltabench. Prints ratios measured side by side.
 
     python3 benches/scale.py [--quick]
 
