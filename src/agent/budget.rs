@@ -48,6 +48,15 @@ impl Budget {
     }
 }
 
+/// How a replay's mismatch reason begins (`run --replay`: a request the recording does not
+/// hold trips the same stop as a spent budget, but is the trial's error).
+pub const REPLAY_MISMATCH: &str = "replay: ";
+
+/// Whether a stop's reason is a replay's mismatch, not a spent budget.
+pub fn is_replay_mismatch(reason: &str) -> bool {
+    reason.starts_with(REPLAY_MISMATCH)
+}
+
 /// Tripped once when a run's budget is spent; the agent then stops its process.
 #[derive(Debug, Clone, Default)]
 pub struct BudgetStop {

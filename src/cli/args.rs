@@ -26,7 +26,7 @@ pub(super) enum Command {
     ///
     /// `isolation: worktree` (the default) gives no protection from the agent: for an agent you
     /// do not trust, set `isolation: sandbox` under `defaults:` in the suite.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Check that every task is sound: the verify command fails on the untouched base (with
     /// the hidden tests) and passes with the reference solution, N times in a row.
     ///
@@ -333,13 +333,22 @@ pub(super) struct RunArgs {
     pub(super) baseline: Option<PathBuf>,
     #[command(flatten)]
     pub(super) gate: GateArgs,
+    /// Keep every model call that passes the gateway (request and answer, no key) in each
+    /// trial's model-calls.jsonl, for --replay.
+    #[arg(long, help_heading = "Record and replay")]
+    pub(super) record: bool,
+    /// Answer each trial's model calls from the same trial's recording in RUN_DIR (a run made
+    /// with --record of this suite and these agents), offline: the agents' endpoints are never
+    /// called. A request that differs from the recorded one fails its trial.
+    #[arg(long, value_name = "RUN_DIR", help_heading = "Record and replay")]
+    pub(super) replay: Option<PathBuf>,
     /// Finish the run in RUN_DIR instead (as `deltabench resume RUN_DIR`); the plan is the
     /// recorded one.
     #[arg(
         long,
         value_name = "RUN_DIR",
         help_heading = "Retries and resuming",
-        conflicts_with_all = ["suite_path", "out", "shard", "baseline", "agent", "task", "tag", "trials", "keep_workspaces"]
+        conflicts_with_all = ["suite_path", "out", "shard", "baseline", "agent", "task", "tag", "trials", "keep_workspaces", "record", "replay"]
     )]
     pub(super) resume: Option<PathBuf>,
     #[command(flatten, next_help_heading = "Retries and resuming")]

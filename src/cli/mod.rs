@@ -84,7 +84,7 @@ pub fn main() -> ExitCode {
 
 async fn dispatch(cli: Cli) -> Result<Exit, CliError> {
     match cli.command {
-        Command::Run(args) => run::run(args).await,
+        Command::Run(args) => run::run(*args).await,
         Command::Validate(args) => validate::validate(args).await,
         Command::Report(args) => report::report(args),
         Command::Merge(args) => merge::merge(args),

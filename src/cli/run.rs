@@ -49,8 +49,13 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
             .map_err(|e| CliError::with_cause(ErrorKind::Usage, "cannot resolve --agents", e))?,
         retries: args.resume_options.retries.unwrap_or(0),
         cache_max: args.suite.places.cache_max,
+        record: args.record,
+        replay: args.replay.clone(),
     };
     let plan = runner::plan(suite.clone(), request)?;
+    if let Some(recorded) = &args.replay {
+        runner::check_replayable(recorded, &plan).map_err(CliError::usage)?;
+    }
     if let Some(shard) = args.shard {
         match plan.trials.len() {
             0 => eprintln!(

@@ -14,13 +14,16 @@
 //! trial's [`crate::agent::BudgetStop`] is tripped, so the agent stops its CLI. A budget is overshot by at
 //! most the calls in flight when it was crossed (one, for a CLI that calls the model in turn).
 //!
-//! Record and replay of requests would hang off the same handler: the request and the
-//! answer's bytes pass through it whole.
+//! With `run --record` the handler keeps each request and the answer's bytes in the trial's
+//! folder; with `run --replay` it answers from such a recording and never calls upstream
+//! ([`record`]).
 
 mod dialect;
+pub mod record;
 mod server;
 
 pub use dialect::{Dialect, MAX_BODY, Meter, Provider};
+pub use record::Tape;
 pub use server::{Gateway, GatewayLease, TrialSetup, Upstream};
 
 use crate::agent::Budget;

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -18,6 +19,7 @@ use futures::Stream;
 use serde_json::{Value, json};
 
 use super::dialect::{Dialect, MAX_BODY, Meter, Provider};
+use super::record::{Exchange, Recorder, Tape, kept_query, key_of, request_body};
 use super::{Spent, over_budget};
 use crate::agent::harness::{Price, is_loopback, pricing};
 use crate::agent::{Budget, BudgetStop, Usage};
@@ -59,7 +61,7 @@ impl Upstream {
 }
 
 /// What a trial registers with.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct TrialSetup {
     pub upstream: Upstream,
     pub budget: Budget,
@@ -67,12 +69,21 @@ pub struct TrialSetup {
     pub price: Option<Price>,
     /// The model to price calls as (the agent's `model:`); else each request's own.
     pub model: Option<String>,
-    /// Tripped when a call is refused for the budget.
+    /// Tripped when a call is refused for the budget (or, replaying, matches no recorded one).
     pub stop: BudgetStop,
+    /// Keep every request and answer in this file (`run --record`).
+    pub record: Option<std::path::PathBuf>,
+    /// Answer from this recording instead of the upstream (`run --replay`).
+    pub replay: Option<Arc<Tape>>,
 }
 
 struct Account {
     setup: TrialSetup,
+    recorder: Option<Recorder>,
+    /// Requests so far (each one's number in the recording).
+    calls: AtomicUsize,
+    /// The trial's places and their placeholders in a recording.
+    places: Mutex<Vec<(String, String)>>,
     /// When the agent started (the `wall` budget runs from here).
     started: Mutex<Instant>,
     usage: Mutex<Totals>,
@@ -183,8 +194,16 @@ impl Gateway {
     /// Registers a trial; its calls are accounted while the lease lives.
     pub fn register(&self, setup: TrialSetup) -> GatewayLease {
         let token = uuid::Uuid::new_v4().simple().to_string();
+        let recorder = setup.record.as_deref().and_then(|path| {
+            Recorder::create(path)
+                .map_err(|e| eprintln!("warning: cannot record into {}: {e}", path.display()))
+                .ok()
+        });
         let account = Arc::new(Account {
             setup,
+            recorder,
+            calls: AtomicUsize::new(0),
+            places: Mutex::new(Vec::new()),
             started: Mutex::new(Instant::now()),
             usage: Mutex::new(Totals::default()),
         });
@@ -231,6 +250,18 @@ impl GatewayLease {
     pub fn start_clock(&self) {
         if let Ok(mut started) = self.account.started.lock() {
             *started = Instant::now();
+        }
+    }
+
+    /// The trial's places (its workspace, its folder), written as placeholders in a recording
+    /// and in the requests a replay compares.
+    pub fn set_places(&self, places: Vec<(String, String)>) {
+        let mut places: Vec<(String, String)> =
+            places.into_iter().filter(|(p, _)| p.len() > 1).collect();
+        // The longest first: one place may hold another.
+        places.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+        if let Ok(mut slot) = self.account.places.lock() {
+            *slot = places;
         }
     }
 
@@ -343,6 +374,38 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             &json!({"error": {"message": "request body too large"}}),
         );
     };
+    let model = dialect.and_then(|d| request_model(d, &rest, &bytes));
+    let n = account.calls.fetch_add(1, Ordering::SeqCst) + 1;
+    let places = account.places.lock().map(|p| p.clone()).unwrap_or_default();
+    let kept = (account.recorder.is_some() || account.setup.replay.is_some()).then(|| Exchange {
+        n,
+        method: parts.method.to_string(),
+        path: rest.clone(),
+        query: kept_query(parts.uri.query()),
+        request: request_body(&bytes, &places),
+        status: 0,
+        headers: Default::default(),
+        response: String::new(),
+    });
+    if let (Some(tape), Some(kept)) = (account.setup.replay.clone(), kept.clone()) {
+        let key = key_of(
+            &kept.method,
+            &kept.path,
+            kept.query.as_deref(),
+            &kept.request,
+        );
+        return match tape.answer(n, &key) {
+            Ok(recorded) => replayed(&account, dialect, model, n, recorded, &places),
+            Err(why) => {
+                account.setup.stop.trip(why.clone());
+                let (status, body) = match dialect {
+                    Some(dialect) => dialect.refusal(&why),
+                    None => (400, json!({"error": {"message": why}})),
+                };
+                json_response(status, &body)
+            }
+        };
+    }
     let provider = dialect
         .map(Dialect::provider)
         .or_else(|| guess_provider(&parts.headers, &rest))
@@ -391,7 +454,6 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         };
         request = request.header(name, value);
     }
-    let model = dialect.and_then(|d| request_model(d, &rest, &bytes));
     let answer = match request.body(bytes).send().await {
         Ok(answer) => answer,
         Err(err) => {
@@ -419,15 +481,98 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             response = response.header(name, value.as_bytes());
         }
     }
+    let recording = kept
+        .filter(|_| account.recorder.is_some())
+        .map(|mut exchange| {
+            exchange.status = answer.status().as_u16();
+            exchange.headers = kept_headers(answer.headers());
+            Recording {
+                exchange,
+                bytes: Vec::new(),
+                secret: key.clone(),
+                places,
+            }
+        });
     let stream = Metered {
         inner: Box::pin(answer.bytes_stream()),
         meter: dialect.map(|d| Meter::new(d, sse)),
         account,
         model,
+        recording,
     };
     response
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| json_response(502, &json!({"error": {"message": "bad answer"}})))
+}
+
+/// The answer headers a recording keeps: its content type (nothing that could hold a key).
+fn kept_headers(headers: &HeaderMap) -> std::collections::BTreeMap<String, String> {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| ("content-type".to_owned(), v.to_owned()))
+        .into_iter()
+        .collect()
+}
+
+/// The recorded answer to request `n`, as recorded (the trial's places back in), counted as
+/// the upstream's would be, and kept again when this run records too.
+fn replayed(
+    account: &Account,
+    dialect: Option<Dialect>,
+    model: Option<String>,
+    n: usize,
+    mut recorded: Exchange,
+    places: &[(String, String)],
+) -> Response {
+    let mut text = recorded.response.clone();
+    for (place, placeholder) in places {
+        text = text.replace(placeholder.as_str(), place);
+    }
+    let content_type = recorded
+        .headers
+        .get("content-type")
+        .cloned()
+        .unwrap_or_else(|| "application/json".into());
+    if let Some(dialect) = dialect {
+        let mut meter = Meter::new(dialect, content_type.starts_with("text/event-stream"));
+        meter.feed(text.as_bytes());
+        if let Some(usage) = meter.finish() {
+            account.record(usage, model.as_deref());
+        }
+    }
+    if let Some(recorder) = &account.recorder {
+        recorded.n = n;
+        recorder.write(&recorded);
+    }
+    Response::builder()
+        .status(recorded.status)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Body::from(text))
+        .unwrap_or_else(|_| json_response(502, &json!({"error": {"message": "bad recording"}})))
+}
+
+/// An answer being recorded as it passes.
+struct Recording {
+    exchange: Exchange,
+    bytes: Vec<u8>,
+    /// The upstream key, never written.
+    secret: Option<String>,
+    places: Vec<(String, String)>,
+}
+
+impl Recording {
+    fn finish(mut self, recorder: &Recorder) {
+        let mut text = String::from_utf8_lossy(&self.bytes).into_owned();
+        if let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) {
+            text = text.replace(secret, "[REDACTED:api_key]");
+        }
+        for (place, placeholder) in &self.places {
+            text = text.replace(place.as_str(), placeholder);
+        }
+        self.exchange.response = text;
+        recorder.write(&self.exchange);
+    }
 }
 
 type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
@@ -439,10 +584,16 @@ struct Metered {
     meter: Option<Meter>,
     account: Arc<Account>,
     model: Option<String>,
+    recording: Option<Recording>,
 }
 
 impl Metered {
     fn finish(&mut self) {
+        if let (Some(recording), Some(recorder)) =
+            (self.recording.take(), self.account.recorder.as_ref())
+        {
+            recording.finish(recorder);
+        }
         if let Some(meter) = self.meter.take()
             && let Some(usage) = meter.finish()
         {
@@ -458,8 +609,12 @@ impl Stream for Metered {
         let polled = self.inner.as_mut().poll_next(cx);
         match &polled {
             Poll::Ready(Some(Ok(bytes))) => {
+                let bytes = bytes.clone();
                 if let Some(meter) = self.meter.as_mut() {
-                    meter.feed(bytes);
+                    meter.feed(&bytes);
+                }
+                if let Some(recording) = self.recording.as_mut() {
+                    recording.bytes.extend_from_slice(&bytes);
                 }
             }
             Poll::Ready(None) => self.finish(),

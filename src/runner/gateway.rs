@@ -9,7 +9,9 @@ use indexmap::IndexMap;
 
 use crate::agent::Usage;
 use crate::agent::harness::Endpoint;
-use crate::gateway::{Gateway, GatewayLease, TrialSetup, command_upstream, upstream_for};
+use crate::gateway::{
+    Gateway, GatewayLease, Tape, TrialSetup, Upstream, command_upstream, upstream_for,
+};
 use crate::store::{TrialRecord, UsageRecord, UsageSource};
 use crate::suite::AgentSpec;
 
@@ -33,13 +35,32 @@ pub(crate) async fn start(
     Ok(Some(Arc::new(Gateway::start().await?)))
 }
 
-/// Registers one trial of `spec` (`None` when its calls do not pass the gateway).
+/// A trial's recording: where to keep its model calls, and the recording to answer them from.
+#[derive(Debug, Default)]
+pub(crate) struct Taping {
+    pub record: Option<PathBuf>,
+    pub replay: Option<PathBuf>,
+}
+
+/// Registers one trial of `spec` (`None` when its calls do not pass the gateway). Replaying,
+/// the trial has no upstream at all: every answer comes from the recording.
 pub(crate) fn lease(
     gateway: Option<&Arc<Gateway>>,
     spec: &AgentSpec,
     endpoints: &HashMap<PathBuf, String>,
+    taping: Taping,
 ) -> Option<Arc<GatewayLease>> {
     let gateway = gateway?;
+    if !uses_gateway(spec) {
+        return None;
+    }
+    let replay = taping.replay.map(|path| {
+        // Checked before the run began; a recording unreadable since answers nothing.
+        Arc::new(Tape::load(&path).unwrap_or_else(|why| {
+            eprintln!("warning: {why}");
+            Tape::default()
+        }))
+    });
     let scripted = |endpoint: Option<&Endpoint>| match endpoint {
         Some(Endpoint::Scripted(path)) => endpoints.get(path).cloned(),
         Some(Endpoint::Url(url)) => Some(url.clone()),
@@ -52,18 +73,36 @@ pub(crate) fn lease(
             price: None,
             model: None,
             stop: Default::default(),
+            record: None,
+            replay: None,
         },
         spec => {
             let (kind, config) = spec.as_harness()?;
             let url = scripted(config.endpoint.as_ref());
+            let upstream = match &replay {
+                Some(_) => Upstream::default(),
+                None => upstream_for(kind, config, url.as_deref())?,
+            };
             TrialSetup {
-                upstream: upstream_for(kind, config, url.as_deref())?,
+                upstream,
                 budget: config.budget.unwrap_or_default(),
                 price: config.price,
                 model: config.model.clone(),
                 stop: Default::default(),
+                record: None,
+                replay: None,
             }
         }
+    };
+    let setup = TrialSetup {
+        upstream: if replay.is_some() {
+            Upstream::default()
+        } else {
+            setup.upstream
+        },
+        record: taping.record,
+        replay,
+        ..setup
     };
     Some(Arc::new(gateway.register(setup)))
 }

@@ -16,6 +16,7 @@ mod environments;
 mod gateway;
 mod plan;
 mod prepare;
+mod replay;
 mod resume;
 mod trial;
 
@@ -42,6 +43,7 @@ use crate::workspace::{
 };
 
 pub use plan::{Plan, PlanError, TrialSpec, plan};
+pub use replay::check_replayable;
 pub use resume::{ResumeError, check_resumable, reap_dead_leases};
 pub use trial::TrialInputs;
 
@@ -315,6 +317,8 @@ async fn carry_out(
             .with_shared(Isolation::Sandbox, worktree),
         sandbox_hidden: sandbox_hidden(&suite, &root, &run_dir, &plan.request.cache),
         expected: plan.expected.clone(),
+        record: plan.request.record,
+        replay: plan.request.replay.clone(),
         environments,
         preparations,
     });

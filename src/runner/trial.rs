@@ -69,6 +69,10 @@ pub struct TrialInputs {
     pub preparations: HashMap<usize, Arc<SetupPreparation>>,
     /// The run's model gateway, when an agent's calls pass it.
     pub gateway: Option<Arc<crate::gateway::Gateway>>,
+    /// Keep each gateway trial's model calls in its folder.
+    pub record: bool,
+    /// The recorded run whose same trial answers each gateway trial's model calls.
+    pub replay: Option<PathBuf>,
 }
 
 /// Runs one trial to a record. Never fails: what went wrong is in the record.
@@ -165,8 +169,15 @@ pub async fn run_trial(
     let (agent_name, scratch, solution) =
         (spec.agent.clone(), dir.to_owned(), task.solution.clone());
     let endpoints = inputs.endpoints.clone();
-    let lease = super::gateway::lease(inputs.gateway.as_ref(), &agent_spec, &endpoints);
+    let tape = super::gateway::Taping {
+        record: inputs.record.then(|| dir.join(layout::MODEL_CALLS)),
+        replay: inputs.replay.as_deref().map(|run| {
+            layout::trial_path(run, &task.id, &spec.agent, spec.trial).join(layout::MODEL_CALLS)
+        }),
+    };
+    let lease = super::gateway::lease(inputs.gateway.as_ref(), &agent_spec, &endpoints, tape);
     let through = lease.clone().map(|l| (l.url().to_owned(), l.stop(), l));
+    let trial_folder = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
     let factory = FnCodingAgentFactory::new(
         move |ctx: &BuildContext| -> Result<Arc<dyn CodingAgent>, anyhow::Error> {
             Ok(match &agent_spec {
@@ -190,6 +201,7 @@ pub async fn run_trial(
                     );
                     if let Some((url, stop, lease)) = &through {
                         lease.start_clock();
+                        lease.set_places(places(&ctx.workspace, &trial_folder));
                         agent = agent.through_gateway(url.clone(), stop.clone());
                     }
                     Arc::new(match (&agent_container, &agent_sandbox) {
@@ -222,6 +234,7 @@ pub async fn run_trial(
                     );
                     if let Some((url, stop, lease)) = &through {
                         lease.start_clock();
+                        lease.set_places(places(&ctx.workspace, &trial_folder));
                         agent = agent.through_gateway(url.clone(), stop.clone());
                     }
                     Arc::new(match (&agent_container, &agent_sandbox) {
@@ -347,6 +360,14 @@ pub async fn run_trial(
         }
     }
     super::gateway::record_usage(&mut record, lease.as_deref());
+    // A replay that left its recording measured nothing the recording did: not scored.
+    if let Some(reason) = lease
+        .as_ref()
+        .and_then(|l| l.stop().tripped())
+        .filter(|r| crate::agent::is_replay_mismatch(r))
+    {
+        record.unscore(reason);
+    }
     record.duration_ms = started.elapsed().as_millis() as u64;
     if cancel.is_cancelled() && record.status == Some(CodingStatus::Aborted) {
         record.mark_interrupted();
@@ -377,6 +398,28 @@ pub async fn run_trial(
 
 /// `trajectory.json`: the run in ATIF, built from the events and the result (before the trial
 /// folder's secrets are redacted, which covers it).
+/// A trial's places as a recording writes them: its workspace and its folder (which holds the
+/// CLI's HOME), each as given and as resolved, and the workspace as a file name the way Claude
+/// Code names a project's folder (every other character than a letter or digit a `-`).
+fn places(workspace: &Path, folder: &Path) -> Vec<(String, String)> {
+    let mut places = Vec::new();
+    for (path, placeholder) in [(workspace, "<workspace>"), (folder, "<trial>")] {
+        let mut forms = vec![path.display().to_string()];
+        forms.extend(path.canonicalize().ok().map(|p| p.display().to_string()));
+        for form in forms {
+            if placeholder == "<workspace>" {
+                let mangled: String = form
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+                    .collect();
+                places.push((mangled, "<workspace-name>".to_owned()));
+            }
+            places.push((form, placeholder.to_owned()));
+        }
+    }
+    places
+}
+
 fn write_trajectory(
     dir: &Path,
     agent: &AgentSpec,

@@ -6,7 +6,8 @@
 //!   trials.jsonl       one line per finished trial, appended and fsynced before it is reported
 //!   trials/<task>/<agent>/<n>/
 //!     events.jsonl  trajectory.json  diff.patch  verify.log  agent.log  result.json  tests.json
-//!     (instruction.md, agent-events.jsonl, setup.log, verify-setup.log, verify-home/, grader.log)
+//!     (instruction.md, agent-events.jsonl, setup.log, verify-setup.log, verify-home/, grader.log,
+//!      model-calls.jsonl)
 //! ```
 //!
 //! The probe, the command agent and a grader metric write their files into the trial folder
@@ -41,6 +42,10 @@ pub const TESTS: &str = "tests.json";
 pub const SETUP_LOG: &str = "setup.log";
 /// The task's `setup:` output in the verify workspace.
 pub const VERIFY_SETUP_LOG: &str = "verify-setup.log";
+
+/// The trial's model calls as the gateway passed them, one JSON object per request and answer
+/// (`run --record`; [`crate::gateway::record`]).
+pub const MODEL_CALLS: &str = "model-calls.jsonl";
 
 /// `RUN_DIR/trials/<task>/<agent>/<n>/`. Records keep the real agent name; the folder gets a
 /// file-safe one.

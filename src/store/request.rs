@@ -31,6 +31,12 @@ pub struct RunRequest {
     /// Bytes the cache's templates may take after the run; the least recently used go first.
     #[serde(default)]
     pub cache_max: Option<u64>,
+    /// Keep each gateway trial's model calls in its folder (`run --record`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub record: bool,
+    /// Answer each gateway trial's model calls from this run's recording (`run --replay`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<PathBuf>,
 }
 
 /// Slice `index` (1-based) of `total` of a plan: the trials whose key hashes to it.

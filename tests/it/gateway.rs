@@ -65,6 +65,7 @@ fn setup(upstream: &ScriptedServer, budget: Budget) -> TrialSetup {
         price: None,
         model: None,
         stop: BudgetStop::new(),
+        ..TrialSetup::default()
     }
 }
 

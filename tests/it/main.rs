@@ -20,6 +20,7 @@ mod patches;
 mod prepared;
 mod procs;
 mod redaction;
+mod replay;
 mod reports;
 mod sandbox;
 mod sandbox_reach;

@@ -260,6 +260,21 @@ impl CommandAgent {
 
         let mut result = if ctx.cancel.is_cancelled() {
             CodingResult::aborted(session)
+        } else if let Some(reason) = exceeded
+            .as_ref()
+            .filter(|r| crate::agent::is_replay_mismatch(r))
+        {
+            // Replaying, a request the recording does not hold: the trial's error.
+            ctx.emit(StreamEvent::System {
+                subtype: "replay_mismatch".into(),
+                message: reason.clone(),
+                data: None,
+            })
+            .await;
+            CodingResult::failed(
+                session,
+                CodingError::new(ErrorCode::SdkError, reason.clone()),
+            )
         } else if let Some(reason) = exceeded {
             ctx.emit(StreamEvent::System {
                 subtype: "budget_exceeded".into(),

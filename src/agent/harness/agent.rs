@@ -331,9 +331,15 @@ impl HarnessAgent {
                 () = budget.wait(), if !budget_heard => {
                     budget_heard = true;
                     stop.cancel();
+                    let reason = budget.tripped().unwrap_or_default();
+                    let subtype = if crate::agent::is_replay_mismatch(&reason) {
+                        "replay_mismatch"
+                    } else {
+                        "budget_exceeded"
+                    };
                     ctx.emit(StreamEvent::System {
-                        subtype: "budget_exceeded".into(),
-                        message: budget.tripped().unwrap_or_default(),
+                        subtype: subtype.into(),
+                        message: reason,
                         data: None,
                     })
                     .await;
@@ -438,6 +444,14 @@ impl HarnessAgent {
                     ),
                 ),
             )
+        } else if let Some(reason) = self
+            .budget
+            .as_ref()
+            .and_then(BudgetStop::tripped)
+            .filter(|r| crate::agent::is_replay_mismatch(r))
+        {
+            // Replaying, a request the recording does not hold: the trial's error, not a budget.
+            CodingResult::failed(session, CodingError::new(ErrorCode::SdkError, reason))
         } else if let Some(reason) = self.budget.as_ref().and_then(BudgetStop::tripped) {
             if !budget_heard {
                 ctx.emit(StreamEvent::System {

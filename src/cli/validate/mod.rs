@@ -46,6 +46,8 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
         agents_file: None,
         retries: 0,
         cache_max: args.suite.places.cache_max,
+        record: false,
+        replay: None,
     };
     let mut plan = runner::plan(Arc::new(loaded), request)?;
     // The reference is measured afresh, not held to what an earlier validate recorded.

@@ -1,0 +1,458 @@
+//! `run --record` and `run --replay`: real CLIs recorded against the scripted endpoint, then
+//! answered from the recording with their endpoint pointed at a port that must never be called.
+
+use std::net::TcpListener;
+use std::path::Path;
+
+use deltabench::agent::harness::{HarnessKind, find_program};
+use serde_json::Value;
+
+use crate::common::{deltabench, git_repo, stderr, temp_dir, trials, write_files};
+
+const SCRIPT: &str = "\
+usage: {input_tokens: 1000, output_tokens: 20}
+steps:
+  - text: I'll create hello.txt.
+    write: {path: hello.txt, content: \"hello from the script\\n\"}
+  - shell: cat hello.txt
+  - text: Done.
+";
+
+fn installed(kind: HarnessKind) -> bool {
+    let found = find_program(kind, None);
+    crate::common::have_tool(
+        &format!("the {kind} replay tests"),
+        &format!("{kind} (.ci/install-agents)"),
+        found.is_ok(),
+    )
+}
+
+/// The agent's keys besides its endpoint.
+fn keys(kind: HarnessKind) -> &'static str {
+    match kind {
+        HarnessKind::ClaudeCode => {
+            "model: claude-sonnet-4-5\n    env: {CLAUDE_CODE_MAX_RETRIES: '0'}"
+        }
+        HarnessKind::Codex => "model: gpt-5.5\n    price: {input: 1.25, output: 10.0}",
+        HarnessKind::GeminiCli => "model: gemini-2.5-pro",
+        HarnessKind::MiniSweAgent => {
+            "model: fake-model\n    price: {input: 3.0, output: 15.0}\n    env: {MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT: '1'}"
+        }
+        HarnessKind::Aider => {
+            "model: fake-model\n    price: {input: 3.0, output: 15.0}\n    args: [--edit-format, diff]"
+        }
+        HarnessKind::Opencode => "model: fake-model\n    price: {input: 3.0, output: 15.0}",
+    }
+}
+
+fn suite_yaml(instruction: &str) -> String {
+    format!(
+        "name: replay
+repo: repo
+tasks:
+  - id: hello
+    base: main
+    instruction: {instruction}
+    verify: grep -q 'hello from the script' hello.txt
+"
+    )
+}
+
+const INSTRUCTION: &str = "Create hello.txt with a greeting, then show it.";
+
+/// A suite folder with `agents.yaml` (the scripted endpoint) and `offline.yaml` (the same agent
+/// pointed at `dead`).
+fn setup(kind: HarnessKind, dead: &str) -> tempfile::TempDir {
+    let tmp = temp_dir();
+    git_repo(tmp.path(), &[("README.md", "# demo\n")]);
+    let agent = |endpoint: &str| {
+        format!(
+            "agents:\n  a:\n    kind: {kind}\n    endpoint: {endpoint}\n    {}\n",
+            keys(kind)
+        )
+    };
+    write_files(
+        tmp.path(),
+        &[
+            ("model.yaml", SCRIPT),
+            ("suite.yaml", &suite_yaml(INSTRUCTION)),
+            ("agents.yaml", &agent("scripted:model.yaml")),
+            ("offline.yaml", &agent(dead)),
+        ],
+    );
+    tmp
+}
+
+fn run(root: &Path, args: &[&str]) -> std::process::Output {
+    let work = root.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    deltabench(root)
+        .args(["run", "--workdir"])
+        .arg(&work)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn only(out: &Path) -> Value {
+    let records = trials(out);
+    assert_eq!(records.len(), 1, "{records:?}");
+    records.into_iter().next().unwrap()
+}
+
+fn read(path: impl AsRef<Path>) -> String {
+    std::fs::read_to_string(path.as_ref())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.as_ref().display()))
+}
+
+/// Records a trial, replays it offline (same diff, verdict and counted usage, the endpoint
+/// never called), then replays it with another instruction: the first request differs.
+fn records_and_replays(kind: HarnessKind) {
+    if !installed(kind) {
+        return;
+    }
+    // A listener nobody answers: a call to it would be seen as a pending connection.
+    let dead = TcpListener::bind("127.0.0.1:0").unwrap();
+    dead.set_nonblocking(true).unwrap();
+    let dead_url = format!("http://{}", dead.local_addr().unwrap());
+    let tmp = setup(kind, &dead_url);
+    let root = tmp.path();
+
+    let recorded = run(
+        root,
+        &[
+            "suite.yaml",
+            "--agents",
+            "agents.yaml",
+            "--record",
+            "--out",
+            "rec",
+        ],
+    );
+    let rec = only(&root.join("rec"));
+    assert_eq!(
+        recorded.status.code(),
+        Some(0),
+        "{}\n{rec:#}",
+        stderr(&recorded)
+    );
+    assert_eq!(rec["outcome"], "pass", "{rec:#}");
+    let calls_file = root.join("rec/trials/hello/a/1/model-calls.jsonl");
+    let calls: Vec<Value> = read(&calls_file)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!calls.is_empty(), "{calls:#?}");
+    let text = read(&calls_file);
+    assert!(!text.contains("sk-deltabench-local"), "a key was recorded");
+    // Claude Code and Codex state their working directory in the prompt.
+    assert!(
+        !matches!(kind, HarnessKind::ClaudeCode | HarnessKind::Codex)
+            || text.contains("<workspace>"),
+        "the workspace is a placeholder"
+    );
+    assert!(
+        calls
+            .iter()
+            .all(|c| c["status"] == 200 && c["response"].is_string())
+    );
+
+    // Recording the replay too: it records the same calls again.
+    let replayed = run(
+        root,
+        &[
+            "suite.yaml",
+            "--agents",
+            "offline.yaml",
+            "--replay",
+            "rec",
+            "--record",
+            "--out",
+            "rep",
+        ],
+    );
+    let rep = only(&root.join("rep"));
+    let again = read(root.join("rep/trials/hello/a/1/model-calls.jsonl"));
+    assert_eq!(again.lines().count(), calls.len(), "{again}");
+    assert_eq!(
+        replayed.status.code(),
+        Some(0),
+        "{}\n{rep:#}",
+        stderr(&replayed)
+    );
+    assert_eq!(rep["outcome"], rec["outcome"], "{rep:#}");
+    assert_eq!(rep["status"], rec["status"], "{rep:#}");
+    assert_eq!(
+        read(root.join("rep/trials/hello/a/1/diff.patch")),
+        read(root.join("rec/trials/hello/a/1/diff.patch"))
+    );
+    assert_eq!(rep["gateway_usage"], rec["gateway_usage"]);
+    assert!(
+        dead.accept()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "the replay called the agent's endpoint"
+    );
+
+    // Another instruction: the first request is not the recorded one.
+    write_files(
+        root,
+        &[(
+            "suite.yaml",
+            &suite_yaml("Create hello.txt with a farewell."),
+        )],
+    );
+    let mismatch = run(
+        root,
+        &[
+            "suite.yaml",
+            "--agents",
+            "offline.yaml",
+            "--replay",
+            "rec",
+            "--out",
+            "bad",
+        ],
+    );
+    let bad = only(&root.join("bad"));
+    // Not scored: the run left its recording, so its delta measures nothing recorded.
+    assert_eq!(bad["outcome"], "infra_error", "{bad:#}");
+    assert_eq!(mismatch.status.code(), Some(3), "{}", stderr(&mismatch));
+    assert_eq!(bad["status"], "error", "{bad:#}\n{}", stderr(&mismatch));
+    let error = bad["error"].to_string();
+    // The first request that holds the instruction (a CLI's side calls may come before it).
+    assert!(error.contains("replay: request "), "{error}");
+    assert!(error.contains("nearest is recorded request "), "{error}");
+    assert!(
+        error.contains("with a greeting, then show it.") && error.contains("with a farewell."),
+        "the diff shows what differs: {error}"
+    );
+    assert!(
+        dead.accept().is_err(),
+        "the replay called the agent's endpoint"
+    );
+}
+
+#[test]
+fn claude_code_is_recorded_and_replayed_offline() {
+    records_and_replays(HarnessKind::ClaudeCode);
+}
+
+#[test]
+fn codex_is_recorded_and_replayed_offline() {
+    records_and_replays(HarnessKind::Codex);
+}
+
+#[test]
+fn gemini_cli_is_recorded_and_replayed_offline() {
+    records_and_replays(HarnessKind::GeminiCli);
+}
+
+#[test]
+fn opencode_is_recorded_and_replayed_offline() {
+    records_and_replays(HarnessKind::Opencode);
+}
+
+#[test]
+fn mini_swe_agent_is_recorded_and_replayed_offline() {
+    records_and_replays(HarnessKind::MiniSweAgent);
+}
+
+#[test]
+fn aider_is_recorded_and_replayed_offline() {
+    records_and_replays(HarnessKind::Aider);
+}
+
+/// `--replay` of what holds no recording, or of another suite or agent config: exit 2 before
+/// any trial.
+#[test]
+fn a_replay_without_a_matching_recording_exits_2() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    git_repo(root, &[("README.md", "# demo\n")]);
+    let command = |run: &str| {
+        format!("agents:\n  c:\n    kind: command\n    run: {run}\n    gateway: true\n")
+    };
+    write_files(
+        root,
+        &[
+            ("model.yaml", SCRIPT),
+            ("suite.yaml", &suite_yaml(INSTRUCTION)),
+            ("agents.yaml", &command("'true'")),
+            ("other.yaml", &command("'echo other'")),
+        ],
+    );
+    let exits = |args: &[String], wanted: &str| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = run(root, &args);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains(wanted),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(!root.join("out").exists(), "{args:?} ran a trial");
+    };
+    let replay = |from: &str, agents: &str| {
+        vec![
+            "suite.yaml",
+            "--agents",
+            agents,
+            "--replay",
+            from,
+            "--out",
+            "out",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>()
+    };
+    exits(&replay("repo", "agents.yaml"), "not a run directory");
+
+    // A run without --record.
+    let plain = run(
+        root,
+        &["suite.yaml", "--agents", "agents.yaml", "--out", "plain"],
+    );
+    assert!(
+        root.join("plain/manifest.json").is_file(),
+        "{}",
+        stderr(&plain)
+    );
+    exits(&replay("plain", "agents.yaml"), "not made with --record");
+
+    let rec = run(
+        root,
+        &[
+            "suite.yaml",
+            "--agents",
+            "agents.yaml",
+            "--record",
+            "--out",
+            "rec",
+        ],
+    );
+    assert!(
+        root.join("rec/trials/hello/c/1/model-calls.jsonl")
+            .is_file(),
+        "{}",
+        stderr(&rec)
+    );
+    exits(
+        &replay("rec", "other.yaml"),
+        "agent 'c' is configured otherwise",
+    );
+    write_files(
+        root,
+        &[(
+            "renamed.yaml",
+            &suite_yaml(INSTRUCTION).replace("name: replay", "name: other"),
+        )],
+    );
+    let mut args = replay("rec", "agents.yaml");
+    args[0] = "renamed.yaml".into();
+    exits(&args, "records suite 'replay', not 'other'");
+}
+
+/// A `command` agent through the gateway: its call is recorded and replayed; with another
+/// instruction, request 1 differs and the trial ends `error` saying where.
+#[test]
+fn a_command_agents_calls_are_replayed_and_a_changed_instruction_is_its_error() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    git_repo(root, &[("README.md", "# demo\n")]);
+    let run_line = r#"curl -sf -X POST "$ANTHROPIC_BASE_URL/v1/messages" -H 'content-type: application/json' -H 'anthropic-version: 2023-06-01' -d "{\"model\":\"m\",\"max_tokens\":100,\"messages\":[{\"role\":\"user\",\"content\":\"$DELTABENCH_INSTRUCTION\"}]}" > answer.json"#;
+    let agent = |endpoint: &str| {
+        format!(
+            "agents:\n  c:\n    kind: command\n    gateway: true\n    endpoint: {endpoint}\n    run: {}\n",
+            serde_json::to_string(run_line).unwrap()
+        )
+    };
+    let dead = TcpListener::bind("127.0.0.1:0").unwrap();
+    dead.set_nonblocking(true).unwrap();
+    write_files(
+        root,
+        &[
+            ("model.yaml", "steps:\n  - text: Done.\n"),
+            ("suite.yaml", &suite_yaml(INSTRUCTION)),
+            ("agents.yaml", &agent("scripted:model.yaml")),
+            (
+                "offline.yaml",
+                &agent(&format!("http://{}", dead.local_addr().unwrap())),
+            ),
+        ],
+    );
+    let recorded = run(
+        root,
+        &[
+            "suite.yaml",
+            "--agents",
+            "agents.yaml",
+            "--record",
+            "--out",
+            "rec",
+        ],
+    );
+    let rec = only(&root.join("rec"));
+    assert_eq!(rec["status"], "completed", "{rec:#}\n{}", stderr(&recorded));
+    let replayed = run(
+        root,
+        &[
+            "suite.yaml",
+            "--agents",
+            "offline.yaml",
+            "--replay",
+            "rec",
+            "--out",
+            "rep",
+        ],
+    );
+    let rep = only(&root.join("rep"));
+    assert_eq!(rep["status"], "completed", "{rep:#}\n{}", stderr(&replayed));
+    assert_eq!(
+        read(root.join("rep/trials/hello/c/1/diff.patch")),
+        read(root.join("rec/trials/hello/c/1/diff.patch"))
+    );
+    let diff = read(root.join("rep/trials/hello/c/1/diff.patch"));
+    assert!(diff.contains("answer.json"), "{diff}");
+    write_files(root, &[("suite.yaml", &suite_yaml("Say farewell."))]);
+    run(
+        root,
+        &[
+            "suite.yaml",
+            "--agents",
+            "offline.yaml",
+            "--replay",
+            "rec",
+            "--out",
+            "bad",
+        ],
+    );
+    let bad = only(&root.join("bad"));
+    assert_eq!(bad["status"], "error", "{bad:#}");
+    assert_eq!(bad["outcome"], "infra_error", "{bad:#}");
+    assert!(
+        bad["infra_error"]
+            .as_str()
+            .unwrap()
+            .starts_with("replay: request 1")
+    );
+    let error = bad["error"]["message"].as_str().unwrap();
+    assert!(
+        error.starts_with("replay: request 1 (POST /v1/messages) matches no recorded request; nearest is recorded request 1 of 1"),
+        "{error}"
+    );
+    assert!(
+        error.contains("/body/messages/0/content: \"Create hello.txt")
+            && error.contains("\"Say farewell.\""),
+        "{error}"
+    );
+    assert!(
+        dead.accept()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock)
+    );
+}
