@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
-use crate::agent::Usage;
 use crate::agent::harness::Endpoint;
 use crate::gateway::{
     Gateway, GatewayLease, Tape, TrialSetup, Upstream, command_upstream, upstream_for,
@@ -107,18 +106,6 @@ pub(crate) fn lease(
     Some(Arc::new(gateway.register(setup)))
 }
 
-fn record_of(u: &Usage) -> UsageRecord {
-    UsageRecord {
-        input_tokens: u.input_tokens,
-        output_tokens: u.output_tokens,
-        cache_read_tokens: u.cache_read_tokens,
-        cache_write_tokens: u.cache_write_tokens,
-        model_calls: u.model_calls,
-        cost_usd: u.cost_usd,
-        cost_estimated: u.cost_estimated,
-    }
-}
-
 /// For a trial through the gateway, the record's usage from both sides: what the agent
 /// reported (`cli_usage`) and what the gateway counted (`gateway_usage`, now the summary).
 pub(crate) fn record_usage(record: &mut TrialRecord, lease: Option<&GatewayLease>) {
@@ -126,7 +113,7 @@ pub(crate) fn record_usage(record: &mut TrialRecord, lease: Option<&GatewayLease
     let Some(lease) = lease else {
         return;
     };
-    let counted = record_of(&lease.usage());
+    let counted = UsageRecord::from(&lease.usage());
     record.cli_usage = record.usage.take();
     record.gateway_usage = Some(counted);
     record.usage = Some(counted);

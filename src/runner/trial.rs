@@ -502,15 +502,7 @@ fn describe_result(record: &mut TrialRecord, result: &CodingResult) {
     record.error = result.error.clone();
     record.session_id = Some(result.session_id.clone());
     record.agent_duration_ms = result.duration_ms;
-    record.usage = result.usage.as_ref().map(|u| UsageRecord {
-        input_tokens: u.input_tokens,
-        output_tokens: u.output_tokens,
-        cache_read_tokens: u.cache_read_tokens,
-        cache_write_tokens: u.cache_write_tokens,
-        model_calls: u.model_calls,
-        cost_usd: u.cost_usd,
-        cost_estimated: u.cost_estimated,
-    });
+    record.usage = result.usage.as_ref().map(UsageRecord::from);
 }
 
 /// The most of a grader's explanation a record keeps; the whole is in `grader.log`.

@@ -83,6 +83,20 @@ pub struct UsageRecord {
     pub cost_estimated: bool,
 }
 
+impl From<&crate::agent::Usage> for UsageRecord {
+    fn from(u: &crate::agent::Usage) -> Self {
+        Self {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cache_read_tokens: u.cache_read_tokens,
+            cache_write_tokens: u.cache_write_tokens,
+            model_calls: u.model_calls,
+            cost_usd: u.cost_usd,
+            cost_estimated: u.cost_estimated,
+        }
+    }
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
