@@ -20,7 +20,7 @@ use crate::common::{
 };
 
 /// Write hello.txt, show it, finish: three model calls of 1000 in / 20 out each.
-const WRITE_SHOW_DONE: &str = "\
+pub const WRITE_SHOW_DONE: &str = "\
 usage: {input_tokens: 1000, output_tokens: 20}
 steps:
   - text: I'll create hello.txt.
@@ -37,7 +37,7 @@ steps:
 ";
 
 /// How each CLI is configured in the tests, and what its basic run must report.
-struct Cli {
+pub struct Cli {
     model: &'static str,
     /// `price:` (input, output per MTok), for models the price table does not know.
     price: Option<(f64, f64)>,
@@ -50,7 +50,7 @@ struct Cli {
     estimated: bool,
 }
 
-fn cli(kind: HarnessKind) -> Cli {
+pub fn cli(kind: HarnessKind) -> Cli {
     let fake = |extra, calls, cost| Cli {
         model: "fake-model",
         price: Some((3.0, 15.0)),
@@ -101,7 +101,7 @@ fn cli(kind: HarnessKind) -> Cli {
 
 impl Cli {
     /// The agent's keys besides kind and endpoint, as YAML lines under the agent.
-    fn yaml(&self) -> String {
+    pub fn yaml(&self) -> String {
         let mut lines = vec![format!("model: {}", self.model)];
         if let Some((input, output)) = self.price {
             lines.push(format!("price: {{input: {input}, output: {output}}}"));
@@ -126,7 +126,7 @@ impl Cli {
 }
 
 /// Whether the CLI is there to test; outside CI a missing one skips loudly, under CI it fails.
-fn installed(kind: HarnessKind) -> bool {
+pub fn installed(kind: HarnessKind) -> bool {
     let test = format!("the {kind} tests");
     match find_program(kind, None) {
         // Gemini CLI's code needs Node 20 (Debian 12's Node 18 fails to parse it).

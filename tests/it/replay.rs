@@ -4,46 +4,11 @@
 use std::net::TcpListener;
 use std::path::Path;
 
-use deltabench::agent::harness::{HarnessKind, find_program};
+use deltabench::agent::harness::HarnessKind;
 use serde_json::Value;
 
+use crate::agents::{WRITE_SHOW_DONE, cli, installed};
 use crate::common::{deltabench, git_repo, stderr, temp_dir, trials, write_files};
-
-const SCRIPT: &str = "\
-usage: {input_tokens: 1000, output_tokens: 20}
-steps:
-  - text: I'll create hello.txt.
-    write: {path: hello.txt, content: \"hello from the script\\n\"}
-  - shell: cat hello.txt
-  - text: Done.
-";
-
-fn installed(kind: HarnessKind) -> bool {
-    let found = find_program(kind, None);
-    crate::common::have_tool(
-        &format!("the {kind} replay tests"),
-        &format!("{kind} (.ci/install-agents)"),
-        found.is_ok(),
-    )
-}
-
-/// The agent's keys besides its endpoint.
-fn keys(kind: HarnessKind) -> &'static str {
-    match kind {
-        HarnessKind::ClaudeCode => {
-            "model: claude-sonnet-4-5\n    env: {CLAUDE_CODE_MAX_RETRIES: '0'}"
-        }
-        HarnessKind::Codex => "model: gpt-5.5\n    price: {input: 1.25, output: 10.0}",
-        HarnessKind::GeminiCli => "model: gemini-2.5-pro",
-        HarnessKind::MiniSweAgent => {
-            "model: fake-model\n    price: {input: 3.0, output: 15.0}\n    env: {MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT: '1'}"
-        }
-        HarnessKind::Aider => {
-            "model: fake-model\n    price: {input: 3.0, output: 15.0}\n    args: [--edit-format, diff]"
-        }
-        HarnessKind::Opencode => "model: fake-model\n    price: {input: 3.0, output: 15.0}",
-    }
-}
 
 fn suite_yaml(instruction: &str) -> String {
     format!(
@@ -68,13 +33,13 @@ fn setup(kind: HarnessKind, dead: &str) -> tempfile::TempDir {
     let agent = |endpoint: &str| {
         format!(
             "agents:\n  a:\n    kind: {kind}\n    endpoint: {endpoint}\n    {}\n",
-            keys(kind)
+            cli(kind).yaml()
         )
     };
     write_files(
         tmp.path(),
         &[
-            ("model.yaml", SCRIPT),
+            ("model.yaml", WRITE_SHOW_DONE),
             ("suite.yaml", &suite_yaml(INSTRUCTION)),
             ("agents.yaml", &agent("scripted:model.yaml")),
             ("offline.yaml", &agent(dead)),
@@ -92,6 +57,22 @@ fn run(root: &Path, args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .unwrap()
+}
+
+/// Replays the recording `rec` with the agent of `offline.yaml` into `out`.
+fn replay_offline(root: &Path, out: &str) -> std::process::Output {
+    run(
+        root,
+        &[
+            "suite.yaml",
+            "--agents",
+            "offline.yaml",
+            "--replay",
+            "rec",
+            "--out",
+            out,
+        ],
+    )
 }
 
 fn only(out: &Path) -> Value {
@@ -201,18 +182,7 @@ fn records_and_replays(kind: HarnessKind) {
             &suite_yaml("Create hello.txt with a farewell."),
         )],
     );
-    let mismatch = run(
-        root,
-        &[
-            "suite.yaml",
-            "--agents",
-            "offline.yaml",
-            "--replay",
-            "rec",
-            "--out",
-            "bad",
-        ],
-    );
+    let mismatch = replay_offline(root, "bad");
     let bad = only(&root.join("bad"));
     // Not scored: the run left its recording, so its delta measures nothing recorded.
     assert_eq!(bad["outcome"], "infra_error", "{bad:#}");
@@ -275,7 +245,7 @@ fn a_replay_without_a_matching_recording_exits_2() {
     write_files(
         root,
         &[
-            ("model.yaml", SCRIPT),
+            ("model.yaml", WRITE_SHOW_DONE),
             ("suite.yaml", &suite_yaml(INSTRUCTION)),
             ("agents.yaml", &command("'true'")),
             ("other.yaml", &command("'echo other'")),
@@ -399,18 +369,7 @@ fn a_command_agents_calls_are_replayed_and_a_changed_instruction_is_its_error() 
     );
     let rec = only(&root.join("rec"));
     assert_eq!(rec["status"], "completed", "{rec:#}\n{}", stderr(&recorded));
-    let replayed = run(
-        root,
-        &[
-            "suite.yaml",
-            "--agents",
-            "offline.yaml",
-            "--replay",
-            "rec",
-            "--out",
-            "rep",
-        ],
-    );
+    let replayed = replay_offline(root, "rep");
     let rep = only(&root.join("rep"));
     assert_eq!(rep["status"], "completed", "{rep:#}\n{}", stderr(&replayed));
     assert_eq!(
@@ -420,18 +379,7 @@ fn a_command_agents_calls_are_replayed_and_a_changed_instruction_is_its_error() 
     let diff = read(root.join("rep/trials/hello/c/1/diff.patch"));
     assert!(diff.contains("answer.json"), "{diff}");
     write_files(root, &[("suite.yaml", &suite_yaml("Say farewell."))]);
-    run(
-        root,
-        &[
-            "suite.yaml",
-            "--agents",
-            "offline.yaml",
-            "--replay",
-            "rec",
-            "--out",
-            "bad",
-        ],
-    );
+    replay_offline(root, "bad");
     let bad = only(&root.join("bad"));
     assert_eq!(bad["status"], "error", "{bad:#}");
     assert_eq!(bad["outcome"], "infra_error", "{bad:#}");
