@@ -86,6 +86,20 @@ pub(super) enum Command {
     /// one task with hidden tests and a reference solution, a stand-in agent script, and a
     /// suite.yaml with every key commented.
     Init(InitArgs),
+    /// Inside a sandbox with `network: model`: forward the gateway's port to its socket, then
+    /// run the agent. Started by deltabench itself, never by hand.
+    #[command(hide = true)]
+    SandboxForward(SandboxForwardArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct SandboxForwardArgs {
+    #[arg(long)]
+    pub listen: std::net::SocketAddr,
+    #[arg(long)]
+    pub socket: PathBuf,
+    #[arg(last = true, required = true)]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, clap::Args)]

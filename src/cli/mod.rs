@@ -58,6 +58,13 @@ pub fn main() -> ExitCode {
             .into();
         }
     };
+    // Before the runtime starts a thread: it forks.
+    if let Command::SandboxForward(args) = &cli.command {
+        let err = crate::workspace::forward_then_exec(args.listen, &args.socket, &args.command);
+        // Seen by the run as the agent's failure, with this line in its log's tail.
+        eprintln!("deltabench: network `model`: {err}");
+        return ExitCode::from(125);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -100,6 +107,7 @@ async fn dispatch(cli: Cli) -> Result<Exit, CliError> {
         Command::Gc(args) => gc::gc(&args),
         Command::Model(args) => model::model(args).await,
         Command::Init(args) => init::init(&args),
+        Command::SandboxForward(_) => unreachable!("handled before the runtime starts"),
     }
 }
 

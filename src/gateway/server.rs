@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -161,6 +162,11 @@ pub struct Gateway {
     addr: SocketAddr,
     shared: Arc<Shared>,
     served: Served,
+    /// The same service on a Unix socket, for sandboxes with `network: model`.
+    socket: PathBuf,
+    served_on_socket: Served,
+    /// Holds only the socket; removed with the gateway.
+    _socket_dir: tempfile::TempDir,
 }
 
 impl Gateway {
@@ -179,11 +185,27 @@ impl Gateway {
             direct: build(false)?,
         });
         let router = Router::new().fallback(handle).with_state(shared.clone());
+        let socket_dir = socket_dir()?;
+        let socket = socket_dir.path().join("gateway.sock");
+        let unix = tokio::net::UnixListener::bind(&socket)?;
         Ok(Gateway {
             addr,
             shared,
-            served: Served::start(listener, router),
+            served: Served::start(listener, router.clone()),
+            socket,
+            served_on_socket: Served::start(unix, router),
+            _socket_dir: socket_dir,
         })
+    }
+
+    /// The loopback port the trials' URLs name.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// The Unix socket serving the same as [`Self::url`].
+    pub fn socket(&self) -> &Path {
+        &self.socket
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -223,6 +245,7 @@ impl Drop for Gateway {
     /// Stops serving; the run's trials are over by then.
     fn drop(&mut self) {
         self.served.abort();
+        self.served_on_socket.abort();
     }
 }
 
@@ -277,6 +300,20 @@ impl Drop for GatewayLease {
             trials.remove(&self.token);
         }
     }
+}
+
+/// A private folder for the gateway's socket, with a path short enough for one (at most 108
+/// bytes): under the temporary folder, else `/tmp`.
+fn socket_dir() -> std::io::Result<tempfile::TempDir> {
+    let made = tempfile::Builder::new()
+        .prefix("deltabench-gateway-")
+        .tempdir()?;
+    if made.path().as_os_str().len() < 80 {
+        return Ok(made);
+    }
+    tempfile::Builder::new()
+        .prefix("deltabench-gateway-")
+        .tempdir_in("/tmp")
 }
 
 fn json_response(status: u16, body: &Value) -> Response {

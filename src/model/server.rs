@@ -46,7 +46,11 @@ pub struct Served {
 }
 
 impl Served {
-    pub fn start(listener: tokio::net::TcpListener, router: Router) -> Self {
+    pub fn start<L>(listener: L, router: Router) -> Self
+    where
+        L: axum::serve::Listener,
+        L::Addr: std::fmt::Debug,
+    {
         let shutdown = CancellationToken::new();
         let stopped = shutdown.clone().cancelled_owned();
         let task = tokio::spawn(async move {

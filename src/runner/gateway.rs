@@ -13,6 +13,7 @@ use crate::gateway::{
 };
 use crate::store::{TrialRecord, UsageRecord, UsageSource};
 use crate::suite::AgentSpec;
+use crate::workspace::ModelRoute;
 
 /// Whether `spec`'s model calls pass the gateway.
 pub(crate) fn uses_gateway(spec: &AgentSpec) -> bool {
@@ -24,14 +25,23 @@ pub(crate) fn uses_gateway(spec: &AgentSpec) -> bool {
     }
 }
 
-/// The run's gateway, when any of `agents` uses it.
+/// The run's gateway, when any of `agents` uses it, and how a sandbox with `network: model`
+/// reaches it: through deltabench itself as the forwarder (a program embedding the runner
+/// must hand `sandbox-forward` to [`crate::workspace::forward_then_exec`] first thing, as
+/// `deltabench`'s `main` does).
 pub(crate) async fn start(
     agents: &IndexMap<String, AgentSpec>,
-) -> std::io::Result<Option<Arc<Gateway>>> {
+) -> std::io::Result<Option<(Arc<Gateway>, ModelRoute)>> {
     if !agents.values().any(uses_gateway) {
         return Ok(None);
     }
-    Ok(Some(Arc::new(Gateway::start().await?)))
+    let gateway = Gateway::start().await?;
+    let route = ModelRoute {
+        socket: gateway.socket().to_owned(),
+        port: gateway.port(),
+        forwarder: std::env::current_exe()?,
+    };
+    Ok(Some((Arc::new(gateway), route)))
 }
 
 /// A trial's recording: where to keep its model calls, and the recording to answer them from.

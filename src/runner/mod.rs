@@ -303,9 +303,11 @@ async fn carry_out(
             return Err(RunError::io("cannot start the model gateway")(err));
         }
     };
+    let (gateway, model_route) = gateway.unzip();
     let inputs = Arc::new(TrialInputs {
         // Dropped with the inputs, after the last trial: that stops it.
         gateway,
+        model_route,
         suite: suite.clone(),
         agents: plan.agents.clone(),
         endpoints: scripted.urls.clone(),

@@ -11,7 +11,7 @@ use crate::agent::harness::{Endpoint, HarnessKind, find_program, is_loopback};
 use crate::metric::TestEvidence;
 use crate::store::{RunRequest, sanitize};
 use crate::suite::{AgentSpec, Suite, SuiteLock};
-use crate::workspace::{Isolation, check_bubblewrap};
+use crate::workspace::{Isolation, Network, check_bubblewrap};
 
 /// A plan error: the request does not fit the suite. Exit code 2.
 #[derive(Debug, thiserror::Error)]
@@ -232,6 +232,8 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
     })
 }
 
+const UNREACHABLE_GATEWAY_HINT: &str = "drop `network: none` from the agent: its calls then reach the gateway and nothing else (`network: model`)";
+
 /// What can be known about the real CLI agents before anything runs: the CLI is installed, it
 /// has a key for a remote endpoint, and a sandboxed or contained one can reach a loopback
 /// endpoint. (What the CLI needs from a task's image is checked in the image, before any
@@ -250,13 +252,13 @@ fn check_cli_agents(
         if let AgentSpec::Command(config) = spec
             && config.gateway
             && sandboxed
-            && config.network.is_none()
+            && config.network == Some(Network::None)
         {
             return Err(PlanError::new(
                 format!(
                     "agent '{name}' (command, gateway: true) talks to deltabench's model gateway on this machine, which a sandboxed task (network `none`) cannot reach"
                 ),
-                Some("set `network: host` on the agent".into()),
+                Some(UNREACHABLE_GATEWAY_HINT.into()),
             ));
         }
         let Some((kind, config)) = spec.as_harness() else {
@@ -299,23 +301,22 @@ fn check_cli_agents(
             ));
         }
         // The gateway is on this machine too, whatever the endpoint.
-        let local = local.or_else(|| {
-            crate::gateway::uses_gateway(kind, config)
-                .then(|| "deltabench's model gateway".to_owned())
-        });
+        let through_gateway = crate::gateway::uses_gateway(kind, config);
+        let local =
+            local.or_else(|| through_gateway.then(|| "deltabench's model gateway".to_owned()));
         if sandboxed
-            && config.network.is_none()
+            && Network::for_agent(config.network, through_gateway).is_none()
             && let Some(local) = local.clone()
         {
             return Err(PlanError::new(
                 format!(
                     "agent '{name}' ({kind}) talks to {local} on this machine, which a sandboxed task (network `none`) cannot reach"
                 ),
-                Some("set `network: host` on the agent".into()),
+                Some(UNREACHABLE_GATEWAY_HINT.into()),
             ));
         }
         // A container with network `none` has its own loopback only.
-        if config.network.is_none()
+        if config.network != Some(Network::Host)
             && let Some(local) = local
             && let Some(task) = tasks.iter().map(|&i| &suite.tasks[i]).find(|t| {
                 t.environment

@@ -38,7 +38,7 @@ use crate::store::{TrialRecord, UsageRecord, VerifyRecord, layout, write_json_at
 use crate::suite::{AgentKind, AgentSpec, MetricSpec, Suite, Task};
 use crate::trajectory::{TimedEvent, TrajectoryInput};
 use crate::workspace::{
-    BackendProvisioner, ContainerPolicy, Isolation, Network, Prepare, PreparedSource,
+    BackendProvisioner, ContainerPolicy, Isolation, ModelRoute, Network, Prepare, PreparedSource,
     ProvisionError, ProvisionedWorkspace, SandboxPolicy, WorkspaceBase, WorkspaceProvisionError,
     WorkspaceProvisioner, container_started,
 };
@@ -69,6 +69,8 @@ pub struct TrialInputs {
     pub preparations: HashMap<usize, Arc<SetupPreparation>>,
     /// The run's model gateway, when an agent's calls pass it.
     pub gateway: Option<Arc<crate::gateway::Gateway>>,
+    /// How a sandboxed agent with `network: model` reaches the gateway.
+    pub model_route: Option<ModelRoute>,
     /// Keep each gateway trial's model calls in its folder.
     pub record: bool,
     /// The recorded run whose same trial answers each gateway trial's model calls.
@@ -164,7 +166,10 @@ pub async fn run_trial(
             isolation: Isolation::Worktree.as_str().to_owned(),
         },
     });
-    let agent_sandbox = sandbox("home");
+    let agent_sandbox = sandbox("home").map(|policy| match &inputs.model_route {
+        Some(route) => policy.model_route(route.clone()),
+        None => policy,
+    });
     let agent_container = container("home");
     let (agent_name, scratch, solution) =
         (spec.agent.clone(), dir.to_owned(), task.solution.clone());

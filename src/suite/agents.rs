@@ -91,16 +91,19 @@ pub(super) fn agent_spec(
             };
             let gateway = agent.gateway.as_ref().is_some_and(|g| g.value);
             if !gateway {
+                let model_network = agent.network.as_ref().filter(|n| n.value == "model");
                 let needs = [
                     ("endpoint", agent.endpoint.as_ref().map(loc)),
                     ("budget", agent.budget.as_ref().map(loc)),
+                    ("network: model", model_network.map(loc)),
                 ];
                 if let Some((key, Some(at))) = needs.into_iter().find(|(_, at)| at.is_some()) {
                     return Err(source.error(
                         at,
                         format!(
                             "`{key}` on agent '{name}' of kind 'command' needs `gateway: true`: \
-                             only calls through deltabench's gateway are counted and limited"
+                             only calls through deltabench's gateway are counted, limited and \
+                             let through `network: model`"
                         ),
                     ));
                 }
@@ -205,8 +208,8 @@ pub(super) fn apply_default_budget(agents: &mut IndexMap<String, AgentSpec>, def
     }
 }
 
-/// The agent's `network:`, `none` when unset.
-fn agent_network(source: &Source, agent: &RawAgent) -> Result<Network, SuiteError> {
+/// The agent's `network:`, if set.
+fn agent_network(source: &Source, agent: &RawAgent) -> Result<Option<Network>, SuiteError> {
     agent
         .network
         .as_ref()
@@ -216,7 +219,6 @@ fn agent_network(source: &Source, agent: &RawAgent) -> Result<Network, SuiteErro
                 .map_err(|err| source.at(n, format!("{err}")))
         })
         .transpose()
-        .map(Option::unwrap_or_default)
 }
 
 /// The agent's `endpoint:`, a URL or a `scripted:` script that exists and loads.
@@ -358,21 +360,30 @@ fn harness_spec(
         price: agent.price,
         budget: agent_budget(source, agent)?,
     };
-    if let Some(budget) = &agent.budget
-        && !crate::gateway::uses_gateway(kind, &config)
-    {
-        let why = match kind {
-            HarnessKind::Codex => "codex without `model:`",
-            HarnessKind::Opencode => "opencode without `endpoint:`",
-            _ => "a model of a provider other than OpenAI without `endpoint:`",
-        };
-        return Err(source.at(
-            budget,
-            format!(
-                "`budget` on agent '{name}' needs its calls to pass deltabench's gateway, which \
-                 {why} bypasses: set `endpoint:`"
-            ),
-        ));
+    let model_network = agent
+        .network
+        .as_ref()
+        .filter(|_| config.network == Some(Network::Model));
+    let needs_gateway = [("budget", agent.budget.as_ref().map(loc))]
+        .into_iter()
+        .chain([("network: model", model_network.map(loc))]);
+    for (key, at) in needs_gateway {
+        if let Some(at) = at
+            && !crate::gateway::uses_gateway(kind, &config)
+        {
+            let why = match kind {
+                HarnessKind::Codex => "codex without `model:`",
+                HarnessKind::Opencode => "opencode without `endpoint:`",
+                _ => "a model of a provider other than OpenAI without `endpoint:`",
+            };
+            return Err(source.error(
+                at,
+                format!(
+                    "`{key}` on agent '{name}' needs its calls to pass deltabench's gateway, \
+                     which {why} bypasses: set `endpoint:`"
+                ),
+            ));
+        }
     }
     Ok(AgentSpec::harness(kind, config))
 }

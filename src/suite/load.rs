@@ -11,9 +11,10 @@ use sha2::{Digest, Sha256};
 use super::diagnostics::{Source, SuiteError};
 use super::matrix::add_agents;
 use super::raw::{
-    RawAgentsFile, RawDefaults, RawEnvironment, RawMetric, RawSuite, RawTask, RawVerify, loc,
+    RawAgent, RawAgentsFile, RawDefaults, RawEnvironment, RawMetric, RawSuite, RawTask, RawVerify,
+    loc,
 };
-use super::types::{DEFAULT_MAX_DIFF, Located, MetricKind, MetricSpec, Suite, Task};
+use super::types::{AgentSpec, DEFAULT_MAX_DIFF, Located, MetricKind, MetricSpec, Suite, Task};
 use crate::agent::harness::Endpoint;
 use crate::delta::VerifySpec;
 use crate::support::{parse_duration, shell_quote};
@@ -84,17 +85,23 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
     let mut agents = IndexMap::new();
     let mut variants = IndexMap::new();
     add_agents(&source, &raw.agents, &mut agents, &mut variants)?;
-    if let Some(agents_path) = agents_file {
-        let agents_text = read(agents_path)?;
-        digest.update(agents_text.as_bytes());
-        let agents_source = Source {
-            path: agents_path,
-            text: &agents_text,
-            dir: agents_path.parent().map(Path::to_owned).unwrap_or_default(),
-        };
-        let file: RawAgentsFile = agents_source.parse()?;
-        add_agents(&agents_source, &file.agents, &mut agents, &mut variants)?;
-    }
+    let agents_text = agents_file.map(read).transpose()?;
+    let agents_source = agents_file
+        .zip(agents_text.as_deref())
+        .map(|(path, text)| Source {
+            path,
+            text,
+            dir: path.parent().map(Path::to_owned).unwrap_or_default(),
+        });
+    let agents_file: Option<RawAgentsFile> = match &agents_source {
+        Some(agents_source) => {
+            digest.update(agents_source.text.as_bytes());
+            let file: RawAgentsFile = agents_source.parse()?;
+            add_agents(agents_source, &file.agents, &mut agents, &mut variants)?;
+            Some(file)
+        }
+        None => None,
+    };
 
     if let Some(defaults) = &raw.budget {
         let defaults = super::agents::budget(&source, &defaults.value)?;
@@ -141,6 +148,10 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
             "the suite has no tasks; add at least one under `tasks:`",
         ));
     }
+    check_model_network(&source, &raw.agents, &agents, &tasks)?;
+    if let (Some(agents_source), Some(file)) = (&agents_source, &agents_file) {
+        check_model_network(agents_source, &file.agents, &agents, &tasks)?;
+    }
     // What the files name counts too, so resume and merge notice an edited hidden test.
     for task in &tasks {
         digest.update(task.instruction.as_bytes());
@@ -175,6 +186,44 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
         tasks,
         max_diff,
     })
+}
+
+/// `network: model` only exists in the sandbox: an agent that sets it cannot run a task under
+/// `worktree` (no namespace to cut) or in a container.
+fn check_model_network(
+    source: &Source,
+    raw: &IndexMap<String, RawAgent>,
+    agents: &IndexMap<String, AgentSpec>,
+    tasks: &[Task],
+) -> Result<(), SuiteError> {
+    for (name, agent) in raw {
+        let Some(network) = &agent.network else {
+            continue;
+        };
+        // An agents file may have replaced the suite's agent of that name.
+        if agents.get(name).and_then(AgentSpec::network) != Some(Network::Model) {
+            continue;
+        }
+        let outside = tasks
+            .iter()
+            .find_map(|task| match (&task.environment, task.isolation) {
+                (Some(_), _) => Some((task, "in its environment's container".to_owned())),
+                (None, Isolation::Sandbox) => None,
+                (None, isolation) => Some((task, format!("under `isolation: {isolation}`"))),
+            });
+        if let Some((task, how)) = outside {
+            return Err(source.at(
+                network,
+                format!(
+                    "agent '{name}' sets `network: model`, which exists only under `isolation: \
+                     sandbox` without an `environment:`, and task '{}' runs {how}. Valid networks \
+                     there: none, host",
+                    task.id
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Adds a file's bytes, or a folder's file names and bytes in sorted order, to `digest`.
@@ -464,10 +513,25 @@ fn environment(source: &Source, e: &Spanned<RawEnvironment>) -> Result<Environme
         None => PathBuf::from(DEFAULT_WORKDIR),
     };
     let network = match &raw.network {
-        Some(n) => n
-            .value
-            .parse::<Network>()
-            .map_err(|err| source.at(n, err.to_string()))?,
+        Some(n) => match n.value.parse::<Network>() {
+            Ok(Network::Model) => {
+                return Err(source.at(
+                    n,
+                    "network `model` is an agent's setting under `isolation: sandbox`, not a \
+                     container's. Valid networks for an environment: none, host",
+                ));
+            }
+            Ok(network) => network,
+            Err(_) => {
+                return Err(source.at(
+                    n,
+                    format!(
+                        "unknown network mode: '{}'. Valid networks for an environment: none, host",
+                        n.value
+                    ),
+                ));
+            }
+        },
         None => Network::None,
     };
     Ok(Environment {

@@ -12,7 +12,7 @@ use crate::agent::harness::{HarnessConfig, HarnessKind};
 use crate::agent::{CommandAgentConfig, MockConfig};
 use crate::delta::VerifySpec;
 use crate::support::duration_opt;
-use crate::workspace::{Environment, Isolation, Overlay, RepoSource};
+use crate::workspace::{Environment, Isolation, Network, Overlay, RepoSource};
 
 /// A value with the place in the suite file it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +100,14 @@ impl AgentSpec {
             Self::Aider(c) => (HarnessKind::Aider, c),
             Self::Noop | Self::Oracle | Self::Mock(_) | Self::Command(_) => return None,
         })
+    }
+
+    /// The `network:` the agent's config sets, if any.
+    pub fn network(&self) -> Option<Network> {
+        match self {
+            Self::Command(config) => config.network,
+            _ => self.as_harness().and_then(|(_, config)| config.network),
+        }
     }
 
     /// The environment the agent's config adds, and its API key: secrets to redact.

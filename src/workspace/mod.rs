@@ -8,6 +8,7 @@ mod clone;
 mod container;
 mod digest;
 mod git;
+mod model_route;
 mod overlay;
 mod overlayfs;
 mod remove;
@@ -30,6 +31,7 @@ pub use container::{
     RUN_LABEL, RUNTIME_VAR, Runtime, RuntimeKind, container_started, tail,
 };
 pub use git::{git_command, harness_signature, resolve_commit};
+pub use model_route::{ModelRoute, SANDBOX_SOCKET_DIR, forward_then_exec};
 pub use overlay::{
     EntryKind, Overlay, OverlayError, PatchedFile, apply_overlay, patched_files, write_entry,
 };

@@ -13,8 +13,9 @@
 //!
 //! Nothing else of the host is there: no other workspace or run folder (a neighbour's diff holds
 //! the answer), no `/home`, `/root`, `/run`, `/var`, `/mnt`, `/media`, `/srv`, `/opt`, `/dev/shm`
-//! or `/sys`, so no host Unix socket either. Every namespace is unshared (no network unless the
-//! agent asks for `network: host`), ALL capabilities are dropped, the command gets a new session
+//! or `/sys`, so no host Unix socket either. Every namespace is unshared (the network too: none,
+//! or under [`Network::Model`] only the model gateway, unless the agent asks for `network:
+//! host`), ALL capabilities are dropped, the command gets a new session
 //! and dies with its parent. [`SandboxPolicy::hiding`] masks paths again where an exposed tree
 //! covers them (a CLI installed in the suite's folder must not expose the suite's solutions).
 //!
@@ -27,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Mutex, OnceLock};
 
+use super::model_route::{ModelRoute, SANDBOX_SOCKET_DIR};
 use crate::process::CommandSpec;
 
 /// What network a sandboxed command sees.
@@ -40,11 +42,33 @@ pub enum Network {
     None,
     /// The host's network (an agent that calls its model API).
     Host,
+    /// Only deltabench's model gateway, at its usual address ([`super::ModelRoute`]): the
+    /// default for an agent whose model calls pass the gateway.
+    Model,
 }
 
 impl Network {
     pub fn is_none(&self) -> bool {
         *self == Self::None
+    }
+
+    /// An agent's network in the sandbox: the one it set, else `model` when its calls pass the
+    /// gateway, else `none`.
+    pub fn for_agent(configured: Option<Network>, through_gateway: bool) -> Network {
+        match configured {
+            Some(network) => network,
+            None if through_gateway => Network::Model,
+            None => Network::None,
+        }
+    }
+
+    /// An agent's network in its task's container: `host` when the environment or the agent
+    /// says so. (`model` exists only in the sandbox; refused for containers when the suite loads.)
+    pub fn in_container(environment: Network, agent: Option<Network>) -> Network {
+        match (environment, agent) {
+            (Network::Host, _) | (_, Some(Network::Host)) => Network::Host,
+            _ => Network::None,
+        }
     }
 }
 
@@ -53,13 +77,14 @@ impl fmt::Display for Network {
         f.write_str(match self {
             Self::None => "none",
             Self::Host => "host",
+            Self::Model => "model",
         })
     }
 }
 
 /// A `network:` value that is neither `none` nor `host`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown network mode: '{value}'. Valid modes: none, host")]
+#[error("unknown network mode: '{value}'. Valid modes: none, host, model")]
 pub struct UnknownNetworkError {
     pub value: String,
 }
@@ -71,6 +96,7 @@ impl FromStr for Network {
         match value {
             "none" => Ok(Self::None),
             "host" => Ok(Self::Host),
+            "model" => Ok(Self::Model),
             _ => Err(UnknownNetworkError {
                 value: value.to_owned(),
             }),
@@ -151,6 +177,8 @@ pub struct SandboxPolicy {
     pub hidden: Vec<PathBuf>,
     /// Host paths exposed read-only.
     pub readable: Vec<PathBuf>,
+    /// How the command reaches the gateway under [`Network::Model`].
+    pub route: Option<ModelRoute>,
 }
 
 /// The object store of the git repository `repo` (bare or not), then the stores it borrows
@@ -177,6 +205,7 @@ impl SandboxPolicy {
             network: Network::None,
             hidden: Vec::new(),
             readable: Vec::new(),
+            route: None,
         }
     }
 
@@ -191,6 +220,12 @@ impl SandboxPolicy {
 
     pub fn network(mut self, network: Network) -> Self {
         self.network = network;
+        self
+    }
+
+    /// Where the gateway is, for [`Network::Model`] (the other networks ignore it).
+    pub fn model_route(mut self, route: ModelRoute) -> Self {
+        self.route = Some(route);
         self
     }
 
@@ -232,6 +267,16 @@ impl SandboxPolicy {
     /// Files named `credentials` or `credentials.toml` at the top of an exposed prefix are
     /// masked.
     pub fn wrap(&self, workspace: &Path, mut spec: CommandSpec) -> std::io::Result<CommandSpec> {
+        let route = match (self.network, &self.route) {
+            (Network::Model, None) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "network `model` needs the run's model gateway, and there is none",
+                ));
+            }
+            (Network::Model, Some(route)) => Some(route),
+            _ => None,
+        };
         std::fs::create_dir_all(&self.home)?;
         let var = |key: &str| -> Option<OsString> {
             match spec.env.iter().rev().find(|(k, _)| k == key) {
@@ -260,6 +305,7 @@ impl SandboxPolicy {
         let readable = self
             .readable
             .iter()
+            .chain(route.map(|route| &route.forwarder))
             .filter(|path| path.is_absolute() && path.exists())
             .filter(|path| !private.iter().any(|p| p.starts_with(path)));
         let trees: Vec<&PathBuf> = tools.roots.iter().chain(readable).collect();
@@ -292,6 +338,12 @@ impl SandboxPolicy {
             args.mask(secret);
         }
 
+        if let Some(route) = route {
+            let folder = route.socket.parent().unwrap_or(Path::new("/"));
+            args.flags(&["--ro-bind"])
+                .path(folder)
+                .path(SANDBOX_SOCKET_DIR);
+        }
         // Last, so nothing is mounted over them.
         args.flags(&["--bind"]).path(workspace).path(workspace);
         args.flags(&["--bind"]).path(&self.home).path(&self.home);
@@ -314,6 +366,9 @@ impl SandboxPolicy {
         args.flags(&["--chdir"]).path(workspace).flags(&["--"]);
         let mut argv = vec![OsString::from("bwrap")];
         argv.append(&mut args.argv);
+        if let Some(route) = route {
+            argv.extend(route.forwarder_argv());
+        }
         argv.append(&mut spec.argv);
         spec.argv = argv;
         spec.status_fd = true;
@@ -595,7 +650,7 @@ mod tests {
         let err = "bridge".parse::<Network>().unwrap_err().to_string();
         assert_eq!(
             err,
-            "unknown network mode: 'bridge'. Valid modes: none, host"
+            "unknown network mode: 'bridge'. Valid modes: none, host, model"
         );
     }
 

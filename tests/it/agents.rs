@@ -712,12 +712,13 @@ async fn aborting_a_real_cli_mid_tool_call_kills_its_tree() {
 }
 
 /// Under `isolation: sandbox` the CLI runs in bubblewrap, its installation readable (a venv's
-/// Python too) and the loopback endpoint reachable with `network: host`.
+/// Python too), and reaches its model through the gateway with nothing else on the network
+/// (`network: model`, the default for an agent whose calls pass the gateway).
 fn runs_inside_the_sandbox(kind: HarnessKind) {
     if !installed(kind) {
         return;
     }
-    let tmp = suite(kind, WRITE_SHOW_DONE, "\n    network: host");
+    let tmp = suite(kind, WRITE_SHOW_DONE, "");
     let path = tmp.path().join("suite.yaml");
     let yaml = std::fs::read_to_string(&path).unwrap();
     std::fs::write(
@@ -736,6 +737,12 @@ fn runs_inside_the_sandbox(kind: HarnessKind) {
             .unwrap()
             .starts_with("in the sandbox: "),
         "{spawn}"
+    );
+    // Every model call went through the gateway, the only address the CLI had.
+    assert_eq!(record["usage_source"], "gateway", "{record:#}");
+    assert!(
+        record["gateway_usage"]["model_calls"].as_u64().unwrap() >= 2,
+        "{kind}: {record:#}"
     );
 }
 
@@ -842,10 +849,14 @@ agents:
     }
 }
 
-/// A sandboxed task cannot reach a loopback endpoint unless the agent asks for the host network.
+/// A sandboxed agent told `network: none` cannot reach its model: refused before any trial.
 #[test]
-fn a_sandboxed_cli_needs_the_host_network_for_a_local_endpoint() {
-    let tmp = suite(HarnessKind::ClaudeCode, WRITE_SHOW_DONE, "");
+fn a_sandboxed_cli_with_no_network_cannot_reach_its_model() {
+    let tmp = suite(
+        HarnessKind::ClaudeCode,
+        WRITE_SHOW_DONE,
+        "\n    network: none",
+    );
     let path = tmp.path().join("suite.yaml");
     let yaml = std::fs::read_to_string(&path).unwrap();
     std::fs::write(
@@ -864,7 +875,7 @@ fn a_sandboxed_cli_needs_the_host_network_for_a_local_endpoint() {
         "{err}"
     );
     assert!(
-        err.contains("hint: set `network: host` on the agent"),
+        err.contains("hint: drop `network: none` from the agent: its calls then reach the gateway and nothing else (`network: model`)"),
         "{err}"
     );
     assert!(!out.join("trials.jsonl").exists());

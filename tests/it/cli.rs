@@ -189,7 +189,10 @@ static TRAILING_SPACE: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?m)[ \t]
 /// Every subcommand's path (`["model", "serve"]`), from the command line's own definition.
 fn subcommands(command: &clap::Command, path: &[String]) -> Vec<Vec<String>> {
     let mut found = Vec::new();
-    for sub in command.get_subcommands().filter(|c| c.get_name() != "help") {
+    for sub in command
+        .get_subcommands()
+        .filter(|c| c.get_name() != "help" && !c.is_hide_set())
+    {
         let mut sub_path = path.to_vec();
         sub_path.push(sub.get_name().to_owned());
         found.push(sub_path.clone());

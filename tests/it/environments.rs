@@ -608,7 +608,7 @@ fn a_bad_environment_is_a_located_suite_error() {
         ),
         (
             "{image: localhost/x:1, network: bridge}",
-            "unknown network mode: 'bridge'. Valid modes: none, host",
+            "unknown network mode: 'bridge'. Valid networks for an environment: none, host",
         ),
         (
             "{dockerfile: env/Dockerfile, workdir: app}",

@@ -241,7 +241,9 @@ fn unknown_network_mode_names_the_place_and_the_valid_set() {
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     let err = stderr(&output);
     assert!(
-        err.contains("suite.yaml:4:44: unknown network mode: 'bridge'. Valid modes: none, host"),
+        err.contains(
+            "suite.yaml:4:44: unknown network mode: 'bridge'. Valid modes: none, host, model"
+        ),
         "{err}"
     );
 }

@@ -5,7 +5,7 @@
 
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -426,5 +426,140 @@ fn an_exposed_suite_folder_still_masks_its_solutions() {
             "pass"
         };
         assert_eq!(trials(&out)[0]["outcome"], expected, "{isolation}: {log}");
+    }
+}
+
+/// Tries the model (through the gateway, at the URL deltabench gives), then every other kind of
+/// address; writes what worked into `reach.txt`, in the workspace, so it is in the diff.
+const REACH: &str = r#"#!/bin/sh
+try() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name=ok"; else echo "$name=blocked"; fi; }
+{
+  try model curl -sS -f --max-time 20 "$ANTHROPIC_BASE_URL/v1/messages" -H "x-api-key: $ANTHROPIC_API_KEY" -H 'content-type: application/json' -d '{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}'
+  try host_loopback curl -sS -f --max-time 5 "http://127.0.0.1:$HOST_PORT/"
+  try host_address curl -sS -f --max-time 5 "http://$HOST_ADDRESS:$HOST_PORT/"
+  try internet_by_name curl -sS --max-time 5 https://index.crates.io/config.json
+  try internet_by_address curl -sS --max-time 5 http://192.0.2.1/
+} > reach.txt
+"#;
+
+/// A TCP server on every interface answering `200` to anything, counting its connections.
+fn http_server() -> (u16, Arc<AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let _ = stream.read(&mut [0; 4096]);
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        }
+    });
+    (port, accepted)
+}
+
+/// This machine's address on its outgoing interface (no packet is sent).
+fn host_address() -> Option<std::net::IpAddr> {
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    probe.connect("192.0.2.1:9").ok()?;
+    Some(probe.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback())
+}
+
+/// `network: model` (the default for an agent whose calls pass the gateway): the agent's model
+/// calls succeed, and nothing else answers: not a server on the host's loopback or on its
+/// address, not the internet by name or by address. The same agent with `network: host`
+/// reaches the host's server both ways, so the probes do bite.
+#[test]
+fn with_network_model_a_sandboxed_agent_reaches_its_model_and_nothing_else() {
+    let test = "with_network_model_a_sandboxed_agent_reaches_its_model_and_nothing_else";
+    if !crate::common::have_bwrap(test)
+        || !crate::common::have_tool(
+            test,
+            "curl",
+            Command::new("curl").arg("--version").output().is_ok(),
+        )
+    {
+        return;
+    }
+    let address = host_address();
+    if !crate::common::have_tool(test, "an address other than loopback", address.is_some()) {
+        return;
+    }
+    let (port, accepted) = http_server();
+    let tmp = temp_dir();
+    let root = tmp.path();
+    git_repo(root, &[("a.txt", "a\n")]);
+    write_files(
+        root,
+        &[
+            ("agents/reach.sh", REACH),
+            (
+                "model.yaml",
+                "usage: {input_tokens: 7, output_tokens: 3}\nsteps:\n  - text: Done.\n",
+            ),
+        ],
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        root.join("agents/reach.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let agent = |network: &str| {
+        format!(
+            "{{kind: command, run: ./agents/reach.sh, gateway: true, endpoint: scripted:model.yaml{network}, env: {{HOST_PORT: '{port}', HOST_ADDRESS: '{}'}}}}",
+            address.unwrap()
+        )
+    };
+    std::fs::write(
+        root.join("suite.yaml"),
+        format!(
+            "name: reach\nrepo: repo\nagents:\n  model: {}\n  host: {}\ntasks:\n  - {{id: t, instruction: x, isolation: sandbox, verify: \"true\"}}\n",
+            agent(""),
+            agent(", network: host")
+        ),
+    )
+    .unwrap();
+    let (work, out) = (root.join("work"), root.join("out"));
+    std::fs::create_dir_all(&work).unwrap();
+    let output = deltabench(root)
+        .args(["run", "suite.yaml", "--workdir"])
+        .arg(&work)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let reached = |agent: &str| -> Vec<String> {
+        let patch =
+            std::fs::read_to_string(out.join(format!("trials/t/{agent}/1/diff.patch"))).unwrap();
+        patch
+            .lines()
+            .filter_map(|line| line.strip_prefix('+'))
+            .filter(|line| line.contains('=') && !line.starts_with("++"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        reached("model"),
+        [
+            "model=ok",
+            "host_loopback=blocked",
+            "host_address=blocked",
+            "internet_by_name=blocked",
+            "internet_by_address=blocked"
+        ]
+    );
+    let host = reached("host");
+    assert_eq!(
+        host[..3],
+        ["model=ok", "host_loopback=ok", "host_address=ok"]
+    );
+    // Only the `host` agent's two requests arrived.
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    for record in trials(&out) {
+        assert_eq!(record["gateway_usage"]["model_calls"], 1, "{record:#}");
     }
 }

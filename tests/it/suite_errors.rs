@@ -816,3 +816,55 @@ fn malformed_variants_never_panic_hang_or_lose_the_location() {
         "{outcomes:?}"
     );
 }
+
+/// `network: model` exists only in the sandbox, and only for calls that pass the gateway.
+#[test]
+fn network_model_needs_the_sandbox_and_the_gateway() {
+    let tmp = fixture();
+    let agent = "agents:\n  a:\n    kind: command\n    run: \"true\"\n    gateway: true\n    network: model\ntasks:\n";
+    let yaml = VALID.replace("tasks:\n", agent);
+    let err = load_error(tmp.path(), &yaml, &[]);
+    assert!(
+        err.contains("suite.yaml:8:14: agent 'a' sets `network: model`, which exists only under `isolation: sandbox` without an `environment:`, and task 't1' runs under `isolation: worktree`. Valid networks there: none, host"),
+        "{err}"
+    );
+    let contained = yaml.replace(
+        "    verify:",
+        "    environment: {image: localhost/x}\n    verify:",
+    );
+    let err = load_error(tmp.path(), &contained, &[]);
+    assert!(
+        err.contains("and task 't1' runs in its environment's container"),
+        "{err}"
+    );
+
+    let sandboxed = yaml.replace("    verify:", "    isolation: sandbox\n    verify:");
+    let no_gateway = sandboxed.replace("    gateway: true\n", "");
+    let err = load_error(tmp.path(), &no_gateway, &[]);
+    assert!(
+        err.contains(
+            "suite.yaml:7:14: `network: model` on agent 'a' of kind 'command' needs `gateway: true`"
+        ),
+        "{err}"
+    );
+    let opencode = sandboxed.replace(
+        "    kind: command\n    run: \"true\"\n    gateway: true\n",
+        "    kind: opencode\n",
+    );
+    let err = load_error(tmp.path(), &opencode, &[]);
+    assert!(
+        err.contains("suite.yaml:6:14: `network: model` on agent 'a' needs its calls to pass deltabench's gateway, which opencode without `endpoint:` bypasses"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_environments_network_is_none_or_host() {
+    let tmp = fixture();
+    let yaml = with_task_lines("    environment: {image: localhost/x, network: model}\n");
+    let err = load_error(tmp.path(), &yaml, &[]);
+    assert!(
+        err.contains("network `model` is an agent's setting under `isolation: sandbox`, not a container's. Valid networks for an environment: none, host"),
+        "{err}"
+    );
+}

@@ -37,8 +37,9 @@ pub struct CommandAgentConfig {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// The network inside the sandbox (`isolation: sandbox` only).
-    #[serde(default, skip_serializing_if = "Network::is_none")]
-    pub network: Network,
+    /// Unset: `model` when its calls pass the gateway, else `none` ([`Network::for_agent`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
     /// Route the command's model calls through deltabench's gateway: the base-URL variables
     /// the CLI adapters set (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`, `GOOGLE_GEMINI_BASE_URL`)
     /// point at it, the key variables hold a placeholder, and its usage is counted there.
@@ -100,10 +101,7 @@ impl CommandAgent {
     /// Runs the command in `policy`'s container, with its script and instruction file mounted
     /// at their host paths; the network is `host` when the environment or the agent asks.
     pub fn contained(mut self, policy: ContainerPolicy) -> Self {
-        let network = match (policy.network, self.config.network) {
-            (Network::None, Network::None) => Network::None,
-            _ => Network::Host,
-        };
+        let network = Network::in_container(policy.network, self.config.network);
         let mut policy = policy
             .network(network)
             .readable(self.scratch.join(INSTRUCTION_FILE));
@@ -114,11 +112,13 @@ impl CommandAgent {
         self
     }
 
-    /// Runs the command inside `policy`'s sandbox, with the agent's own network setting, its
-    /// script and its instruction file readable.
+    /// Runs the command inside `policy`'s sandbox, with the agent's network
+    /// ([`Network::for_agent`]; so call it after [`Self::through_gateway`]), its script and its
+    /// instruction file readable.
     pub fn sandboxed(mut self, policy: SandboxPolicy) -> Self {
+        let network = Network::for_agent(self.config.network, self.gateway.is_some());
         let mut policy = policy
-            .network(self.config.network)
+            .network(network)
             .readable(self.scratch.join(INSTRUCTION_FILE));
         for path in program_paths(&self.config.run) {
             policy = policy.readable(path);

@@ -174,10 +174,7 @@ impl HarnessAgent {
     /// its installation mounted read-only at its host paths ([`container_mounts`]); the network
     /// is `host` when the environment or the agent asks.
     pub fn contained(mut self, policy: ContainerPolicy) -> Self {
-        let network = match (policy.network, self.config.network) {
-            (Network::None, Network::None) => Network::None,
-            _ => Network::Host,
-        };
+        let network = Network::in_container(policy.network, self.config.network);
         let mut policy = policy.network(network);
         for root in container_mounts(&self.program) {
             policy = policy.readable(root);
@@ -187,9 +184,10 @@ impl HarnessAgent {
     }
 
     /// Runs the CLI inside `policy`'s sandbox (whose home must be this agent's [`Self::home`]),
-    /// with the agent's network setting and its installation readable.
+    /// with the agent's network ([`Network::for_agent`]; so call it after
+    /// [`Self::through_gateway`]) and its installation readable.
     pub fn sandboxed(mut self, policy: SandboxPolicy) -> Self {
-        let mut policy = policy.network(self.config.network);
+        let mut policy = policy.network(Network::for_agent(self.config.network, self.gateway));
         for root in install_roots(&self.program) {
             policy = policy.readable(root);
         }

@@ -315,8 +315,9 @@ pub struct HarnessConfig {
     pub api_key: Option<String>,
     #[serde(default, with = "crate::support::duration_opt")]
     pub timeout: Option<Duration>,
-    #[serde(default, skip_serializing_if = "Network::is_none")]
-    pub network: Network,
+    /// Unset: `model` when its calls pass the gateway, else `none` ([`Network::for_agent`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
     /// Overrides the price table for this agent's model (USD per million tokens).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price: Option<Price>,
