@@ -12,21 +12,24 @@
 //!   response cannot (text after calls, anything after the calls' results);
 //! - a `tool_result` lands in the observation of the step that made the call (by id, else the
 //!   oldest pending call of the same name, else the oldest pending call);
-//! - `usage` events are the run's cumulative totals: the difference between two consecutive ones
-//!   is the metrics of the agent step it follows, when it covers exactly one model call; when
-//!   deltabench priced the run itself, the steps carry no cost (the agent's own figures were
-//!   not used for the total);
+//! - per-step metrics: for a trial through the gateway, each agent step gets the one model call
+//!   the gateway forwarded between the previous agent step's start and its own (none when two
+//!   were, as when a CLI makes a side call beside its main one), priced as the total is;
+//!   otherwise `usage` events are the run's cumulative totals, and the difference between two
+//!   consecutive ones is the metrics of the agent step it follows, when it covers exactly one
+//!   model call (when deltabench priced the run itself, those steps carry no cost: the agent's
+//!   own figures were not used for the total);
 //! - a closing `result` whose text the last agent step does not already say becomes an agent step;
 //! - `unknown` events (raw CLI output) are left out; `notes` counts them;
-//! - `final_metrics` come from the result's usage (deltabench's authoritative, priced total), else
-//!   from the last `usage` event.
+//! - `final_metrics` come from the gateway's count, else the result's usage (deltabench's
+//!   authoritative, priced total), else the last `usage` event.
 
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::agent::{CodingResult, StreamEvent, Usage};
+use crate::agent::{CodingResult, ModelCall, StreamEvent, Usage};
 
 /// The `schema_version` every trajectory is written with.
 pub const SCHEMA_VERSION: &str = "ATIF-v1.7";
@@ -56,6 +59,15 @@ pub struct TrajectoryInput<'a> {
     pub events: &'a [TimedEvent],
     /// The run's result, when the agent ran to one.
     pub result: Option<&'a CodingResult>,
+    /// What the gateway counted, for a trial whose model calls passed it.
+    pub gateway: Option<Counted<'a>>,
+}
+
+/// A trial's model calls as deltabench's gateway counted them.
+#[derive(Debug, Clone, Copy)]
+pub struct Counted<'a> {
+    pub calls: &'a [ModelCall],
+    pub total: &'a Usage,
 }
 
 /// An ATIF trajectory (the fields deltabench fills).
@@ -185,15 +197,29 @@ pub fn trajectory(input: &TrajectoryInput) -> Trajectory {
     for (index, step) in steps.iter_mut().enumerate() {
         step.step_id = index + 1;
     }
-    let usage = input
-        .result
-        .and_then(|r| r.usage.clone())
-        .or(last_usage)
-        .filter(|u| *u != Usage::default());
-    if usage.as_ref().is_some_and(|u| u.cost_estimated) {
-        for metrics in steps.iter_mut().filter_map(|s| s.metrics.as_mut()) {
-            metrics.cost_usd = None;
+    let usage = match input.gateway {
+        Some(counted) => Some(counted.total.clone()),
+        None => input.result.and_then(|r| r.usage.clone()).or(last_usage),
+    }
+    .filter(|u| *u != Usage::default());
+    // The gateway's calls, unless the agent's own stream gives more steps their metrics.
+    let from_calls = input.gateway.map(|c| metrics_from_calls(&steps, c.calls));
+    let covered = |metrics: &mut dyn Iterator<Item = Option<&Metrics>>| metrics.flatten().count();
+    match from_calls {
+        Some(from_calls)
+            if covered(&mut from_calls.iter().map(Option::as_ref))
+                >= covered(&mut steps.iter().map(|s| s.metrics.as_ref())) =>
+        {
+            for (step, metrics) in steps.iter_mut().zip(from_calls) {
+                step.metrics = metrics;
+            }
         }
+        _ if usage.as_ref().is_some_and(|u| u.cost_estimated) => {
+            for metrics in steps.iter_mut().filter_map(|s| s.metrics.as_mut()) {
+                metrics.cost_usd = None;
+            }
+        }
+        _ => {}
     }
     let final_metrics = FinalMetrics {
         total_steps: steps.len(),
@@ -510,6 +536,55 @@ impl Builder {
     }
 }
 
+/// Each step's metrics from the gateway's calls (`None` for all but agent steps). With as many
+/// calls as agent steps, each one started by the time its step began, the k-th call is the k-th
+/// step's (an agent that reports its steps only at the end). Otherwise a step gets the one call
+/// forwarded after the previous agent step began and by the time it did; none when there were
+/// several (a side call beside the main one) or none. Timestamps are to the millisecond.
+fn metrics_from_calls(steps: &[Step], calls: &[ModelCall]) -> Vec<Option<Metrics>> {
+    use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+    let millis = |at: DateTime<Utc>| at.duration_trunc(TimeDelta::milliseconds(1)).unwrap_or(at);
+    let began: Vec<Option<DateTime<Utc>>> = steps
+        .iter()
+        .map(|step| {
+            let at = step
+                .timestamp
+                .as_deref()
+                .filter(|_| step.source == Source::Agent)?;
+            Some(DateTime::parse_from_rfc3339(at).ok()?.with_timezone(&Utc))
+        })
+        .collect();
+    let agent: Vec<(usize, DateTime<Utc>)> = began
+        .iter()
+        .enumerate()
+        .filter_map(|(i, at)| Some((i, (*at)?)))
+        .collect();
+    let mut found = vec![None; steps.len()];
+    let in_order = agent.len() == calls.len()
+        && agent
+            .iter()
+            .zip(calls)
+            .all(|((_, at), call)| millis(call.started_at) <= *at);
+    if in_order {
+        for ((index, _), call) in agent.iter().zip(calls) {
+            found[*index] = Some(metrics(&call.usage));
+        }
+        return found;
+    }
+    let mut previous: Option<DateTime<Utc>> = None;
+    for (index, at) in agent {
+        let mut made = calls.iter().filter(|call| {
+            let started = millis(call.started_at);
+            started <= at && previous.is_none_or(|p| started > p)
+        });
+        if let (Some(call), None) = (made.next(), made.next()) {
+            found[index] = Some(metrics(&call.usage));
+        }
+        previous = Some(at);
+    }
+    found
+}
+
 fn prompt_tokens(usage: &Usage) -> u64 {
     usage
         .input_tokens
@@ -577,6 +652,7 @@ mod tests {
             started_at: "2026-01-01T00:00:00.000Z",
             events,
             result,
+            gateway: None,
         }
     }
 
@@ -603,6 +679,181 @@ mod tests {
         // Without a result (the agent never ran): still a valid trajectory, no session.
         let t = trajectory(&input(&[], None));
         assert_eq!((t.steps.len(), t.session_id), (1, None));
+    }
+
+    /// Through the gateway: each agent step gets the one call forwarded for it, a window with a
+    /// side call beside the main one gets none, the agent's own usage events give nothing, and
+    /// the totals are the gateway's.
+    #[test]
+    fn gateway_calls_are_the_metrics_of_the_steps_they_were_made_for() {
+        let call_at = |ms: i64, input: u64| ModelCall {
+            started_at: chrono::DateTime::from_timestamp_millis(
+                chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+                    .unwrap()
+                    .timestamp_millis()
+                    + ms,
+            )
+            .unwrap(),
+            usage: Usage {
+                cost_usd: Some(input as f64 / 1000.0),
+                cost_estimated: true,
+                ..usage(input, 1, 1, None)
+            },
+        };
+        let tool = |n: usize, id: &str| {
+            at(
+                n,
+                StreamEvent::ToolCall {
+                    id: Some(id.into()),
+                    name: "bash".into(),
+                    args: json!({}),
+                },
+            )
+        };
+        let done = |n: usize, id: &str| {
+            at(
+                n,
+                StreamEvent::ToolResult {
+                    id: Some(id.into()),
+                    name: None,
+                    result: json!("ok"),
+                    is_error: false,
+                },
+            )
+        };
+        let events = [
+            tool(1, "c1"),
+            done(2, "c1"),
+            at(
+                3,
+                StreamEvent::Usage {
+                    usage: usage(999, 9, 1, Some(9.0)),
+                },
+            ),
+            tool(4, "c2"),
+            done(5, "c2"),
+            at(
+                7,
+                StreamEvent::Assistant {
+                    text: "Done.".into(),
+                },
+            ),
+        ];
+        let calls = [
+            call_at(500, 10),
+            call_at(3000, 20),
+            call_at(3500, 1),
+            call_at(6000, 30),
+        ];
+        let total = usage(61, 4, 4, Some(0.061));
+        let t = trajectory(&TrajectoryInput {
+            gateway: Some(Counted {
+                calls: &calls,
+                total: &total,
+            }),
+            ..input(&events, None)
+        });
+        let agent: Vec<&Step> = t
+            .steps
+            .iter()
+            .filter(|s| s.source == Source::Agent)
+            .collect();
+        assert_eq!(agent.len(), 3, "{:#?}", t.steps);
+        let first = agent[0].metrics.as_ref().unwrap();
+        assert_eq!((first.prompt_tokens, first.completion_tokens), (10, 1));
+        assert_eq!(first.cost_usd, Some(0.01));
+        assert_eq!(agent[1].metrics, None);
+        assert_eq!(agent[2].metrics.as_ref().unwrap().prompt_tokens, 30);
+        assert_eq!(t.final_metrics.total_prompt_tokens, Some(61));
+        assert_eq!(t.final_metrics.total_cost_usd, Some(0.061));
+    }
+
+    /// Steps reported only at the end (all at one time): as many calls as steps, in order. And
+    /// an agent whose own stream gives more steps their metrics than the calls' times can.
+    #[test]
+    fn gateway_calls_in_order_or_the_streams_own_counts() {
+        let call_at = |second: i64, input: u64| ModelCall {
+            started_at: chrono::DateTime::from_timestamp(1_767_225_600 + second, 0).unwrap(),
+            usage: usage(input, 1, 1, Some(0.5)),
+        };
+        let tool = |id: &str| {
+            at(
+                9,
+                StreamEvent::ToolCall {
+                    id: Some(id.into()),
+                    name: "bash".into(),
+                    args: json!({}),
+                },
+            )
+        };
+        let result = |id: &str| {
+            at(
+                9,
+                StreamEvent::ToolResult {
+                    id: Some(id.into()),
+                    name: None,
+                    result: json!("ok"),
+                    is_error: false,
+                },
+            )
+        };
+        let events = [tool("a"), result("a"), tool("b"), result("b")];
+        let calls = [call_at(1, 10), call_at(3, 20)];
+        let total = usage(30, 2, 2, Some(1.0));
+        let counted = Counted {
+            calls: &calls,
+            total: &total,
+        };
+        let t = trajectory(&TrajectoryInput {
+            gateway: Some(counted),
+            ..input(&events, None)
+        });
+        let tokens: Vec<Option<u64>> = t
+            .steps
+            .iter()
+            .filter(|s| s.source == Source::Agent)
+            .map(|s| s.metrics.as_ref().map(|m| m.prompt_tokens))
+            .collect();
+        assert_eq!(tokens, [Some(10), Some(20)]);
+
+        // Two calls before the first step (a side call and the main one), the stream counting
+        // each call: the stream's counts, without the agent's cost.
+        let counting = [
+            tool("a"),
+            at(
+                9,
+                StreamEvent::Usage {
+                    usage: usage(10, 1, 1, Some(0.5)),
+                },
+            ),
+            result("a"),
+            tool("b"),
+            at(
+                9,
+                StreamEvent::Usage {
+                    usage: usage(30, 2, 2, Some(1.0)),
+                },
+            ),
+            result("b"),
+        ];
+        let calls = [call_at(1, 0), call_at(2, 10), call_at(10, 20)];
+        let t = trajectory(&TrajectoryInput {
+            gateway: Some(Counted {
+                calls: &calls,
+                total: &Usage {
+                    cost_estimated: true,
+                    ..total.clone()
+                },
+            }),
+            ..input(&counting, None)
+        });
+        let metrics: Vec<Option<(u64, Option<f64>)>> = t
+            .steps
+            .iter()
+            .filter(|s| s.source == Source::Agent)
+            .map(|s| s.metrics.as_ref().map(|m| (m.prompt_tokens, m.cost_usd)))
+            .collect();
+        assert_eq!(metrics, [Some((10, None)), Some((20, None))]);
     }
 
     #[test]

@@ -219,6 +219,14 @@ pub struct Usage {
     pub cost_estimated: bool,
 }
 
+/// One model call as deltabench's gateway saw it: when it was forwarded, and what its answer
+/// used (one `model_calls`, priced when the model's price is known).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelCall {
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    pub usage: Usage,
+}
+
 /// What a run produced besides the workspace change.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CodingOutput {

@@ -23,7 +23,7 @@ use super::dialect::{Dialect, MAX_BODY, Meter, Provider};
 use super::record::{Exchange, Recorder, Tape, kept_query, key_of, request_body};
 use super::{Spent, over_budget};
 use crate::agent::harness::{Price, is_loopback, pricing};
-use crate::agent::{Budget, BudgetStop, Usage};
+use crate::agent::{Budget, BudgetStop, ModelCall, Usage};
 
 /// Where one trial's calls go: a root URL per provider, each with the key to add (none: the
 /// client's own header passes as it came, as for a local endpoint that needs no key).
@@ -96,11 +96,16 @@ struct Totals {
     cost: f64,
     /// A call with tokens that no price covered: the total cost is unknown.
     unpriced: bool,
+    /// The model of such a call.
+    unpriced_model: Option<String>,
+    /// Each admitted model call, in the order admitted.
+    calls: Vec<ModelCall>,
 }
 
 impl Account {
-    /// Counts a model call about to be forwarded, or says why the budget refuses it.
-    fn admit(&self) -> Result<(), String> {
+    /// Counts a model call about to be forwarded (its number among the trial's calls), or says
+    /// why the budget refuses it.
+    fn admit(&self) -> Result<usize, String> {
         let mut totals = self.usage.lock().map_err(|_| "poisoned".to_owned())?;
         let u = &totals.usage;
         let spent = Spent {
@@ -112,11 +117,26 @@ impl Account {
         if let Some(why) = over_budget(&self.setup.budget, &spent) {
             return Err(why);
         }
+        if self.setup.budget.cost_usd.is_some() && totals.unpriced {
+            return Err(format!(
+                "deltabench budget: a `cost_usd` budget cannot be kept, since no price is known for \
+                 model '{}' (set the agent's `price:`)",
+                totals.unpriced_model.as_deref().unwrap_or("unnamed")
+            ));
+        }
         totals.usage.model_calls += 1;
-        Ok(())
+        totals.calls.push(ModelCall {
+            started_at: chrono::Utc::now(),
+            usage: Usage {
+                model_calls: 1,
+                ..Usage::default()
+            },
+        });
+        Ok(totals.calls.len() - 1)
     }
 
-    fn record(&self, mut call: Usage, request_model: Option<&str>) {
+    /// Adds the answer to call `index`'s usage to the totals and to the call.
+    fn record(&self, index: usize, mut call: Usage, request_model: Option<&str>) {
         let model = self.setup.model.as_deref().or(request_model);
         let priced = pricing::estimate(&mut call, model, self.setup.price);
         let Ok(mut totals) = self.usage.lock() else {
@@ -130,12 +150,28 @@ impl Account {
             totals.cost += call.cost_usd.unwrap_or(0.0);
         } else if tokens > 0 {
             totals.unpriced = true;
+            totals.unpriced_model = model.map(str::to_owned);
         }
         let u = &mut totals.usage;
         u.input_tokens += call.input_tokens;
         u.output_tokens += call.output_tokens;
         u.cache_read_tokens += call.cache_read_tokens;
         u.cache_write_tokens += call.cache_write_tokens;
+        if let Some(logged) = totals.calls.get_mut(index) {
+            logged.usage = Usage {
+                model_calls: 1,
+                cost_usd: call.cost_usd.filter(|_| priced),
+                cost_estimated: priced,
+                ..call
+            };
+        }
+    }
+
+    fn calls(&self) -> Vec<ModelCall> {
+        self.usage
+            .lock()
+            .map(|t| t.calls.clone())
+            .unwrap_or_default()
     }
 
     fn total(&self) -> Usage {
@@ -174,6 +210,7 @@ impl Gateway {
     pub async fn start() -> std::io::Result<Gateway> {
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         let addr = listener.local_addr()?;
+        let listener = crate::model::without_delay(listener);
         let build = |proxied: bool| {
             let builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(30));
             let builder = if proxied { builder } else { builder.no_proxy() };
@@ -237,6 +274,7 @@ impl Gateway {
             token,
             account,
             shared: self.shared.clone(),
+            wall_timer: Mutex::new(None),
         }
     }
 }
@@ -255,6 +293,8 @@ pub struct GatewayLease {
     token: String,
     account: Arc<Account>,
     shared: Arc<Shared>,
+    /// Trips the stop when the `wall` budget runs out, calls or not.
+    wall_timer: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl GatewayLease {
@@ -268,11 +308,44 @@ impl GatewayLease {
         self.account.total()
     }
 
+    /// The trial's model calls so far, each with its own usage.
+    pub fn calls(&self) -> Vec<ModelCall> {
+        self.account.calls()
+    }
+
     /// Starts the `wall` budget's clock again: the agent starts now (provisioning and setup,
-    /// which ran since the trial registered, are not the agent's time).
+    /// which ran since the trial registered, are not the agent's time). When the budget runs
+    /// out the trial's stop trips, whether or not a call comes (an agent busy with a long tool
+    /// call is stopped too). Call it from the runtime serving the gateway.
     pub fn start_clock(&self) {
         if let Ok(mut started) = self.account.started.lock() {
             *started = Instant::now();
+        }
+        let (Some(limit), Ok(runtime)) = (
+            self.account.setup.budget.wall,
+            tokio::runtime::Handle::try_current(),
+        ) else {
+            return;
+        };
+        let stop = self.account.setup.stop.clone();
+        let budget = Budget {
+            wall: Some(limit),
+            ..Budget::default()
+        };
+        let timer = runtime.spawn(async move {
+            tokio::time::sleep(limit).await;
+            let spent = Spent {
+                wall: limit,
+                ..Spent::default()
+            };
+            if let Some(why) = over_budget(&budget, &spent) {
+                stop.trip(why);
+            }
+        });
+        if let Ok(mut slot) = self.wall_timer.lock()
+            && let Some(earlier) = slot.replace(timer.abort_handle())
+        {
+            earlier.abort();
         }
     }
 
@@ -296,6 +369,9 @@ impl GatewayLease {
 
 impl Drop for GatewayLease {
     fn drop(&mut self) {
+        if let Some(timer) = self.wall_timer.lock().ok().and_then(|mut t| t.take()) {
+            timer.abort();
+        }
         if let Ok(mut trials) = self.shared.trials.lock() {
             trials.remove(&self.token);
         }
@@ -398,13 +474,15 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         );
     }
     let dialect = Dialect::of_call(&rest);
-    if let Some(dialect) = dialect
-        && let Err(why) = account.admit()
-    {
-        account.setup.stop.trip(why.clone());
-        let (status, body) = dialect.refusal(&why);
-        return json_response(status, &body);
-    }
+    let call = match dialect.map(|_| account.admit()) {
+        Some(Err(why)) => {
+            account.setup.stop.trip(why.clone());
+            let (status, body) = dialect.expect("admitted only calls").refusal(&why);
+            return json_response(status, &body);
+        }
+        Some(Ok(index)) => Some(index),
+        None => None,
+    };
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
         return json_response(
             413,
@@ -432,7 +510,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             &kept.request,
         );
         return match tape.answer(n, &key) {
-            Ok(recorded) => replayed(&account, dialect, model, n, recorded, &places),
+            Ok(recorded) => replayed(&account, call.zip(dialect), model, n, recorded, &places),
             Err(why) => {
                 account.setup.stop.trip(why.clone());
                 let (status, body) = match dialect {
@@ -511,7 +589,8 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     for (name, value) in answer.headers() {
-        if HOP_BY_HOP.contains(&name.as_str()) {
+        // The body passes unchanged (no encoding is asked for), so its length holds.
+        if HOP_BY_HOP.contains(&name.as_str()) && name != header::CONTENT_LENGTH {
             continue;
         }
         if let Ok(name) = HeaderName::from_bytes(name.as_str().as_bytes()) {
@@ -532,7 +611,9 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         });
     let stream = Metered {
         inner: Box::pin(answer.bytes_stream()),
-        meter: dialect.map(|d| Meter::new(d, sse)),
+        meter: call
+            .zip(dialect)
+            .map(|(call, d)| (call, Meter::new(d, sse))),
         account,
         model,
         recording,
@@ -556,7 +637,7 @@ fn kept_headers(headers: &HeaderMap) -> std::collections::BTreeMap<String, Strin
 /// the upstream's would be, and kept again when this run records too.
 fn replayed(
     account: &Account,
-    dialect: Option<Dialect>,
+    call: Option<(usize, Dialect)>,
     model: Option<String>,
     n: usize,
     mut recorded: Exchange,
@@ -571,11 +652,11 @@ fn replayed(
         .get("content-type")
         .cloned()
         .unwrap_or_else(|| "application/json".into());
-    if let Some(dialect) = dialect {
+    if let Some((call, dialect)) = call {
         let mut meter = Meter::new(dialect, content_type.starts_with("text/event-stream"));
         meter.feed(text.as_bytes());
         if let Some(usage) = meter.finish() {
-            account.record(usage, model.as_deref());
+            account.record(call, usage, model.as_deref());
         }
     }
     if let Some(recorder) = &account.recorder {
@@ -618,7 +699,8 @@ type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 /// recorded when it ends, or when the client hangs up.
 struct Metered {
     inner: ByteStream,
-    meter: Option<Meter>,
+    /// The model call's number in the account, and its meter.
+    meter: Option<(usize, Meter)>,
     account: Arc<Account>,
     model: Option<String>,
     recording: Option<Recording>,
@@ -631,10 +713,10 @@ impl Metered {
         {
             recording.finish(recorder);
         }
-        if let Some(meter) = self.meter.take()
+        if let Some((call, meter)) = self.meter.take()
             && let Some(usage) = meter.finish()
         {
-            self.account.record(usage, self.model.as_deref());
+            self.account.record(call, usage, self.model.as_deref());
         }
     }
 }
@@ -647,7 +729,7 @@ impl Stream for Metered {
         match &polled {
             Poll::Ready(Some(Ok(bytes))) => {
                 let bytes = bytes.clone();
-                if let Some(meter) = self.meter.as_mut() {
+                if let Some((_, meter)) = self.meter.as_mut() {
                     meter.feed(&bytes);
                 }
                 if let Some(recording) = self.recording.as_mut() {

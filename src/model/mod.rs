@@ -22,4 +22,4 @@ mod tools;
 mod tests;
 
 pub use script::{Action, HttpError, Reply, Script, ScriptError, Step, Usage};
-pub use server::{RequestLog, ScriptedServer, Served};
+pub use server::{RequestLog, ScriptedServer, Served, without_delay};

@@ -36,7 +36,7 @@ use crate::metric::{
 use crate::process::{self, CommandSpec};
 use crate::store::{TrialRecord, UsageRecord, VerifyRecord, layout, write_json_atomic};
 use crate::suite::{AgentKind, AgentSpec, MetricSpec, Suite, Task};
-use crate::trajectory::{TimedEvent, TrajectoryInput};
+use crate::trajectory::{Counted, TimedEvent, TrajectoryInput};
 use crate::workspace::{
     BackendProvisioner, ContainerPolicy, Isolation, ModelRoute, Network, Prepare, PreparedSource,
     ProvisionError, ProvisionedWorkspace, SandboxPolicy, WorkspaceBase, WorkspaceProvisionError,
@@ -380,14 +380,22 @@ pub async fn run_trial(
     let result: Option<CodingResult> = result_json
         .get("result")
         .and_then(|r| serde_json::from_value(r.clone()).ok());
+    let counted = lease.as_ref().map(|l| (l.calls(), l.usage()));
+    let agent = &inputs.agents[&spec.agent];
     write_trajectory(
         dir,
-        &inputs.agents[&spec.agent],
-        &spec.agent,
-        &task.instruction,
-        &record.started_at,
-        &timed,
-        result.as_ref(),
+        &TrajectoryInput {
+            agent: &spec.agent,
+            kind: AgentKind::from(agent).into(),
+            model: agent.as_harness().and_then(|(_, c)| c.model.as_deref()),
+            instruction: &task.instruction,
+            started_at: &record.started_at,
+            events: &timed,
+            result: result.as_ref(),
+            gateway: counted
+                .as_ref()
+                .map(|(calls, total)| Counted { calls, total }),
+        },
     );
     let record = redact_record(&secrets, record);
     result_json["record"] = serde_json::to_value(&record).unwrap_or_default();
@@ -401,8 +409,6 @@ pub async fn run_trial(
     record
 }
 
-/// `trajectory.json`: the run in ATIF, built from the events and the result (before the trial
-/// folder's secrets are redacted, which covers it).
 /// A trial's places as a recording writes them: its workspace and its folder (which holds the
 /// CLI's HOME), each as given and as resolved, and the workspace as a file name the way Claude
 /// Code names a project's folder (every other character than a letter or digit a `-`).
@@ -425,26 +431,10 @@ fn places(workspace: &Path, folder: &Path) -> Vec<(String, String)> {
     places
 }
 
-fn write_trajectory(
-    dir: &Path,
-    agent: &AgentSpec,
-    name: &str,
-    instruction: &str,
-    started_at: &str,
-    events: &[TimedEvent],
-    result: Option<&CodingResult>,
-) {
-    let kind: &'static str = AgentKind::from(agent).into();
-    let model = agent.as_harness().and_then(|(_, c)| c.model.as_deref());
-    let trajectory = crate::trajectory::trajectory(&TrajectoryInput {
-        agent: name,
-        kind,
-        model,
-        instruction,
-        started_at,
-        events,
-        result,
-    });
+/// `trajectory.json`: the run in ATIF, built from the events, the result and the gateway's
+/// count (before the trial folder's secrets are redacted, which covers it).
+fn write_trajectory(dir: &Path, input: &TrajectoryInput) {
+    let trajectory = crate::trajectory::trajectory(input);
     let _ = write_json_atomic(&dir.join(layout::TRAJECTORY), &trajectory);
 }
 

@@ -385,5 +385,22 @@ fn harness_spec(
             ));
         }
     }
+    // A cost budget needs a price; the CLI's default model is checked when it answers.
+    if let (Some(raw), Some(model)) = (&agent.budget, &config.model)
+        && config.budget.is_some_and(|b| b.cost_usd.is_some())
+        && config.price.is_none()
+        && crate::agent::harness::pricing::price_table()
+            .lookup(model)
+            .is_none()
+    {
+        return Err(source.at(
+            raw,
+            format!(
+                "`budget.cost_usd` on agent '{name}' needs the price of model '{model}', which \
+                 deltabench's price table does not have: set `price: {{input: USD, output: USD}}` \
+                 (per million tokens) on the agent"
+            ),
+        ));
+    }
     Ok(AgentSpec::harness(kind, config))
 }

@@ -100,6 +100,8 @@ pub fn forward_then_exec(listen: SocketAddr, socket: &Path, argv: &[OsString]) -
 /// Accepts until the sandbox ends, one pair of copying threads per connection.
 fn serve(listener: TcpListener, socket: &Path) -> ! {
     for client in listener.incoming().flatten() {
+        // As the gateway's own port does: a stream's small writes go out at once.
+        let _ = client.set_nodelay(true);
         let socket = socket.to_owned();
         std::thread::spawn(move || {
             if let Ok(upstream) = UnixStream::connect(&socket) {

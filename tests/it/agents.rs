@@ -332,14 +332,29 @@ fn passes_on_the_delta(kind: HarnessKind) {
             .is_some_and(|r| r.iter().any(|r| r["source_call_id"].is_string())),
         "{kind}: the write has no result: {writes:#}"
     );
-    let prompt = usage["input_tokens"].as_u64().unwrap()
-        + usage["cache_read_tokens"].as_u64().unwrap_or(0)
-        + usage["cache_write_tokens"].as_u64().unwrap_or(0);
+    let prompt = counted["input_tokens"].as_u64().unwrap()
+        + counted["cache_read_tokens"].as_u64().unwrap_or(0)
+        + counted["cache_write_tokens"].as_u64().unwrap_or(0);
     assert_eq!(trajectory["final_metrics"]["total_prompt_tokens"], prompt);
     assert_eq!(
         trajectory["final_metrics"]["total_cost_usd"],
-        usage["cost_usd"]
+        counted["cost_usd"]
     );
+    // Per-step metrics, whatever the CLI's stream reports: each main call of the script on the
+    // step it made (from the gateway's calls, or the stream's own per-call usage).
+    let metered: Vec<&Value> = steps
+        .iter()
+        .filter(|s| s["source"] == "agent")
+        .filter_map(|s| s.get("metrics"))
+        .collect();
+    assert_eq!(metered.len() as u64, cli.calls, "{kind}: {trajectory:#}");
+    for metrics in metered {
+        assert_eq!(
+            (&metrics["prompt_tokens"], &metrics["completion_tokens"]),
+            (&Value::from(1000), &Value::from(20)),
+            "{kind}: {metrics}"
+        );
+    }
     crate::trajectory::validate_with_harbor(&format!("the {kind} trajectory"), &out);
 }
 

@@ -125,6 +125,23 @@ async fn each_dialect_is_counted_streamed_or_not_and_gets_the_real_key() {
             "{request}"
         );
     }
+    // An answer keeps the length the provider gave it (a client may read it up front).
+    let lease = gateway.register(setup(&upstream, Budget::default()));
+    let (path, body) = calls().swap_remove(0);
+    let answer = reqwest::Client::new()
+        .post(format!("{}{path}", lease.url()))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let length = answer.headers().get("content-length").cloned();
+    let text = answer.text().await.unwrap();
+    assert_eq!(
+        length.map(|l| l.to_str().unwrap().to_owned()),
+        Some(text.len().to_string()),
+        "{path}: {text}"
+    );
     // Token counts and model lists pass uncounted.
     let lease = gateway.register(setup(&upstream, Budget::default()));
     let (status, _) = post(
@@ -305,4 +322,49 @@ fn which(tool: &str) -> bool {
         .args(["-c", &format!("command -v {tool}")])
         .output()
         .is_ok_and(|o| o.status.success())
+}
+
+/// The `wall` budget runs out while the agent makes no call (it sleeps after its three): the
+/// trial is stopped then, not at the next call that never comes.
+#[test]
+fn a_wall_budget_stops_an_agent_that_makes_no_call() {
+    if !crate::common::have_tool("the gateway's command tests", "curl", which("curl")) {
+        return;
+    }
+    let tmp = command_suite("\n    budget: {wall: 3s}", "");
+    let (output, _, out) = run_suite(tmp.path(), &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let record = &trials(&out)[0];
+    assert_eq!(record["status"], "budget_exceeded", "{record:#}");
+    assert_eq!(record["gateway_usage"]["model_calls"], 3, "{record:#}");
+    // Stopped in its 30 s sleep.
+    assert!(
+        record["agent_duration_ms"].as_u64().unwrap() < 20_000,
+        "{record:#}"
+    );
+    let events = std::fs::read_to_string(out.join("trials/hello/a/1/events.jsonl")).unwrap();
+    assert!(events.contains("the budget allows 3s"), "{events}");
+}
+
+/// A `cost_usd` budget is never kept blind: once a call's model has no price, the next call is
+/// refused and the trial ends `budget_exceeded`, saying why.
+#[test]
+fn a_cost_budget_refuses_calls_it_cannot_price() {
+    if !crate::common::have_tool("the gateway's command tests", "curl", which("curl")) {
+        return;
+    }
+    let tmp = command_suite("\n    budget: {cost_usd: 100}", "");
+    let script = tmp.path().join("agent.sh");
+    let text = std::fs::read_to_string(&script).unwrap();
+    std::fs::write(&script, text.replace("claude-sonnet-4-5", "unpriced-model")).unwrap();
+    let (output, _, out) = run_suite(tmp.path(), &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let record = &trials(&out)[0];
+    assert_eq!(record["status"], "budget_exceeded", "{record:#}");
+    assert_eq!(record["gateway_usage"]["model_calls"], 1, "{record:#}");
+    let events = std::fs::read_to_string(out.join("trials/hello/a/1/events.jsonl")).unwrap();
+    assert!(
+        events.contains("a `cost_usd` budget cannot be kept, since no price is known for model 'unpriced-model' (set the agent's `price:`)"),
+        "{events}"
+    );
 }

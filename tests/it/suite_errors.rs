@@ -868,3 +868,34 @@ fn an_environments_network_is_none_or_host() {
         "{err}"
     );
 }
+
+/// A cost budget for a model deltabench cannot price would never trip: refused up front.
+#[test]
+fn a_cost_budget_needs_a_priced_model() {
+    let tmp = fixture();
+    let agent = "agents:\n  a:\n    kind: claude-code\n    model: mystery-model\n    budget: {cost_usd: 1}\ntasks:\n";
+    let err = load_error(tmp.path(), &VALID.replace("tasks:\n", agent), &[]);
+    assert!(
+        err.contains("suite.yaml:7:13: `budget.cost_usd` on agent 'a' needs the price of model 'mystery-model', which deltabench's price table does not have: set `price: {input: USD, output: USD}` (per million tokens) on the agent"),
+        "{err}"
+    );
+    // With a price, or a budget of another kind, it loads.
+    for budget in [
+        "budget: {cost_usd: 1}\n    price: {input: 1, output: 2}",
+        "budget: {tokens: 1000}",
+    ] {
+        let yaml = VALID.replace(
+            "tasks:\n",
+            &format!("agents:\n  a:\n    kind: claude-code\n    model: mystery-model\n    {budget}\ntasks:\n"),
+        );
+        let tmp = fixture();
+        write_suite(tmp.path(), &yaml);
+        let output = run(tmp.path(), &["--agent", "noop"]);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{budget}: {}",
+            stderr(&output)
+        );
+    }
+}
