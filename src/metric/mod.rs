@@ -30,10 +30,14 @@ pub const FAILURE_TOKENS: [&str; 6] = [
 ];
 
 /// A verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Score {
     pub passed: bool,
     pub score: f64,
+    /// Why the metric failed the trial without a verdict of its own (a grader that crashed on
+    /// what it read): the trial's reason.
+    #[serde(skip)]
+    pub note: Option<String>,
 }
 
 impl Score {
@@ -41,11 +45,20 @@ impl Score {
         Self {
             passed,
             score: if passed { 1.0 } else { 0.0 },
+            note: None,
+        }
+    }
+
+    /// A fail the metric could not decide otherwise, and why.
+    pub fn failed_because(note: String) -> Self {
+        Self {
+            note: Some(note),
+            ..Self::from_passed(false)
         }
     }
 }
 
-/// The metric could not reach a verdict (a grader failed): the trial cannot be scored.
+/// The metric could not run at all (a grader that cannot start): the trial cannot be scored.
 #[derive(Debug, thiserror::Error)]
 #[error("metric '{metric}': {message}")]
 pub struct MetricError {
@@ -164,7 +177,13 @@ impl Metric for CustomMetric {
             .score
             .as_ref()
             .map_or(Score::from_passed(passed).score, |f| f(delta));
-        Box::pin(async move { Ok(Score { passed, score }) })
+        Box::pin(async move {
+            Ok(Score {
+                passed,
+                score,
+                note: None,
+            })
+        })
     }
 }
 
@@ -173,6 +192,12 @@ pub const GRADER_LOG: &str = "grader.log";
 
 /// An external grader: a shell command that reads `{"diff", "command_result"}` as JSON on stdin
 /// and prints `{"passed": bool, "score": number}` (the last JSON line of its output counts).
+///
+/// A grader that starts but gives no verdict (it exits non-zero, times out or prints no verdict
+/// line) fails the trial, with why: what it reads is the agent's work, so an agent could
+/// otherwise crash the grader to turn a fail into an unscored trial, which leaves the pass rate.
+/// A grader broken for every input fails the reference solution too, which `validate` reports.
+/// Only a grader that cannot be started leaves the trial unscored.
 ///
 /// `command_result.output` keeps only the head and tail of a long verify output; when the full
 /// log was written (`verify_log`), the grader finds its path in `$DELTABENCH_VERIFY_LOG`.
@@ -212,31 +237,49 @@ impl Metric for GraderMetric {
             let ended = process::run(&spec, &CancellationToken::new())
                 .await
                 .map_err(|e| fail(format!("cannot start the grader: {e}")))?;
+            let output = ended.output.text();
+            let tail = || last_line(&output);
             if ended.timed_out {
-                return Err(fail(format!(
-                    "timed out after {}",
+                return Ok(Score::failed_because(format!(
+                    "the grader gave no verdict: it timed out after {}",
                     humantime::format_duration(self.timeout)
                 )));
             }
-            let output = ended.output.text();
             if ended.exit_code != Some(0) {
-                return Err(fail(format!(
-                    "exited with {:?}: {}",
-                    ended.exit_code,
-                    output.trim()
+                let how = match ended.exit_code {
+                    Some(code) => format!("exited with {code}"),
+                    None => "was killed by a signal".to_owned(),
+                };
+                return Ok(Score::failed_because(format!(
+                    "the grader gave no verdict: it {how}{}",
+                    tail()
                 )));
             }
-            output
+            Ok(output
                 .lines()
                 .rev()
                 .find_map(|line| serde_json::from_str::<Score>(line.trim()).ok())
-                .ok_or_else(|| {
-                    fail(format!(
-                        "printed no {{\"passed\": bool, \"score\": number}} line; it printed: {}",
-                        output.trim()
+                .unwrap_or_else(|| {
+                    Score::failed_because(format!(
+                        "the grader gave no verdict: it printed no {{\"passed\": bool, \"score\": number}} line{}",
+                        tail()
                     ))
-                })
+                }))
         })
+    }
+}
+
+/// `: LINE`, the last line of what a grader printed (its error, usually), at most 300 bytes.
+fn last_line(output: &str) -> String {
+    match output.lines().rev().map(str::trim).find(|l| !l.is_empty()) {
+        Some(line) => {
+            let mut end = line.len().min(300);
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!(": {}", &line[..end])
+        }
+        None => String::new(),
     }
 }
 
@@ -303,7 +346,8 @@ mod tests {
             scored,
             Score {
                 passed: true,
-                score: 4.0
+                score: 4.0,
+                note: None,
             }
         );
         assert_eq!(strict.name(), "green-tests-only");

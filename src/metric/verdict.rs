@@ -78,7 +78,9 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
             reason: None,
         };
     }
-    let why = if result.timed_out {
+    let why = if let Some(note) = &input.score.note {
+        note.clone()
+    } else if result.timed_out {
         format!("verify timed out after {} ms", result.duration_ms)
     } else if result.succeeded() && input.delta.diff.trim().is_empty() {
         "the diff is empty".to_owned()

@@ -177,6 +177,8 @@ fn forty_trials_at_four_jobs_are_each_recorded_once() {
     assert_no_leftovers(&work);
 }
 
+/// A grader scores from the delta's JSON; one that gives no verdict (it exits non-zero, times
+/// out, prints no verdict line) fails the trial and says why.
 #[test]
 fn an_external_grader_scores_from_the_delta_json() {
     let tmp = one_file_repo();
@@ -186,16 +188,15 @@ fn an_external_grader_scores_from_the_delta_json() {
         &format!(
             "name: graded\nrepo: repo\nagents:\n  ok:\n    kind: mock\n    apply_writes: true\n    responses: [{{type: tool_call, name: write, args: {{path: a.txt, content: \"fixed\\n\"}}}}]\n\
              tasks:\n  - id: fix\n    instruction: x\n    verify: \"echo 'Ran 4 tests'; grep -q fixed a.txt\"\n    metric: {{grader: \"python3 {grader}\"}}\n  \
-             - id: broken\n    instruction: x\n    verify: \"echo 'Ran 4 tests'\"\n    metric: {{grader: \"exit 3\"}}\n"
+             - id: broken\n    instruction: x\n    verify: \"echo 'Ran 4 tests'\"\n    metric: {{grader: \"echo 'Traceback: KeyError' >&2; exit 3\"}}\n  \
+             - id: slow\n    instruction: x\n    verify: \"true\"\n    metric: {{grader: \"sleep 30\", timeout: 1s}}\n  \
+             - id: mute\n    instruction: x\n    verify: \"true\"\n    metric: {{grader: \"echo thinking\"}}\n"
         ),
     );
     let (output, _, out) = run_suite(tmp.path(), &["--agent", "ok", "--agent", "noop"]);
-    assert_eq!(
-        output.status.code(),
-        Some(3),
-        "a failing grader is an infra error: {}",
-        stderr(&output)
-    );
+    // A grader that gives no verdict on what it read fails the trial: crashing it must not
+    // take a trial out of the pass rate.
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let records = trials(&out);
     let find = |task: &str, agent: &str| {
         records
@@ -207,15 +208,21 @@ fn an_external_grader_scores_from_the_delta_json() {
     assert_eq!(find("fix", "ok")["outcome"], "pass");
     assert_eq!(find("fix", "ok")["score"], 1.0);
     assert_eq!(find("fix", "noop")["outcome"], "fail");
-    let broken = find("broken", "ok");
-    assert_eq!(broken["outcome"], "infra_error");
-    assert!(
-        broken["infra_error"]
-            .as_str()
-            .unwrap()
-            .contains("exited with"),
-        "{broken}"
-    );
+    for (task, why) in [
+        (
+            "broken",
+            "the grader gave no verdict: it exited with 3: Traceback: KeyError",
+        ),
+        ("slow", "the grader gave no verdict: it timed out after 1s"),
+        (
+            "mute",
+            "the grader gave no verdict: it printed no {\"passed\": bool, \"score\": number} line: thinking",
+        ),
+    ] {
+        let record = find(task, "ok");
+        assert_eq!(record["outcome"], "fail", "{record:#}");
+        assert_eq!(record["reason"], why, "{record:#}");
+    }
 }
 
 /// A second Ctrl-C kills everything and the run returns (no `exit` inside the library): exit
