@@ -630,6 +630,29 @@ mod tests {
         }
     }
 
+    fn bash_call(n: usize, id: &str) -> TimedEvent {
+        at(
+            n,
+            StreamEvent::ToolCall {
+                id: Some(id.into()),
+                name: "bash".into(),
+                args: json!({}),
+            },
+        )
+    }
+
+    fn bash_result(n: usize, id: &str) -> TimedEvent {
+        at(
+            n,
+            StreamEvent::ToolResult {
+                id: Some(id.into()),
+                name: None,
+                result: json!("ok"),
+                is_error: false,
+            },
+        )
+    }
+
     fn usage(input: u64, output: u64, calls: u64, cost: Option<f64>) -> Usage {
         Usage {
             input_tokens: input,
@@ -700,38 +723,17 @@ mod tests {
                 ..usage(input, 1, 1, None)
             },
         };
-        let tool = |n: usize, id: &str| {
-            at(
-                n,
-                StreamEvent::ToolCall {
-                    id: Some(id.into()),
-                    name: "bash".into(),
-                    args: json!({}),
-                },
-            )
-        };
-        let done = |n: usize, id: &str| {
-            at(
-                n,
-                StreamEvent::ToolResult {
-                    id: Some(id.into()),
-                    name: None,
-                    result: json!("ok"),
-                    is_error: false,
-                },
-            )
-        };
         let events = [
-            tool(1, "c1"),
-            done(2, "c1"),
+            bash_call(1, "c1"),
+            bash_result(2, "c1"),
             at(
                 3,
                 StreamEvent::Usage {
                     usage: usage(999, 9, 1, Some(9.0)),
                 },
             ),
-            tool(4, "c2"),
-            done(5, "c2"),
+            bash_call(4, "c2"),
+            bash_result(5, "c2"),
             at(
                 7,
                 StreamEvent::Assistant {
@@ -776,27 +778,8 @@ mod tests {
             started_at: chrono::DateTime::from_timestamp(1_767_225_600 + second, 0).unwrap(),
             usage: usage(input, 1, 1, Some(0.5)),
         };
-        let tool = |id: &str| {
-            at(
-                9,
-                StreamEvent::ToolCall {
-                    id: Some(id.into()),
-                    name: "bash".into(),
-                    args: json!({}),
-                },
-            )
-        };
-        let result = |id: &str| {
-            at(
-                9,
-                StreamEvent::ToolResult {
-                    id: Some(id.into()),
-                    name: None,
-                    result: json!("ok"),
-                    is_error: false,
-                },
-            )
-        };
+        let tool = |id: &str| bash_call(9, id);
+        let result = |id: &str| bash_result(9, id);
         let events = [tool("a"), result("a"), tool("b"), result("b")];
         let calls = [call_at(1, 10), call_at(3, 20)];
         let total = usage(30, 2, 2, Some(1.0));

@@ -84,6 +84,18 @@ pub fn forward_then_exec(listen: SocketAddr, socket: &Path, argv: &[OsString]) -
         Ok(nix::unistd::ForkResult::Child) => {
             // SAFETY: as above; this child exits without returning.
             if let Ok(nix::unistd::ForkResult::Child) = unsafe { nix::unistd::fork() } {
+                // Off the agent's output pipes, which the run reads to their end.
+                if let Ok(null) = std::fs::File::options()
+                    .read(true)
+                    .write(true)
+                    .open("/dev/null")
+                {
+                    use std::os::fd::AsRawFd;
+                    for fd in 0..=2 {
+                        // SAFETY: duplicates a descriptor this process owns onto the standard ones.
+                        unsafe { libc::dup2(null.as_raw_fd(), fd) };
+                    }
+                }
                 serve(listener, socket);
             }
             // SAFETY: ends the intermediate child without running the parent's exit handlers.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::common::{deltabench, git_repo, stderr, temp_dir, trials, write_files};
+use crate::common::{deltabench, git_repo, run_suite, stderr, temp_dir, trials, write_files};
 
 /// The live run's agent: leaves the fix in its workspace; in the `wait` task, it then says
 /// where that is and waits until the test says the other run is over.
@@ -93,8 +93,10 @@ fn run_in_background(root: &Path, suite: &str, work: &Path, out: &Path) -> Backg
     Background(Some(child))
 }
 
-fn seen(out: &Path) -> Vec<String> {
-    let patch = std::fs::read_to_string(out.join("trials/t/spy/1/diff.patch")).unwrap();
+/// The lines `agent`'s trial of task `t` added, from its diff.
+fn added_lines(out: &Path, agent: &str) -> Vec<String> {
+    let patch =
+        std::fs::read_to_string(out.join(format!("trials/t/{agent}/1/diff.patch"))).unwrap();
     patch
         .lines()
         .filter_map(|line| line.strip_prefix('+'))
@@ -182,7 +184,7 @@ fn a_sandboxed_agent_sees_nothing_of_a_concurrent_run_beside_it() {
             .output()
             .unwrap();
         assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-        seen(&out)
+        added_lines(&out, "spy")
     };
 
     // Run A, sandboxed, while B is live beside it.
@@ -522,26 +524,9 @@ fn with_network_model_a_sandboxed_agent_reaches_its_model_and_nothing_else() {
         ),
     )
     .unwrap();
-    let (work, out) = (root.join("work"), root.join("out"));
-    std::fs::create_dir_all(&work).unwrap();
-    let output = deltabench(root)
-        .args(["run", "suite.yaml", "--workdir"])
-        .arg(&work)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let (output, _, out) = run_suite(root, &[]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let reached = |agent: &str| -> Vec<String> {
-        let patch =
-            std::fs::read_to_string(out.join(format!("trials/t/{agent}/1/diff.patch"))).unwrap();
-        patch
-            .lines()
-            .filter_map(|line| line.strip_prefix('+'))
-            .filter(|line| line.contains('=') && !line.starts_with("++"))
-            .map(str::to_owned)
-            .collect()
-    };
+    let reached = |agent: &str| added_lines(&out, agent);
     assert_eq!(
         reached("model"),
         [
