@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use super::RunError;
 use crate::agent::harness::{container_mounts, find_program, image_needs};
 use crate::suite::{AgentSpec, Suite, Task, hash_tree};
-use crate::workspace::{ContainerError, ContainerPolicy, ImageSource, Runtime};
+use crate::workspace::{ContainerError, ContainerPolicy, ImageNeed, ImageSource, Network, Runtime};
 
 /// What trials need to run their tasks' commands in containers.
 #[derive(Debug, Clone, Default)]
@@ -45,6 +45,7 @@ impl Environments {
                 readable: Vec::new(),
                 writable: Vec::new(),
                 label: self.label.clone(),
+                route: None,
             }
             .borrowing_objects_of(history),
         )
@@ -134,12 +135,76 @@ pub fn prepare(
         images.insert(i, image);
     }
     check_clis(runtime, agents, &images, label)?;
+    check_forwarder(runtime, suite, tasks, agents, &images, label)?;
     Ok(Environments {
         runtime: Some(runtime.clone()),
         images,
         ids,
         label: label.to_owned(),
     })
+}
+
+/// Each image in which an agent will have `network: model` must run deltabench's forwarder:
+/// deltabench itself, mounted, so a glibc as new as the build's.
+fn check_forwarder(
+    runtime: &Runtime,
+    suite: &Suite,
+    tasks: &[usize],
+    agents: &IndexMap<String, AgentSpec>,
+    images: &HashMap<usize, String>,
+    label: &str,
+) -> Result<(), RunError> {
+    let Ok(forwarder) = std::env::current_exe() else {
+        return Ok(());
+    };
+    let mut checked = std::collections::HashSet::new();
+    for &i in tasks {
+        let (Some(environment), Some(image)) = (&suite.tasks[i].environment, images.get(&i)) else {
+            continue;
+        };
+        let Some(name) = agents.iter().find_map(|(name, spec)| {
+            let network = Network::in_container(
+                environment.network,
+                spec.network(),
+                super::gateway::uses_gateway(spec),
+            );
+            (network == Network::Model).then_some(name)
+        }) else {
+            continue;
+        };
+        if !checked.insert(image.clone()) {
+            continue;
+        }
+        let need = ImageNeed {
+            tool: "a C library deltabench runs with".to_owned(),
+            why: format!(
+                "under `network: model` deltabench ({}) forwards the model gateway's port inside the container, and it needs glibc 2.34 or newer and zlib",
+                forwarder.display()
+            ),
+            test: format!(
+                "{} --version",
+                crate::support::shell_quote(&forwarder.to_string_lossy())
+            ),
+            hint: format!(
+                "use an image with glibc 2.34 or newer (Debian 12, Ubuntu 22.04 or later), or set `network: host` on agent '{name}' (the container then shares this machine's network)"
+            ),
+        };
+        let lack = runtime
+            .lacks(
+                image,
+                label,
+                std::slice::from_ref(&forwarder),
+                std::slice::from_ref(&need),
+            )
+            .map_err(|ContainerError(message)| config(message))?;
+        if lack.is_some() {
+            return Err(config(format!(
+                "image {image} lacks {}, which agent '{name}' needs: {}; no trial ran\nhint: {}",
+                need.tool, need.why, need.hint
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// For each (image, real agent CLI) pair of the plan, checks in the image that what the CLI

@@ -316,12 +316,12 @@ fn check_cli_agents(
             ));
         }
         // A container with network `none` has its own loopback only.
-        if config.network != Some(Network::Host)
-            && let Some(local) = local
+        if let Some(local) = local
             && let Some(task) = tasks.iter().map(|&i| &suite.tasks[i]).find(|t| {
-                t.environment
-                    .as_ref()
-                    .is_some_and(|environment| environment.network.is_none())
+                t.environment.as_ref().is_some_and(|environment| {
+                    Network::in_container(environment.network, config.network, through_gateway)
+                        .is_none()
+                })
             })
         {
             return Err(PlanError::new(

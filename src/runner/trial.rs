@@ -170,7 +170,10 @@ pub async fn run_trial(
         Some(route) => policy.model_route(route.clone()),
         None => policy,
     });
-    let agent_container = container("home");
+    let agent_container = container("home").map(|policy| match &inputs.model_route {
+        Some(route) => policy.model_route(route.clone()),
+        None => policy,
+    });
     let (agent_name, scratch, solution) =
         (spec.agent.clone(), dir.to_owned(), task.solution.clone());
     let endpoints = inputs.endpoints.clone();

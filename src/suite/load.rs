@@ -188,8 +188,8 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
     })
 }
 
-/// `network: model` only exists in the sandbox: an agent that sets it cannot run a task under
-/// `worktree` (no namespace to cut) or in a container.
+/// `network: model` needs a network of the agent's own: the sandbox's or a container's. An
+/// agent that sets it cannot run a task under `worktree` without an environment.
 fn check_model_network(
     source: &Source,
     raw: &IndexMap<String, RawAgent>,
@@ -206,19 +206,15 @@ fn check_model_network(
         }
         let outside = tasks
             .iter()
-            .find_map(|task| match (&task.environment, task.isolation) {
-                (Some(_), _) => Some((task, "in its environment's container".to_owned())),
-                (None, Isolation::Sandbox) => None,
-                (None, isolation) => Some((task, format!("under `isolation: {isolation}`"))),
-            });
-        if let Some((task, how)) = outside {
+            .find(|task| task.environment.is_none() && task.isolation != Isolation::Sandbox);
+        if let Some(task) = outside {
             return Err(source.at(
                 network,
                 format!(
-                    "agent '{name}' sets `network: model`, which exists only under `isolation: \
-                     sandbox` without an `environment:`, and task '{}' runs {how}. Valid networks \
-                     there: none, host",
-                    task.id
+                    "agent '{name}' sets `network: model`, which needs `isolation: sandbox` or an \
+                     `environment:` (a network of the agent's own), and task '{}' runs under \
+                     `isolation: {}` on this machine. Valid networks there: none, host",
+                    task.id, task.isolation
                 ),
             ));
         }

@@ -75,9 +75,9 @@ pub struct RawAgent {
     /// command: extra environment variables.
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
-    /// The agent's network under `isolation: sandbox`: `model` (only deltabench's model gateway;
-    /// the default when its calls pass the gateway), `none` (the default otherwise) or `host`.
-    /// In a task's container: `host` or `none`.
+    /// The agent's network under `isolation: sandbox` or in a task's container: `model` (only
+    /// deltabench's model gateway; the default when its calls pass the gateway), `none` (the
+    /// default otherwise) or `host`.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub network: Option<Spanned<String>>,

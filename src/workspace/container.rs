@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::process::{CommandSpec, ProcessOutput};
 
 use super::Network;
+use super::model_route::{ModelRoute, SANDBOX_SOCKET_DIR};
 
 /// The variable that chooses the runtime: `podman`, `docker`, or a path to either.
 pub const RUNTIME_VAR: &str = "DELTABENCH_CONTAINER_RUNTIME";
@@ -400,6 +401,8 @@ pub struct ContainerPolicy {
     pub writable: Vec<PathBuf>,
     /// The run's lease id: the containers' label, and part of their names.
     pub label: String,
+    /// How the command reaches the gateway under [`Network::Model`].
+    pub route: Option<ModelRoute>,
 }
 
 impl ContainerPolicy {
@@ -410,6 +413,14 @@ impl ContainerPolicy {
 
     pub fn network(mut self, network: Network) -> Self {
         self.network = network;
+        self
+    }
+
+    /// Where the gateway is, for [`Network::Model`] (the other networks ignore it): as in the
+    /// sandbox, deltabench (mounted read-only at its host path) forwards the gateway's port
+    /// inside the container's own network to the gateway's socket, then runs the command.
+    pub fn model_route(mut self, route: ModelRoute) -> Self {
+        self.route = Some(route);
         self
     }
 
@@ -472,6 +483,16 @@ impl ContainerPolicy {
         name: &str,
         remove: bool,
     ) -> std::io::Result<CommandSpec> {
+        let route = match (self.network, &self.route) {
+            (Network::Model, None) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "network `model` needs the run's model gateway, and there is none",
+                ));
+            }
+            (Network::Model, Some(route)) => Some(route),
+            _ => None,
+        };
         std::fs::create_dir_all(&self.home)?;
         let owner = std::fs::metadata(workspace)?;
         let mut argv: Vec<OsString> = vec![self.runtime.program.clone().into()];
@@ -487,7 +508,12 @@ impl ContainerPolicy {
         }
         add(&["--name", name]);
         add(&["--label", &format!("{RUN_LABEL}={}", self.label)]);
-        add(&["--network", &self.network.to_string()]);
+        // `model`: the container's own network, with only the forwarded port in it.
+        let network = match self.network {
+            Network::Model => Network::None,
+            network => network,
+        };
+        add(&["--network", &network.to_string()]);
         add(&["--user", &format!("{}:{}", owner.uid(), owner.gid())]);
         let bind = |host: &Path, inside: &Path, mode: &str| {
             let mut arg = host.as_os_str().to_owned();
@@ -502,9 +528,15 @@ impl ContainerPolicy {
         argv.push(self.workdir.clone().into());
         argv.push("-v".into());
         argv.push(bind(&self.home, &self.home, ":rw"));
+        if let Some(route) = route {
+            let folder = route.socket.parent().unwrap_or(Path::new("/"));
+            argv.push("-v".into());
+            argv.push(bind(folder, Path::new(SANDBOX_SOCKET_DIR), ":ro"));
+        }
         let mut readable: Vec<&PathBuf> = self
             .readable
             .iter()
+            .chain(route.map(|route| &route.forwarder))
             .filter(|p| p.is_absolute() && p.exists())
             .collect();
         readable.sort();
@@ -559,6 +591,9 @@ impl ContainerPolicy {
             STARTED_OUTPUT_SCRIPT
         };
         add_all(&mut argv, &["sh", "-c", script, "deltabench-started"]);
+        if let Some(route) = route {
+            argv.extend(route.forwarder_argv());
+        }
         argv.append(&mut spec.argv);
         spec.argv = argv;
         // The client needs nothing of the command's environment but the secrets: the rest went
@@ -615,6 +650,7 @@ mod tests {
             readable: Vec::new(),
             writable: Vec::new(),
             label: "run-1".into(),
+            route: None,
         }
     }
 

@@ -62,12 +62,18 @@ impl Network {
         }
     }
 
-    /// An agent's network in its task's container: `host` when the environment or the agent
-    /// says so. (`model` exists only in the sandbox; refused for containers when the suite loads.)
-    pub fn in_container(environment: Network, agent: Option<Network>) -> Network {
+    /// An agent's network in its task's container: `model` when the agent sets it; else
+    /// `host` when the environment or the agent says so; else what it set, or `model` when its
+    /// calls pass the gateway.
+    pub fn in_container(
+        environment: Network,
+        agent: Option<Network>,
+        through_gateway: bool,
+    ) -> Network {
         match (environment, agent) {
+            (_, Some(Network::Model)) => Network::Model,
             (Network::Host, _) | (_, Some(Network::Host)) => Network::Host,
-            _ => Network::None,
+            _ => Network::for_agent(agent, through_gateway),
         }
     }
 }

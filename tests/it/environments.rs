@@ -334,15 +334,29 @@ fn a_missing_image_or_runtime_stops_the_run_before_any_trial() {
     assert_no_leftovers(&root.join("work"));
 }
 
-/// A container with network `none` has its own loopback only: a real CLI talking to a loopback
-/// endpoint is refused at plan time, as under the sandbox.
+/// In a task's container, `network: model` (the default for an agent whose calls pass the
+/// gateway) gives the agent its model and nothing else, as in the sandbox.
 #[test]
-fn a_real_cli_with_a_local_endpoint_needs_the_host_network_in_a_container() {
+fn with_network_model_a_contained_agent_reaches_its_model_and_nothing_else() {
+    let test =
+        "environments::with_network_model_a_contained_agent_reaches_its_model_and_nothing_else";
+    if have_podman_image(test) {
+        crate::sandbox_reach::reaches_its_model_and_nothing_else(
+            test,
+            &format!("environment: {{image: {BASE}}}"),
+        );
+    }
+}
+
+/// A container with network `none` has its own loopback only: a real CLI told `network: none`
+/// cannot reach its model (on this machine, through the gateway), refused at plan time.
+#[test]
+fn a_real_cli_told_network_none_cannot_reach_its_model_from_a_container() {
     let tmp = one_file_repo();
     let root = tmp.path();
     write_suite(
         root,
-        "name: env\nrepo: repo\nagents:\n  claude: {kind: claude-code, binary: /bin/true, endpoint: \"http://127.0.0.1:9\"}\ndefaults:\n  environment: {image: localhost/x:1}\ntasks:\n  - id: t\n    instruction: do it\n    verify: \"true\"\n",
+        "name: env\nrepo: repo\nagents:\n  claude: {kind: claude-code, binary: /bin/true, endpoint: \"http://127.0.0.1:9\", network: none}\ndefaults:\n  environment: {image: localhost/x:1}\ntasks:\n  - id: t\n    instruction: do it\n    verify: \"true\"\n",
     );
     let (output, _, out) = run_suite(root, &["--agent", "claude"]);
     let err = stderr(&output);
@@ -392,7 +406,7 @@ fn a_real_cli_runs_inside_the_tasks_container() {
     write_suite(
         root,
         &format!(
-            "name: env\nrepo: repo\nagents:\n  a:\n    kind: claude-code\n    endpoint: scripted:model.yaml\n    model: claude-sonnet-4-5\n    env: {{CLAUDE_CODE_MAX_RETRIES: '0'}}\ntasks:\n  - id: hello\n    instruction: Create hello.txt, then run only-in-image into out.txt.\n    environment: {{image: {ONLY_IN_IMAGE}, network: host}}\n    verify: grep -q 'hello from the script' hello.txt && only-in-image --verify out.txt\n"
+            "name: env\nrepo: repo\nagents:\n  a:\n    kind: claude-code\n    endpoint: scripted:model.yaml\n    model: claude-sonnet-4-5\n    env: {{CLAUDE_CODE_MAX_RETRIES: '0'}}\ntasks:\n  - id: hello\n    instruction: Create hello.txt, then run only-in-image into out.txt.\n    environment: {{image: {ONLY_IN_IMAGE}}}\n    verify: grep -q 'hello from the script' hello.txt && only-in-image --verify out.txt\n"
         ),
     );
     let (output, work, out) = run_suite(root, &[]);
@@ -518,6 +532,44 @@ fn an_image_lacking_a_clis_interpreter_stops_the_run_before_any_trial() {
         "{err}"
     );
     assert!(err.contains("hint: add Node.js to the image"), "{err}");
+    assert!(!out.join("trials.jsonl").exists(), "a trial ran");
+    assert_no_leftovers(&work);
+}
+
+/// `network: model` runs deltabench itself in the container: an image that cannot (here, one
+/// without zlib) stops the run before any trial, saying what to do instead.
+#[test]
+fn an_image_that_cannot_run_the_forwarder_stops_a_model_network_run() {
+    let test = "environments::an_image_that_cannot_run_the_forwarder_stops_a_model_network_run";
+    if !have_podman_image(test) {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_files(
+        root,
+        &[
+            ("model.yaml", "steps:\n  - text: Done.\n"),
+            (
+                "env/Dockerfile",
+                &format!(
+                    "FROM {BASE}\nRUN rm -f /usr/lib/x86_64-linux-gnu/libz.so* /lib/x86_64-linux-gnu/libz.so*\n"
+                ),
+            ),
+        ],
+    );
+    write_suite(
+        root,
+        "name: env\nrepo: repo\nagents:\n  a: {kind: command, run: \"true\", gateway: true, endpoint: scripted:model.yaml}\ntasks:\n  - id: t\n    instruction: do it\n    environment: {dockerfile: env/Dockerfile}\n    verify: \"true\"\n",
+    );
+    let (output, work, out) = run_suite(root, &[]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("lacks a C library deltabench runs with, which agent 'a' needs: under `network: model` deltabench"),
+        "{err}"
+    );
+    assert!(err.contains("or set `network: host` on agent 'a'"), "{err}");
     assert!(!out.join("trials.jsonl").exists(), "a trial ran");
     assert_no_leftovers(&work);
 }

@@ -5,7 +5,7 @@
 
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -432,16 +432,31 @@ fn an_exposed_suite_folder_still_masks_its_solutions() {
 }
 
 /// Tries the model (through the gateway, at the URL deltabench gives), then every other kind of
-/// address; writes what worked into `reach.txt`, in the workspace, so it is in the diff.
-const REACH: &str = r#"#!/bin/sh
-try() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name=ok"; else echo "$name=blocked"; fi; }
-{
-  try model curl -sS -f --max-time 20 "$ANTHROPIC_BASE_URL/v1/messages" -H "x-api-key: $ANTHROPIC_API_KEY" -H 'content-type: application/json' -d '{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}'
-  try host_loopback curl -sS -f --max-time 5 "http://127.0.0.1:$HOST_PORT/"
-  try host_address curl -sS -f --max-time 5 "http://$HOST_ADDRESS:$HOST_PORT/"
-  try internet_by_name curl -sS --max-time 5 https://index.crates.io/config.json
-  try internet_by_address curl -sS --max-time 5 http://192.0.2.1/
-} > reach.txt
+/// address, with no proxy; writes what worked into `reach.txt`, in the workspace, so it is in
+/// the diff. Python: the sandbox and the tests' base image both have it.
+const REACH: &str = r#"#!/usr/bin/env python3
+import json, os, urllib.request
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+def reach(name, url, body=None, headers={}):
+    try:
+        with opener.open(urllib.request.Request(url, data=body, headers=headers), timeout=10) as answer:
+            answer.read()
+        return f"{name}=ok"
+    except Exception:
+        return f"{name}=blocked"
+host = f"{os.environ['HOST_ADDRESS']}:{os.environ['HOST_PORT']}"
+call = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 10,
+                   "messages": [{"role": "user", "content": "hi"}]}).encode()
+lines = [
+    reach("model", os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", call,
+          {"x-api-key": os.environ["ANTHROPIC_API_KEY"], "content-type": "application/json"}),
+    reach("host_loopback", f"http://127.0.0.1:{os.environ['HOST_PORT']}/"),
+    reach("host_address", f"http://{host}/"),
+    reach("internet_by_name", "https://index.crates.io/config.json"),
+    reach("internet_by_address", "http://192.0.2.1/"),
+]
+with open("reach.txt", "w") as out:
+    out.write("\n".join(lines) + "\n")
 "#;
 
 /// A TCP server on every interface answering `200` to anything, counting its connections.
@@ -469,22 +484,12 @@ fn host_address() -> Option<std::net::IpAddr> {
     Some(probe.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback())
 }
 
-/// `network: model` (the default for an agent whose calls pass the gateway): the agent's model
-/// calls succeed, and nothing else answers: not a server on the host's loopback or on its
-/// address, not the internet by name or by address. The same agent with `network: host`
-/// reaches the host's server both ways, so the probes do bite.
-#[test]
-fn with_network_model_a_sandboxed_agent_reaches_its_model_and_nothing_else() {
-    let test = "with_network_model_a_sandboxed_agent_reaches_its_model_and_nothing_else";
-    if !crate::common::have_bwrap(test)
-        || !crate::common::have_tool(
-            test,
-            "curl",
-            Command::new("curl").arg("--version").output().is_ok(),
-        )
-    {
-        return;
-    }
+/// `network: model` (the default for an agent whose calls pass the gateway), with the task
+/// placed by `task_keys` (its isolation or environment): the agent's model calls succeed, and
+/// nothing else answers: not a server on the host's loopback or on its address, not the
+/// internet by name or by address. The same agent with `network: host` reaches the host's
+/// server both ways, so the probes do bite.
+pub fn reaches_its_model_and_nothing_else(test: &str, task_keys: &str) {
     let address = host_address();
     if !crate::common::have_tool(test, "an address other than loopback", address.is_some()) {
         return;
@@ -496,7 +501,7 @@ fn with_network_model_a_sandboxed_agent_reaches_its_model_and_nothing_else() {
     write_files(
         root,
         &[
-            ("agents/reach.sh", REACH),
+            ("agents/reach.py", REACH),
             (
                 "model.yaml",
                 "usage: {input_tokens: 7, output_tokens: 3}\nsteps:\n  - text: Done.\n",
@@ -505,20 +510,20 @@ fn with_network_model_a_sandboxed_agent_reaches_its_model_and_nothing_else() {
     );
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(
-        root.join("agents/reach.sh"),
+        root.join("agents/reach.py"),
         std::fs::Permissions::from_mode(0o755),
     )
     .unwrap();
     let agent = |network: &str| {
         format!(
-            "{{kind: command, run: ./agents/reach.sh, gateway: true, endpoint: scripted:model.yaml{network}, env: {{HOST_PORT: '{port}', HOST_ADDRESS: '{}'}}}}",
+            "{{kind: command, run: ./agents/reach.py, gateway: true, endpoint: scripted:model.yaml{network}, env: {{HOST_PORT: '{port}', HOST_ADDRESS: '{}'}}}}",
             address.unwrap()
         )
     };
     std::fs::write(
         root.join("suite.yaml"),
         format!(
-            "name: reach\nrepo: repo\nagents:\n  model: {}\n  host: {}\ntasks:\n  - {{id: t, instruction: x, isolation: sandbox, verify: \"true\"}}\n",
+            "name: reach\nrepo: repo\nagents:\n  model: {}\n  host: {}\ntasks:\n  - {{id: t, instruction: x, {task_keys}, verify: \"true\"}}\n",
             agent(""),
             agent(", network: host")
         ),
@@ -535,16 +540,26 @@ fn with_network_model_a_sandboxed_agent_reaches_its_model_and_nothing_else() {
             "host_address=blocked",
             "internet_by_name=blocked",
             "internet_by_address=blocked"
-        ]
+        ],
+        "{test}"
     );
     let host = reached("host");
     assert_eq!(
         host[..3],
-        ["model=ok", "host_loopback=ok", "host_address=ok"]
+        ["model=ok", "host_loopback=ok", "host_address=ok"],
+        "{test}"
     );
     // Only the `host` agent's two requests arrived.
-    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    assert_eq!(accepted.load(Ordering::SeqCst), 2, "{test}");
     for record in trials(&out) {
         assert_eq!(record["gateway_usage"]["model_calls"], 1, "{record:#}");
+    }
+}
+
+#[test]
+fn with_network_model_a_sandboxed_agent_reaches_its_model_and_nothing_else() {
+    let test = "with_network_model_a_sandboxed_agent_reaches_its_model_and_nothing_else";
+    if crate::common::have_bwrap(test) {
+        reaches_its_model_and_nothing_else(test, "isolation: sandbox");
     }
 }

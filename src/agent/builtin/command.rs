@@ -99,9 +99,11 @@ impl CommandAgent {
     }
 
     /// Runs the command in `policy`'s container, with its script and instruction file mounted
-    /// at their host paths; the network is `host` when the environment or the agent asks.
+    /// at their host paths; the network is [`Network::in_container`]'s (so call it after
+    /// [`Self::through_gateway`]).
     pub fn contained(mut self, policy: ContainerPolicy) -> Self {
-        let network = Network::in_container(policy.network, self.config.network);
+        let network =
+            Network::in_container(policy.network, self.config.network, self.gateway.is_some());
         let mut policy = policy
             .network(network)
             .readable(self.scratch.join(INSTRUCTION_FILE));

@@ -172,9 +172,9 @@ impl HarnessAgent {
 
     /// Runs the CLI in `policy`'s container (whose home must be this agent's [`Self::home`]),
     /// its installation mounted read-only at its host paths ([`container_mounts`]); the network
-    /// is `host` when the environment or the agent asks.
+    /// is [`Network::in_container`]'s (so call it after [`Self::through_gateway`]).
     pub fn contained(mut self, policy: ContainerPolicy) -> Self {
-        let network = Network::in_container(policy.network, self.config.network);
+        let network = Network::in_container(policy.network, self.config.network, self.gateway);
         let mut policy = policy.network(network);
         for root in container_mounts(&self.program) {
             policy = policy.readable(root);
