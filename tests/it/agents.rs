@@ -375,25 +375,30 @@ fn stops_at_max_turns(kind: HarnessKind) {
 /// after the budget is spent and the trial ends `budget_exceeded`, overshooting by at most the
 /// one call that crossed it.
 fn stops_at_its_budget(kind: HarnessKind) {
+    let script = "usage: {input_tokens: 1000, output_tokens: 20}\nloop: true\nsteps:\n  - shell: echo again\n";
+    stops_at_a_budget_of(kind, script, 2500, "fail");
+}
+
+/// As [`stops_at_its_budget`], with the trial scored on its delta as `outcome`.
+fn stops_at_a_budget_of(kind: HarnessKind, script: &str, budget: u64, outcome: &str) {
     if !installed(kind) {
         return;
     }
-    let script = "usage: {input_tokens: 1000, output_tokens: 20}\nloop: true\nsteps:\n  - shell: echo again\n";
     let tmp = suite(
         kind,
         script,
-        "\n    budget: {tokens: 2500}\n    timeout: 120s",
+        &format!("\n    budget: {{tokens: {budget}}}\n    timeout: 120s"),
     );
     let (output, _, out) = run_suite(tmp.path(), &[]);
     let record = only_record(&out);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(record["status"], "budget_exceeded", "{record:#}");
-    assert_eq!(record["outcome"], "fail");
+    assert_eq!(record["outcome"], outcome);
     let counted = &record["gateway_usage"];
     let tokens =
         counted["input_tokens"].as_u64().unwrap() + counted["output_tokens"].as_u64().unwrap();
     assert!(
-        (2500..2500 + 1020).contains(&tokens),
+        (budget..budget + 1020).contains(&tokens),
         "{tokens} tokens: past the budget by at most one call\n{record:#}"
     );
     let events = events(&out);
@@ -423,6 +428,19 @@ fn gemini_cli_stops_at_its_budget() {
 #[test]
 fn opencode_stops_at_its_budget() {
     stops_at_its_budget(HarnessKind::Opencode);
+}
+
+#[test]
+fn mini_swe_agent_stops_at_its_budget() {
+    stops_at_its_budget(HarnessKind::MiniSweAgent);
+}
+
+/// aider runs no shell command the model names, so it does not loop: its one exchange edits
+/// the file, and the commit-message call after it is the one past the budget. The edit is in the
+/// workspace, and the trial is scored on it: a pass.
+#[test]
+fn aider_stops_at_its_budget() {
+    stops_at_a_budget_of(HarnessKind::Aider, WRITE_SHOW_DONE, 500, "pass");
 }
 
 /// An HTTP error from the model ends the run `error` with the matching code (and the
