@@ -474,13 +474,16 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         );
     }
     let dialect = Dialect::of_call(&rest);
-    let call = match dialect.map(|_| account.admit()) {
-        Some(Err(why)) => {
-            account.setup.stop.trip(why.clone());
-            let (status, body) = dialect.expect("admitted only calls").refusal(&why);
-            return json_response(status, &body);
-        }
-        Some(Ok(index)) => Some(index),
+    // A model call is admitted (numbered) or refused; other requests pass uncounted.
+    let call = match dialect {
+        Some(dialect) => match account.admit() {
+            Ok(index) => Some(index),
+            Err(why) => {
+                account.setup.stop.trip(why.clone());
+                let (status, body) = dialect.refusal(&why);
+                return json_response(status, &body);
+            }
+        },
         None => None,
     };
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
