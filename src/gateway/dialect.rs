@@ -91,6 +91,52 @@ impl Dialect {
     }
 }
 
+impl Dialect {
+    /// Removes from a request the tools the provider runs itself on the web (Anthropic's
+    /// `web_search_*` and `web_fetch_*`, the Responses API's `web_search*`, Chat Completions'
+    /// `web_search_options`, Gemini's `googleSearch`, `googleSearchRetrieval` and `urlContext`):
+    /// through them a model reaches the internet that `network: model` keeps the agent from.
+    /// Returns how many were removed.
+    pub fn remove_web_tools(self, body: &mut Value) -> usize {
+        const GEMINI_WEB: [&str; 6] = [
+            "googleSearch",
+            "google_search",
+            "googleSearchRetrieval",
+            "google_search_retrieval",
+            "urlContext",
+            "url_context",
+        ];
+        let Some(request) = body.as_object_mut() else {
+            return 0;
+        };
+        let mut removed = 0;
+        if self == Dialect::Chat && request.remove("web_search_options").is_some() {
+            removed += 1;
+        }
+        let Some(tools) = request.get_mut("tools").and_then(Value::as_array_mut) else {
+            return removed;
+        };
+        let before = tools.len();
+        match self {
+            Dialect::Gemini => {
+                for tool in tools.iter_mut().filter_map(Value::as_object_mut) {
+                    for key in GEMINI_WEB {
+                        removed += usize::from(tool.remove(key).is_some());
+                    }
+                }
+                tools.retain(|tool| tool.as_object().is_none_or(|t| !t.is_empty()));
+            }
+            _ => {
+                let web =
+                    |kind: &str| kind.starts_with("web_search") || kind.starts_with("web_fetch");
+                tools.retain(|tool| !tool["type"].as_str().is_some_and(web));
+                removed += before - tools.len();
+            }
+        }
+        removed
+    }
+}
+
 fn n(value: &Value, pointer: &str) -> u64 {
     value.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
 }
@@ -321,6 +367,35 @@ mod tests {
             Some(usage(1000, 20, 2, 0))
         );
         assert_eq!(metered(Dialect::Chat, false, "not json", 2), None);
+    }
+
+    #[test]
+    fn the_providers_web_tools_are_removed_and_nothing_else() {
+        let mut anthropic = json!({"tools": [{"name": "Bash", "input_schema": {}},
+            {"type": "web_search_20250305", "name": "web_search"},
+            {"type": "web_fetch_20250910", "name": "web_fetch"}]});
+        assert_eq!(Dialect::Anthropic.remove_web_tools(&mut anthropic), 2);
+        assert_eq!(
+            anthropic["tools"],
+            json!([{"name": "Bash", "input_schema": {}}])
+        );
+        let mut responses = json!({"tools": [{"type": "function", "name": "shell"},
+            {"type": "web_search"}, {"type": "web_search_preview"}, {"type": "custom", "name": "apply_patch"}]});
+        assert_eq!(Dialect::Responses.remove_web_tools(&mut responses), 2);
+        assert_eq!(responses["tools"].as_array().unwrap().len(), 2);
+        let mut chat = json!({"web_search_options": {}, "tools": [{"type": "function"}]});
+        assert_eq!(Dialect::Chat.remove_web_tools(&mut chat), 1);
+        assert_eq!(chat, json!({"tools": [{"type": "function"}]}));
+        let mut gemini = json!({"tools": [{"functionDeclarations": [{"name": "web_fetch"}]},
+            {"googleSearch": {}}, {"urlContext": {}, "codeExecution": {}}]});
+        assert_eq!(Dialect::Gemini.remove_web_tools(&mut gemini), 2);
+        // A client-side tool named like one is the agent's own, run in its sandbox: kept.
+        assert_eq!(
+            gemini["tools"],
+            json!([{"functionDeclarations": [{"name": "web_fetch"}]}, {"codeExecution": {}}])
+        );
+        let mut none = json!({"messages": []});
+        assert_eq!(Dialect::Anthropic.remove_web_tools(&mut none), 0);
     }
 
     #[test]

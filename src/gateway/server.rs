@@ -76,6 +76,9 @@ pub struct TrialSetup {
     pub record: Option<std::path::PathBuf>,
     /// Answer from this recording instead of the upstream (`run --replay`).
     pub replay: Option<Arc<Tape>>,
+    /// Remove the provider's own web tools from each call before it goes on (the agent's
+    /// `network: model`: the model must not reach the web for it either).
+    pub without_web_tools: bool,
 }
 
 struct Account {
@@ -378,6 +381,17 @@ impl Drop for GatewayLease {
     }
 }
 
+/// `body` without the provider's web tools, re-encoded only when it had some.
+fn without_web_tools(dialect: Dialect, body: &Bytes) -> Bytes {
+    let Ok(mut request) = serde_json::from_slice::<Value>(body) else {
+        return body.clone();
+    };
+    if dialect.remove_web_tools(&mut request) == 0 {
+        return body.clone();
+    }
+    serde_json::to_vec(&request).map_or_else(|_| body.clone(), Bytes::from)
+}
+
 /// A private folder for the gateway's socket, with a path short enough for one (at most 108
 /// bytes): under the temporary folder, else `/tmp`.
 fn socket_dir() -> std::io::Result<tempfile::TempDir> {
@@ -493,6 +507,12 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         );
     };
     let model = dialect.and_then(|d| request_model(d, &rest, &bytes));
+    // What the agent sent is what a recording keeps and a replay matches; only the forwarded
+    // copy loses the web tools.
+    let forwarded = match dialect.filter(|_| account.setup.without_web_tools) {
+        Some(dialect) => without_web_tools(dialect, &bytes),
+        None => bytes.clone(),
+    };
     let n = account.calls.fetch_add(1, Ordering::SeqCst) + 1;
     let places = account.places.lock().map(|p| p.clone()).unwrap_or_default();
     let kept = (account.recorder.is_some() || account.setup.replay.is_some()).then(|| Exchange {
@@ -572,7 +592,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         };
         request = request.header(name, value);
     }
-    let answer = match request.body(bytes).send().await {
+    let answer = match request.body(forwarded).send().await {
         Ok(answer) => answer,
         Err(err) => {
             let message = format!("deltabench gateway: cannot reach {root}: {err}");

@@ -12,8 +12,8 @@ use crate::gateway::{
     Gateway, GatewayLease, Tape, TrialSetup, Upstream, command_upstream, upstream_for,
 };
 use crate::store::{TrialRecord, UsageRecord, UsageSource};
-use crate::suite::AgentSpec;
-use crate::workspace::ModelRoute;
+use crate::suite::{AgentSpec, Task};
+use crate::workspace::{Isolation, ModelRoute, Network};
 
 /// Whether `spec`'s model calls pass the gateway.
 pub(crate) fn uses_gateway(spec: &AgentSpec) -> bool {
@@ -51,11 +51,27 @@ pub(crate) struct Taping {
     pub replay: Option<PathBuf>,
 }
 
-/// Registers one trial of `spec` (`None` when its calls do not pass the gateway). Replaying,
-/// the trial has no upstream at all: every answer comes from the recording.
+/// The network `spec`'s agent gets for `task`: its own in the sandbox or the task's container
+/// ([`Network::for_agent`], [`Network::in_container`]); `None` on this machine's.
+pub(crate) fn agent_network(task: &Task, spec: &AgentSpec) -> Option<Network> {
+    match (&task.environment, task.isolation) {
+        (Some(environment), _) => Some(Network::in_container(
+            environment.network,
+            spec.network(),
+            uses_gateway(spec),
+        )),
+        (None, Isolation::Sandbox) => Some(Network::for_agent(spec.network(), uses_gateway(spec))),
+        (None, _) => None,
+    }
+}
+
+/// Registers one trial of `spec` (`None` when its calls do not pass the gateway), whose agent
+/// has `network`. Replaying, the trial has no upstream at all: every answer comes from the
+/// recording.
 pub(crate) fn lease(
     gateway: Option<&Arc<Gateway>>,
     spec: &AgentSpec,
+    network: Option<Network>,
     endpoints: &HashMap<PathBuf, String>,
     taping: Taping,
 ) -> Option<Arc<GatewayLease>> {
@@ -79,11 +95,7 @@ pub(crate) fn lease(
         AgentSpec::Command(config) if config.gateway => TrialSetup {
             upstream: command_upstream(scripted(config.endpoint.as_ref()).as_deref()),
             budget: config.budget.unwrap_or_default(),
-            price: None,
-            model: None,
-            stop: Default::default(),
-            record: None,
-            replay: None,
+            ..TrialSetup::default()
         },
         spec => {
             let (kind, config) = spec.as_harness()?;
@@ -97,9 +109,7 @@ pub(crate) fn lease(
                 budget: config.budget.unwrap_or_default(),
                 price: config.price,
                 model: config.model.clone(),
-                stop: Default::default(),
-                record: None,
-                replay: None,
+                ..TrialSetup::default()
             }
         }
     };
@@ -111,6 +121,7 @@ pub(crate) fn lease(
         },
         record: taping.record,
         replay,
+        without_web_tools: network == Some(Network::Model),
         ..setup
     };
     Some(Arc::new(gateway.register(setup)))

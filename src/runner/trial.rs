@@ -183,7 +183,13 @@ pub async fn run_trial(
             layout::trial_path(run, &task.id, &spec.agent, spec.trial).join(layout::MODEL_CALLS)
         }),
     };
-    let lease = super::gateway::lease(inputs.gateway.as_ref(), &agent_spec, &endpoints, tape);
+    let lease = super::gateway::lease(
+        inputs.gateway.as_ref(),
+        &agent_spec,
+        super::gateway::agent_network(task, &agent_spec),
+        &endpoints,
+        tape,
+    );
     let through = lease.clone().map(|l| (l.url().to_owned(), l.stop(), l));
     let trial_folder = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
     let factory = FnCodingAgentFactory::new(

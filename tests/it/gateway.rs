@@ -165,6 +165,57 @@ async fn each_dialect_is_counted_streamed_or_not_and_gets_the_real_key() {
     upstream.stop().await;
 }
 
+/// Under `network: model` the provider's own web tools never reach it (the model would fetch
+/// the web for the agent); the agent's own tools pass, and a trial with another network keeps
+/// every tool as sent.
+#[tokio::test]
+async fn the_providers_web_tools_are_removed_for_a_model_only_network() {
+    let upstream = scripted(DONE).await;
+    let gateway = Gateway::start().await.unwrap();
+    let web = [
+        (
+            "/v1/messages",
+            json!({"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+                "tools": [{"name": "Bash", "input_schema": {"type": "object"}},
+                          {"type": "web_search_20250305", "name": "web_search"}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "gpt-5.5", "input": "hi",
+                "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object"}},
+                          {"type": "web_search"}]}),
+        ),
+        (
+            "/v1beta/models/gemini-2.5-pro:generateContent",
+            json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+                "tools": [{"functionDeclarations": [{"name": "run_shell_command"}]}, {"googleSearch": {}}]}),
+        ),
+    ];
+    for without_web_tools in [true, false] {
+        let lease = gateway.register(TrialSetup {
+            without_web_tools,
+            ..setup(&upstream, Budget::default())
+        });
+        for (path, body) in &web {
+            let (status, text) = post(&format!("{}{path}", lease.url()), body).await;
+            assert_eq!(status, 200, "{path}: {text}");
+        }
+        let seen = upstream.requests();
+        let forwarded: Vec<String> = seen[seen.len() - web.len()..]
+            .iter()
+            .map(|r| r["body"]["tools"].to_string())
+            .collect();
+        for (tools, (path, sent)) in forwarded.iter().zip(&web) {
+            let has_web = tools.contains("web_search") || tools.contains("googleSearch");
+            assert_eq!(has_web, !without_web_tools, "{path}: {tools}");
+            // The agent's own tool always passes.
+            let own = sent["tools"][0].to_string();
+            assert!(tools.contains(&own[1..own.len() - 1]), "{path}: {tools}");
+        }
+    }
+    upstream.stop().await;
+}
+
 #[tokio::test]
 async fn a_budget_refuses_the_call_after_it_is_spent_in_the_apis_own_shape() {
     let upstream = scripted(DONE).await;
