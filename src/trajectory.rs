@@ -204,12 +204,9 @@ pub fn trajectory(input: &TrajectoryInput) -> Trajectory {
     .filter(|u| *u != Usage::default());
     // The gateway's calls, unless the agent's own stream gives more steps their metrics.
     let from_calls = input.gateway.map(|c| metrics_from_calls(&steps, c.calls));
-    let covered = |metrics: &mut dyn Iterator<Item = Option<&Metrics>>| metrics.flatten().count();
+    let from_events = steps.iter().filter(|s| s.metrics.is_some()).count();
     match from_calls {
-        Some(from_calls)
-            if covered(&mut from_calls.iter().map(Option::as_ref))
-                >= covered(&mut steps.iter().map(|s| s.metrics.as_ref())) =>
-        {
+        Some(from_calls) if from_calls.iter().flatten().count() >= from_events => {
             for (step, metrics) in steps.iter_mut().zip(from_calls) {
                 step.metrics = metrics;
             }

@@ -364,9 +364,10 @@ fn harness_spec(
         .network
         .as_ref()
         .filter(|_| config.network == Some(Network::Model));
-    let needs_gateway = [("budget", agent.budget.as_ref().map(loc))]
-        .into_iter()
-        .chain([("network: model", model_network.map(loc))]);
+    let needs_gateway = [
+        ("budget", agent.budget.as_ref().map(loc)),
+        ("network: model", model_network.map(loc)),
+    ];
     for (key, at) in needs_gateway {
         if let Some(at) = at
             && !crate::gateway::uses_gateway(kind, &config)

@@ -513,8 +513,9 @@ fn environment(source: &Source, e: &Spanned<RawEnvironment>) -> Result<Environme
             Ok(Network::Model) => {
                 return Err(source.at(
                     n,
-                    "network `model` is an agent's setting under `isolation: sandbox`, not a \
-                     container's. Valid networks for an environment: none, host",
+                    "network `model` is an agent's setting (set it on the agent, for this \
+                     container too), not an environment's. Valid networks for an environment: \
+                     none, host",
                 ));
             }
             Ok(network) => network,

@@ -483,16 +483,7 @@ impl ContainerPolicy {
         name: &str,
         remove: bool,
     ) -> std::io::Result<CommandSpec> {
-        let route = match (self.network, &self.route) {
-            (Network::Model, None) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "network `model` needs the run's model gateway, and there is none",
-                ));
-            }
-            (Network::Model, Some(route)) => Some(route),
-            _ => None,
-        };
+        let route = ModelRoute::needed(self.network, self.route.as_ref())?;
         std::fs::create_dir_all(&self.home)?;
         let owner = std::fs::metadata(workspace)?;
         let mut argv: Vec<OsString> = vec![self.runtime.program.clone().into()];

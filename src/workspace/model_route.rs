@@ -19,6 +19,8 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
+use super::Network;
+
 /// Where the gateway's socket folder is mounted inside the sandbox.
 pub const SANDBOX_SOCKET_DIR: &str = "/run/deltabench";
 
@@ -34,6 +36,19 @@ pub struct ModelRoute {
 }
 
 impl ModelRoute {
+    /// The route a command with `network` needs: `route` under [`Network::Model`] (an error
+    /// without one), none otherwise.
+    pub fn needed(network: Network, route: Option<&ModelRoute>) -> io::Result<Option<&ModelRoute>> {
+        match (network, route) {
+            (Network::Model, None) => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "network `model` needs the run's model gateway, and there is none",
+            )),
+            (Network::Model, route) => Ok(route),
+            _ => Ok(None),
+        }
+    }
+
     /// The socket's path inside the sandbox.
     pub fn inner_socket(&self) -> PathBuf {
         let name = self.socket.file_name().unwrap_or_default();

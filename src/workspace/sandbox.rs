@@ -273,16 +273,7 @@ impl SandboxPolicy {
     /// Files named `credentials` or `credentials.toml` at the top of an exposed prefix are
     /// masked.
     pub fn wrap(&self, workspace: &Path, mut spec: CommandSpec) -> std::io::Result<CommandSpec> {
-        let route = match (self.network, &self.route) {
-            (Network::Model, None) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "network `model` needs the run's model gateway, and there is none",
-                ));
-            }
-            (Network::Model, Some(route)) => Some(route),
-            _ => None,
-        };
+        let route = ModelRoute::needed(self.network, self.route.as_ref())?;
         std::fs::create_dir_all(&self.home)?;
         let var = |key: &str| -> Option<OsString> {
             match spec.env.iter().rev().find(|(k, _)| k == key) {

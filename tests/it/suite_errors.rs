@@ -856,7 +856,7 @@ fn an_environments_network_is_none_or_host() {
     let yaml = with_task_lines("    environment: {image: localhost/x, network: model}\n");
     let err = load_error(tmp.path(), &yaml, &[]);
     assert!(
-        err.contains("network `model` is an agent's setting under `isolation: sandbox`, not a container's. Valid networks for an environment: none, host"),
+        err.contains("network `model` is an agent's setting (set it on the agent, for this container too), not an environment's. Valid networks for an environment: none, host"),
         "{err}"
     );
 }

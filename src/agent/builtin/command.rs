@@ -36,7 +36,7 @@ pub struct CommandAgentConfig {
     pub timeout: Option<Duration>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// The network inside the sandbox (`isolation: sandbox` only).
+    /// The network in the sandbox or the task's container (`host` there, `none` or `model`).
     /// Unset: `model` when its calls pass the gateway, else `none` ([`Network::for_agent`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<Network>,
