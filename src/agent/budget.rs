@@ -10,6 +10,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use super::{CodingError, CodingResult, CodingStatus, ErrorCode, StreamEvent};
+
 /// Limits on one trial's model use; each is optional, and none is zero or negative.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -55,6 +57,32 @@ pub const REPLAY_MISMATCH: &str = "replay: ";
 /// Whether a stop's reason is a replay's mismatch, not a spent budget.
 pub fn is_replay_mismatch(reason: &str) -> bool {
     reason.starts_with(REPLAY_MISMATCH)
+}
+
+/// The event that says why a run's stop tripped: `replay_mismatch` or `budget_exceeded`.
+pub fn stop_event(reason: &str) -> StreamEvent {
+    let subtype = if is_replay_mismatch(reason) {
+        "replay_mismatch"
+    } else {
+        "budget_exceeded"
+    };
+    StreamEvent::System {
+        subtype: subtype.into(),
+        message: reason.to_owned(),
+        data: None,
+    }
+}
+
+/// A run's result once its stop tripped: a replay's mismatch is the trial's error, a spent
+/// budget is `budget_exceeded` (scored on its delta, like a turn limit).
+pub fn stopped_result(session: String, reason: String) -> CodingResult {
+    if is_replay_mismatch(&reason) {
+        return CodingResult::failed(session, CodingError::new(ErrorCode::SdkError, reason));
+    }
+    CodingResult {
+        status: CodingStatus::BudgetExceeded,
+        ..CodingResult::completed(session)
+    }
 }
 
 /// Tripped once when a run's budget is spent; the agent then stops its process.

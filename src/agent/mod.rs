@@ -18,7 +18,9 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-pub use budget::{Budget, BudgetStop, REPLAY_MISMATCH, is_replay_mismatch};
+pub use budget::{
+    Budget, BudgetStop, REPLAY_MISMATCH, is_replay_mismatch, stop_event, stopped_result,
+};
 pub use builtin::agent_events::{AGENT_EVENTS, AgentEvents};
 pub use builtin::command::{
     AGENT_LOG, CommandAgent, CommandAgentConfig, INSTRUCTION_FILE, SANDBOX_FAILED,

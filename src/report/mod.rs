@@ -246,19 +246,10 @@ pub fn text(run: &StoredRun, summaries: &[AgentSummary]) -> String {
     let explained = graded_not_passed(run);
     if !explained.is_empty() {
         let _ = writeln!(out, "\n{GRADER_NOTE}:");
-        for record in explained.iter().take(GRADER_NOTES_SHOWN) {
-            let _ = writeln!(
-                out,
-                "{} / {} #{}: {}",
-                record.task,
-                record.agent,
-                record.trial,
-                record.reason.as_deref().unwrap_or("not passed")
-            );
-            for line in record.grader.as_deref().unwrap_or_default().lines() {
-                let _ = writeln!(out, "    {line}");
-            }
-        }
+        let shown = &explained[..explained.len().min(GRADER_NOTES_SHOWN)];
+        write_grader_notes(&mut out, shown, "    ", |r, reason| {
+            format!("{} / {} #{}: {reason}", r.task, r.agent, r.trial)
+        });
         if explained.len() > GRADER_NOTES_SHOWN {
             let _ = writeln!(
                 out,
@@ -275,6 +266,23 @@ const GRADER_NOTE: &str = "Not passed, as the grader explained";
 const GRADER_NOTES_SHOWN: usize = 10;
 
 /// Scored trials that did not pass and carry a grader's explanation.
+/// Each of `records` as `head` makes it (given the record and why it did not pass), then its
+/// grader's explanation, each line after `indent`.
+fn write_grader_notes(
+    out: &mut String,
+    records: &[&TrialRecord],
+    indent: &str,
+    head: impl Fn(&TrialRecord, &str) -> String,
+) {
+    for record in records {
+        let reason = record.reason.as_deref().unwrap_or("not passed");
+        let _ = writeln!(out, "{}", head(record, reason));
+        for line in record.grader.as_deref().unwrap_or_default().lines() {
+            let _ = writeln!(out, "{indent}{line}");
+        }
+    }
+}
+
 fn graded_not_passed(run: &StoredRun) -> Vec<&TrialRecord> {
     run.trials
         .iter()
@@ -323,20 +331,10 @@ pub fn markdown(run: &StoredRun, summaries: &[AgentSummary]) -> String {
     let explained = graded_not_passed(run);
     if !explained.is_empty() {
         let _ = writeln!(out, "\n### {GRADER_NOTE}\n");
-        for record in explained {
-            // Indented four spaces under the item: a code block no output can close.
-            let _ = writeln!(
-                out,
-                "- `{}` / `{}` #{}: {}\n",
-                record.task,
-                record.agent,
-                record.trial,
-                record.reason.as_deref().unwrap_or("not passed")
-            );
-            for line in record.grader.as_deref().unwrap_or_default().lines() {
-                let _ = writeln!(out, "      {line}");
-            }
-        }
+        // Indented four spaces under the item: a code block no output can close.
+        write_grader_notes(&mut out, &explained, "      ", |r, reason| {
+            format!("- `{}` / `{}` #{}: {reason}\n", r.task, r.agent, r.trial)
+        });
     }
     out
 }

@@ -60,6 +60,21 @@ fn run(root: &Path, args: &[&str]) -> std::process::Output {
 }
 
 /// Replays the recording `rec` with the agent of `offline.yaml` into `out`.
+/// Runs the suite with `agents.yaml` (the endpoint up), recording into `rec`.
+fn record(root: &Path) -> std::process::Output {
+    run(
+        root,
+        &[
+            "suite.yaml",
+            "--agents",
+            "agents.yaml",
+            "--record",
+            "--out",
+            "rec",
+        ],
+    )
+}
+
 fn replay_offline(root: &Path, out: &str) -> std::process::Output {
     run(
         root,
@@ -99,17 +114,7 @@ fn records_and_replays(kind: HarnessKind) {
     let tmp = setup(kind, &dead_url);
     let root = tmp.path();
 
-    let recorded = run(
-        root,
-        &[
-            "suite.yaml",
-            "--agents",
-            "agents.yaml",
-            "--record",
-            "--out",
-            "rec",
-        ],
-    );
+    let recorded = record(root);
     let rec = only(&root.join("rec"));
     assert_eq!(
         recorded.status.code(),
@@ -295,17 +300,7 @@ fn a_replay_without_a_matching_recording_exits_2() {
     );
     exits(&replay("plain", "agents.yaml"), "not made with --record");
 
-    let rec = run(
-        root,
-        &[
-            "suite.yaml",
-            "--agents",
-            "agents.yaml",
-            "--record",
-            "--out",
-            "rec",
-        ],
-    );
+    let rec = record(root);
     assert!(
         root.join("rec/trials/hello/c/1/model-calls.jsonl")
             .is_file(),
@@ -356,17 +351,7 @@ fn a_command_agents_calls_are_replayed_and_a_changed_instruction_is_its_error() 
             ),
         ],
     );
-    let recorded = run(
-        root,
-        &[
-            "suite.yaml",
-            "--agents",
-            "agents.yaml",
-            "--record",
-            "--out",
-            "rec",
-        ],
-    );
+    let recorded = record(root);
     let rec = only(&root.join("rec"));
     assert_eq!(rec["status"], "completed", "{rec:#}\n{}", stderr(&recorded));
     let replayed = replay_offline(root, "rep");

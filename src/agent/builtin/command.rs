@@ -262,32 +262,9 @@ impl CommandAgent {
 
         let mut result = if ctx.cancel.is_cancelled() {
             CodingResult::aborted(session)
-        } else if let Some(reason) = exceeded
-            .as_ref()
-            .filter(|r| crate::agent::is_replay_mismatch(r))
-        {
-            // Replaying, a request the recording does not hold: the trial's error.
-            ctx.emit(StreamEvent::System {
-                subtype: "replay_mismatch".into(),
-                message: reason.clone(),
-                data: None,
-            })
-            .await;
-            CodingResult::failed(
-                session,
-                CodingError::new(ErrorCode::SdkError, reason.clone()),
-            )
         } else if let Some(reason) = exceeded {
-            ctx.emit(StreamEvent::System {
-                subtype: "budget_exceeded".into(),
-                message: reason,
-                data: None,
-            })
-            .await;
-            CodingResult {
-                status: crate::agent::CodingStatus::BudgetExceeded,
-                ..CodingResult::completed(session)
-            }
+            ctx.emit(crate::agent::stop_event(&reason)).await;
+            crate::agent::stopped_result(session, reason)
         } else if ended.cancelled {
             CodingResult::aborted(session)
         } else if ended.timed_out {

@@ -330,17 +330,7 @@ impl HarnessAgent {
                     budget_heard = true;
                     stop.cancel();
                     let reason = budget.tripped().unwrap_or_default();
-                    let subtype = if crate::agent::is_replay_mismatch(&reason) {
-                        "replay_mismatch"
-                    } else {
-                        "budget_exceeded"
-                    };
-                    ctx.emit(StreamEvent::System {
-                        subtype: subtype.into(),
-                        message: reason,
-                        data: None,
-                    })
-                    .await;
+                    ctx.emit(crate::agent::stop_event(&reason)).await;
                 }
                 Some(line) = lines.recv() => {
                     let events = parser.line(&line);
@@ -442,27 +432,12 @@ impl HarnessAgent {
                     ),
                 ),
             )
-        } else if let Some(reason) = self
-            .budget
-            .as_ref()
-            .and_then(BudgetStop::tripped)
-            .filter(|r| crate::agent::is_replay_mismatch(r))
-        {
-            // Replaying, a request the recording does not hold: the trial's error, not a budget.
-            CodingResult::failed(session, CodingError::new(ErrorCode::SdkError, reason))
         } else if let Some(reason) = self.budget.as_ref().and_then(BudgetStop::tripped) {
-            if !budget_heard {
-                ctx.emit(StreamEvent::System {
-                    subtype: "budget_exceeded".into(),
-                    message: reason,
-                    data: None,
-                })
-                .await;
+            // A spent budget the loop above did not hear of yet is said now.
+            if !budget_heard && !crate::agent::is_replay_mismatch(&reason) {
+                ctx.emit(crate::agent::stop_event(&reason)).await;
             }
-            CodingResult {
-                status: CodingStatus::BudgetExceeded,
-                ..CodingResult::completed(session)
-            }
+            crate::agent::stopped_result(session, reason)
         } else if watch.turn_limit_hit {
             CodingResult {
                 status: CodingStatus::MaxTurns,
