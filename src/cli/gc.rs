@@ -35,7 +35,14 @@ pub(super) fn gc(args: &GcArgs) -> Result<Exit, CliError> {
             ));
             continue;
         }
-        let reaped = reap(&found, args.dry_run);
+        let Some(reaped) = reap(&found, args.dry_run) else {
+            text.push_str(&format!(
+                "reaped by another process: {} (pid {})\n",
+                found.lease.run_dir.display(),
+                found.lease.pid
+            ));
+            continue;
+        };
         let lease_failed = reaped.iter().any(|r| matches!(r, Reaped::Failed { .. }));
         for reaped in reaped {
             match &reaped {

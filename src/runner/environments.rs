@@ -178,7 +178,7 @@ fn check_forwarder(
         let need = ImageNeed {
             tool: "a C library deltabench runs with".to_owned(),
             why: format!(
-                "under `network: model` deltabench ({}) forwards the model gateway's port inside the container, and it needs glibc 2.34 or newer and zlib",
+                "under `network: model` deltabench ({}) forwards the model gateway's port inside the container, and it needs glibc 2.34 or newer and the libraries it links (`ldd` lists them)",
                 forwarder.display()
             ),
             test: format!(

@@ -130,5 +130,9 @@ pub fn reap_dead_leases(cache: &Path, run_dir: &Path) -> Result<Vec<Reaped>, Res
             lease: live.path.clone(),
         });
     }
-    Ok(mine.iter().flat_map(|found| reap(found, false)).collect())
+    Ok(mine
+        .iter()
+        .filter_map(|found| reap(found, false))
+        .flatten()
+        .collect())
 }

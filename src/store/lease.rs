@@ -161,8 +161,27 @@ impl std::fmt::Display for Reaped {
 }
 
 /// Kills what still runs in a dead run's cgroups and under its root, detaches its mounts,
-/// removes the root and the lease file. With `dry_run`, only lists what it would do.
-pub fn reap(found: &FoundLease, dry_run: bool) -> Vec<Reaped> {
+/// removes the root and the lease file. With `dry_run`, only lists what it would do. `None`
+/// when another process (a concurrent `gc` or `resume`) reaps this lease or already did: two
+/// reapers of one lease would race each other's kills and removals into false failures.
+pub fn reap(found: &FoundLease, dry_run: bool) -> Option<Vec<Reaped>> {
+    let _reaping = match dry_run {
+        true => None,
+        false => Some(lock_for_reaping(&found.path)?),
+    };
+    Some(reap_locked(found, dry_run))
+}
+
+/// An exclusive lock on the lease file, once it is known to be still there after locking.
+fn lock_for_reaping(path: &Path) -> Option<nix::fcntl::Flock<fs::File>> {
+    use nix::fcntl::{Flock, FlockArg};
+    let file = fs::File::open(path).ok()?;
+    let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).ok()?;
+    // The reaper before this one removes the file once done.
+    path.exists().then_some(lock)
+}
+
+fn reap_locked(found: &FoundLease, dry_run: bool) -> Vec<Reaped> {
     let root = &found.lease.root;
     let mut done = Vec::new();
     if root.as_os_str().is_empty() || root == Path::new("/") {
@@ -192,7 +211,11 @@ pub fn reap(found: &FoundLease, dry_run: bool) -> Vec<Reaped> {
     }
     for (pid, cwd) in processes_under(root) {
         // The process may be a setsid escapee: its group is gone with the run, kill it alone.
-        if !dry_run && let Err(err) = kill(Pid::from_raw(pid), Signal::SIGKILL) {
+        // ESRCH: it exited between the scan and the kill.
+        if !dry_run
+            && let Err(err) = kill(Pid::from_raw(pid), Signal::SIGKILL)
+            && err != nix::errno::Errno::ESRCH
+        {
             done.push(Reaped::Failed {
                 what: format!("process {pid}"),
                 error: err.to_string(),
@@ -329,5 +352,26 @@ mod tests {
         assert!(!other.is_alive());
         held.release();
         assert!(leases(tmp.path()).is_empty());
+    }
+
+    /// Two `gc`s at once: the one that finds the lease being reaped leaves it alone, and one
+    /// that comes after it was reaped finds nothing to do.
+    #[test]
+    fn a_lease_is_reaped_by_one_process_at_a_time() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        fs::create_dir_all(root.join("w")).unwrap();
+        let held = HeldLease::acquire(tmp.path(), &tmp.path().join("run"), &root, None).unwrap();
+        let mut found = leases(tmp.path()).remove(0);
+        found.lease.start_time += 1;
+        let other = lock_for_reaping(&found.path).unwrap();
+        assert_eq!(reap(&found, false), None);
+        assert!(root.exists() && found.path.exists());
+        drop(other);
+        let reaped = reap(&found, false).unwrap();
+        assert_eq!(reaped, vec![Reaped::Removed(root.clone())]);
+        assert!(!root.exists() && !found.path.exists());
+        assert_eq!(reap(&found, false), None);
+        drop(held);
     }
 }

@@ -839,6 +839,18 @@ fn bad_cli_agent_configs_exit_2_with_the_location() {
             "agent 'a' (gemini-cli) has no API key for https://llm.example.invalid",
         ),
     ];
+    // A CLI's config is checked once its program is found.
+    let kinds = [
+        HarnessKind::ClaudeCode,
+        HarnessKind::Codex,
+        HarnessKind::Opencode,
+        HarnessKind::GeminiCli,
+        HarnessKind::MiniSweAgent,
+    ];
+    let missing = kinds.into_iter().filter(|&kind| !installed(kind)).count();
+    if missing > 0 {
+        return;
+    }
     for (agent, script, wanted) in cases {
         if agent.contains("example.invalid") && std::env::var_os("GEMINI_API_KEY").is_some() {
             continue;

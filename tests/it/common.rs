@@ -172,6 +172,15 @@ pub fn have_tool(test: &str, tool: &str, found: bool) -> bool {
     false
 }
 
+/// Whether `command` is on `PATH` (see [`have_tool`]).
+pub fn have_command(test: &str, command: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {command}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    have_tool(test, command, found)
+}
+
 /// Whether bubblewrap can run here (see [`have_tool`]).
 pub fn have_bwrap(test: &str) -> bool {
     let found = Command::new("bwrap")

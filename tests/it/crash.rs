@@ -202,11 +202,12 @@ fn gc_reaps_a_killed_run_its_mounts_and_its_processes() {
     let tmp = one_file_repo();
     let root = tmp.path();
     let token = format!("deltabench-gc-token-{}", std::process::id());
+    let seconds = 3000 + std::process::id() % 1000;
     // Three trials of one commit: overlay workspaces where the machine can mount. The leader
     // dies with the runner (PDEATHSIG); its grandchild, holding the token, does not.
     std::fs::write(
         root.join("sleeper.sh"),
-        format!("#!/bin/sh\nsh -c 'sleep 300 || echo {token}'\n"),
+        format!("#!/bin/sh\nsh -c 'sleep {seconds} || echo {token}'\n"),
     )
     .unwrap();
     let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
@@ -226,11 +227,19 @@ fn gc_reaps_a_killed_run_its_mounts_and_its_processes() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    // The premise: all three agents' inner shells and their `sleep`s run, and the run holds
+    // its lease, before the kill.
     let started = Instant::now();
-    while processes_with(&token) < 3 {
+    let leases = root.join("cache/leases");
+    let lease_held = || std::fs::read_dir(&leases).is_ok_and(|mut d| d.next().is_some());
+    // A `sleep`'s command line is its arguments joined by NULs.
+    let sleeps = format!("sleep\0{seconds}");
+    while processes_with(&token) < 3 || processes_with(&sleeps) < 3 || !lease_held() {
         assert!(
             started.elapsed() < Duration::from_secs(60),
-            "agents never started"
+            "premise not established in 60 s: {} of 3 agents started, lease held: {}",
+            processes_with(&token),
+            lease_held()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -253,8 +262,7 @@ fn gc_reaps_a_killed_run_its_mounts_and_its_processes() {
     assert_eq!(processes_with(&token), 3, "--dry-run killed something");
 
     let gc = deltabench(root).arg("gc").output().unwrap();
-    assert_eq!(gc.status.code(), Some(0), "{}", stderr(&gc));
-    eprintln!("{}", stdout(&gc));
+    assert_eq!(gc.status.code(), Some(0), "{}{}", stdout(&gc), stderr(&gc));
     assert!(
         stdout(&gc).contains("removed lease of dead run"),
         "{}",

@@ -537,13 +537,23 @@ fn an_image_lacking_a_clis_interpreter_stops_the_run_before_any_trial() {
 }
 
 /// `network: model` runs deltabench itself in the container: an image that cannot (here, one
-/// without zlib) stops the run before any trial, saying what to do instead.
+/// without the unwinder every Rust program on glibc links, libgcc_s, nor zlib, which a build
+/// may link) stops the run before any trial, saying what to do instead.
 #[test]
 fn an_image_that_cannot_run_the_forwarder_stops_a_model_network_run() {
     let test = "environments::an_image_that_cannot_run_the_forwarder_stops_a_model_network_run";
     if !have_podman_image(test) {
         return;
     }
+    let ldd = Command::new("ldd")
+        .arg(env!("CARGO_BIN_EXE_deltabench"))
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&ldd).contains("libgcc_s.so"),
+        "premise: this build of deltabench links libgcc_s, which the test image lacks; ldd says:\n{}",
+        stdout(&ldd)
+    );
     let tmp = one_file_repo();
     let root = tmp.path();
     write_files(
@@ -553,7 +563,7 @@ fn an_image_that_cannot_run_the_forwarder_stops_a_model_network_run() {
             (
                 "env/Dockerfile",
                 &format!(
-                    "FROM {BASE}\nRUN rm -f /usr/lib/x86_64-linux-gnu/libz.so* /lib/x86_64-linux-gnu/libz.so*\n"
+                    "FROM {BASE}\nRUN rm -f /usr/lib/*-linux-gnu/libz.so* /lib/*-linux-gnu/libz.so* /usr/lib/*-linux-gnu/libgcc_s.so* /lib/*-linux-gnu/libgcc_s.so*\n"
                 ),
             ),
         ],

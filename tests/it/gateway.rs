@@ -317,7 +317,7 @@ agents:
 
 #[test]
 fn a_command_agent_that_opts_in_is_counted_and_stopped_at_its_budget() {
-    if !crate::common::have_tool("the gateway's command tests", "curl", which("curl")) {
+    if !crate::common::have_command("the gateway's command tests", "curl") {
         return;
     }
     let tmp = command_suite("\n    budget: {tokens: 1500}", "");
@@ -350,7 +350,7 @@ fn a_command_agent_that_opts_in_is_counted_and_stopped_at_its_budget() {
 
 #[test]
 fn the_suites_budget_is_every_gateway_agents_default() {
-    if !crate::common::have_tool("the gateway's command tests", "curl", which("curl")) {
+    if !crate::common::have_command("the gateway's command tests", "curl") {
         return;
     }
     // The agent's own limit stays; the suite's adds the one it leaves unset.
@@ -368,18 +368,11 @@ fn the_suites_budget_is_every_gateway_agents_default() {
     assert!(manifest.contains("\"tokens\": 100000"), "{manifest}");
 }
 
-fn which(tool: &str) -> bool {
-    std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// The `wall` budget runs out while the agent makes no call (it sleeps after its three): the
 /// trial is stopped then, not at the next call that never comes.
 #[test]
 fn a_wall_budget_stops_an_agent_that_makes_no_call() {
-    if !crate::common::have_tool("the gateway's command tests", "curl", which("curl")) {
+    if !crate::common::have_command("the gateway's command tests", "curl") {
         return;
     }
     let tmp = command_suite("\n    budget: {wall: 3s}", "");
@@ -401,7 +394,7 @@ fn a_wall_budget_stops_an_agent_that_makes_no_call() {
 /// refused and the trial ends `budget_exceeded`, saying why.
 #[test]
 fn a_cost_budget_refuses_calls_it_cannot_price() {
-    if !crate::common::have_tool("the gateway's command tests", "curl", which("curl")) {
+    if !crate::common::have_command("the gateway's command tests", "curl") {
         return;
     }
     let tmp = command_suite("\n    budget: {cost_usd: 100}", "");

@@ -327,6 +327,10 @@ fn a_replay_without_a_matching_recording_exits_2() {
 /// instruction, request 1 differs and the trial ends `error` saying where.
 #[test]
 fn a_command_agents_calls_are_replayed_and_a_changed_instruction_is_its_error() {
+    let test = "replay::a_command_agents_calls_are_replayed_and_a_changed_instruction_is_its_error";
+    if !crate::common::have_command(test, "curl") {
+        return;
+    }
     let tmp = temp_dir();
     let root = tmp.path();
     git_repo(root, &[("README.md", "# demo\n")]);
