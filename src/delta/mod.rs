@@ -6,6 +6,7 @@
 //! tests, with its own timeout and bounded output.
 
 mod diff;
+pub mod mutate;
 mod probe;
 mod snapshot;
 mod tests_report;
@@ -19,9 +20,10 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::CodingResult;
 
 pub use diff::{DiffStats, changed_paths, commit_setup, patch_bytes};
+pub use mutate::{BitingMutant, DEFAULT_MUTANTS, Mutant, MutationReport};
 pub use probe::{
-    DIFF_PATCH, FreshWorkspace, HOOK_DIR, HOOK_REPORT, TaskProbe, VERIFY_HOME, VERIFY_LOG,
-    VerifySpec,
+    DIFF_PATCH, FreshWorkspace, HOOK_DIR, HOOK_REPORT, MUTANTS_HOME, MUTANTS_LOG, MutationPlan,
+    TaskProbe, VERIFY_HOME, VERIFY_LOG, VerifySpec, never_verified,
 };
 pub use snapshot::{EntryKind, FileChange, Snapshot, SnapshotError, snapshot};
 pub use tests_report::TestReport;
@@ -57,6 +59,12 @@ pub struct EnvironmentDelta {
     /// Why the probe refused to verify (a diff over `max_diff`): the trial fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejected: Option<String>,
+    /// What the mutation check found, when it ran (a passing verify run, a task with mutants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutation: Option<MutationReport>,
+    /// Hidden test files whose content changed while the verify command ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_tests: Vec<String>,
 }
 
 /// What a probe knows about the run it inspects.

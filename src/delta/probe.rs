@@ -15,6 +15,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
+use super::mutate::{self, BitingMutant, Listing, Mutant, MutationReport};
 use super::snapshot::{EntryKind, FileChange, Snapshot, SnapshotError, snapshot};
 use super::{
     CommandResult, DeltaProbe, EnvironmentDelta, ProbeContext, ProbeError, ProbeErrorKind,
@@ -26,6 +27,7 @@ use crate::workspace::{
     ContainerPolicy, Overlay, SandboxPolicy, WorkspaceBase, WorkspaceProvisioner, apply_overlay,
     container_started, write_entry,
 };
+use std::os::unix::ffi::OsStrExt;
 
 /// The patch of a trial's changes, in the artifacts folder.
 pub const DIFF_PATCH: &str = "diff.patch";
@@ -37,6 +39,38 @@ pub const VERIFY_HOME: &str = "verify-home";
 pub const HOOK_DIR: &str = ".deltabench";
 /// The tests the hook saw run, one JSON object per line, in [`HOOK_DIR`].
 pub const HOOK_REPORT: &str = "tests.jsonl";
+/// The mutation check's verify run: its output, and its home once it is done.
+pub const MUTANTS_LOG: &str = "mutants.log";
+pub const MUTANTS_HOME: &str = "mutants-home";
+/// Where the plain run's home waits while the mutant run uses the same path.
+const PLAIN_HOME_ASIDE: &str = "verify-home.plain";
+
+/// What the probe runs the mutation check for.
+#[derive(Debug, Clone)]
+pub enum MutationPlan {
+    /// `validate`'s reference: list the hidden tests' mutants and keep those that bite.
+    Discover,
+    /// A trial: these biting mutants, in a verify run of their own.
+    Check(Vec<BitingMutant>),
+}
+
+/// What one verify run does besides the command.
+enum Step<'a> {
+    Plain,
+    /// The plain run of `validate`'s reference, which also lists the mutants.
+    PlainListing,
+    Mutants(&'a [Mutant]),
+}
+
+/// One verify run's result, with what it did to the hidden tests.
+struct Verified {
+    result: CommandResult,
+    listing: Option<Result<Listing, String>>,
+    applied: Vec<Mutant>,
+    notes: Vec<String>,
+    /// Hidden test files whose content changed while the command ran.
+    changed_tests: Vec<String>,
+}
 
 /// A verify command and its own time limit.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -70,6 +104,8 @@ pub struct TaskProbe {
     /// The most bytes of changed content a diff may hold.
     pub max_diff: u64,
     pub fresh: FreshWorkspace,
+    /// The mutation check, when the task has one.
+    pub mutation: Option<MutationPlan>,
 }
 
 /// The hook's files, written under the verify command's home.
@@ -123,20 +159,184 @@ impl DeltaProbe for TaskProbe {
                     err(ProbeErrorKind::Diff)(format!("cannot save {DIFF_PATCH}: {e}"))
                 })?;
             }
-            let command_result = self.verify_fresh(&snapshot).await?;
+            if let Some(why) = escaping_symlink(&snapshot) {
+                return Ok(EnvironmentDelta {
+                    diff: String::from_utf8_lossy(&snapshot.patch).into_owned(),
+                    rejected: Some(why),
+                    command_result: CommandResult {
+                        command: self.verify.run.clone(),
+                        ..CommandResult::default()
+                    },
+                    ..EnvironmentDelta::default()
+                });
+            }
+            let (command_result, mutation, changed_tests) = self.verify_all(&snapshot).await?;
             Ok(EnvironmentDelta {
                 diff: String::from_utf8_lossy(&snapshot.patch).into_owned(),
                 command_result,
                 rejected: None,
+                mutation,
+                changed_tests,
             })
         })
     }
 }
 
+/// Why a diff is not verified: a symlink pointing outside the workspace (the verify command
+/// would read or run what it points at, which the diff does not hold).
+fn escaping_symlink(snapshot: &Snapshot) -> Option<String> {
+    snapshot.changes.iter().find_map(|change| match change {
+        FileChange::Write {
+            path,
+            content,
+            kind: EntryKind::Symlink,
+        } => {
+            let target = Path::new(std::ffi::OsStr::from_bytes(content));
+            let mut depth = path.components().count() as i64 - 1;
+            let escapes = target.is_absolute()
+                || target.components().any(|part| {
+                    depth += match part {
+                        std::path::Component::ParentDir => -1,
+                        std::path::Component::CurDir => 0,
+                        _ => 1,
+                    };
+                    depth < 0
+                });
+            escapes.then(|| {
+                format!(
+                    "the diff holds a symlink that points outside the workspace: {} -> {}",
+                    path.display(),
+                    target.display()
+                )
+            })
+        }
+        _ => None,
+    })
+}
+
 impl TaskProbe {
+    /// The plain verify run and, when it passed and the task has mutants, the mutant run (in
+    /// a random order: neither run can tell which one it is from what the other left behind).
+    async fn verify_all(
+        &self,
+        snapshot: &Snapshot,
+    ) -> Result<(CommandResult, Option<MutationReport>, Vec<String>), ProbeError> {
+        let Some(plan) = &self.mutation else {
+            let plain = self.verify_fresh(snapshot, Step::Plain).await?;
+            return Ok((plain.result, None, plain.changed_tests));
+        };
+        match plan {
+            MutationPlan::Discover => {
+                let plain = self.verify_fresh(snapshot, Step::PlainListing).await?;
+                let report = self.discover(snapshot, &plain).await?;
+                Ok((plain.result, report, plain.changed_tests))
+            }
+            MutationPlan::Check(biting) => {
+                let mutants: Vec<Mutant> = biting.iter().map(|b| b.mutant.clone()).collect();
+                let mutants_first = !mutants.is_empty() && mutate::fresh_seed().is_multiple_of(2);
+                let early = match mutants_first {
+                    true => Some(self.mutant_run(snapshot, &mutants).await?),
+                    false => None,
+                };
+                let plain = self.verify_fresh(snapshot, Step::Plain).await?;
+                let mutated = match early {
+                    Some(run) => Some(run),
+                    None if plain.result.succeeded() && !mutants.is_empty() => {
+                        Some(self.mutant_run(snapshot, &mutants).await?)
+                    }
+                    None => None,
+                };
+                let report = mutated.map(|run| check_report(biting, run));
+                Ok((plain.result, report, plain.changed_tests))
+            }
+        }
+    }
+
+    /// A verify run with `mutants` applied to the hidden tests, in the same workspace path and
+    /// home path as the plain run; its home is kept as `mutants-home`, its log `mutants.log`.
+    async fn mutant_run(
+        &self,
+        snapshot: &Snapshot,
+        mutants: &[Mutant],
+    ) -> Result<Verified, ProbeError> {
+        let home = self.home();
+        let aside = home.as_ref().and_then(|home| {
+            let aside = home.with_file_name(PLAIN_HOME_ASIDE);
+            std::fs::rename(home, &aside).ok().map(|()| aside)
+        });
+        let run = self.verify_fresh(snapshot, Step::Mutants(mutants)).await;
+        if let Some(home) = &home {
+            let kept = home.with_file_name(MUTANTS_HOME);
+            let _ = crate::workspace::remove_tree(&kept);
+            let _ = std::fs::rename(home, &kept);
+            if let Some(aside) = aside {
+                let _ = std::fs::rename(aside, home);
+            }
+        }
+        run
+    }
+
+    /// `validate`: runs the listed candidates against the reference, round by round, and keeps
+    /// those that make a test fail that passed in the plain run.
+    async fn discover(
+        &self,
+        snapshot: &Snapshot,
+        plain: &Verified,
+    ) -> Result<Option<MutationReport>, ProbeError> {
+        let listing = match &plain.listing {
+            None => return Ok(None),
+            Some(Err(why)) => {
+                return Ok(Some(MutationReport {
+                    notes: vec![why.clone()],
+                    ..MutationReport::default()
+                }));
+            }
+            Some(Ok(listing)) => listing,
+        };
+        let mut report = MutationReport {
+            tried: listing.mutants.len(),
+            notes: listing.errors.clone(),
+            ..MutationReport::default()
+        };
+        if !plain.result.succeeded() || listing.mutants.is_empty() {
+            return Ok(Some(report));
+        }
+        let passed = mutate::Outcomes::of(&plain.result).passed;
+        for round in mutate::rounds(&listing.mutants) {
+            let run = self.mutant_run(snapshot, &round).await?;
+            report.notes.extend(run.notes.iter().cloned());
+            let outcomes = mutate::Outcomes::of(&run.result);
+            for mutant in run.applied {
+                let failed: Vec<String> = outcomes
+                    .failed_by(&mutant)
+                    .into_iter()
+                    .filter(|id| passed.contains(id))
+                    .collect();
+                if !failed.is_empty() {
+                    report.biting.push(BitingMutant { mutant, failed });
+                }
+            }
+        }
+        Ok(Some(report))
+    }
+
+    /// The home the verify command gets (mounted in its sandbox or container at that path).
+    fn home(&self) -> Option<PathBuf> {
+        let artifacts = self.artifacts.as_ref()?;
+        Some(match (&self.sandbox, &self.container) {
+            (Some(policy), _) => policy.home.clone(),
+            (None, Some(container)) => container.home.clone(),
+            (None, None) => artifacts.join(VERIFY_HOME),
+        })
+    }
+
     /// Provisions the fresh workspace, lays the agent's changes and the hidden tests over it,
     /// runs the verify command, and disposes of it on every path.
-    async fn verify_fresh(&self, snapshot: &Snapshot) -> Result<CommandResult, ProbeError> {
+    async fn verify_fresh(
+        &self,
+        snapshot: &Snapshot,
+        step: Step<'_>,
+    ) -> Result<Verified, ProbeError> {
         let fresh = &self.fresh;
         let workspace = fresh
             .provisioner
@@ -149,7 +349,7 @@ impl TaskProbe {
                 )
             })?;
         let result = self
-            .verify_in(&workspace.path, &workspace.base, snapshot)
+            .verify_in(&workspace.path, &workspace.base, snapshot, step)
             .await;
         let path = workspace.path.clone();
         let disposed = tokio::task::spawn_blocking(move || workspace.dispose()).await;
@@ -172,15 +372,21 @@ impl TaskProbe {
         workspace: &Path,
         base: &str,
         snapshot: &Snapshot,
-    ) -> Result<CommandResult, ProbeError> {
+        step: Step<'_>,
+    ) -> Result<Verified, ProbeError> {
         let (dir, base_owned, changes) = (
             workspace.to_owned(),
             base.to_owned(),
             snapshot.changes.clone(),
         );
         let (hidden, objects) = (self.hidden_tests.clone(), self.objects.clone());
-        tokio::task::spawn_blocking(move || -> Result<(), ProbeError> {
-            for change in &changes {
+        let (listing_wanted, mutants) = match step {
+            Step::Plain => (false, Vec::new()),
+            Step::PlainListing => (true, Vec::new()),
+            Step::Mutants(mutants) => (false, mutants.to_vec()),
+        };
+        let laid = tokio::task::spawn_blocking(move || -> Result<Laid, ProbeError> {
+            for change in changes.iter().filter(|c| !not_verified(c)) {
                 let (path, content, kind) = match change {
                     FileChange::Remove { path } => (path, None, EntryKind::File),
                     FileChange::Write {
@@ -196,14 +402,27 @@ impl TaskProbe {
                     )
                 })?;
             }
-            if let Some(overlay) = &hidden {
-                apply_overlay(&dir, &base_owned, overlay, Some(&objects))
-                    .map_err(|e| ProbeError::new(ProbeErrorKind::HiddenTests, e.to_string()))?;
-            }
-            Ok(())
+            let written = match &hidden {
+                Some(overlay) => apply_overlay(&dir, &base_owned, overlay, Some(&objects))
+                    .map_err(|e| ProbeError::new(ProbeErrorKind::HiddenTests, e.to_string()))?,
+                None => Vec::new(),
+            };
+            let listing = listing_wanted
+                .then(|| mutate::list(&dir, &written).map_err(|e| format!("no mutants: {e}")));
+            let (applied, notes) = mutate::apply(&dir, &mutants);
+            // Read-only, and hashed: a hidden test the command rewrites (a build script, a
+            // plugin) is caught after it ran.
+            let hashes = hidden_hashes(&dir, &written);
+            Ok(Laid {
+                listing,
+                applied,
+                notes,
+                hashes,
+            })
         })
         .await
         .map_err(|e| ProbeError::new(ProbeErrorKind::Verify, e.to_string()))??;
+        let mutant_run = matches!(step, Step::Mutants(_));
 
         let hook = self.install_hook().map_err(|e| {
             ProbeError::new(
@@ -213,11 +432,25 @@ impl TaskProbe {
         })?;
         // The verify command runs even when the run was cancelled: evidence first.
         let never = CancellationToken::new();
+        let log = if mutant_run { MUTANTS_LOG } else { VERIFY_LOG };
         let mut spec = CommandSpec::shell(&self.verify.run, workspace)
             .timeout(self.verify.timeout)
-            .log_path(self.artifacts.as_ref().map(|dir| dir.join(VERIFY_LOG)));
+            .log_path(self.artifacts.as_ref().map(|dir| dir.join(log)));
         if let Some(hook) = &hook {
-            spec = hook.env(spec);
+            spec = hook.env(spec, workspace);
+        }
+        // On the host a home of its own too (the sandbox and the container set theirs): the
+        // user's site-packages, `.pth` files and config are not the verify run's.
+        if self.sandbox.is_none()
+            && self.container.is_none()
+            && let Some(home) = self.home()
+        {
+            spec = host_home(spec, &home).map_err(|e| {
+                ProbeError::new(
+                    ProbeErrorKind::Verify,
+                    format!("cannot prepare the verify command's home: {e}"),
+                )
+            })?;
         }
         if let Some(policy) = &self.sandbox {
             spec = policy.wrap(workspace, spec).map_err(|e| {
@@ -260,26 +493,33 @@ impl TaskProbe {
                 ),
             ));
         }
-        Ok(CommandResult {
-            command: self.verify.run.clone(),
-            exit_code: ended.exit_code,
-            timed_out: ended.timed_out,
-            output: ended.output.text(),
-            duration_ms: ended.duration.as_millis() as u64,
-            tests: hook.map(|hook| hook.report()),
+        let changed_tests = laid
+            .hashes
+            .iter()
+            .filter(|(path, hash)| file_hash(&workspace.join(path)) != *hash)
+            .map(|(path, _)| path.clone())
+            .collect();
+        Ok(Verified {
+            result: CommandResult {
+                command: self.verify.run.clone(),
+                exit_code: ended.exit_code,
+                timed_out: ended.timed_out,
+                output: ended.output.text(),
+                duration_ms: ended.duration.as_millis() as u64,
+                tests: hook.map(|hook| hook.report(workspace)),
+            },
+            listing: laid.listing,
+            applied: laid.applied,
+            notes: laid.notes,
+            changed_tests,
         })
     }
 
     /// Writes the hook under the verify command's home (writable inside the sandbox too).
     fn install_hook(&self) -> std::io::Result<Option<TestHook>> {
-        let Some(artifacts) = &self.artifacts else {
-            return Ok(None);
-        };
         // In the home the command gets: mounted in its sandbox or container at the same path.
-        let dir = match (&self.sandbox, &self.container) {
-            (Some(policy), _) => policy.home.join(HOOK_DIR),
-            (None, Some(container)) => container.home.join(HOOK_DIR),
-            (None, None) => artifacts.join(VERIFY_HOME).join(HOOK_DIR),
+        let Some(dir) = self.home().map(|home| home.join(HOOK_DIR)) else {
+            return Ok(None);
         };
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("sitecustomize.py"), HOOK_SITECUSTOMIZE)?;
@@ -296,23 +536,113 @@ struct TestHook {
 }
 
 impl TestHook {
-    fn env(&self, spec: CommandSpec) -> CommandSpec {
-        let joined = |var: &str, first: &str, sep: &str| match std::env::var(var) {
-            Ok(rest) if !rest.is_empty() => format!("{first}{sep}{rest}"),
-            _ => first.to_owned(),
+    /// The hook through `PYTHONPATH` (its pytest plugin registers itself from there), and no
+    /// Python state the agent could have left: no user site, no bytecode written.
+    fn env(&self, spec: CommandSpec, workspace: &Path) -> CommandSpec {
+        let path = match std::env::var("PYTHONPATH") {
+            Ok(rest) if !rest.is_empty() => format!("{}:{rest}", self.dir.display()),
+            _ => self.dir.display().to_string(),
         };
-        spec.env(
-            "PYTHONPATH",
-            joined("PYTHONPATH", &self.dir.to_string_lossy(), ":"),
-        )
-        .env(
-            "PYTEST_PLUGINS",
-            joined("PYTEST_PLUGINS", "deltabench_pytest", ","),
-        )
-        .env("DELTABENCH_TEST_EVIDENCE", &self.evidence)
+        spec.env("PYTHONPATH", path)
+            .env("PYTHONNOUSERSITE", "1")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("DELTABENCH_TEST_EVIDENCE", &self.evidence)
+            .env("DELTABENCH_VERIFY_ROOT", workspace)
     }
 
-    fn report(&self) -> TestReport {
-        TestReport::parse(&std::fs::read_to_string(&self.evidence).unwrap_or_default())
+    /// The hook's report, test ids free of the run's paths (a parametrized id may hold one).
+    fn report(&self, workspace: &Path) -> TestReport {
+        let text = std::fs::read_to_string(&self.evidence).unwrap_or_default();
+        TestReport::parse(&text).without_path(workspace)
+    }
+}
+
+/// What was laid over the verify workspace before the command ran.
+struct Laid {
+    listing: Option<Result<Listing, String>>,
+    applied: Vec<Mutant>,
+    notes: Vec<String>,
+    hashes: Vec<(String, Option<[u8; 32]>)>,
+}
+
+/// What of the agent's diff never reaches the verify run (the diff still records it): Python
+/// bytecode, which runs instead of the source it claims to come from (an unchecked-hash `.pyc`,
+/// a sourceless `pytest.pyc`), and distribution metadata, whose `[pytest11]` entry points
+/// pytest loads as plugins when the folder is on `sys.path`.
+pub fn never_verified(path: &Path) -> bool {
+    path.components().any(|part| {
+        let part = part.as_os_str().to_string_lossy();
+        part == "__pycache__" || part.ends_with(".dist-info") || part.ends_with(".egg-info")
+    }) || path.extension().is_some_and(|e| e == "pyc" || e == "pyo")
+}
+
+fn not_verified(change: &FileChange) -> bool {
+    match change {
+        FileChange::Write { path, .. } | FileChange::Remove { path } => never_verified(path),
+    }
+}
+
+/// Makes each hidden test file read-only and returns its hash.
+fn hidden_hashes(dir: &Path, written: &[String]) -> Vec<(String, Option<[u8; 32]>)> {
+    use std::os::unix::fs::PermissionsExt;
+    written
+        .iter()
+        .map(|path| {
+            let full = dir.join(path);
+            if let Ok(meta) = std::fs::symlink_metadata(&full)
+                && meta.is_file()
+            {
+                let mode = meta.permissions().mode() & !0o222;
+                let _ = std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode));
+            }
+            (path.clone(), file_hash(&full))
+        })
+        .collect()
+}
+
+fn file_hash(path: &Path) -> Option<[u8; 32]> {
+    use sha2::Digest;
+    let bytes = std::fs::read(path).ok()?;
+    Some(sha2::Sha256::digest(bytes).into())
+}
+
+/// The verify command's home on the host: `HOME` and `TMPDIR` in it, the toolchains' homes
+/// kept where they are (cargo and rustup find themselves through them).
+fn host_home(spec: CommandSpec, home: &Path) -> std::io::Result<CommandSpec> {
+    let tmp = home.join("tmp");
+    std::fs::create_dir_all(&tmp)?;
+    let mut spec = spec.env("HOME", home).env("TMPDIR", &tmp);
+    let real = std::env::var_os("HOME").map(PathBuf::from);
+    for (key, default) in [("CARGO_HOME", ".cargo"), ("RUSTUP_HOME", ".rustup")] {
+        let kept = std::env::var_os(key)
+            .map(PathBuf::from)
+            .or_else(|| real.as_ref().map(|home| home.join(default)))
+            .filter(|dir| dir.is_dir());
+        if let Some(dir) = kept {
+            spec = spec.env(key, dir);
+        }
+    }
+    Ok(spec)
+}
+
+/// A trial's mutation check from its mutant run: which sampled mutants did not make their test
+/// fail.
+fn check_report(biting: &[BitingMutant], run: Verified) -> MutationReport {
+    let outcomes = mutate::Outcomes::of(&run.result);
+    let survived = run
+        .applied
+        .iter()
+        .filter(|mutant| outcomes.failed_by(mutant).is_empty())
+        .cloned()
+        .collect();
+    MutationReport {
+        tried: run.applied.len(),
+        biting: biting
+            .iter()
+            .filter(|b| run.applied.contains(&b.mutant))
+            .cloned()
+            .collect(),
+        survived,
+        notes: run.notes,
     }
 }

@@ -109,7 +109,9 @@ pub fn snapshot(
     }
     let tree = repo.find_tree(update.create_updated(&repo, &base_tree)?)?;
     let mut options = DiffOptions::new();
-    options.show_binary(true).include_typechange(true);
+    // A typechange (file to symlink) as a deletion and an addition, as git writes it: a mode
+    // change from 100644 to 120000 is a patch `git apply` refuses.
+    options.show_binary(true);
     let mut diff = repo.diff_tree_to_tree(Some(&base_tree), Some(&tree), Some(&mut options))?;
     let mut find = DiffFindOptions::new();
     find.renames(true);

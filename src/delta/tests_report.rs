@@ -73,6 +73,23 @@ impl TestReport {
         report
     }
 
+    /// The report with `path` (the verify workspace) written as `{workspace}` in test ids, so
+    /// ids compare across runs and machines.
+    pub fn without_path(self, path: &std::path::Path) -> Self {
+        let path = path.to_string_lossy();
+        let strip = |ids: BTreeSet<String>| -> BTreeSet<String> {
+            ids.into_iter()
+                .map(|id| id.replace(&*path, "{workspace}"))
+                .collect()
+        };
+        Self {
+            passed: strip(self.passed),
+            failed: strip(self.failed),
+            skipped: strip(self.skipped),
+            ..self
+        }
+    }
+
     /// Tests that ran (passed or failed; skipped ones did not run).
     pub fn ran(&self) -> u64 {
         (self.passed.len() + self.failed.len()) as u64

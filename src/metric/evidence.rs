@@ -183,6 +183,10 @@ pub struct TestEvidence {
     /// the output of `cargo test`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<String>,
+    /// Mutants of the hidden tests that made the reference fail: a sample of them runs with
+    /// every passing trial.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mutants: Vec<crate::delta::BitingMutant>,
 }
 
 impl TestEvidence {
@@ -203,6 +207,7 @@ impl TestEvidence {
                 ran: report.ran(),
                 passed: report.passed.len() as u64,
                 names: report.passed.iter().cloned().collect(),
+                mutants: Vec::new(),
             },
             None => {
                 let ran: u64 = found.iter().map(|(_, s)| s.ran).sum();
@@ -216,6 +221,7 @@ impl TestEvidence {
                     ran,
                     passed: ran.saturating_sub(failed),
                     names: names.into_iter().collect(),
+                    mutants: Vec::new(),
                 }
             }
         }

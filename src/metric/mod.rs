@@ -297,7 +297,7 @@ mod tests {
                 output: output.into(),
                 ..CommandResult::default()
             },
-            rejected: None,
+            ..EnvironmentDelta::default()
         }
     }
 

@@ -71,6 +71,15 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
     {
         return Verdict::not_passed(Judgement::Invalid, why);
     }
+    if input.score.passed
+        && let Some(why) = input
+            .delta
+            .mutation
+            .as_ref()
+            .and_then(|report| report.survivor_reason())
+    {
+        return Verdict::not_passed(Judgement::Invalid, why);
+    }
     if input.score.passed {
         return Verdict {
             judgement: Judgement::Pass,
@@ -111,7 +120,7 @@ mod tests {
                 output: output.into(),
                 ..CommandResult::default()
             },
-            rejected: None,
+            ..EnvironmentDelta::default()
         }
     }
 
@@ -150,6 +159,7 @@ mod tests {
             ran: 2,
             passed: 2,
             names: vec!["t.T.test_a".into(), "t.T.test_b".into()],
+            ..TestEvidence::default()
         };
         // The agent's code printed the summary and called os._exit(0): the hook saw no test.
         let mut fake = delta(0, RAN_2);
@@ -189,7 +199,7 @@ mod tests {
             runners: vec!["pytest".into()],
             ran: 3,
             passed: 3,
-            names: Vec::new(),
+            ..TestEvidence::default()
         };
         let v = judge(&delta(0, "1 passed in 0.01s\n"), Some(&expected));
         assert_eq!(v.judgement, Judgement::Invalid);

@@ -3,7 +3,9 @@
 //!
 //! The unified hierarchy is found in `/proc/self/mountinfo` (at `/sys/fs/cgroup` on pure v2
 //! hosts, `/sys/fs/cgroup/unified` on hybrid ones), and this process's own cgroup in
-//! `/proc/self/cgroup` (`0::/path`). Children go under `<own>/deltabench-<pid>/`, created at
+//! `/proc/self/cgroup` (`0::/path`). Children go under `<own>/deltabench-<pidns>-<pid>/`
+//! (the pid namespace's inode: a pid is only dead or alive within its namespace, and a machine
+//! may run deltabench in several that share one cgroup tree), created at
 //! the first spawn; when that fails (no v2, no write access, a kernel without `cgroup.kill`),
 //! every child falls back to its process group.
 
@@ -32,7 +34,7 @@ fn detect() -> Option<PathBuf> {
     for parent in dead_parents() {
         let _ = reap_parent(&parent, false);
     }
-    let parent = own_dir()?.join(format!("deltabench-{}", std::process::id()));
+    let parent = own_dir()?.join(parent_name(std::process::id()));
     fs::create_dir_all(&parent).ok()?;
     // cgroup.kill exists since Linux 5.14; without it a cgroup cannot kill its tree.
     let probe = parent.join("probe");
@@ -92,7 +94,7 @@ pub fn dead_parents() -> Vec<PathBuf> {
             let name = entry.file_name();
             let pid = name
                 .to_str()
-                .and_then(|n| n.strip_prefix("deltabench-"))
+                .and_then(|n| n.strip_prefix(&format!("deltabench-{}-", pid_namespace())))
                 .and_then(|pid| pid.parse::<u32>().ok());
             pid.is_some_and(|pid| {
                 pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
@@ -104,9 +106,23 @@ pub fn dead_parents() -> Vec<PathBuf> {
     found
 }
 
+/// `deltabench-<pidns>-<pid>`: the parent cgroup's name for `pid` of this pid namespace.
+fn parent_name(pid: u32) -> String {
+    format!("deltabench-{}-{pid}", pid_namespace())
+}
+
+/// The inode of this process's pid namespace (`0` when it cannot be read).
+fn pid_namespace() -> u64 {
+    static NS: OnceLock<u64> = OnceLock::new();
+    *NS.get_or_init(|| {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+    })
+}
+
 /// The parent cgroup of deltabench process `pid`, if it exists.
 pub fn parent_of(pid: u32) -> Option<PathBuf> {
-    let parent = own_dir()?.join(format!("deltabench-{pid}"));
+    let parent = own_dir()?.join(parent_name(pid));
     parent.is_dir().then_some(parent)
 }
 

@@ -319,6 +319,7 @@ async fn carry_out(
             .with_shared(Isolation::Sandbox, worktree),
         sandbox_hidden: sandbox_hidden(&suite, &root, &run_dir, &plan.request.cache),
         expected: plan.expected.clone(),
+        discover_mutants: plan.discover_mutants,
         record: plan.request.record,
         replay: plan.request.replay.clone(),
         environments,

@@ -51,6 +51,8 @@ pub struct Plan {
     pub request: RunRequest,
     /// What `validate` saw each task's reference solution show (the suite's lock file).
     pub expected: HashMap<String, TestEvidence>,
+    /// `validate`: the reference's trials find which mutants of the hidden tests bite.
+    pub discover_mutants: bool,
 }
 
 impl Plan {
@@ -229,6 +231,7 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
         unsharded_trials,
         request,
         expected,
+        discover_mutants: false,
     })
 }
 

@@ -25,7 +25,7 @@ use crate::agent::{
     CodingAgent, CodingResult, CodingStatus, CodingTask, CommandAgent, MockAgent, NoopAgent,
     OracleAgent, SANDBOX_FAILED, StreamEvent,
 };
-use crate::delta::{DiffStats, FreshWorkspace, TaskProbe, commit_setup};
+use crate::delta::{DiffStats, FreshWorkspace, MutationPlan, TaskProbe, commit_setup, mutate};
 use crate::lifecycle::{
     BuildContext, FnCodingAgentFactory, RunCodingNode, RunNodeError, run_coding_node,
 };
@@ -63,6 +63,8 @@ pub struct TrialInputs {
     pub sandbox_hidden: Vec<PathBuf>,
     /// What `validate` saw each task's reference solution show, by task id.
     pub expected: HashMap<String, TestEvidence>,
+    /// `validate`: the reference's trials find the biting mutants of the hidden tests.
+    pub discover_mutants: bool,
     /// The runtime and the ready image of each task with an environment.
     pub environments: Environments,
     /// The prepared setup of each task whose setup runs once per template, by task index.
@@ -75,6 +77,20 @@ pub struct TrialInputs {
     pub record: bool,
     /// The recorded run whose same trial answers each gateway trial's model calls.
     pub replay: Option<PathBuf>,
+}
+
+/// The mutation check of a trial: `validate`'s reference finds the biting mutants; any other
+/// trial runs a fresh sample of those the lock holds.
+fn mutation_plan(inputs: &TrialInputs, task: &Task, agent: &AgentSpec) -> Option<MutationPlan> {
+    if task.mutants == 0 || task.tests.is_none() {
+        return None;
+    }
+    if inputs.discover_mutants {
+        return matches!(agent, AgentSpec::Oracle).then_some(MutationPlan::Discover);
+    }
+    let biting = &inputs.expected.get(&task.id)?.mutants;
+    (!biting.is_empty())
+        .then(|| MutationPlan::Check(mutate::sample(biting, task.mutants, mutate::fresh_seed())))
 }
 
 /// Runs one trial to a record. Never fails: what went wrong is in the record.
@@ -91,7 +107,11 @@ pub async fn run_trial(
     let agent_spec = inputs.agents[&spec.agent].clone();
     let (agent_env, api_key) = agent_spec.secrets();
     let secrets = Secrets::of_trial(agent_env, api_key);
-    let protected = Protected::for_task(task.protected.as_deref(), task.tests.as_ref());
+    let protected = Protected::for_task(
+        task.protected.as_deref(),
+        task.tests.as_ref(),
+        &task.verify.run,
+    );
     // Only the base commit's history, so no later commit is readable from the workspace.
     let history = inputs.source.repo_for(commit);
     let preparation = inputs.preparations.get(&spec.task);
@@ -165,6 +185,7 @@ pub async fn run_trial(
             .prepared_by(base.prepare.clone()),
             isolation: Isolation::Worktree.as_str().to_owned(),
         },
+        mutation: mutation_plan(inputs, task, &agent_spec),
     });
     let agent_sandbox = sandbox("home").map(|policy| match &inputs.model_route {
         Some(route) => policy.model_route(route.clone()),
@@ -329,7 +350,12 @@ pub async fn run_trial(
                     timed_out: verify.timed_out,
                     duration_ms: verify.duration_ms,
                 });
-                let evidence = TestEvidence::of(verify);
+                let mut evidence = TestEvidence::of(verify);
+                if inputs.discover_mutants
+                    && let Some(report) = &delta.mutation
+                {
+                    evidence.mutants = report.biting.clone();
+                }
                 let _ = write_json_atomic(&dir.join(layout::TESTS), &evidence);
             }
             describe_result(&mut record, &outcome.result);
@@ -343,6 +369,16 @@ pub async fn run_trial(
                     record.tampered = protected.touched(&delta.diff, &|path| {
                         file_versions(history, &base.commit, &delta.diff, path)
                     });
+                    for path in &delta.changed_tests {
+                        if !record.tampered.contains(path) {
+                            record
+                                .tampered
+                                .push(format!("{path} (rewritten while verify ran)"));
+                        }
+                    }
+                    if let Some(report) = &delta.mutation {
+                        let _ = write_json_atomic(&dir.join(layout::MUTANTS), report);
+                    }
                     let verdict = verdict(VerdictInput {
                         delta,
                         score: report.score,

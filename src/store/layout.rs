@@ -38,6 +38,8 @@ pub const TRAJECTORY: &str = "trajectory.json";
 pub const RESULT: &str = "result.json";
 /// What the verify output showed (tests run, passed, failed): the evidence `validate` keeps.
 pub const TESTS: &str = "tests.json";
+/// What the mutation check ran and found ([`crate::delta::MutationReport`]).
+pub const MUTANTS: &str = "mutants.json";
 /// The task's `setup:` output in the agent's workspace.
 pub const SETUP_LOG: &str = "setup.log";
 /// The task's `setup:` output in the verify workspace.

@@ -363,7 +363,10 @@ mod tests {
         fs::create_dir_all(root.join("w")).unwrap();
         let held = HeldLease::acquire(tmp.path(), &tmp.path().join("run"), &root, None).unwrap();
         let mut found = leases(tmp.path()).remove(0);
-        found.lease.start_time += 1;
+        // A process that is gone (this test process's cgroups are other tests' to keep).
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        found.lease.pid = gone.id();
         let other = lock_for_reaping(&found.path).unwrap();
         assert_eq!(reap(&found, false), None);
         assert!(root.exists() && found.path.exists());

@@ -433,6 +433,11 @@ fn task(
         timeout,
         isolation,
         environment,
+        mutants: t
+            .mutants
+            .as_ref()
+            .or(defaults.mutants.as_ref())
+            .map_or(crate::delta::DEFAULT_MUTANTS, |n| n.value),
     })
 }
 

@@ -273,6 +273,9 @@ pub struct RawDefaults {
     #[serde(default)]
     #[schemars(with = "Option<bool>")]
     pub prepare: Option<Spanned<bool>>,
+    #[serde(default)]
+    #[schemars(with = "Option<u32>")]
+    pub mutants: Option<Spanned<u32>>,
 }
 
 /// `environment:`: the container a task's setup, agent and verify command run in.
@@ -367,6 +370,12 @@ pub struct RawTask {
     #[serde(default)]
     #[schemars(with = "Option<RawEnvironment>")]
     pub environment: Option<Spanned<RawEnvironment>>,
+    /// Mutants of the hidden tests' assertions run with every passing trial, to show that the
+    /// assertions still bite in that run (default 3 where a mutator exists: Python, Rust); 0
+    /// turns the check off.
+    #[serde(default)]
+    #[schemars(with = "Option<u32>")]
+    pub mutants: Option<Spanned<u32>>,
 }
 
 /// A factor's levels as written: `[a, b]` (each value its own label) or `{label: value}`.

@@ -146,6 +146,8 @@ pub struct Task {
     /// The container its setup, agent and verify command run in; `None`: on the host.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub environment: Option<Environment>,
+    /// How many biting mutants of the hidden tests run with each passing trial (0: none).
+    pub mutants: u32,
 }
 
 fn located_value<S: serde::Serializer>(v: &Located<String>, s: S) -> Result<S::Ok, S::Error> {

@@ -80,7 +80,7 @@ fn empty_files_modes_and_renames_apply_as_hidden_tests_and_as_a_solution() {
     write_suite(
         root,
         "name: patches\nrepo: repo\ntasks:\n  - id: t\n    instruction: fix add\n    tests: hidden.patch\n    \
-         solution: fix.patch\n    verify: ./check.sh\n",
+         solution: fix.patch\n    protected: [defaults, \"!check.sh\"]\n    verify: ./check.sh\n",
     );
     let (output, _, out) = run_suite(root, &["--agent", "oracle", "--agent", "noop"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
@@ -123,7 +123,7 @@ fn a_patch_that_does_not_apply_names_the_file_and_why() {
     write_suite(
         root,
         "name: patches\nrepo: repo\ntasks:\n  - id: t\n    instruction: fix add\n    tests: hidden.patch\n    \
-         solution: fix.patch\n    verify: ./check.sh\n",
+         solution: fix.patch\n    protected: [defaults, \"!check.sh\"]\n    verify: ./check.sh\n",
     );
     let (_, _, out) = run_suite(root, &["--agent", "oracle"]);
     let records = trials(&out);

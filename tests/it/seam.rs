@@ -281,7 +281,7 @@ impl DeltaProbe for ExistsProbe {
                     exit_code: Some(0),
                     ..CommandResult::default()
                 },
-                rejected: None,
+                ..EnvironmentDelta::default()
             })
         })
     }
@@ -499,7 +499,7 @@ async fn a_custom_metric_sees_only_the_delta() {
     let delta = EnvironmentDelta {
         diff: "+x".into(),
         command_result: CommandResult::default(),
-        rejected: None,
+        ..EnvironmentDelta::default()
     };
     let score = metric.score(&delta).await.unwrap();
     assert!(!score.passed);

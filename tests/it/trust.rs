@@ -145,14 +145,15 @@ fn an_empty_file_in_the_diff_does_not_make_a_config_edit_tampering() {
 fn fake_success_lines_with_a_failing_exit_are_invalid() {
     let tmp = temp_dir();
     git_repo(tmp.path(), CALC);
-    // The agent rewrites the verify script to print what a green unittest run prints, then exit 1.
+    // The agent rewrites the verify script to print what a green unittest run prints, then exit 1
+    // (the script is taken out of the protected paths, which would fail it first).
     let fake = "printf 'test_add PASSED\\n\\nRan 3 tests in 0.001s\\n\\nOK\\n'; exit 1";
     write_suite(
         tmp.path(),
         &format!(
             "name: fake\nrepo: repo\nagents:\n  faker: {{kind: command, run: \"printf '%s\\\\n' \\\"{fake}\\\" > check.sh\"}}\n\
-             tasks:\n  - id: by-delta\n    instruction: fix add\n    verify: sh check.sh\n  \
-             - id: by-token\n    instruction: fix add\n    verify: sh check.sh\n    metric: delta-token\n"
+             tasks:\n  - id: by-delta\n    instruction: fix add\n    verify: sh check.sh\n    protected: [defaults, \"!check.sh\"]\n  \
+             - id: by-token\n    instruction: fix add\n    verify: sh check.sh\n    protected: [defaults, \"!check.sh\"]\n    metric: delta-token\n"
         ),
     );
     let (output, _work, out) = run_suite(tmp.path(), &[]);

@@ -116,6 +116,7 @@ pub(super) fn reference_evidence(oracle: &[Trial]) -> Option<TestEvidence> {
                 least.passed = least.passed.min(seen.passed);
                 least.names.retain(|name| seen.names.contains(name));
                 least.runners.retain(|name| seen.runners.contains(name));
+                least.mutants.retain(|m| seen.mutants.contains(m));
                 least
             }
         });

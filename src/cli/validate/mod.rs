@@ -52,6 +52,7 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
     let mut plan = runner::plan(Arc::new(loaded), request)?;
     // The reference is measured afresh, not held to what an earlier validate recorded.
     plan.expected.clear();
+    plan.discover_mutants = true;
     let scratch = Scratch::create(&plan.request.cache, &workdir)?;
     let run_dir = scratch.path.join("run");
     let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal());
@@ -97,6 +98,7 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
             }
             None => {
                 print_stdout(&format!("ok   {}\n", task.id));
+                print_stdout(&mutation_warnings(task, &oracle));
                 if let Some(evidence) = reference_evidence(&oracle) {
                     changed += usize::from(lock.record(task, evidence, runner::now()));
                     locked += 1;
@@ -145,6 +147,44 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
         ));
         Ok(Exit::Ok)
     }
+}
+
+/// What a sound task's reference showed of its mutants, when it needs saying: the files the
+/// lister could not read, and a task whose assertions no mutant bites (its passes then rest on
+/// the other checks only).
+fn mutation_warnings(task: &suite::Task, oracle: &[Trial]) -> String {
+    let Some(trial) = oracle.first() else {
+        return String::new();
+    };
+    let Ok(bytes) = std::fs::read(trial.dir.join(store::layout::MUTANTS)) else {
+        return String::new();
+    };
+    let Ok(report) = serde_json::from_slice::<crate::delta::MutationReport>(&bytes) else {
+        return String::new();
+    };
+    let mut text = String::new();
+    for note in &report.notes {
+        text.push_str(&format!("     warning: {note}\n"));
+    }
+    if report.tried == 0 && report.notes.is_empty() {
+        text.push_str(&format!(
+            "     warning: no mutants for {}: its hidden tests hold no assertion in a Python or Rust test function (the languages with a mutator)\n",
+            task.id
+        ));
+    } else if report.biting.is_empty() {
+        text.push_str(&format!(
+            "     warning: no mutant of {}'s hidden tests bites ({} tried): nothing shows that their assertions still bite in a trial's run\n",
+            task.id, report.tried
+        ));
+    } else {
+        text.push_str(&format!(
+            "     mutants: {} of {} bite; {} run with each passing trial\n",
+            report.biting.len(),
+            report.tried,
+            task.mutants.min(report.biting.len() as u32)
+        ));
+    }
+    text
 }
 
 /// `validate`'s scratch folder (`WORKDIR/deltabench-validate-*`), held under a lease of its own

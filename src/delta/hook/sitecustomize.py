@@ -66,6 +66,74 @@ if _out is not None:
 
     _result.TestResult.addSubTest = _subtest
 
+    # pytest gets the plugin from here, not from PYTEST_PLUGINS: a verify command that replaces
+    # PYTHONPATH then runs without the hook instead of failing to import it. Entry-point
+    # plugins load as usual, except from distributions inside the verify workspace (a
+    # `NAME.dist-info` the agent wrote, on sys.path under `python -m pytest`).
+    _root = os.environ.pop("DELTABENCH_VERIFY_ROOT", None)
+
+    def _outside(dist):
+        try:
+            where = os.path.realpath(str(dist.locate_file("")))
+        except Exception:
+            return True
+        return not _root or not (where + os.sep).startswith(os.path.realpath(_root) + os.sep)
+
+    def _patch_pytest(config):
+        manager = config.PytestPluginManager
+        original_init = manager.__init__
+        original_load = manager.load_setuptools_entrypoints
+
+        def __init__(self, *args, **kwargs):
+            original_init(self, *args, **kwargs)
+            import deltabench_pytest
+
+            if not self.has_plugin("deltabench_pytest"):
+                self.register(deltabench_pytest, name="deltabench_pytest")
+
+        def load_setuptools_entrypoints(self, group, name=None):
+            import importlib.metadata as metadata
+
+            everything = metadata.distributions
+            metadata.distributions = lambda **kw: [d for d in everything(**kw) if _outside(d)]
+            try:
+                return original_load(self, group, name)
+            finally:
+                metadata.distributions = everything
+
+        manager.__init__ = __init__
+        manager.load_setuptools_entrypoints = load_setuptools_entrypoints
+
+    class _PytestFinder:
+        """Patches `_pytest.config` once it is imported (pytest is not imported here)."""
+
+        def find_spec(self, name, path=None, target=None):
+            if name != "_pytest.config":
+                return None
+            import importlib.util
+
+            sys.meta_path.remove(self)
+            try:
+                spec = importlib.util.find_spec(name)
+            finally:
+                sys.meta_path.insert(0, self)
+            if spec is None or spec.loader is None:
+                return spec
+            loader = spec.loader
+            execute = loader.exec_module
+
+            def exec_module(module):
+                execute(module)
+                try:
+                    _patch_pytest(module)
+                except Exception:
+                    pass
+
+            loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, _PytestFinder())
+
 # The environment's own sitecustomize, if there is one, still runs.
 _here = os.path.dirname(os.path.abspath(__file__))
 _saved = sys.modules.pop("sitecustomize", None)

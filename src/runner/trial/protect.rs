@@ -19,9 +19,18 @@ use crate::delta::changed_paths;
 use crate::workspace::Overlay;
 
 /// Infrastructure protected whole, at any depth or at the root.
-pub const DEFAULT_GLOBS: [&str; 21] = [
+///
+/// Bytecode and distribution metadata (`*.dist-info`, `*.egg-info`) are not here: an honest
+/// run of the tests or `pip install -e .` makes them, so they are never copied into the verify
+/// workspace instead ([`crate::delta::never_verified`]).
+pub const DEFAULT_GLOBS: [&str; 25] = [
     "**/conftest.py",
     "**/pytest.ini",
+    "**/.pytest.ini",
+    "**/pytest.toml",
+    "**/.pytest.toml",
+    // Runs before the tests compile, with write access to them.
+    "**/build.rs",
     "**/sitecustomize.py",
     "**/usercustomize.py",
     "**/*.pth",
@@ -44,7 +53,9 @@ pub const DEFAULT_GLOBS: [&str; 21] = [
 ];
 
 /// Files protected only where they configure a test runner: (file name, what counts).
-const SECTION_FILES: [(&str, Sections); 4] = [
+const SECTION_FILES: [(&str, Sections); 5] = [
+    // A package's `build` key names a build script other than `build.rs`.
+    ("Cargo.toml", Sections::Toml(&["package.build"])),
     (
         "pyproject.toml",
         Sections::Toml(&["tool.pytest", "tool.tox", "tool.nose"]),
@@ -76,14 +87,22 @@ pub type FileVersions = Option<(Option<Vec<u8>>, Option<Vec<u8>>)>;
 pub struct Protected {
     protect: Vec<Regex>,
     except: Vec<Regex>,
-    sections: bool,
+    /// The rules beyond paths: test-runner sections of config files, and new top-level
+    /// modules that shadow one the verify interpreter imports from elsewhere.
+    rules: bool,
 }
 
 impl Protected {
-    /// The task's `protected:` globs, or else the defaults for its hidden tests.
-    pub fn for_task(globs: Option<&[String]>, tests: Option<&Overlay>) -> io::Result<Self> {
+    /// The task's `protected:` globs, or else the defaults for its hidden tests and its verify
+    /// command.
+    pub fn for_task(
+        globs: Option<&[String]>,
+        tests: Option<&Overlay>,
+        verify: &str,
+    ) -> io::Result<Self> {
         let defaults = || -> io::Result<Vec<Regex>> {
             let mut patterns: Vec<Regex> = DEFAULT_GLOBS.iter().map(|g| glob_regex(g)).collect();
+            patterns.extend(run_by(verify).iter().map(|path| glob_regex(path)));
             if let Some(overlay) = tests {
                 for path in overlay_paths(overlay)? {
                     patterns.push(anchored(&regex::escape(&path)));
@@ -101,14 +120,14 @@ impl Protected {
             return Ok(Self {
                 protect: defaults()?,
                 except: Vec::new(),
-                sections: true,
+                rules: true,
             });
         };
         let mut protected = Self::default();
         for glob in globs {
             if glob == "defaults" {
                 protected.protect.extend(defaults()?);
-                protected.sections = true;
+                protected.rules = true;
             } else if let Some(excluded) = glob.strip_prefix('!') {
                 protected.except.push(glob_regex(excluded));
             } else {
@@ -127,10 +146,85 @@ impl Protected {
             .filter(|path| !self.except.iter().any(|re| re.is_match(path)))
             .filter(|path| {
                 self.protect.iter().any(|re| re.is_match(path))
-                    || (self.sections && runner_sections_changed(path, contents))
+                    || (self.rules
+                        && (runner_sections_changed(path, contents)
+                            || shadows_a_module(path, contents)))
             })
             .collect()
     }
+}
+
+/// The files a verify command runs itself: a Makefile for `make`, and the shell scripts it
+/// names by a relative path (`sh run_tests.sh`, `./ci/test.bash`). Other files it names
+/// (`grep x src/lib.rs`, `python3 main.py`) are often what the agent is asked to change.
+fn run_by(verify: &str) -> Vec<String> {
+    let words: Vec<&str> = verify
+        .split(|c: char| c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')'))
+        .map(|w| w.trim_matches(|c| c == '\'' || c == '"'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut files = Vec::new();
+    if words.iter().any(|w| *w == "make" || w.ends_with("/make")) {
+        files.extend(["Makefile", "makefile", "GNUmakefile"].map(String::from));
+    }
+    for word in words {
+        let word = word.trim_start_matches("./");
+        let script = [".sh", ".bash", ".mk"]
+            .iter()
+            .any(|ext| word.ends_with(ext));
+        let relative = !word.starts_with(['/', '-', '$', '~']) && !word.contains("..");
+        if relative && script && !word.contains(['*', '?', '=']) {
+            files.push(word.to_owned());
+        }
+    }
+    files
+}
+
+/// A top-level module the diff adds (`NAME.py`, `NAME/__init__.py`, `NAME.pyc`, `NAME.*.so`)
+/// whose name the verify interpreter would otherwise import from its standard library or an
+/// installed package: with the workspace first on `sys.path`, it runs in their place.
+fn shadows_a_module(path: &str, contents: &dyn Fn(&str) -> FileVersions) -> bool {
+    let (name, rest) = path.split_once('/').unwrap_or((path, ""));
+    let module = match rest {
+        "" => {
+            let (stem, ext) = name.split_once('.').unwrap_or((name, ""));
+            let importable = ext == "py" || ext == "pyc" || ext.ends_with("so") || ext == "pyd";
+            if !importable {
+                return false;
+            }
+            stem
+        }
+        "__init__.py" => name,
+        _ => return false,
+    };
+    let added = !matches!(contents(path), Some((Some(_), _)));
+    added && importable_elsewhere().contains(module)
+}
+
+/// The top-level modules `python3` imports from outside a workspace: its standard library and
+/// its installed packages (empty when there is no `python3`).
+fn importable_elsewhere() -> &'static std::collections::BTreeSet<String> {
+    static NAMES: std::sync::OnceLock<std::collections::BTreeSet<String>> =
+        std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let script = "import pkgutil, sys\n\
+            names = set(getattr(sys, 'stdlib_module_names', ())) | set(sys.builtin_module_names)\n\
+            names |= {m.name for m in pkgutil.iter_modules()}\n\
+            print('\\n'.join(sorted(names)))";
+        std::process::Command::new("python3")
+            .args(["-I", "-c", script])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    })
 }
 
 /// Whether a `pyproject.toml`, `setup.cfg`, `tox.ini` or `package.json` changed where it
@@ -270,7 +364,7 @@ mod tests {
             "*.lock".to_owned(),
             "ci/run?.sh".into(),
         ];
-        let protected = Protected::for_task(Some(&globs), None).unwrap();
+        let protected = Protected::for_task(Some(&globs), None, "").unwrap();
         let touched = protected.touched_plain(&patch(&[
             "tests/unit/test_a.py",
             "Cargo.lock",
@@ -290,12 +384,12 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("tests")).unwrap();
         std::fs::write(dir.path().join("tests/test_x.py"), "").unwrap();
         let overlay = Overlay::Dir(dir.path().to_owned());
-        let protected = Protected::for_task(None, Some(&overlay)).unwrap();
+        let protected = Protected::for_task(None, Some(&overlay), "").unwrap();
         assert_eq!(
             protected.touched_plain(&patch(&["tests/test_x.py", "tests/test_y.py"])),
             ["tests/test_x.py"]
         );
-        let by_dir = Protected::for_task(Some(&["tests".to_owned()]), None).unwrap();
+        let by_dir = Protected::for_task(Some(&["tests".to_owned()]), None, "").unwrap();
         assert_eq!(
             by_dir.touched_plain(&patch(&["tests/a", "testsuite"])),
             ["tests/a"]
