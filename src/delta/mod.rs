@@ -6,6 +6,7 @@
 //! tests, with its own timeout and bounded output.
 
 mod diff;
+pub mod flags;
 pub mod mutate;
 mod probe;
 mod snapshot;

@@ -127,6 +127,9 @@ fn failure_message(record: &TrialRecord) -> String {
     if !record.tampered.is_empty() {
         let _ = write!(message, "; tampered with {}", record.tampered.join(", "));
     }
+    if !record.flags.is_empty() {
+        let _ = write!(message, "; flagged: {}", record.flags.join(", "));
+    }
     if let Some(status) = record.status {
         let _ = write!(message, "; agent {status}");
     }

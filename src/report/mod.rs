@@ -44,6 +44,8 @@ pub struct AgentSummary {
     pub passed: usize,
     /// Scored trials whose verifier gave no evidence or contradicted itself: not passed.
     pub invalid: usize,
+    /// Trials whose diff has the shape of an attack on the judge (`flags`), whatever the verdict.
+    pub flagged: usize,
     pub infra_errors: usize,
     /// Mean of the per-task pass fractions; None when nothing was scored.
     pub pass_rate: Option<f64>,
@@ -110,6 +112,7 @@ pub fn summarize(records: &[TrialRecord], agents: &[String]) -> Vec<AgentSummary
                     .iter()
                     .filter(|r| r.outcome == Outcome::Invalid)
                     .count(),
+                flagged: mine.iter().filter(|r| !r.flags.is_empty()).count(),
                 infra_errors: mine.len() - scored,
                 pass_rate: estimate.as_ref().map(|e| e.rate),
                 interval: estimate.as_ref().map(|e| (e.interval.lo, e.interval.hi)),
@@ -172,6 +175,18 @@ fn false_claims_text(s: &AgentSummary) -> String {
     }
 }
 
+/// `1/6 16.7%`: trials with a flagged diff, of all.
+fn flagged_text(s: &AgentSummary) -> String {
+    match s.trials {
+        0 => "-".into(),
+        n => format!(
+            "{}/{n} {}",
+            s.flagged,
+            percent(Some(s.flagged as f64 / n as f64))
+        ),
+    }
+}
+
 /// What the `false claims` column counts, said under the tables that show it.
 pub const FALSE_CLAIMS_NOTE: &str = "false claims: trials the agent ended `completed` (it said the work is done) that did not pass verification, of all it ended `completed`, with a 95% Wilson interval";
 
@@ -189,6 +204,7 @@ struct Row {
     #[tabled(rename = "pass@k / pass^k")]
     at_k: String,
     invalid: usize,
+    flagged: String,
     #[tabled(rename = "infra errors")]
     infra_errors: usize,
     #[tabled(rename = "mean cost")]
@@ -214,6 +230,7 @@ fn rows(summaries: &[AgentSummary]) -> Vec<Row> {
                 _ => "-".into(),
             },
             invalid: s.invalid,
+            flagged: flagged_text(s),
             infra_errors: s.infra_errors,
             // `~`: priced by deltabench from its price table, not reported by the agent.
             cost: s.mean_cost_usd.map_or("-".into(), |c| {
@@ -394,6 +411,7 @@ pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
         "cost_usd",
         "tampered",
         "cost_estimated",
+        "flags",
     ])?;
     let opt = |v: Option<String>| v.unwrap_or_default();
     for r in records {
@@ -417,6 +435,7 @@ pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
             opt(r.usage.and_then(|u| u.cost_usd).map(|c| c.to_string())),
             r.tampered.join(";"),
             opt(r.usage.map(|u| u.cost_estimated.to_string())),
+            r.flags.join(";"),
         ])?;
     }
     let bytes = writer.into_inner().map_err(|e| e.into_error())?;

@@ -376,6 +376,7 @@ pub async fn run_trial(
                                 .push(format!("{path} (rewritten while verify ran)"));
                         }
                     }
+                    record.flags = crate::delta::flags::scan(&delta.diff);
                     if let Some(report) = &delta.mutation {
                         let _ = write_json_atomic(&dir.join(layout::MUTANTS), report);
                     }

@@ -144,6 +144,10 @@ pub struct TrialRecord {
     /// the trial under the `delta` metric.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tampered: Vec<String>,
+    /// Places in the diff with the shape of an attack on the judge (`PATH:LINE: what`), for
+    /// review; they never change the verdict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
     /// Why the outcome is `invalid`: what the verify output said against its exit code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invalid: Option<String>,
@@ -196,6 +200,7 @@ impl TrialRecord {
             phases: Vec::new(),
             started_at,
             tampered: Vec::new(),
+            flags: Vec::new(),
             invalid: None,
             reason: None,
             grader: None,

@@ -331,6 +331,25 @@ fn the_mutation_check_alone_catches_patched_assertions_equal_values_and_a_forged
             // the failure anyway, or the mutants survive.
             expect(&records, task, "patched_runner", &["invalid", "fail"], "");
         }
+        // Flagged for review, whatever the verdict.
+        for (agent, flag) in [
+            (
+                "patched_assertions",
+                "calc.py:4: assigns to a unittest/pytest attribute",
+            ),
+            (
+                "always_equal",
+                "calc.py:5: an equality that holds for anything",
+            ),
+            (
+                "forged_hook",
+                "exits the interpreter or registers an exit hook",
+            ),
+        ] {
+            let record = &records[&("unittest".to_owned(), agent.to_owned())];
+            assert!(record["flags"].to_string().contains(flag), "{record}");
+        }
+        assert!(records[&("unittest".to_owned(), "honest".to_owned())]["flags"].is_null());
         let trial = tmp
             .path()
             .join(format!("out-{isolation}/trials/unittest/always_equal/1"));
@@ -643,4 +662,48 @@ fn the_mutant_lister_passes_its_own_tests() {
     let text = stderr(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("\nOK"), "{text}");
+}
+
+/// A hidden test file the lister cannot parse is named in validate's output and gives no
+/// mutants; the task's other files still do, and the task is still validated.
+#[test]
+fn a_test_file_the_mutator_cannot_parse_is_named_and_the_rest_still_mutated() {
+    let test =
+        "assertions::a_test_file_the_mutator_cannot_parse_is_named_and_the_rest_still_mutated";
+    if !require_tools(test, false) {
+        return;
+    }
+    let tmp = temp_dir();
+    repo(tmp.path());
+    // A file no runner of the task imports (the verify command names test_calc only).
+    write_files(
+        tmp.path(),
+        &[(
+            "hidden/tests/test_broken.py",
+            "def test_x(:\n    assert 1 == 1\n",
+        )],
+    );
+    let yaml = suite_yaml(tmp.path(), "worktree", &[("honest", FIX.to_owned())], "");
+    std::fs::write(tmp.path().join("suite.yaml"), yaml).unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let validated = deltabench(tmp.path())
+        .args(["validate", "suite.yaml", "--task", "unittest", "--workdir"])
+        .arg(&work)
+        .output()
+        .unwrap();
+    let said = stdout(&validated);
+    assert_eq!(
+        validated.status.code(),
+        Some(0),
+        "{said}\n{}",
+        stderr(&validated)
+    );
+    assert!(
+        said.contains("warning: tests/test_broken.py: ") && said.contains("line 1"),
+        "{said}"
+    );
+    assert!(said.contains("mutants: 2 of 2 bite"), "{said}");
+    let lock = std::fs::read_to_string(tmp.path().join("suite.lock.json")).unwrap();
+    assert!(lock.contains("\"file\": \"tests/test_calc.py\""), "{lock}");
 }

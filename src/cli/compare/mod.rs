@@ -102,6 +102,9 @@ struct Side {
     unscored_trials: usize,
     /// Trials the agent ended `completed` that did not pass (claimed vs proven).
     false_claims: crate::report::FalseClaims,
+    /// Trials whose diff has the shape of an attack on the judge, of all the agent's trials.
+    flagged: usize,
+    trials: usize,
 }
 
 impl Side {
@@ -111,6 +114,12 @@ impl Side {
             run: run.path.display().to_string(),
             agent: agent.to_owned(),
             false_claims: crate::report::false_claims(&run.trials, agent, confidence),
+            flagged: run
+                .trials
+                .iter()
+                .filter(|r| r.agent == agent && !r.flags.is_empty())
+                .count(),
+            trials: run.trials.iter().filter(|r| r.agent == agent).count(),
             unscored_trials: run
                 .trials
                 .iter()

@@ -263,6 +263,14 @@ pub(super) fn text(base: &str, candidate: &str, outcome: &Compared) -> String {
             _ => String::new(),
         }
     );
+    let _ = writeln!(
+        out,
+        "flagged (a diff shaped like an attack on the judge): baseline {}/{}, candidate {}/{}",
+        outcome.baseline.flagged,
+        outcome.baseline.trials,
+        outcome.candidate.flagged,
+        outcome.candidate.trials
+    );
     let (sentence, note) = across(cmp);
     let _ = writeln!(out, "across tasks: {sentence}");
     if let Some(note) = note {

@@ -15,7 +15,7 @@ pub(super) fn summary_table(summaries: &[AgentSummary]) -> String {
     let mut out = String::from(
         "<table id=\"summary\">\n<thead><tr><th>agent</th><th>trials</th><th>passed</th>\
          <th>pass rate</th><th>95% CI</th><th>false claims</th><th>pass@k / pass^k</th>\
-         <th>invalid</th><th>infra errors</th><th>mean cost</th><th>median time</th></tr>\
+         <th>invalid</th><th>flagged</th><th>infra errors</th><th>mean cost</th><th>median time</th></tr>\
          </thead>\n<tbody>\n",
     );
     for row in rows(summaries) {
@@ -23,7 +23,7 @@ pub(super) fn summary_table(summaries: &[AgentSummary]) -> String {
             out,
             "<tr data-agent=\"{agent}\"><td class=\"name\">{name}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td class=\"false-claims\">{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             row.trials,
             row.passed,
             esc(&row.pass_rate),
@@ -31,6 +31,7 @@ pub(super) fn summary_table(summaries: &[AgentSummary]) -> String {
             esc(&row.false_claims),
             esc(&row.at_k),
             row.invalid,
+            esc(&row.flagged),
             row.infra_errors,
             esc(&row.cost),
             esc(&row.median),
@@ -146,6 +147,9 @@ pub(super) fn trial_list(trials: &[&TrialRecord]) -> String {
         };
         if !r.tampered.is_empty() {
             note = format!("tampered with {}; {note}", r.tampered.join(", "));
+        }
+        if !r.flags.is_empty() {
+            note = format!("flagged: {}; {note}", r.flags.join(", "));
         }
         let _ = writeln!(
             out,
