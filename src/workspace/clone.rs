@@ -2,9 +2,9 @@
 //!
 //! Not `git worktree add`: linked worktrees share refs, config and hooks, and adds race under
 //! concurrency. A shared clone has its own `.git` and borrows objects read-only (from the base
-//! commit's history repo, see `source`, so no later object is reachable by hash). After the clone
-//! every ref is deleted and the remote removed, so the agent sees only the base commit and its
-//! ancestors, not another branch or tag of the source (a later commit can hold the answer).
+//! commit's history repo, see `source`, so no later object is reachable by hash). It has no ref
+//! and no remote, so the agent sees only the base commit and its ancestors, not another branch
+//! or tag of the source (a later commit can hold the answer).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -81,42 +81,32 @@ impl WorkspaceBackend for CloneBackend {
     }
 }
 
-/// A `--shared` clone of `source` at `commit` in `path`, with every ref and the remote removed.
+/// A `--shared` clone of `source` at `commit` in `path`, with no ref, remote or reflog.
+///
+/// Made as `git clone --shared --no-checkout` would, less what the clone then had stripped: a
+/// new repository whose alternates file names the source's object store, then a checkout. That
+/// saves the clone's processes (upload-pack, the remote, the refs it writes): a new base
+/// commit's template is on its first trial's path.
 pub(super) fn make_clone(source: &Path, path: &Path, commit: &str) -> Result<(), String> {
-    let parent = path.parent().unwrap_or(Path::new("/"));
-    let (source, target) = (source.to_string_lossy(), path.to_string_lossy());
-    run_git(
-        parent,
-        &[
-            "clone",
-            "--shared",
-            "--no-checkout",
-            "--quiet",
-            &source,
-            &target,
-        ],
-    )?;
-    strip_refs(path).map_err(|err| format!("cannot clean refs of {}: {err}", path.display()))?;
+    let objects = match source.join(".git/objects") {
+        nested if nested.is_dir() => nested,
+        _ => source.join("objects"),
+    };
+    let objects = std::path::absolute(&objects)
+        .map_err(|err| format!("cannot resolve {}: {err}", objects.display()))?;
+    git2::Repository::init(path).map_err(|err| {
+        format!(
+            "cannot create a repository in {}: {}",
+            path.display(),
+            err.message()
+        )
+    })?;
+    let alternates = path.join(".git/objects/info/alternates");
+    fs::create_dir_all(path.join(".git/objects/info"))
+        .and_then(|()| fs::write(&alternates, format!("{}\n", objects.display())))
+        .map_err(|err| format!("cannot write {}: {err}", alternates.display()))?;
     run_git(path, &["checkout", "--quiet", "--detach", commit])?;
     // The checkout wrote a reflog entry; history beyond HEAD must stay out of reach.
     let _ = fs::remove_dir_all(path.join(".git/logs"));
-    Ok(())
-}
-
-/// Removes every ref, the packed refs and the `origin` remote of a fresh clone.
-fn strip_refs(path: &Path) -> std::io::Result<()> {
-    let git_dir = path.join(".git");
-    for sub in ["refs/heads", "refs/tags", "refs/remotes"] {
-        let dir = git_dir.join(sub);
-        if dir.exists() {
-            fs::remove_dir_all(&dir)?;
-        }
-        fs::create_dir_all(&dir)?;
-    }
-    for file in ["packed-refs", "FETCH_HEAD", "ORIG_HEAD"] {
-        let _ = fs::remove_file(git_dir.join(file));
-    }
-    run_git(path, &["config", "--remove-section", "remote.origin"])
-        .map_err(std::io::Error::other)?;
     Ok(())
 }

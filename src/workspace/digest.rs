@@ -15,48 +15,85 @@ use sha2::{Digest, Sha256};
 /// One path of the tree: its display name (relative, lossy) and the hash of everything about it.
 pub(super) type Entry = (String, String);
 
-/// Every path under `root` (not `root` itself), sorted by name.
-pub(super) fn record_tree(root: &Path) -> io::Result<Vec<Entry>> {
-    let mut entries = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
+/// Every path under `root` (not `root` itself), sorted by name, and the bytes they take on disk.
+///
+/// The folders are listed first, then the paths are hashed on every core: a template's record
+/// is on the path of a new base commit's first trial, and its cost is a few system calls per
+/// file.
+pub(super) fn record_tree(root: &Path) -> io::Result<(Vec<Entry>, u64)> {
+    let mut paths = Vec::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(relative) = stack.pop() {
         for entry in fs::read_dir(root.join(&relative))? {
             let entry = entry?;
             let path = relative.join(entry.file_name());
-            let full = entry.path();
-            let meta = fs::symlink_metadata(&full)?;
-            let mut hasher = Sha256::new();
-            hasher.update(path.as_os_str().as_bytes());
-            hasher.update([0]);
-            hasher.update(meta.mode().to_le_bytes());
-            hasher.update(meta.size().to_le_bytes());
-            hasher.update(meta.rdev().to_le_bytes());
-            let kind = meta.file_type();
-            if kind.is_file() {
-                let mut file = fs::File::open(&full)?;
-                loop {
-                    let n = file.read(&mut buf)?;
-                    if n == 0 {
-                        break;
-                    }
-                    hasher.update(&buf[..n]);
-                }
-            } else if kind.is_symlink() {
-                hasher.update(fs::read_link(&full)?.as_os_str().as_bytes());
-            } else if kind.is_dir() {
+            if entry.file_type()?.is_dir() {
                 stack.push(path.clone());
             }
-            hash_xattrs(&full, &mut hasher);
-            let digest = hasher.finalize();
-            entries.push((
-                path.to_string_lossy().into_owned(),
-                format!("{digest:x}")[..32].to_owned(),
-            ));
+            paths.push(path);
         }
     }
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = paths.len().div_ceil(workers).max(1);
+    let hashed = std::thread::scope(|scope| {
+        let handles: Vec<_> = paths
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || hash_paths(root, part)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect::<io::Result<Vec<_>>>()
+    })?;
+    let mut entries = Vec::with_capacity(paths.len());
+    let mut bytes = 0;
+    for (part, part_bytes) in hashed {
+        entries.extend(part);
+        bytes += part_bytes;
+    }
     entries.sort();
-    Ok(entries)
+    Ok((entries, bytes))
+}
+
+/// The entries of `paths` (relative to `root`) and the bytes they take on disk.
+fn hash_paths(root: &Path, paths: &[PathBuf]) -> io::Result<(Vec<Entry>, u64)> {
+    let mut entries = Vec::with_capacity(paths.len());
+    let mut bytes = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    for path in paths {
+        let full = root.join(path);
+        let meta = fs::symlink_metadata(&full)?;
+        bytes += meta.blocks() * 512;
+        let mut hasher = Sha256::new();
+        hasher.update(path.as_os_str().as_bytes());
+        hasher.update([0]);
+        hasher.update(meta.mode().to_le_bytes());
+        hasher.update(meta.size().to_le_bytes());
+        hasher.update(meta.rdev().to_le_bytes());
+        let kind = meta.file_type();
+        if kind.is_file() {
+            let mut file = fs::File::open(&full)?;
+            let mut left = meta.size();
+            // Read up to the size lstat gave (no extra read for the end of the file).
+            while left > 0 {
+                let n = file.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+                left = left.saturating_sub(n as u64);
+            }
+        } else if kind.is_symlink() {
+            hasher.update(fs::read_link(&full)?.as_os_str().as_bytes());
+        }
+        hash_xattrs(&full, &mut hasher);
+        let digest = hasher.finalize();
+        entries.push((
+            path.to_string_lossy().into_owned(),
+            format!("{digest:x}")[..32].to_owned(),
+        ));
+    }
+    Ok((entries, bytes))
 }
 
 /// Adds every extended attribute of `path` (names sorted, with values) to the hash: overlayfs
@@ -136,23 +173,26 @@ mod tests {
         fs::write(root.join("a.txt"), "a").unwrap();
         fs::write(root.join("b.txt"), "b").unwrap();
         std::os::unix::fs::symlink("a.txt", root.join("link")).unwrap();
-        let before = record_tree(root).unwrap();
-        assert_eq!(first_difference(&before, &record_tree(root).unwrap()), None);
+        let before = record_tree(root).unwrap().0;
+        assert_eq!(
+            first_difference(&before, &record_tree(root).unwrap().0),
+            None
+        );
 
         fs::write(root.join("b.txt"), "B").unwrap();
-        let now = record_tree(root).unwrap();
+        let now = record_tree(root).unwrap().0;
         assert_eq!(first_difference(&before, &now).as_deref(), Some("b.txt"));
         fs::write(root.join("b.txt"), "b").unwrap();
 
         use std::os::unix::fs::PermissionsExt;
         let mode = fs::metadata(root.join("a.txt")).unwrap().permissions();
         fs::set_permissions(root.join("a.txt"), fs::Permissions::from_mode(0o700)).unwrap();
-        let now = record_tree(root).unwrap();
+        let now = record_tree(root).unwrap().0;
         assert_eq!(first_difference(&before, &now).as_deref(), Some("a.txt"));
         fs::set_permissions(root.join("a.txt"), mode).unwrap();
 
         fs::write(root.join(".git/index"), "IDX").unwrap();
-        let now = record_tree(root).unwrap();
+        let now = record_tree(root).unwrap().0;
         assert_eq!(
             first_difference(&before, &now).as_deref(),
             Some(".git/index")
@@ -161,15 +201,15 @@ mod tests {
 
         fs::remove_file(root.join("link")).unwrap();
         std::os::unix::fs::symlink("b.txt", root.join("link")).unwrap();
-        let now = record_tree(root).unwrap();
+        let now = record_tree(root).unwrap().0;
         assert_eq!(first_difference(&before, &now).as_deref(), Some("link"));
         fs::remove_file(root.join("link")).unwrap();
-        let now = record_tree(root).unwrap();
+        let now = record_tree(root).unwrap().0;
         assert_eq!(first_difference(&before, &now).as_deref(), Some("link"));
         std::os::unix::fs::symlink("a.txt", root.join("link")).unwrap();
 
         fs::write(root.join("0-new.txt"), "new").unwrap();
-        let now = record_tree(root).unwrap();
+        let now = record_tree(root).unwrap().0;
         assert_eq!(
             first_difference(&before, &now).as_deref(),
             Some("0-new.txt")

@@ -19,7 +19,6 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use nix::fcntl::{Flock, FlockArg};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
@@ -27,7 +26,6 @@ use sha2::{Digest, Sha256};
 
 use super::clone::{CloneBackend, make_clone};
 use super::digest::{Entry, first_difference, record_tree};
-use super::git::run_git;
 use super::remove::remove_tree;
 use super::{
     Isolation, ProvisionedWorkspace, WorkspaceBackend, WorkspaceBase, WorkspaceProvisionError,
@@ -197,22 +195,21 @@ impl OverlayBackend {
             },
             None => None,
         };
-        // Right after a checkout every index entry is "racily clean" (same second as the file),
-        // so each trial's first git command would re-hash the whole tree. One refresh a second
-        // later settles it for every workspace built on this template.
-        std::thread::sleep(Duration::from_millis(1100));
-        run_git(&tree, &["update-index", "-q", "--refresh"])?;
+        settle_index(&tree)
+            .map_err(|e| format!("cannot settle the index of {}: {e}", tree.display()))?;
+        let (entries, bytes) =
+            record_tree(&tree).map_err(|e| format!("cannot read back {}: {e}", tree.display()))?;
         let record = ContentRecord {
             commit: base.commit.clone(),
             prepared,
-            entries: record_tree(&tree)
-                .map_err(|e| format!("cannot read back {}: {e}", tree.display()))?,
+            entries,
         };
         let json = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
+        let bytes = bytes + json.len() as u64;
         fs::write(dir.join(RECORD), json).map_err(|e| e.to_string())?;
         fs::write(dir.join(READY), &base.commit).map_err(|e| e.to_string())?;
         // Read-only from now on: its size is counted once, not at every eviction.
-        let _ = fs::write(dir.join(SIZE), disk_usage(&dir).to_string());
+        let _ = fs::write(dir.join(SIZE), bytes.to_string());
         self.mark_checked(&dir);
         touch_last_used(&dir);
         Ok((tree, record.start().to_owned()))
@@ -351,11 +348,66 @@ fn is_opaque(dir: &Path) -> bool {
     n == 1 && value[0] == b'y'
 }
 
+/// Takes every index entry out of git's "racily clean" state without waiting or re-hashing.
+///
+/// Right after a checkout each file has the index's own mtime second, and git re-hashes an
+/// entry whose file is not older than the index (a same-second edit would look clean), so each
+/// trial's first git command would re-hash the whole tree. The files are fresh from the
+/// checkout (or from setup, whose result was just committed), so their content is what the
+/// index says: each such file's mtime is set two seconds back and its new stat data written
+/// into the index, which is then written after it, so every entry is strictly older.
+fn settle_index(tree: &Path) -> Result<(), String> {
+    use nix::sys::stat::{UtimensatFlags, utimensat};
+    use nix::sys::time::TimeSpec;
+    use std::os::unix::fs::MetadataExt;
+
+    let msg = |e: git2::Error| e.message().to_owned();
+    let repo = git2::Repository::open(tree).map_err(msg)?;
+    let mut index = repo.index().map_err(msg)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_secs() as i64;
+    let past = now - 2;
+    let settled: Vec<git2::IndexEntry> = index
+        .iter()
+        // Submodules are folders git does not stat-compare this way.
+        .filter(|e| e.mode != 0o160000 && i64::from(e.mtime.seconds()) > past)
+        .collect();
+    if settled.is_empty() {
+        return Ok(());
+    }
+    let mtime = TimeSpec::new(past, 0);
+    for mut entry in settled {
+        use std::os::unix::ffi::OsStrExt;
+        let path = tree.join(std::ffi::OsStr::from_bytes(&entry.path));
+        utimensat(
+            nix::fcntl::AT_FDCWD,
+            &path,
+            &TimeSpec::UTIME_OMIT,
+            &mtime,
+            UtimensatFlags::NoFollowSymlink,
+        )
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+        let meta = fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        // The index keeps the low 32 bits of each field, as git does.
+        entry.ctime = git2::IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32);
+        entry.mtime = git2::IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32);
+        entry.dev = meta.dev() as u32;
+        entry.ino = meta.ino() as u32;
+        entry.uid = meta.uid();
+        entry.gid = meta.gid();
+        entry.file_size = meta.size() as u32;
+        index.add(&entry).map_err(msg)?;
+    }
+    index.write().map_err(msg)
+}
+
 /// Whether the template `tree` still holds what was recorded when it was built: `Err(Some(path))`
 /// names the first differing path, `Err(None)` means there is no usable record.
 fn check_template(recorded: Option<&ContentRecord>, tree: &Path) -> Result<(), Option<String>> {
     let recorded = recorded.ok_or(None)?;
-    let now = record_tree(tree).map_err(|e| Some(format!("{} ({e})", tree.display())))?;
+    let (now, _) = record_tree(tree).map_err(|e| Some(format!("{} ({e})", tree.display())))?;
     match first_difference(&recorded.entries, &now) {
         None => Ok(()),
         Some(path) => Err(Some(path)),

@@ -65,17 +65,44 @@ impl PreparedSource {
         self.histories.get(commit).unwrap_or(&self.git_dir)
     }
 
-    /// Builds (or finds in `cache`) the history repo of each commit.
+    /// Builds (or finds in `cache`) the history repo of each commit, on every core: a suite
+    /// with a base commit per task builds one per task before its first trial.
     pub fn prepare_histories<'a>(
         &mut self,
         commits: impl IntoIterator<Item = &'a str>,
         cache: &Path,
     ) -> Result<(), String> {
-        for commit in commits {
-            if !self.histories.contains_key(commit) {
-                let repo = history_repo(&self.git_dir, commit, cache)?;
-                self.histories.insert(commit.to_owned(), repo);
-            }
+        let mut wanted: Vec<&str> = commits
+            .into_iter()
+            .filter(|commit| !self.histories.contains_key(*commit))
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let git_dir = &self.git_dir;
+        let built = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..workers.min(wanted.len()))
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut built = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(commit) = wanted.get(i) else {
+                                return Ok(built);
+                            };
+                            built.push((*commit, history_repo(git_dir, commit, cache)?));
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect::<Result<Vec<_>, String>>()
+        })?;
+        for (commit, repo) in built.into_iter().flatten() {
+            self.histories.insert(commit.to_owned(), repo);
         }
         Ok(())
     }
