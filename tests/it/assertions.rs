@@ -296,6 +296,21 @@ fn expect(
 
 const MUTANT: &str = "the hidden tests' assertions do not bite: a mutant of tests/test_calc.py:";
 
+/// The honest fix passes; classes 1-3 are invalid through the mutation check.
+fn expect_in_process_attacks_caught(
+    records: &BTreeMap<(String, String), serde_json::Value>,
+    task: &str,
+) {
+    expect(records, task, "honest", &["pass"], "");
+    for agent in ["patched_assertions", "always_equal", "forged_hook"] {
+        expect(records, task, agent, &["invalid"], MUTANT);
+    }
+    // unittest's own result patched, or pytest's runtest: either the runner reports the
+    // failure anyway (pytest's unittest items have a runtest of their own), or the mutants
+    // survive.
+    expect(records, task, "patched_runner", &["invalid", "fail"], "");
+}
+
 /// Classes 1-3 with every protected path off: only the mutation check stands between them and a
 /// pass. Under the sandbox and on the host.
 #[test]
@@ -323,13 +338,7 @@ fn the_mutation_check_alone_catches_patched_assertions_equal_values_and_a_forged
         let yaml = suite_yaml(tmp.path(), isolation, &agents, "protected: []\n    ");
         let records = validate_and_run(tmp.path(), &yaml, &format!("out-{isolation}"));
         for task in ["unittest", "pytest"] {
-            expect(&records, task, "honest", &["pass"], "");
-            for agent in ["patched_assertions", "always_equal", "forged_hook"] {
-                expect(&records, task, agent, &["invalid"], MUTANT);
-            }
-            // unittest's own result patched, or pytest's runtest: either the runner reports
-            // the failure anyway, or the mutants survive.
-            expect(&records, task, "patched_runner", &["invalid", "fail"], "");
+            expect_in_process_attacks_caught(&records, task);
         }
         // Flagged for review, whatever the verdict.
         for (agent, flag) in [
@@ -381,11 +390,7 @@ fn no_attack_on_the_judge_passes_under_worktree_or_sandbox() {
         let yaml = suite_yaml(tmp.path(), isolation, &agents, "");
         let records = validate_and_run(tmp.path(), &yaml, &format!("out-{isolation}"));
         for task in ["unittest", "pytest"] {
-            expect(&records, task, "honest", &["pass"], "");
-            for agent in ["patched_assertions", "always_equal", "forged_hook"] {
-                expect(&records, task, agent, &["invalid"], MUTANT);
-            }
-            expect(&records, task, "patched_runner", &["invalid", "fail"], "");
+            expect_in_process_attacks_caught(&records, task);
             // Distribution metadata and bytecode never reach the verify run: the bug fails it.
             for agent in ["dist_info_plugin", "pycache_test"] {
                 expect(&records, task, agent, &["fail"], "verify exited");

@@ -125,33 +125,7 @@ fn setup() -> tempfile::TempDir {
 }
 
 fn require_tools() -> bool {
-    let have = |program: &str, args: &[&str]| {
-        std::process::Command::new(program)
-            .args(args)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let missing: Vec<&str> = [
-        (
-            "bubblewrap that can make namespaces",
-            have("bwrap", &["--unshare-all", "--ro-bind", "/", "/", "true"]),
-        ),
-        ("pytest", have("python3", &["-m", "pytest", "--version"])),
-        // Sandboxed commands see the system's Python only.
-        (
-            "python3-pytest",
-            have("/usr/bin/python3", &["-m", "pytest", "--version"]),
-        ),
-    ]
-    .into_iter()
-    .filter(|(_, ok)| !ok)
-    .map(|(name, _)| name)
-    .collect();
-    crate::common::have_tool(
-        "the gaming tests",
-        &format!("{missing:?}"),
-        missing.is_empty(),
-    )
+    crate::assertions::require_tools("the gaming tests", false)
 }
 
 fn run(root: &Path, isolation: &str) -> Vec<serde_json::Value> {
