@@ -712,3 +712,30 @@ fn a_test_file_the_mutator_cannot_parse_is_named_and_the_rest_still_mutated() {
     let lock = std::fs::read_to_string(tmp.path().join("suite.lock.json")).unwrap();
     assert!(lock.contains("\"file\": \"tests/test_calc.py\""), "{lock}");
 }
+
+/// The hook is inert: it loads (its `start` record) without importing `unittest` or `json` at
+/// start-up. An early import outlives a test's `sys.modules` snapshot (pytester's), which made a
+/// FAIL_TO_PASS test of pytest-dev__pytest-10081 pass on the unfixed base with the hook loaded.
+#[test]
+fn the_hook_imports_nothing_a_test_could_see() {
+    let tmp = temp_dir();
+    git_repo(tmp.path(), &[("a.txt", "a\n")]);
+    let check = "python3 -c \\\"import sys; m = [n for n in ('unittest', 'json', '_pytest') if n in sys.modules]; print('early:', m); sys.exit(1 if m else 0)\\\"";
+    std::fs::write(
+        tmp.path().join("suite.yaml"),
+        format!(
+            "name: inert\nrepo: repo\nagents:\n  edit: {{kind: command, run: \"echo b > a.txt\"}}\n\
+             tasks:\n  - id: t\n    instruction: edit\n    verify: \"{check}\"\n"
+        ),
+    )
+    .unwrap();
+    let (output, _, out) = crate::common::run_suite(tmp.path(), &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let trial = out.join("trials/t/edit/1");
+    let log = std::fs::read_to_string(trial.join("verify.log")).unwrap();
+    assert!(log.contains("early: []"), "{log}");
+    let hooked =
+        std::fs::read_to_string(trial.join("verify-home/.deltabench/tests.jsonl")).unwrap();
+    assert!(hooked.contains("\"event\": \"start\""), "{hooked}");
+    assert_eq!(trials(&out)[0]["outcome"], "pass");
+}

@@ -1,5 +1,5 @@
-# deltabench's pytest plugin (loaded through PYTEST_PLUGINS): records every test's outcome
-# through the hook that sitecustomize opened.
+# deltabench's pytest plugin (sitecustomize's patch of PytestPluginManager registers it): records
+# every test's outcome through the hook that sitecustomize opened.
 import sitecustomize as _hook
 
 

@@ -2,8 +2,13 @@
 # PYTHONPATH), before any code of the workspace. It records, in the file named by
 # $DELTABENCH_TEST_EVIDENCE, the interpreter's start and normal exit and every unittest result,
 # so a fake summary printed before os._exit(0) is told apart from a real test run.
+#
+# It must be inert: a test's outcome is the same with and without it. So it imports nothing the
+# interpreter has not already imported at startup (an early `import unittest` or `import json`
+# outlives a test's sys.modules snapshot, e.g. pytester's, where without the hook the module
+# would be imported afresh), and it patches `unittest.result` and `_pytest.config` only as they
+# are imported, through a finder that leaves sys.meta_path's order alone.
 import atexit
-import json
 import os
 import sys
 
@@ -16,27 +21,61 @@ if _path:
         _out = None
 
 
+_ESCAPES = {
+    '"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"
+}
+
+
+def _json(value):
+    """`json.dumps(value)` for a str or int (`json` is not imported; see above)."""
+    if isinstance(value, int):
+        return str(value)
+    out = ['"']
+    for ch in str(value):
+        code = ord(ch)
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif 0x20 <= code < 0x7F:
+            out.append(ch)
+        elif code > 0xFFFF:
+            code -= 0x10000
+            out.append("\\u%04x\\u%04x" % (0xD800 | (code >> 10), 0xDC00 | (code & 0x3FF)))
+        else:
+            out.append("\\u%04x" % code)
+    out.append('"')
+    return "".join(out)
+
+
 def record(event, **fields):
     if _out is None:
         return
     fields["event"] = event
     fields["pid"] = os.getpid()
     try:
-        _out.write(json.dumps(fields) + "\n")
+        line = ", ".join(_json(key) + ": " + _json(value) for key, value in fields.items())
+        _out.write("{" + line + "}\n")
     except (OSError, ValueError):
         pass
 
 
-if _out is not None:
-    record("start")
-    atexit.register(lambda: record("exit"))
+def _exit():
+    global _out
+    record("exit")
+    out, _out = _out, None
+    try:
+        out.close()
+    except (OSError, ValueError):
+        pass
 
-    # Imported now, from the standard library, so a `unittest` package in the workspace
-    # cannot stand in for it.
-    import unittest.result as _result
 
-    def _wrap(name, outcome):
-        original = getattr(_result.TestResult, name)
+def _patch_unittest(result):
+    """Records every result the standard library's `unittest.result.TestResult` is given."""
+    cls = result.TestResult
+    if getattr(cls.addSuccess, "_deltabench", False):
+        return
+
+    def wrap(name, outcome):
+        original = getattr(cls, name)
 
         def wrapped(self, test, *args):
             try:
@@ -45,9 +84,10 @@ if _out is not None:
                 pass
             return original(self, test, *args)
 
-        setattr(_result.TestResult, name, wrapped)
+        _like(wrapped, original)
+        setattr(cls, name, wrapped)
 
-    for _name, _outcome in [
+    for name, outcome in [
         ("addSuccess", "passed"),
         ("addFailure", "failed"),
         ("addError", "failed"),
@@ -55,16 +95,35 @@ if _out is not None:
         ("addExpectedFailure", "passed"),
         ("addUnexpectedSuccess", "failed"),
     ]:
-        _wrap(_name, _outcome)
+        wrap(name, outcome)
 
-    _add_subtest = _result.TestResult.addSubTest
+    add_subtest = cls.addSubTest
 
-    def _subtest(self, test, subtest, err):
+    def addSubTest(self, test, subtest, err):
         if err is not None:
-            record("test", runner="unittest", id=test.id(), outcome="failed")
-        return _add_subtest(self, test, subtest, err)
+            try:
+                record("test", runner="unittest", id=test.id(), outcome="failed")
+            except Exception:
+                pass
+        return add_subtest(self, test, subtest, err)
 
-    _result.TestResult.addSubTest = _subtest
+    _like(addSubTest, add_subtest)
+    cls.addSubTest = addSubTest
+
+
+def _like(wrapper, original):
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(wrapper, attr, getattr(original, attr))
+        except (AttributeError, TypeError):
+            pass
+    wrapper.__wrapped__ = original
+    wrapper._deltabench = True
+
+
+if _out is not None:
+    record("start")
+    atexit.register(_exit)
 
     # pytest gets the plugin from here, not from PYTEST_PLUGINS: a verify command that replaces
     # PYTHONPATH then runs without the hook instead of failing to import it. Entry-point
@@ -104,35 +163,69 @@ if _out is not None:
         manager.__init__ = __init__
         manager.load_setuptools_entrypoints = load_setuptools_entrypoints
 
-    class _PytestFinder:
-        """Patches `_pytest.config` once it is imported (pytest is not imported here)."""
+    # `unittest.result` is patched only when it comes from the standard library, so a `unittest`
+    # package in the workspace cannot stand in for it (its results are then not recorded).
+    _stdlib = os.path.dirname(os.path.realpath(os.__file__))
+
+    def _in_stdlib(spec):
+        try:
+            where = os.path.dirname(os.path.dirname(os.path.realpath(spec.origin)))
+        except Exception:
+            return False
+        return where == _stdlib
+
+    _patches = {
+        "_pytest.config": (_patch_pytest, None),
+        "unittest.result": (_patch_unittest, _in_stdlib),
+    }
+
+    class _HookFinder:
+        """Patches `_pytest.config` and `unittest.result` each time either is imported (the hook
+        imports neither): it asks the finders after it for the spec and wraps its loader."""
 
         def find_spec(self, name, path=None, target=None):
-            if name != "_pytest.config":
+            if name not in _patches:
                 return None
-            import importlib.util
-
-            sys.meta_path.remove(self)
-            try:
-                spec = importlib.util.find_spec(name)
-            finally:
-                sys.meta_path.insert(0, self)
-            if spec is None or spec.loader is None:
-                return spec
+            patch, accept = _patches[name]
+            found = False
+            for finder in list(sys.meta_path):
+                if finder is self:
+                    found = True
+                    continue
+                if not found:
+                    continue
+                find = getattr(finder, "find_spec", None)
+                if find is None:
+                    return None  # a legacy finder: the import goes on without the patch
+                spec = find(name, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
             loader = spec.loader
-            execute = loader.exec_module
+            execute = getattr(loader, "exec_module", None)
+            if execute is None or (accept is not None and not accept(spec)):
+                return spec
 
             def exec_module(module):
                 execute(module)
                 try:
-                    _patch_pytest(module)
+                    patch(module)
                 except Exception:
                     pass
 
-            loader.exec_module = exec_module
+            try:
+                loader.exec_module = exec_module
+            except (AttributeError, TypeError):
+                pass
             return spec
 
-    sys.meta_path.insert(0, _PytestFinder())
+    sys.meta_path.insert(0, _HookFinder())
+    if "unittest.result" in sys.modules:
+        try:
+            _patch_unittest(sys.modules["unittest.result"])
+        except Exception:
+            pass
 
 # The environment's own sitecustomize, if there is one, still runs.
 _here = os.path.dirname(os.path.abspath(__file__))
