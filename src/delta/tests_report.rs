@@ -119,4 +119,17 @@ not json
         assert_eq!(report.skipped.len(), 1);
         assert_eq!(report.ran(), 2);
     }
+
+    /// A parametrized id holding the verify workspace's path (psf__requests-6028's
+    /// `test_unzipped_paths_unchanged[<path>/tests/test_utils.py]`) compares across runs.
+    #[test]
+    fn ids_are_kept_without_the_workspace_path() {
+        let text = r#"{"event":"test","pid":1,"runner":"pytest","id":"t.py::u[/w/run-1/ws/merged/t.py]","outcome":"passed"}"#;
+        let report =
+            TestReport::parse(text).without_path(std::path::Path::new("/w/run-1/ws/merged"));
+        assert_eq!(
+            report.passed,
+            BTreeSet::from(["t.py::u[{workspace}/t.py]".to_owned()])
+        );
+    }
 }
