@@ -192,17 +192,14 @@ pub fn require_tools(test: &str, cargo: bool) -> bool {
     crate::common::have_tool(test, &format!("{missing:?}"), missing.is_empty())
 }
 
-/// Validates (once per folder), runs every agent, and returns the records by (task, agent).
-fn validate_and_run(
-    root: &Path,
-    yaml: &str,
-    out: &str,
-) -> BTreeMap<(String, String), serde_json::Value> {
-    std::fs::write(root.join("suite.yaml"), yaml).unwrap();
+/// `deltabench validate suite.yaml` in `root` (workdir `root/work`); its stdout, once it exited 0.
+fn validate(root: &Path, extra: &[&str]) -> String {
     let work = root.join("work");
     std::fs::create_dir_all(&work).unwrap();
     let validated = deltabench(root)
-        .args(["validate", "suite.yaml", "--workdir"])
+        .args(["validate", "suite.yaml"])
+        .args(extra)
+        .arg("--workdir")
         .arg(&work)
         .output()
         .unwrap();
@@ -213,6 +210,18 @@ fn validate_and_run(
         "{said}\n{}",
         stderr(&validated)
     );
+    said
+}
+
+/// Validates (once per folder), runs every agent, and returns the records by (task, agent).
+fn validate_and_run(
+    root: &Path,
+    yaml: &str,
+    out: &str,
+) -> BTreeMap<(String, String), serde_json::Value> {
+    std::fs::write(root.join("suite.yaml"), yaml).unwrap();
+    let work = root.join("work");
+    let said = validate(root, &[]);
     assert!(said.contains("mutants: "), "{said}");
     let output = deltabench(root)
         .args(["run", "suite.yaml", "-j", "2", "--workdir"])
@@ -690,20 +699,7 @@ fn a_test_file_the_mutator_cannot_parse_is_named_and_the_rest_still_mutated() {
     );
     let yaml = suite_yaml(tmp.path(), "worktree", &[("honest", FIX.to_owned())], "");
     std::fs::write(tmp.path().join("suite.yaml"), yaml).unwrap();
-    let work = tmp.path().join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let validated = deltabench(tmp.path())
-        .args(["validate", "suite.yaml", "--task", "unittest", "--workdir"])
-        .arg(&work)
-        .output()
-        .unwrap();
-    let said = stdout(&validated);
-    assert_eq!(
-        validated.status.code(),
-        Some(0),
-        "{said}\n{}",
-        stderr(&validated)
-    );
+    let said = validate(tmp.path(), &["--task", "unittest"]);
     assert!(
         said.contains("warning: tests/test_broken.py: ") && said.contains("line 1"),
         "{said}"
