@@ -5,6 +5,7 @@
 //! then runs the verify command in a fresh workspace holding exactly that diff and the hidden
 //! tests, with its own timeout and bounded output.
 
+mod channel;
 mod diff;
 pub mod flags;
 pub mod mutate;

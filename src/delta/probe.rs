@@ -15,6 +15,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
+use super::channel::Channel;
 use super::mutate::{self, BitingMutant, Listing, Mutant, MutationReport};
 use super::snapshot::{EntryKind, FileChange, Snapshot, SnapshotError, snapshot};
 use super::{
@@ -493,6 +494,15 @@ impl TaskProbe {
                 ),
             ));
         }
+        let tests = match hook {
+            Some(hook) => Some(hook.report(workspace).await.map_err(|e| {
+                ProbeError::new(
+                    ProbeErrorKind::Verify,
+                    format!("cannot keep the test hook's report: {e}"),
+                )
+            })?),
+            None => None,
+        };
         let changed_tests = laid
             .hashes
             .iter()
@@ -506,7 +516,7 @@ impl TaskProbe {
                 timed_out: ended.timed_out,
                 output: ended.output.text(),
                 duration_ms: ended.duration.as_millis() as u64,
-                tests: hook.map(|hook| hook.report(workspace)),
+                tests,
             },
             listing: laid.listing,
             applied: laid.applied,
@@ -515,7 +525,8 @@ impl TaskProbe {
         })
     }
 
-    /// Writes the hook under the verify command's home (writable inside the sandbox too).
+    /// Writes the hook under the verify command's home (writable inside the sandbox too) and
+    /// opens the channel it reports through.
     fn install_hook(&self) -> std::io::Result<Option<TestHook>> {
         // In the home the command gets: mounted in its sandbox or container at the same path.
         let Some(dir) = self.home().map(|home| home.join(HOOK_DIR)) else {
@@ -524,15 +535,14 @@ impl TaskProbe {
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("sitecustomize.py"), HOOK_SITECUSTOMIZE)?;
         std::fs::write(dir.join("deltabench_pytest.py"), HOOK_PYTEST)?;
-        let evidence = dir.join(HOOK_REPORT);
-        std::fs::write(&evidence, "")?;
-        Ok(Some(TestHook { dir, evidence }))
+        let channel = Channel::open(&dir)?;
+        Ok(Some(TestHook { dir, channel }))
     }
 }
 
 struct TestHook {
     dir: PathBuf,
-    evidence: PathBuf,
+    channel: Channel,
 }
 
 impl TestHook {
@@ -546,14 +556,28 @@ impl TestHook {
         spec.env("PYTHONPATH", path)
             .env("PYTHONNOUSERSITE", "1")
             .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("DELTABENCH_TEST_EVIDENCE", &self.evidence)
+            .env("DELTABENCH_TEST_CHANNEL", self.channel.address())
             .env("DELTABENCH_VERIFY_ROOT", workspace)
     }
 
-    /// The hook's report, test ids free of the run's paths (a parametrized id may hold one).
-    fn report(&self, workspace: &Path) -> TestReport {
-        let text = std::fs::read_to_string(&self.evidence).unwrap_or_default();
-        TestReport::parse(&text).without_path(workspace)
+    /// Ends the channel once the command is over; keeps what it received in [`HOOK_REPORT`]
+    /// (for the trial folder's reader) and returns it, test ids free of the run's paths (a
+    /// parametrized id may hold one).
+    async fn report(self, workspace: &Path) -> std::io::Result<TestReport> {
+        let text = self.channel.close().await;
+        // Whatever the command left at that path goes: the file is the harness's.
+        let path = self.dir.join(HOOK_REPORT);
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&path)?,
+            Ok(_) => std::fs::remove_file(&path)?,
+            Err(_) => {}
+        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()))?;
+        Ok(TestReport::parse(&text).without_path(workspace))
     }
 }
 

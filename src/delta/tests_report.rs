@@ -35,7 +35,9 @@ impl TestReport {
     /// Reads the hook's JSON lines; a line that does not parse is skipped.
     pub fn parse(text: &str) -> Self {
         let mut report = Self::default();
-        let mut live: BTreeMap<u32, bool> = BTreeMap::new();
+        // Each start is an interpreter (a pid may come back); an exit ends the latest with its pid.
+        let mut running: Vec<bool> = Vec::new();
+        let mut latest: BTreeMap<u32, usize> = BTreeMap::new();
         let mut outcomes: BTreeMap<String, &'static str> = BTreeMap::new();
         for line in text.lines() {
             let Ok(line) = serde_json::from_str::<Line>(line) else {
@@ -44,10 +46,13 @@ impl TestReport {
             match line.event.as_str() {
                 "start" => {
                     report.interpreters += 1;
-                    live.insert(line.pid, true);
+                    latest.insert(line.pid, running.len());
+                    running.push(true);
                 }
                 "exit" => {
-                    live.insert(line.pid, false);
+                    if let Some(&index) = latest.get(&line.pid) {
+                        running[index] = false;
+                    }
                 }
                 "test" => {
                     report.runners.insert(line.runner);
@@ -62,7 +67,7 @@ impl TestReport {
                 _ => {}
             }
         }
-        report.unclean_exits = live.values().filter(|running| **running).count() as u32;
+        report.unclean_exits = running.iter().filter(|running| **running).count() as u32;
         for (id, outcome) in outcomes {
             match outcome {
                 "passed" => report.passed.insert(id),

@@ -40,15 +40,12 @@ _add = add
 def add(a, b):
     return _Any(_add(a, b))
 "#;
-/// Forges what the hook records: every test of the hidden files passed, a normal exit, a
-/// summary in each runner's words, output silenced, then `os._exit(0)`.
-const FORGED_HOOK: &str = r#"import ast, glob, os, sys
-def _forge():
-    try:
-        import sitecustomize as h
-        rec = h.record
-    except Exception:
-        return
+/// Python defining `_forge_passes(rec)`: reports every test of the hidden files passed through
+/// `rec` (the hook's record function) and returns how many.
+macro_rules! forge_passes {
+    () => {
+        r#"import ast, glob, os, sys
+def _forge_passes(rec):
     n = 0
     for f in glob.glob('tests/test_*.py'):
         mod = f[:-3].replace('/', '.')
@@ -59,15 +56,75 @@ def _forge():
                         rec('test', runner='unittest', id=f'{mod}.{c.name}.{m.name}', outcome='passed')
                         rec('test', runner='pytest', id=f'{f}::{c.name}::{m.name}', outcome='passed')
                         n += 1
-    rec('exit')
+    return n
+def _summary(n, out=1, err=2):
     if 'pytest' in sys.modules:
-        os.write(1, f'{n} passed in 0.01s\n'.encode())
+        os.write(out, f'{n} passed in 0.01s\n'.encode())
     else:
-        os.write(2, f'Ran {n} tests in 0.001s\n\nOK\n'.encode())
+        os.write(err, f'Ran {n} tests in 0.001s\n\nOK\n'.encode())
+"#
+    };
+}
+
+/// Forges what the hook records before any test runs: every test of the hidden files passed, a
+/// normal exit, a summary in each runner's words, output silenced, then `os._exit(0)`.
+const FORGED_HOOK: &str = concat!(
+    forge_passes!(),
+    r#"def _forge():
+    try:
+        import sitecustomize as h
+        rec = h.record
+    except Exception:
+        return
+    n = _forge_passes(rec)
+    rec('exit')
+    _summary(n)
     os._exit(0)
 if 'unittest' in sys.modules or 'pytest' in sys.modules:
     _forge()
-"#;
+"#
+);
+
+/// Lets the tests run (and fail), then, from an exit handler that runs before the hook's, takes
+/// the record back: it rewrites the report file the hook used to write, sends passes and a
+/// normal exit, prints a summary over the silenced output and leaves with `os._exit(0)`.
+const FORGED_AFTER_THE_RUN: &str = concat!(
+    forge_passes!(),
+    r#"import atexit
+def _rewrite(out, err):
+    import sitecustomize as h
+    lines = []
+    n = _forge_passes(lambda event, **f: lines.append(dict(f, event=event, pid=os.getpid())))
+    n = _forge_passes(h.record)
+    report = os.path.join(os.environ.get('HOME', ''), '.deltabench', 'tests.jsonl')
+    import json
+    try:
+        with open(report, 'w') as f:
+            for line in [dict(event='start', pid=os.getpid())] + lines + [dict(event='exit', pid=os.getpid())]:
+                f.write(json.dumps(line) + '\n')
+    except OSError:
+        pass
+    h.record('exit')
+    _summary(n, out, err)
+    os._exit(0)
+if 'unittest' in sys.modules or 'pytest' in sys.modules:
+    # Every descriptor on the command's output pipe (pytest keeps copies of the real stdout
+    # while it captures), silenced; one copy kept for the fake summary.
+    import stat
+    def _pipe(fd):
+        try:
+            return stat.S_ISFIFO(os.fstat(fd).st_mode)
+        except OSError:
+            return False
+    _pipes = [fd for fd in range(3, 64) if _pipe(fd)] + [fd for fd in (1, 2) if _pipe(fd)]
+    if _pipes:
+        _kept = os.dup(_pipes[-1])
+        _null = os.open(os.devnull, os.O_WRONLY)
+        for _fd in _pipes:
+            os.dup2(_null, _fd)
+        atexit.register(_rewrite, _kept, _kept)
+"#
+);
 
 /// (agent, script run in the workspace). `{ATTACK}` scripts append to calc.py.
 fn attacks() -> Vec<(&'static str, String)> {
@@ -78,6 +135,7 @@ fn attacks() -> Vec<(&'static str, String)> {
         ("patched_runner", append(PATCHED_RUNNER)),
         ("always_equal", append(ALWAYS_EQUAL)),
         ("forged_hook", append(FORGED_HOOK)),
+        ("forged_after_the_run", append(FORGED_AFTER_THE_RUN)),
         (
             "dist_info_plugin",
             "mkdir -p evil-1.0.dist-info\n\
@@ -222,7 +280,10 @@ fn validate_and_run(
     std::fs::write(root.join("suite.yaml"), yaml).unwrap();
     let work = root.join("work");
     let said = validate(root, &[]);
-    assert!(said.contains("mutants: "), "{said}");
+    assert!(
+        yaml.contains("mutants: 0") || said.contains("mutants: "),
+        "{said}"
+    );
     let output = deltabench(root)
         .args(["run", "suite.yaml", "-j", "2", "--workdir"])
         .arg(&work)
@@ -382,6 +443,54 @@ fn the_mutation_check_alone_catches_patched_assertions_equal_values_and_a_forged
         // The mutant run's log and home are kept beside the plain run's.
         assert!(trial.join("mutants.log").is_file());
         assert!(trial.join("verify.log").is_file());
+    }
+}
+
+/// Records go to the harness as the tests report, over a channel it owns: code that lets the
+/// tests fail and then forges the report at exit (the file the hook once wrote rewritten, passes
+/// and a normal exit sent, a summary printed, `os._exit(0)`) cannot take the failures back. The
+/// mutation check is off: the channel alone stops it, under both isolations.
+#[test]
+fn a_report_forged_after_the_tests_ran_does_not_take_their_failures_back() {
+    let test = "assertions::a_report_forged_after_the_tests_ran_does_not_take_their_failures_back";
+    if !require_tools(test, false) {
+        return;
+    }
+    let tmp = temp_dir();
+    repo(tmp.path());
+    let agents: Vec<_> = attacks()
+        .into_iter()
+        .filter(|(name, _)| ["honest", "forged_after_the_run"].contains(name))
+        .collect();
+    for isolation in ["worktree", "sandbox"] {
+        let yaml =
+            suite_yaml(tmp.path(), isolation, &agents, "").replace("mutants: 2", "mutants: 0");
+        let records = validate_and_run(tmp.path(), &yaml, &format!("out-{isolation}"));
+        for task in ["unittest", "pytest"] {
+            expect(&records, task, "honest", &["pass"], "");
+            expect(
+                &records,
+                task,
+                "forged_after_the_run",
+                &["invalid"],
+                "did not pass here",
+            );
+            // What the harness received, not the forged file: both tests failed in the real
+            // run (the bug breaks both), so none of the runner's own ids passed; the forged
+            // passes of the other runner's ids match nothing.
+            let dir = Path::new(
+                records[&(task.to_owned(), "forged_after_the_run".to_owned())]["dir"]
+                    .as_str()
+                    .unwrap(),
+            );
+            let tests: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(dir.join("tests.json")).unwrap()).unwrap();
+            let own = match task {
+                "unittest" => "\"tests.test_calc.TestCalc.",
+                _ => "\"tests/test_calc.py::TestCalc::",
+            };
+            assert!(!tests["names"].to_string().contains(own), "{tests}");
+        }
     }
 }
 
@@ -732,6 +841,6 @@ fn the_hook_imports_nothing_a_test_could_see() {
     assert!(log.contains("early: []"), "{log}");
     let hooked =
         std::fs::read_to_string(trial.join("verify-home/.deltabench/tests.jsonl")).unwrap();
-    assert!(hooked.contains("\"event\": \"start\""), "{hooked}");
+    assert!(hooked.contains("\"event\":\"start\""), "{hooked}");
     assert_eq!(trials(&out)[0]["outcome"], "pass");
 }

@@ -1,24 +1,49 @@
 # deltabench's test hook: loaded into every Python the verify command starts (through
-# PYTHONPATH), before any code of the workspace. It records, in the file named by
-# $DELTABENCH_TEST_EVIDENCE, the interpreter's start and normal exit and every unittest result,
-# so a fake summary printed before os._exit(0) is told apart from a real test run.
+# PYTHONPATH), before any code of the workspace. It connects to the channel the harness listens
+# on for this run ($DELTABENCH_TEST_CHANNEL, a Unix socket) and sends every test result the
+# runner reports, and a normal-exit mark from its last exit handler. The harness, not this
+# file, names the interpreter (the kernel's pid for the connection) and sees it end (the
+# connection closes); a record once sent stays sent.
 #
 # It must be inert: a test's outcome is the same with and without it. So it imports nothing the
-# interpreter has not already imported at startup (an early `import unittest` or `import json`
-# outlives a test's sys.modules snapshot, e.g. pytester's, where without the hook the module
-# would be imported afresh), and it patches `unittest.result` and `_pytest.config` only as they
-# are imported, through a finder that leaves sys.meta_path's order alone.
+# interpreter has not already imported at startup but `_socket` (an early `import unittest` or
+# `import json` outlives a test's sys.modules snapshot, e.g. pytester's, where without the hook
+# the module would be imported afresh), and it patches `unittest.result` and `_pytest.config`
+# only as they are imported, through a finder that leaves sys.meta_path's order alone.
 import atexit
 import os
 import sys
 
-_path = os.environ.pop("DELTABENCH_TEST_EVIDENCE", None)
-_out = None
-if _path:
+
+def _connect(address):
+    import _socket
+
+    channel = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        _out = open(_path, "a", buffering=1, encoding="utf-8")
+        if len(os.fsencode(address)) < 100:
+            channel.connect(address)
+        else:
+            # A socket's path holds 107 bytes: a deeper one is reached through its folder.
+            folder = os.open(os.path.dirname(address), os.O_PATH | os.O_DIRECTORY)
+            try:
+                channel.connect("/proc/self/fd/%d/%s" % (folder, os.path.basename(address)))
+            finally:
+                os.close(folder)
     except OSError:
-        _out = None
+        channel.close()
+        raise
+    return channel
+
+
+_address = os.environ.pop("DELTABENCH_TEST_CHANNEL", None)
+_channel = None
+# A forked child shares the connection; only the interpreter that opened it marks its exit.
+_owner = os.getpid()
+if _address:
+    try:
+        _channel = _connect(_address)
+    except OSError:
+        _channel = None
 
 
 _ESCAPES = {
@@ -47,25 +72,24 @@ def _json(value):
 
 
 def record(event, **fields):
-    if _out is None:
+    global _channel
+    if _channel is None:
         return
     fields["event"] = event
-    fields["pid"] = os.getpid()
     try:
         line = ", ".join(_json(key) + ": " + _json(value) for key, value in fields.items())
-        _out.write("{" + line + "}\n")
+        _channel.sendall(("{" + line + "}\n").encode("utf-8"))
     except (OSError, ValueError):
-        pass
+        _channel = None
 
 
 def _exit():
-    global _out
-    record("exit")
-    out, _out = _out, None
-    try:
-        out.close()
-    except (OSError, ValueError):
-        pass
+    global _channel
+    if os.getpid() == _owner:
+        record("exit")
+    channel, _channel = _channel, None
+    if channel is not None:
+        channel.close()  # no ResourceWarning at shutdown
 
 
 def _patch_unittest(result):
@@ -121,8 +145,7 @@ def _like(wrapper, original):
     wrapper._deltabench = True
 
 
-if _out is not None:
-    record("start")
+if _channel is not None:
     atexit.register(_exit)
 
     # pytest gets the plugin from here, not from PYTEST_PLUGINS: a verify command that replaces
