@@ -4,12 +4,14 @@
 Reads {"diff": "...", "command_result": {"command", "exit_code", "timed_out", "output",
 "duration_ms"}} on stdin and prints {"passed": bool, "score": number}.
 
-The verify command (`.deltabench/verify.sh`, written by `deltabench import`) prints the reward
-file the task's test script wrote, on a line of its own:
-  DELTABENCH_REWARD=<the content of reward.txt>
+The verify command (`.deltabench/verify.sh`, written by `deltabench import`) prints, on lines of
+their own, reward.json as the task's test script wrote it, then the reward it reads from the
+files by Harbor's rule (reward.json's numeric "reward"; else reward.txt; else reward.json's only
+number; else the mean of its numbers), the value its own exit status is decided by:
   DELTABENCH_REWARD_JSON=<the content of reward.json>
-The reward is reward.txt's number, or reward.json's "reward" (when it has none: the mean of its
-numbers). passed = the diff is non-empty, the command did not time out, and the reward is at
+  DELTABENCH_REWARD=<the reward>
+The last of these lines counts (a suite imported by an older deltabench prints only the file's
+content: the same rule, without reward.txt). passed = the diff is non-empty, the command did not time out, and the reward is at
 least 1; score = the reward. With no reward line (the task writes no reward file), passed = the
 diff is non-empty and the command exited 0; score = 1 or 0. A reward that is not a number makes
 the grader exit 3: the trial is then an infra_error, not a silent failure.

@@ -79,6 +79,9 @@ struct ContainerTask {
     agent_timeout: Option<Duration>,
     verify_timeout: Option<Duration>,
     tags: Vec<String>,
+    /// Settings of the task file that change how it runs and that deltabench does not apply
+    /// (`environment.cpus`, `environment.allow_internet`, ...): said at import.
+    unused: Vec<String>,
 }
 
 /// Terminal-Bench's `task.yaml`, the keys the importer uses.
@@ -150,6 +153,8 @@ pub async fn import(
     };
     let mut without_reference = 0;
     let mut built = 0;
+    // Tasks whose Dockerfile only copies files: they run here, their image unused.
+    let mut on_host = Vec::new();
     for dir in dirs {
         let read = match options.format {
             Format::Harbor => read_harbor(&dir)?,
@@ -179,6 +184,23 @@ pub async fn import(
             Err(StageError::Io { path, source }) => return Err(ImportError::Read { path, source }),
         }
         let id = ids.claim(&task.name);
+        if !task.unused.is_empty() {
+            imported.notes.push(format!(
+                "{id}: not applied here: {}",
+                task.unused.join(", ")
+            ));
+        }
+        for run in &env.hidden_runs {
+            imported.notes.push(format!(
+                "{id}: `{run}` changes files in WORKDIR {}, which the workspace (what the COPY steps put there) is mounted over: its effect there is not in the starting files",
+                env.workdir
+            ));
+        }
+        if env.build.is_none()
+            && let Some(image) = &env.from
+        {
+            on_host.push(format!("{id} (FROM {image})"));
+        }
         let base = repo.add(&id, &app, &env.workdir)?;
         let paths = ContainerPaths::new(&env.workdir);
         let mut entry = write_task(&task, &id, &paths, staging)?;
@@ -217,6 +239,13 @@ pub async fn import(
         imported.notes.push(format!(
             "{without_reference} task(s) have a solution script (copied to solutions/<id>/) but no reference patch yet: \
              rerun with --run-solutions to run each script here once and keep the change it makes"
+        ));
+    }
+    if !on_host.is_empty() {
+        imported.notes.push(format!(
+            "{} task(s) run on this machine, not in their image: their Dockerfiles only copy files, so the image is not built and their tests get this machine's tools: {}",
+            on_host.len(),
+            on_host.join(", ")
         ));
     }
     if built > 0 {
@@ -327,15 +356,45 @@ fn read_harbor(dir: &Path) -> Result<Read, ImportError> {
         agent_timeout: seconds(number("agent", "timeout_sec")),
         verify_timeout: seconds(number("verifier", "timeout_sec")),
         tags,
+        unused: unused_settings(&config),
         name,
     }))
+}
+
+/// task.toml's settings that deltabench does not apply, as `section.key = value`: everything
+/// but the descriptive tables (`[metadata]`, `[task]`, `version`) and the keys it reads.
+fn unused_settings(config: &serde_json::Map<String, Value>) -> Vec<String> {
+    const USED: [&str; 3] = [
+        "environment.docker_image",
+        "agent.timeout_sec",
+        "verifier.timeout_sec",
+    ];
+    let mut unused = Vec::new();
+    for (section, value) in config {
+        if matches!(section.as_str(), "metadata" | "task" | "version") {
+            continue;
+        }
+        match value.as_object() {
+            Some(table) => {
+                for (key, value) in table {
+                    let name = format!("{section}.{key}");
+                    if !USED.contains(&name.as_str()) {
+                        unused.push(format!("{name} = {value}"));
+                    }
+                }
+            }
+            None => unused.push(format!("{section} = {value}")),
+        }
+    }
+    unused
 }
 
 fn read_terminal_bench(dir: &Path) -> Result<Read, ImportError> {
     let name = folder_name(dir);
     let yaml_path = dir.join("task.yaml");
-    let config: TaskYaml = serde_saphyr::from_str(&read_text(&yaml_path)?)
-        .map_err(|err| ImportError::yaml(&yaml_path, &err))?;
+    let text = read_text(&yaml_path)?;
+    let config: TaskYaml =
+        serde_saphyr::from_str(&text).map_err(|err| ImportError::yaml(&yaml_path, &err))?;
     let skip = |reason: &str| Ok(Err((name.clone(), reason.to_owned())));
     let instruction = config.instruction.clone().or_else(|| {
         config
@@ -369,9 +428,33 @@ fn read_terminal_bench(dir: &Path) -> Result<Read, ImportError> {
         agent_timeout: seconds(config.max_agent_timeout_sec),
         verify_timeout: seconds(config.max_test_timeout_sec),
         tags: config.tags.unwrap_or_default(),
+        unused: serde_saphyr::from_str::<serde_json::Map<String, Value>>(&text)
+            .map(|raw| {
+                raw.into_iter()
+                    .filter(|(key, _)| !TASK_YAML_READ.contains(&key.as_str()))
+                    .map(|(key, value)| format!("{key} = {value}"))
+                    .collect()
+            })
+            .unwrap_or_default(),
         name,
     }))
 }
+
+/// task.yaml's keys the importer reads, and those that only describe the task.
+const TASK_YAML_READ: [&str; 12] = [
+    "instruction",
+    "descriptions",
+    "max_agent_timeout_sec",
+    "max_test_timeout_sec",
+    "tags",
+    "author_name",
+    "author_email",
+    "difficulty",
+    "category",
+    "estimated_duration_sec",
+    "expert_time_estimate_min",
+    "junior_time_estimate_min",
+];
 
 /// The task's environment, or why it cannot be imported. A compose file or Dockerfile that
 /// cannot be read is an error, like any task file.
@@ -505,6 +588,51 @@ fn copy_rewritten(source: &Path, target: &Path, paths: &ContainerPaths) -> Resul
     write_file(target, content, executable)
 }
 
+/// The reward from reward.json (`$REWARD_JSON`, one line) and reward.txt (`$REWARD_TXT`), by the rule
+/// graders/reward.py applies to a suite imported before the wrapper printed the value: the
+/// top-level numeric `"reward"`, else reward.txt, else the only top-level number, else the mean
+/// of them (Harbor's metrics take one key; booleans are not numbers). A bare number is itself.
+/// Plain POSIX awk (mawk included): the task's image may have no Python.
+const REWARD_AWK: &str = r#"
+function number(s) { return s ~ /^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$/ }
+BEGIN {
+  json = ENVIRON["REWARD_JSON"]; txt = ENVIRON["REWARD_TXT"]
+  if (number(json)) { print json + 0; exit }
+  n = length(json); depth = 0; want_key = 0; key = ""; count = 0; sum = 0; found = 0
+  for (i = 1; i <= n; i++) {
+    c = substr(json, i, 1)
+    if (c == "\"") {
+      s = ""
+      for (i++; i <= n; i++) {
+        d = substr(json, i, 1)
+        if (d == "\\") { s = s substr(json, i, 2); i++; continue }
+        if (d == "\"") break
+        s = s d
+      }
+      if (depth == 1 && want_key) { key = s; want_key = 0 }
+    } else if (c == "{" || c == "[") {
+      depth++
+      if (depth == 1) want_key = (c == "{")
+    } else if (c == "}" || c == "]") {
+      depth--
+    } else if (c == "," && depth == 1) {
+      want_key = 1
+    } else if (c == ":" && depth == 1) {
+      rest = substr(json, i + 1)
+      sub(/^[ \t]*/, "", rest)
+      if (match(rest, /^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?/)) {
+        value = substr(rest, 1, RLENGTH) + 0
+        count++; sum += value
+        if (key == "reward") { reward = value; found = 1 }
+      }
+    }
+  }
+  if (found) print reward
+  else if (txt != "") print txt
+  else if (count > 0) print sum / count
+}
+"#;
+
 /// The verify command's wrapper: runs the task's test script from the workspace root, as the
 /// container would, and reports the reward file it wrote. It exits 0 only for a full reward
 /// (or, with no reward file, when the test script did), so `validate` sees the base fail.
@@ -521,13 +649,19 @@ logs="$DELTABENCH_WORKSPACE/.deltabench/logs/verifier"
 rm -rf "$logs" && mkdir -p "$logs" || exit 2
 bash "$TEST_DIR/{entry}"
 status=$?
-reward=
+# The reward, by graders/reward.py's rule (Harbor's): reward.json's numeric "reward"; else
+# reward.txt; else reward.json's only number; else the mean of its numbers.
+json=
+txt=
 if [ -s "$logs/reward.json" ]; then
   json=$(tr -d '\r\n' < "$logs/reward.json")
   printf '\nDELTABENCH_REWARD_JSON=%s\n' "$json"
-  reward=$(printf '%s' "$json" | sed -n 's/.*"reward"[[:space:]]*:[[:space:]]*\([-+.0-9eE]*\).*/\1/p')
-elif [ -s "$logs/reward.txt" ]; then
-  reward=$(tr -d ' \t\r\n' < "$logs/reward.txt")
+fi
+if [ -s "$logs/reward.txt" ]; then
+  txt=$(tr -d ' \t\r\n' < "$logs/reward.txt")
+fi
+reward=$(REWARD_JSON="$json" REWARD_TXT="$txt" awk '{REWARD_AWK}')
+if [ -n "$reward" ]; then
   printf '\nDELTABENCH_REWARD=%s\n' "$reward"
 fi
 if [ -n "$reward" ]; then

@@ -42,6 +42,14 @@ pub struct Environment {
     /// Why the image must be built (the first instruction that needs it), or `None` when the
     /// staged files are all the Dockerfile adds.
     pub build: Option<String>,
+    /// The `FROM` image.
+    pub from: Option<String>,
+    /// Absolute paths inside the working directory that a `RUN rm` removes: the workspace,
+    /// mounted over that directory, would otherwise still hold them.
+    pub removals: Vec<String>,
+    /// Other `RUN` steps that change files in the working directory (the workspace hides what
+    /// they do there): said at import.
+    pub hidden_runs: Vec<String>,
 }
 
 /// One `COPY SRC... DEST`.
@@ -86,6 +94,7 @@ pub fn parse_dockerfile(text: &str) -> Result<Environment, String> {
     let mut unstaged = Vec::new();
     let mut build = None;
     let mut images = 0;
+    let (mut from, mut removals, mut hidden_runs) = (None, Vec::new(), Vec::new());
     for line in instructions(text) {
         let (keyword, rest) = line
             .split_once(char::is_whitespace)
@@ -96,6 +105,20 @@ pub fn parse_dockerfile(text: &str) -> Result<Environment, String> {
                 images += 1;
                 if images > 1 {
                     return Err(unsupported(&line, "a multi-stage build"));
+                }
+                from = rest
+                    .split_whitespace()
+                    .find(|word| !word.starts_with("--"))
+                    .map(str::to_owned);
+            }
+            "RUN" => {
+                build.get_or_insert_with(|| shorten(&line));
+                match run_removals(rest, current) {
+                    Some(paths) => removals.extend(paths),
+                    None if changes_files(rest) => {
+                        hidden_runs.push((current.to_owned(), shorten(&line)));
+                    }
+                    None => {}
                 }
             }
             "WORKDIR" => {
@@ -140,11 +163,58 @@ pub fn parse_dockerfile(text: &str) -> Result<Environment, String> {
     {
         build = Some(shorten(&step.line));
     }
+    removals.retain(|path| inside(&workdir, path).is_some_and(|rel| !rel.is_empty()));
+    // Only steps that ran in the working directory, or name it, change what the workspace hides.
+    let hidden_runs = hidden_runs
+        .into_iter()
+        .filter(|(dir, line): &(String, String)| {
+            inside(&workdir, dir).is_some() || line.contains(workdir.as_str())
+        })
+        .map(|(_, line)| line)
+        .collect();
     Ok(Environment {
         workdir,
         copies,
         build,
+        from,
+        removals,
+        hidden_runs,
     })
+}
+
+/// The paths a `RUN` made only of `rm [-f|-r|-rf] PATH...` steps (joined by `&&` or `;`)
+/// removes, absolute; `None` when it does anything else or a path has a variable or a glob.
+fn run_removals(command: &str, dir: &str) -> Option<Vec<String>> {
+    let mut paths = Vec::new();
+    for step in command.split("&&").flat_map(|part| part.split(';')) {
+        let words = shell_words(step)?;
+        let (program, args) = words.split_first()?;
+        if program != "rm" {
+            return None;
+        }
+        for arg in args {
+            if arg.starts_with('-') {
+                continue;
+            }
+            if arg.contains(['$', '*', '?', '[', '`']) {
+                return None;
+            }
+            paths.push(join_container(dir, arg));
+        }
+    }
+    (!paths.is_empty()).then_some(paths)
+}
+
+/// Whether a shell command looks like it writes, moves or removes files.
+fn changes_files(command: &str) -> bool {
+    const WRITERS: [&str; 13] = [
+        "rm", "mv", "cp", "touch", "mkdir", "ln", "tar", "unzip", "patch", "git", "wget", "curl",
+        "sed",
+    ];
+    command.contains('>')
+        || command
+            .split(|c: char| c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')'))
+            .any(|word| WRITERS.contains(&word))
 }
 
 /// `dest` relative to `workdir` ("" for `workdir` itself), or `None` outside it.
@@ -190,7 +260,7 @@ fn copy_step(line: &str, rest: &str, workdir: &str) -> Result<(CopyStep, bool), 
     let mut words: Vec<String> = if rest.starts_with('[') {
         serde_json::from_str(rest).map_err(|_| unsupported(line, "unreadable JSON form"))?
     } else {
-        rest.split_whitespace().map(str::to_owned).collect()
+        shell_words(rest).ok_or_else(|| unsupported(line, "an unclosed quote"))?
     };
     let mut staged = true;
     while words.first().is_some_and(|w| w.starts_with("--")) {
@@ -215,6 +285,27 @@ fn copy_step(line: &str, rest: &str, workdir: &str) -> Result<(CopyStep, bool), 
         line: line.to_owned(),
     };
     Ok((step, staged))
+}
+
+/// Shell-form words, quotes removed as the builder removes them (`COPY "src/" "/dst/"`).
+fn shell_words(text: &str) -> Option<Vec<String>> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut quote: Option<char> = None;
+    for c in text.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.get_or_insert_with(String::new).push(c),
+            (None, '"' | '\'') => {
+                quote = Some(c);
+                word.get_or_insert_with(String::new);
+            }
+            (None, c) if c.is_whitespace() => words.extend(word.take()),
+            (None, c) => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(word);
+    quote.is_none().then_some(words)
 }
 
 /// `path` made absolute against `dir`, with `.` and `..` resolved (as the container would).
@@ -273,6 +364,18 @@ pub fn stage(
                 }
             }
         }
+    }
+    for path in &env.removals {
+        let Some(relative) = inside(&env.workdir, path) else {
+            continue;
+        };
+        let target = root.join(relative);
+        let removed = match fs::symlink_metadata(&target) {
+            Ok(meta) if meta.is_dir() => fs::remove_dir_all(&target),
+            Ok(_) => fs::remove_file(&target),
+            Err(_) => Ok(()),
+        };
+        removed.map_err(io_at(&target))?;
     }
     Ok(())
 }
@@ -433,7 +536,9 @@ impl ContainerPaths {
         'scan: while i < text.len() {
             // A container path starts a word: not `$HOME/app`, `/usr/app` or `x/tests`.
             let starts_word = i == 0
-                || (!b"_.~/$})-".contains(&bytes[i - 1]) && !bytes[i - 1].is_ascii_alphanumeric());
+                || (!b"_.~/$})-".contains(&bytes[i - 1]) && !bytes[i - 1].is_ascii_alphanumeric())
+                // A shell default: `${APP_DIR:-/app}`.
+                || (i >= 2 && &bytes[i - 2..i] == b":-");
             if bytes[i] == b'/' && starts_word {
                 for (path, relative) in &self.mappings {
                     let end = i + path.len();
@@ -511,6 +616,43 @@ mod tests {
         );
     }
 
+    /// A `RUN rm` of a file in the working directory takes it out of the workspace (an answer
+    /// the image deletes must not be in the starting files); other file-changing steps there
+    /// are listed to be said.
+    #[test]
+    fn run_steps_in_the_working_directory_are_applied_or_said() {
+        let env = parse_dockerfile(
+            "FROM python:3.12-slim AS base\nRUN mkdir -p /opt/tool && apt-get update\nWORKDIR /app\nCOPY . .\n\
+             RUN rm -f solution.py && rm -rf /app/answers\nRUN pip install -r requirements.txt\nRUN sed -i s/a/b/ main.py\n",
+        )
+        .unwrap();
+        assert_eq!(env.from.as_deref(), Some("python:3.12-slim"));
+        assert_eq!(env.removals, ["/app/solution.py", "/app/answers"]);
+        assert_eq!(env.hidden_runs, ["RUN sed -i s/a/b/ main.py"]);
+        let tmp = tempfile::tempdir().unwrap();
+        let (context, root) = (tmp.path().join("ctx"), tmp.path().join("ws"));
+        fs::create_dir_all(context.join("answers")).unwrap();
+        fs::write(context.join("solution.py"), "42").unwrap();
+        fs::write(context.join("main.py"), "a").unwrap();
+        fs::write(context.join("answers/x"), "42").unwrap();
+        stage(&env, &context, &root, &[]).unwrap();
+        assert!(root.join("main.py").is_file());
+        assert!(!root.join("solution.py").exists() && !root.join("answers").exists());
+    }
+
+    #[test]
+    fn quoted_shell_form_copies_are_unquoted() {
+        let env = parse_dockerfile(
+            "FROM a\nWORKDIR /app\nCOPY \"src/\" \"/app/src/\"\nCOPY 'my file.txt' ./\n",
+        )
+        .unwrap();
+        assert_eq!(env.copies[0].sources, ["src/"]);
+        assert_eq!(env.copies[0].dest, "/app/src/");
+        assert_eq!(env.copies[1].sources, ["my file.txt"]);
+        let open = parse_dockerfile("FROM a\nCOPY \"src/ /app/\n").unwrap_err();
+        assert!(open.contains("an unclosed quote"), "{open}");
+    }
+
     #[test]
     fn what_cannot_be_imported_is_a_skip_reason() {
         for (text, why) in [
@@ -578,7 +720,13 @@ mod tests {
             paths.in_shell("echo 1 > /logs/verifier/reward.txt\nbash /solution/x.sh \"/app\""),
             "echo 1 > ${DELTABENCH_WORKSPACE}/.deltabench/logs/verifier/reward.txt\nbash ${DELTABENCH_WORKSPACE}/.deltabench/solution/x.sh \"${DELTABENCH_WORKSPACE}\""
         );
-        let untouched = "/application /app.py $HOME/app /usr/tests https://x/app #!/bin/bash";
+        // aider-polyglot's solution.sh: `cd "${APP_DIR:-/app}"`.
+        assert_eq!(
+            paths.in_shell("cd \"${APP_DIR:-/app}\" && ls ${T:-/tests/x}"),
+            "cd \"${APP_DIR:-${DELTABENCH_WORKSPACE}}\" && ls ${T:-${DELTABENCH_WORKSPACE}/.deltabench/tests/x}"
+        );
+        let untouched =
+            "/application /app.py $HOME/app /usr/tests https://x/app #!/bin/bash x-/app";
         assert_eq!(paths.relative(untouched), untouched);
         assert_eq!(
             paths.relative("Write to /app. Or /app/."),

@@ -954,6 +954,80 @@ fn reward_grader_reads_the_reward_line() {
     );
 }
 
+/// The imported verify wrapper decides its exit status (what `validate` holds the base to) and
+/// the reward grader its verdict (what `run` scores) by one rule, Harbor's: reward.json's
+/// numeric `reward`, else reward.txt, else its only number, else the mean. Each case's test
+/// script exits 0, as Harbor's do whatever the reward.
+#[test]
+fn harbor_wrapper_and_reward_grader_agree_on_every_reward_file() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    let source = fixtures().join("harbor");
+    let output = import(
+        root,
+        &["harbor", source.to_str().unwrap(), "--out", "suite"],
+    );
+    assert_ok(&output, "import");
+    let wrapper = root.join("suite/tests/greet/.deltabench/verify.sh");
+    // (reward.json, reward.txt, reward)
+    let cases = [
+        (Some(r#"{"reward": 1.0, "style": 0.2}"#), None, Some(1.0)),
+        (Some(r#"{"a": 1, "b": 0}"#), None, Some(0.5)),
+        (Some(r#"{"a": 1, "b": 1.0}"#), None, Some(1.0)),
+        (Some(r#"{"accuracy": 1}"#), None, Some(1.0)),
+        (
+            Some(r#"{"details": {"reward": 1}, "score": 0}"#),
+            None,
+            Some(0.0),
+        ),
+        (
+            Some(r#"{"note": "a \"reward\": 1", "ok": true, "x": 0.25}"#),
+            None,
+            Some(0.25),
+        ),
+        (Some(r#"{"tests": 3, "passed": 3}"#), Some("1"), Some(1.0)),
+        (Some("1"), None, Some(1.0)),
+        (None, Some("0"), Some(0.0)),
+        (None, Some("1.0\n"), Some(1.0)),
+        (None, None, None),
+    ];
+    for (json, txt, reward) in cases {
+        let ws = root.join("ws");
+        let _ = std::fs::remove_dir_all(&ws);
+        let mut script = String::from("logs=\"$DELTABENCH_WORKSPACE/.deltabench/logs/verifier\"\n");
+        if let Some(json) = json {
+            script.push_str(&format!(
+                "cat > \"$logs/reward.json\" <<'EOF'\n{json}\nEOF\n"
+            ));
+        }
+        if let Some(txt) = txt {
+            script.push_str(&format!("printf '{txt}' > \"$logs/reward.txt\"\n"));
+        }
+        script.push_str("exit 0\n");
+        write_files(&ws, &[(".deltabench/tests/test.sh", &script)]);
+        let run = Command::new("sh")
+            .arg(&wrapper)
+            .current_dir(&ws)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&run.stdout).into_owned();
+        let exit = run.status.code().unwrap();
+        let (code, verdict) = grade("reward.py", &[], "+x", exit, &said);
+        assert_eq!(code, Some(0), "{json:?} {txt:?}: {said}");
+        let verdict: serde_json::Value = serde_json::from_str(&verdict).unwrap();
+        let case = format!("{json:?} {txt:?}: exit {exit}, {verdict}\n{said}");
+        assert_eq!(verdict["passed"], exit == 0, "{case}");
+        match reward {
+            Some(reward) => {
+                assert_eq!(verdict["score"].as_f64(), Some(reward), "{case}");
+                assert_eq!(exit == 0, reward >= 1.0, "{case}");
+            }
+            // No reward file: the test script's status decides, both sides.
+            None => assert_eq!((exit, verdict["score"].as_f64()), (0, Some(1.0)), "{case}"),
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Harbor and Terminal-Bench
 

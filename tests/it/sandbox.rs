@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::common::{
-    assert_no_leftovers, deltabench, git_repo, one_file_repo, stderr, temp_dir, trials,
+    assert_no_leftovers, deltabench, git_repo, one_file_repo, stderr, stdout, temp_dir, trials,
     write_files, write_suite,
 };
 
@@ -316,4 +316,46 @@ fn a_sandboxed_agent_cannot_read_the_suites_hidden_tests_or_solutions() {
             "{isolation}: copying the solution"
         );
     }
+}
+
+/// `validate` runs each task under its own isolation: the reference's verify run under
+/// `sandbox` has no network (a server on the host's loopback is out of reach), as every trial's.
+/// This task's verify passes only there.
+#[test]
+fn validate_keeps_a_tasks_sandbox_for_the_verify_run() {
+    if !crate::common::have_bwrap("validate_keeps_a_tasks_sandbox_for_the_verify_run") {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_files(root, &[("sol/a.txt", "fixed\n")]);
+    let offline = format!(
+        "python3 -c 'import socket, sys; sys.exit(socket.socket().connect_ex((\"127.0.0.1\", {port})) == 0)'"
+    );
+    for isolation in ["sandbox", "worktree"] {
+        write_suite(
+            root,
+            &format!(
+                "name: v\nrepo: repo\ntasks:\n  - id: t\n    instruction: fix a.txt\n    solution: sol\n    \
+                 isolation: {isolation}\n    verify: \"{} && grep -q fixed a.txt\"\n",
+                offline.replace('"', "\\\"")
+            ),
+        );
+        let output = deltabench(root)
+            .args(["validate", "suite.yaml"])
+            .output()
+            .unwrap();
+        let said = format!("{}{}", stdout(&output), stderr(&output));
+        match isolation {
+            "sandbox" => assert_eq!(output.status.code(), Some(0), "{said}"),
+            // The same verify on the host reaches the server: the reference fails.
+            _ => {
+                assert_eq!(output.status.code(), Some(1), "{said}");
+                assert!(said.contains("oracle"), "{said}");
+            }
+        }
+    }
+    drop(listener);
 }

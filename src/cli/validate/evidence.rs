@@ -55,7 +55,8 @@ impl<'a> Trial<'a> {
 
     /// The ids of the tests that failed: the hook's report, else the runner's output.
     pub fn failed_tests(&self) -> Vec<String> {
-        // Where the probe's test hook writes (validate runs every task under `worktree`).
+        // Where the harness keeps the hook's report (the verify home is `verify-home/` in the
+        // trial folder under every isolation).
         let hooked = std::fs::read_to_string(layout::hook_report(&self.dir))
             .map(|text| crate::delta::TestReport::parse(&text).failed)
             .unwrap_or_default();

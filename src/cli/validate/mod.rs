@@ -29,9 +29,8 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
         ("noop".to_owned(), AgentSpec::Noop),
         ("oracle".to_owned(), AgentSpec::Oracle),
     ]);
-    for task in &mut loaded.tasks {
-        task.isolation = crate::workspace::Isolation::Worktree;
-    }
+    // Each task keeps its isolation: the reference's verify run is held to the rules every
+    // trial's is (under `sandbox`, no network and no home but its own).
     let workdir = workdir(&args.suite)?;
     let request = RunRequest {
         agents: vec!["noop".into(), "oracle".into()],
