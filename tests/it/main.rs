@@ -20,6 +20,7 @@ mod model;
 mod patches;
 mod prepared;
 mod procs;
+mod real_rows;
 mod redaction;
 mod replay;
 mod reports;
