@@ -198,10 +198,11 @@ pub(super) struct ImportArgs {
     /// [default: DIR/repos, cloned into from GitHub when missing].
     #[arg(long, value_name = "DIR")]
     pub(super) repos: Option<PathBuf>,
-    /// swebench: a YAML map of owner/name (or owner/name@version) to {setup, test_command,
-    /// timeout}; {tests} and {test_files} in test_command stand for the instance's tests.
+    /// swebench: a YAML map of owner/name (or owner/name@version) to {setup, prepare,
+    /// test_command, timeout, environment}; {tests} and {test_files} in test_command stand for
+    /// the instance's tests. Repeatable: a later file's settings win, key by key.
     #[arg(long, value_name = "FILE")]
-    pub(super) env: Option<PathBuf>,
+    pub(super) env: Vec<PathBuf>,
     /// swebench: run each row in the official harness's prebuilt image
     /// (docker.io/swebench/sweb.eval.x86_64.<instance>:latest, pulled beforehand) instead of an
     /// image built from a Dockerfile written from its recipe; --env entries still win.

@@ -73,7 +73,7 @@ pub struct ImportOptions {
     /// swebench: the folder holding local clones (`owner__name` or `owner/name`).
     pub repos: Option<PathBuf>,
     /// swebench: per-repository setup and test commands.
-    pub env: Option<PathBuf>,
+    pub env: Vec<PathBuf>,
     /// swebench: run each row in the official harness's prebuilt instance image instead of a
     /// Dockerfile written from its recipe.
     pub images: bool,
@@ -233,7 +233,12 @@ pub async fn import(options: &ImportOptions) -> Result<ImportReport, ImportError
             message: err.to_string(),
         })?;
     }
-    staging.commit(options.force)?;
+    for lock in staging.commit(options.force)? {
+        report.notes.push(format!(
+            "kept {}: its entries count only for tasks that did not change (run `deltabench validate` to refresh it)",
+            lock.display()
+        ));
+    }
     report.suites = imported
         .suites
         .into_iter()
@@ -254,7 +259,7 @@ fn check_options(options: &ImportOptions) -> Result<(), ImportError> {
     let names_repos: fn(Format) -> bool = Format::names_repos;
     let flags = [
         (options.repos.is_some(), "--repos", names_repos),
-        (options.env.is_some(), "--env", names_repos),
+        (!options.env.is_empty(), "--env", names_repos),
         (options.images, "--images", names_repos),
         (
             options.run_solutions,

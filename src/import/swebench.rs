@@ -50,7 +50,7 @@ struct Instance {
     environment_setup_commit: Option<String>,
 }
 
-/// One entry of an `--env` file.
+/// One entry of an `--env` file; an empty entry (`owner/name:`) takes every default.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EnvEntry {
@@ -59,6 +59,33 @@ struct EnvEntry {
     /// The verify command; `{tests}` and `{test_files}` are filled in per instance.
     test_command: Option<String>,
     timeout: Option<String>,
+    /// The setup runs once per base commit, kept with the template (the suite's `prepare:`).
+    prepare: Option<bool>,
+    /// Where the row's commands run: a container of this image or Dockerfile.
+    environment: Option<EnvEnvironment>,
+}
+
+/// An `--env` entry's `environment:`, as a suite task's.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnvEnvironment {
+    image: Option<String>,
+    /// Relative to the `--env` file's folder.
+    dockerfile: Option<String>,
+    workdir: Option<String>,
+}
+
+impl EnvEntry {
+    /// This entry with `later`'s settings over it, key by key.
+    fn under(self, later: EnvEntry) -> EnvEntry {
+        EnvEntry {
+            setup: later.setup.or(self.setup),
+            test_command: later.test_command.or(self.test_command),
+            timeout: later.timeout.or(self.timeout),
+            prepare: later.prepare.or(self.prepare),
+            environment: later.environment.or(self.environment),
+        }
+    }
 }
 
 /// An `--env` entry with its timeout checked.
@@ -67,6 +94,8 @@ struct TestSettings {
     setup: Option<String>,
     command: String,
     timeout: Duration,
+    prepare: bool,
+    environment: Vec<(&'static str, String)>,
 }
 
 pub async fn import(
@@ -75,10 +104,7 @@ pub async fn import(
     name: &str,
 ) -> Result<Imported, ImportError> {
     let source = &options.source;
-    let env = match &options.env {
-        Some(path) => read_env(path)?,
-        None => IndexMap::new(),
-    };
+    let env = read_envs(&options.env)?;
     let mut imported = Imported::default();
     let mut by_repo: IndexMap<String, Vec<Instance>> = IndexMap::new();
     for (at, row) in read_rows(source)? {
@@ -241,6 +267,8 @@ fn task(
                 setup: None,
                 command: String::new(),
                 timeout: OFFICIAL_TIMEOUT,
+                prepare: false,
+                environment: Vec::new(),
             };
             let workdir = ("workdir", swebench_env::TESTBED.to_owned());
             (settings, verify, vec![environment, workdir])
@@ -258,7 +286,8 @@ fn task(
         None => match test_settings(instance, &tree, entry) {
             Ok(settings) => {
                 let verify = test_command(&settings.command, instance);
-                (settings, verify, Vec::new())
+                let environment = settings.environment.clone();
+                (settings, verify, environment)
             }
             Err(reason) => return Ok(Err(reason)),
         },
@@ -296,6 +325,7 @@ fn task(
         solution: Some(solution),
         grader: Some(format!("./{GRADER_PATH} {spec}")),
         environment,
+        prepare: settings.prepare,
         ..TaskEntry::default()
     }))
 }
@@ -401,10 +431,22 @@ fn test_settings(
         Some(text) => crate::support::parse_duration(text).unwrap_or_default(),
         None => Duration::from_secs(default_timeout),
     };
+    let environment = entry.environment.map_or_else(Vec::new, |env| {
+        [
+            ("image", env.image),
+            ("dockerfile", env.dockerfile),
+            ("workdir", env.workdir),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, value?)))
+        .collect()
+    });
     Ok(TestSettings {
         setup: entry.setup,
         command: command.to_owned(),
         timeout,
+        prepare: entry.prepare.unwrap_or(false),
+        environment,
     })
 }
 
@@ -798,6 +840,18 @@ fn strings(value: &Value) -> Option<Vec<String>> {
         .collect()
 }
 
+/// Reads the `--env` files, later files' settings over earlier ones', key by key.
+fn read_envs(paths: &[PathBuf]) -> Result<IndexMap<String, EnvEntry>, ImportError> {
+    let mut merged: IndexMap<String, EnvEntry> = IndexMap::new();
+    for path in paths {
+        for (repo, entry) in read_env(path)? {
+            let earlier = merged.shift_remove(&repo).unwrap_or_default();
+            merged.insert(repo, earlier.under(entry));
+        }
+    }
+    Ok(merged)
+}
+
 /// Reads an `--env` file: a map of `owner/name` (or `owner/name@version`) to settings.
 fn read_env(path: &Path) -> Result<IndexMap<String, EnvEntry>, ImportError> {
     let text = std::fs::read_to_string(path).map_err(|source| ImportError::Read {
@@ -805,9 +859,15 @@ fn read_env(path: &Path) -> Result<IndexMap<String, EnvEntry>, ImportError> {
         source,
     })?;
     let parse_err = |message: String| ImportError::parse(path, message);
-    let entries: IndexMap<String, EnvEntry> =
+    let entries: IndexMap<String, Option<EnvEntry>> =
         serde_saphyr::from_str(&text).map_err(|err| ImportError::yaml(path, &err))?;
-    for (repo, entry) in &entries {
+    let folder = std::path::absolute(path)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_owned))
+        .unwrap_or_default();
+    let mut read = IndexMap::new();
+    for (repo, entry) in entries {
+        let mut entry = entry.unwrap_or_default();
         if let Some(timeout) = &entry.timeout {
             crate::support::parse_duration(timeout)
                 .map_err(|message| parse_err(format!("{repo}: timeout: {message}")))?;
@@ -819,8 +879,26 @@ fn read_env(path: &Path) -> Result<IndexMap<String, EnvEntry>, ImportError> {
         {
             return Err(parse_err(format!("{repo}: test_command is empty")));
         }
+        if let Some(env) = &mut entry.environment {
+            if env.image.is_some() == env.dockerfile.is_some() {
+                return Err(parse_err(format!(
+                    "{repo}: environment: give one of image and dockerfile"
+                )));
+            }
+            if let Some(dockerfile) = &mut env.dockerfile {
+                let found = folder.join(&*dockerfile);
+                if !found.is_file() {
+                    return Err(parse_err(format!(
+                        "{repo}: environment: dockerfile {} does not exist",
+                        found.display()
+                    )));
+                }
+                *dockerfile = found.display().to_string();
+            }
+        }
+        read.insert(repo, entry);
     }
-    Ok(entries)
+    Ok(read)
 }
 
 /// The local clone of `repo` (`owner/name`) under `repos`: `owner__name` or `owner/name`, or a

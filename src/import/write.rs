@@ -62,8 +62,10 @@ impl Staging {
     }
 
     /// Moves every staged entry into `out`. An entry already there is an error unless `force`,
-    /// which replaces it; nothing is moved before every entry was checked.
-    pub fn commit(self, force: bool) -> Result<(), ImportError> {
+    /// which replaces it; nothing is moved before every entry was checked. A suite lock in a
+    /// folder being replaced is kept (its entries count only for tasks that did not change):
+    /// the locks kept are returned, to be said.
+    pub fn commit(self, force: bool) -> Result<Vec<PathBuf>, ImportError> {
         let read_err = |source| ImportError::Read {
             path: self.path().to_owned(),
             source,
@@ -81,11 +83,22 @@ impl Staging {
                 path: taken.clone(),
             });
         }
+        let mut kept = Vec::new();
         for (from, to) in targets {
             let write_err = |source| ImportError::Write {
                 path: to.clone(),
                 source,
             };
+            if from.is_dir() && to.is_dir() {
+                for lock in fs::read_dir(&to).into_iter().flatten().flatten() {
+                    let name = lock.file_name();
+                    if name.to_string_lossy().ends_with(".lock.json") && !from.join(&name).exists()
+                    {
+                        fs::rename(lock.path(), from.join(&name)).map_err(write_err)?;
+                        kept.push(to.join(&name));
+                    }
+                }
+            }
             match fs::symlink_metadata(&to) {
                 Ok(meta) if meta.is_dir() => fs::remove_dir_all(&to).map_err(write_err)?,
                 Ok(_) => fs::remove_file(&to).map_err(write_err)?,
@@ -93,7 +106,7 @@ impl Staging {
             }
             fs::rename(&from, &to).map_err(write_err)?;
         }
-        Ok(())
+        Ok(kept)
     }
 }
 
@@ -172,6 +185,8 @@ pub struct TaskEntry {
     pub tags: Vec<String>,
     /// The `environment:` mapping's (key, value) pairs; empty for none.
     pub environment: Vec<(&'static str, String)>,
+    /// The setup runs once per template (`prepare: true`).
+    pub prepare: bool,
 }
 
 impl SuiteFile {
@@ -196,6 +211,9 @@ impl SuiteFile {
             }
             if let Some(setup) = &task.setup {
                 field("setup", quote(setup));
+            }
+            if task.prepare {
+                field("prepare", "true".to_owned());
             }
             if let Some(tests) = &task.tests {
                 field("tests", quote(tests));

@@ -605,6 +605,107 @@ fn swebench_without_images_writes_the_official_recipe_per_version() {
     assert!(!calc.contains("environment"), "{calc}");
 }
 
+/// `--env` is repeatable (a later file's settings win, key by key); an entry may be empty, and
+/// takes `prepare` and `environment` too; `import --force` keeps a suite lock and says so.
+#[test]
+fn swebench_env_files_layer_and_force_keeps_the_lock() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    official_rows(root);
+    write_files(
+        root,
+        &[
+            (
+                "base.yaml",
+                "pallets/flask@2.3:\n  setup: pip install -e .\n  test_command: python3 -m pytest -rA {test_files}\n  timeout: 2m\nacme/calc:\n",
+            ),
+            (
+                "envs/later.yaml",
+                "pallets/flask@2.3:\n  timeout: 5m\n  prepare: true\n  environment: {dockerfile: flask/Dockerfile, workdir: /src}\nsphinx-doc/sphinx:\n  environment: {image: localhost/sphinx:1}\n",
+            ),
+            ("envs/flask/Dockerfile", "FROM localhost/python:3\n"),
+        ],
+    );
+    let args = [
+        "swebench",
+        "rows.jsonl",
+        "--repos",
+        "repos",
+        "--env",
+        "base.yaml",
+        "--env",
+        "envs/later.yaml",
+        "--out",
+        "suites",
+    ];
+    let output = import(root, &args);
+    assert_ok(&output, "import --env --env");
+    let flask = std::fs::read_to_string(root.join("suites/pallets__flask/suite.yaml")).unwrap();
+    let dockerfile = root.join("envs/flask/Dockerfile");
+    for line in [
+        "    setup: \"pip install -e .\"\n".to_owned(),
+        "    prepare: true\n".to_owned(),
+        "verify: {run: \"python3 -m pytest -rA tests/test_calc.py\", timeout: \"5m\"}".to_owned(),
+        format!(
+            "environment: {{dockerfile: \"{}\", workdir: \"/src\"}}",
+            dockerfile.display()
+        ),
+    ] {
+        assert!(flask.contains(&line), "{line}\n{flask}");
+    }
+    // The empty entry: the row runs here with the defaults.
+    let calc = std::fs::read_to_string(root.join("suites/acme__calc/suite.yaml")).unwrap();
+    assert!(
+        calc.contains("python3 -m pytest -rA") && !calc.contains("environment"),
+        "{calc}"
+    );
+    let sphinx =
+        std::fs::read_to_string(root.join("suites/sphinx-doc__sphinx/suite.yaml")).unwrap();
+    assert!(
+        sphinx.contains("environment: {image: \"localhost/sphinx:1\"}"),
+        "{sphinx}"
+    );
+
+    // A lock beside an imported suite survives --force, and import says so.
+    let lock = root.join("suites/acme__calc/suite.lock.json");
+    std::fs::write(&lock, "{}\n").unwrap();
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    let output = import(root, &forced);
+    assert_ok(&output, "import --force");
+    assert_eq!(std::fs::read_to_string(&lock).unwrap(), "{}\n");
+    assert!(
+        stdout(&output).contains("kept suites/acme__calc/suite.lock.json: its entries count only"),
+        "{}",
+        stdout(&output)
+    );
+
+    // An environment needs exactly one of image and dockerfile.
+    write_files(
+        root,
+        &[("bad.yaml", "acme/calc:\n  environment: {workdir: /x}\n")],
+    );
+    let output = import(
+        root,
+        &[
+            "swebench",
+            "rows.jsonl",
+            "--repos",
+            "repos",
+            "--env",
+            "bad.yaml",
+            "--out",
+            "bad",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("acme/calc: environment: give one of image and dockerfile"),
+        "{}",
+        stderr(&output)
+    );
+}
+
 #[test]
 fn swebench_env_entries_win_over_images() {
     let tmp = temp_dir();
@@ -692,7 +793,7 @@ fn swebench_bad_input_names_the_file_row_and_field() {
         (
             "bad_list.jsonl",
             vec!["--env".to_owned(), fixture("bad_env.yaml")],
-            "bad_env.yaml:3:3: unknown field `timout`, expected one of setup, test_command, timeout\n",
+            "bad_env.yaml:3:3: unknown field `timout`, expected one of setup, test_command, timeout, prepare, environment\n",
         ),
     ];
     for (rows, extra, message) in cases {
