@@ -80,8 +80,10 @@ struct ContainerTask {
     verify_timeout: Option<Duration>,
     tags: Vec<String>,
     /// Settings of the task file that change how it runs and that deltabench does not apply
-    /// (`environment.cpus`, `environment.allow_internet`, ...): said at import.
+    /// (`environment.allow_internet`, ...): said at import.
     unused: Vec<String>,
+    /// `environment.cpus` and `memory_mb` as the suite's `environment:` pairs.
+    limits: Vec<(&'static str, String)>,
 }
 
 /// Terminal-Bench's `task.yaml`, the keys the importer uses.
@@ -184,11 +186,18 @@ pub async fn import(
             Err(StageError::Io { path, source }) => return Err(ImportError::Read { path, source }),
         }
         let id = ids.claim(&task.name);
-        if !task.unused.is_empty() {
-            imported.notes.push(format!(
-                "{id}: not applied here: {}",
-                task.unused.join(", ")
-            ));
+        let mut unused = task.unused.clone();
+        if env.build.is_none() {
+            // No container, so no limits to put on it.
+            unused.extend(task.limits.iter().map(|(key, value)| match *key {
+                "cpus" => format!("environment.cpus = {value}"),
+                _ => format!("environment.memory_mb = {}", value.trim_end_matches("MiB")),
+            }));
+        }
+        if !unused.is_empty() {
+            imported
+                .notes
+                .push(format!("{id}: not applied here: {}", unused.join(", ")));
         }
         for run in &env.hidden_runs {
             imported.notes.push(format!(
@@ -207,6 +216,7 @@ pub async fn import(
         entry.base = Some(base);
         if let (Some(_), Some(dockerfile)) = (&env.build, &task.dockerfile) {
             entry.environment = copy_environment(&task, dockerfile, &id, &env.workdir, staging)?;
+            entry.environment.extend(task.limits.clone());
             built += 1;
         }
         match &task.solution {
@@ -357,6 +367,16 @@ fn read_harbor(dir: &Path) -> Result<Read, ImportError> {
         verify_timeout: seconds(number("verifier", "timeout_sec")),
         tags,
         unused: unused_settings(&config),
+        limits: [
+            ("cpus", number("environment", "cpus").map(|c| c.to_string())),
+            (
+                "memory",
+                number("environment", "memory_mb").map(|m| format!("{m}MiB")),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, value?)))
+        .collect(),
         name,
     }))
 }
@@ -364,8 +384,10 @@ fn read_harbor(dir: &Path) -> Result<Read, ImportError> {
 /// task.toml's settings that deltabench does not apply, as `section.key = value`: everything
 /// but the descriptive tables (`[metadata]`, `[task]`, `version`) and the keys it reads.
 fn unused_settings(config: &serde_json::Map<String, Value>) -> Vec<String> {
-    const USED: [&str; 3] = [
+    const USED: [&str; 5] = [
         "environment.docker_image",
+        "environment.cpus",
+        "environment.memory_mb",
         "agent.timeout_sec",
         "verifier.timeout_sec",
     ];
@@ -428,6 +450,7 @@ fn read_terminal_bench(dir: &Path) -> Result<Read, ImportError> {
         agent_timeout: seconds(config.max_agent_timeout_sec),
         verify_timeout: seconds(config.max_test_timeout_sec),
         tags: config.tags.unwrap_or_default(),
+        limits: Vec::new(),
         unused: serde_saphyr::from_str::<serde_json::Map<String, Value>>(&text)
             .map(|raw| {
                 raw.into_iter()

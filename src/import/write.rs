@@ -246,7 +246,11 @@ impl SuiteFile {
                 let pairs: Vec<String> = task
                     .environment
                     .iter()
-                    .map(|(key, value)| format!("{key}: {}", quote(value)))
+                    // `cpus` is a number; every other value a string.
+                    .map(|(key, value)| match *key {
+                        "cpus" => format!("{key}: {value}"),
+                        _ => format!("{key}: {}", quote(value)),
+                    })
                     .collect();
                 field("environment", format!("{{{}}}", pairs.join(", ")));
             }

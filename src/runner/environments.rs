@@ -46,6 +46,7 @@ impl Environments {
                 writable: Vec::new(),
                 label: self.label.clone(),
                 route: None,
+                limits: environment.limits,
             }
             .borrowing_objects_of(history),
         )

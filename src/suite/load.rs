@@ -536,10 +536,41 @@ fn environment(source: &Source, e: &Spanned<RawEnvironment>) -> Result<Environme
         },
         None => Network::None,
     };
+    let millicpus = match &raw.cpus {
+        Some(c) if c.value.is_finite() && c.value >= 0.001 && c.value <= 4096.0 => {
+            Some((c.value * 1000.0).round() as u32)
+        }
+        Some(c) => {
+            return Err(source.at(
+                c,
+                format!(
+                    "invalid cpus {}: use a number above 0, such as 2 or 0.5",
+                    c.value
+                ),
+            ));
+        }
+        None => None,
+    };
+    let memory = match &raw.memory {
+        Some(m) => match m.value.trim().parse::<bytesize::ByteSize>() {
+            Ok(size) if size.as_u64() >= 6 << 20 => Some(size.as_u64()),
+            _ => {
+                return Err(source.at(
+                    m,
+                    format!(
+                        "invalid memory '{}': use a size of at least 6MiB (the runtimes' least), such as 512MiB or 2GB",
+                        m.value
+                    ),
+                ));
+            }
+        },
+        None => None,
+    };
     Ok(Environment {
         image,
         workdir,
         network,
+        limits: crate::workspace::Limits { millicpus, memory },
     })
 }
 

@@ -303,6 +303,14 @@ pub struct RawEnvironment {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub network: Option<Spanned<String>>,
+    /// The CPUs each container may use (`--cpus`), e.g. `2` or `0.5`.
+    #[serde(default)]
+    #[schemars(with = "Option<f64>")]
+    pub cpus: Option<Spanned<f64>>,
+    /// The memory each container may use (`--memory`), e.g. `512MiB` or `2 GB`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub memory: Option<Spanned<String>>,
 }
 
 /// One task.

@@ -32,6 +32,17 @@ pub struct Environment {
     pub workdir: PathBuf,
     /// The network of setup and the agent; the verify command always has none.
     pub network: Network,
+    /// What every command's container may use.
+    pub limits: Limits,
+}
+
+/// A container's resource limits (`--cpus`, `--memory`); `None` leaves the runtime's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Limits {
+    /// Thousandths of a CPU (`cpus: 0.5` is 500).
+    pub millicpus: Option<u32>,
+    /// Bytes.
+    pub memory: Option<u64>,
 }
 
 /// Where an environment's image comes from.
@@ -403,6 +414,7 @@ pub struct ContainerPolicy {
     pub label: String,
     /// How the command reaches the gateway under [`Network::Model`].
     pub route: Option<ModelRoute>,
+    pub limits: Limits,
 }
 
 impl ContainerPolicy {
@@ -506,6 +518,12 @@ impl ContainerPolicy {
         };
         add(&["--network", &network.to_string()]);
         add(&["--user", &format!("{}:{}", owner.uid(), owner.gid())]);
+        if let Some(millicpus) = self.limits.millicpus {
+            add(&["--cpus", &(f64::from(millicpus) / 1000.0).to_string()]);
+        }
+        if let Some(bytes) = self.limits.memory {
+            add(&["--memory", &format!("{bytes}b")]);
+        }
         let bind = |host: &Path, inside: &Path, mode: &str| {
             let mut arg = host.as_os_str().to_owned();
             arg.push(":");
@@ -642,7 +660,31 @@ mod tests {
             writable: Vec::new(),
             label: "run-1".into(),
             route: None,
+            limits: Limits::default(),
         }
+    }
+
+    #[test]
+    fn limits_become_the_runtimes_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut policy = policy(dir.path().join("home"));
+        policy.limits = Limits {
+            millicpus: Some(1500),
+            memory: Some(512 << 20),
+        };
+        let wrapped = policy
+            .wrap(dir.path(), CommandSpec::shell("true", dir.path()))
+            .unwrap();
+        let joined: Vec<String> = wrapped
+            .argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let joined = joined.join(" ");
+        assert!(
+            joined.contains("--cpus 1.5 --memory 536870912b"),
+            "{joined}"
+        );
     }
 
     #[test]

@@ -27,7 +27,7 @@ use futures::future::BoxFuture;
 
 pub use clone::CloneBackend;
 pub use container::{
-    ContainerError, ContainerPolicy, DEFAULT_WORKDIR, Environment, ImageNeed, ImageSource,
+    ContainerError, ContainerPolicy, DEFAULT_WORKDIR, Environment, ImageNeed, ImageSource, Limits,
     RUN_LABEL, RUNTIME_VAR, Runtime, RuntimeKind, container_started, tail,
 };
 pub use git::{git_command, harness_signature, resolve_commit};

@@ -700,3 +700,56 @@ fn a_bad_environment_is_a_located_suite_error() {
         );
     }
 }
+
+/// `cpus` and `memory` limit every container of the task: its verify command reads them from
+/// its own cgroup. Bad values name the place and what is valid.
+#[test]
+fn an_environments_cpus_and_memory_limit_its_containers() {
+    if !have_podman_image("environments::an_environments_cpus_and_memory_limit_its_containers") {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    // cgroup v2's files, else v1's (Podman on a v1 or hybrid host).
+    let limits = "q=$(cat /sys/fs/cgroup/cpu.max 2>/dev/null || echo \"$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) $(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us)\")\n\
+                  m=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes)\n\
+                  echo \"cpu $q, memory $m\"\ntest \"$q\" = '50000 100000' && test \"$m\" = 67108864\n";
+    write_files(
+        root,
+        &[("sol/a.txt", "fixed\n"), ("hidden/limits.sh", limits)],
+    );
+    write_suite(
+        root,
+        &format!(
+            "name: env\nrepo: repo\ntasks:\n  - id: t\n    instruction: fix a.txt\n    solution: sol\n    tests: hidden\n    \
+             environment: {{image: {BASE}, cpus: 0.5, memory: 64MiB}}\n    \
+             verify: sh limits.sh && grep -q fixed a.txt\n"
+        ),
+    );
+    let (output, _, out) = run_suite(root, &["--agent", "oracle", "--agent", "noop"]);
+    let records = trials(&out);
+    assert_eq!(records.len(), 2, "{}", stderr(&output));
+    assert_outcome(&records, "t", "oracle", "pass");
+    assert_outcome(&records, "t", "noop", "fail");
+
+    for (bad, says) in [
+        ("cpus: 0", "invalid cpus 0: use a number above 0"),
+        (
+            "memory: lots",
+            "invalid memory 'lots': use a size of at least 6MiB",
+        ),
+    ] {
+        write_suite(
+            root,
+            &format!(
+                "name: env\nrepo: repo\ntasks:\n  - id: t\n    instruction: x\n    environment: {{image: {BASE}, {bad}}}\n    verify: \"true\"\n"
+            ),
+        );
+        let output = deltabench(root)
+            .args(["run", "suite.yaml"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(stderr(&output).contains(says), "{}", stderr(&output));
+    }
+}

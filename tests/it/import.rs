@@ -1192,7 +1192,7 @@ fn harbor_end_to_end_with_skipped_and_built_tasks() {
     );
     // The RUN step is left to a build at run time (of ubuntu:24.04, so not run here).
     assert!(
-        yaml.contains("environment: {dockerfile: \"environments/needs-apt/Dockerfile\", context: \"environments/needs-apt\", workdir: \"/app\"}"),
+        yaml.contains("environment: {dockerfile: \"environments/needs-apt/Dockerfile\", context: \"environments/needs-apt\", workdir: \"/app\", cpus: 2, memory: \"1024MiB\"}"),
         "{yaml}"
     );
 
