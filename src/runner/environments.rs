@@ -22,6 +22,9 @@ pub struct Environments {
     pub ids: HashMap<usize, String>,
     /// The run's lease id: every container's label.
     pub label: String,
+    /// Tasks whose environment could not be made (an image that does not build or start), by
+    /// task index, with why: their trials are not run, and not scored.
+    pub failed: HashMap<usize, String>,
 }
 
 impl Environments {
@@ -93,7 +96,7 @@ pub fn prepare(
     runtime
         .check()
         .map_err(|ContainerError(message)| config(message))?;
-    let (mut images, mut ids) = (HashMap::new(), HashMap::new());
+    let (mut images, mut ids, mut failed) = (HashMap::new(), HashMap::new(), HashMap::new());
     // Each Dockerfile built, and each image started, once per run.
     let mut built: HashMap<String, Result<(), String>> = HashMap::new();
     let mut started: HashMap<String, Result<(), String>> = HashMap::new();
@@ -102,11 +105,9 @@ pub fn prepare(
         let Some(environment) = &task.environment else {
             continue;
         };
-        let fail = |message: &str| {
-            config(format!(
-                "task '{}': its environment cannot be used, so no trial ran: {message}",
-                task.id
-            ))
+        // Only this task's trials are lost: the others run.
+        let mut fail = |message: &str| {
+            failed.insert(i, message.to_owned());
         };
         let image = match &environment.image {
             ImageSource::Image(name) => name.clone(),
@@ -121,20 +122,55 @@ pub fn prepare(
                         .join(format!("{}.log", tag.replace([':', '/'], "_")));
                     runtime.build(path, context, &tag, &log).map_err(|e| e.0)
                 });
-                result.as_ref().map_err(|message| fail(message))?;
+                if let Err(message) = result {
+                    fail(message);
+                    continue;
+                }
                 tag
             }
         };
-        started
+        if let Err(message) = started
             .entry(image.clone())
             .or_insert_with(|| runtime.preflight(&image, label).map_err(|e| e.0))
-            .as_ref()
-            .map_err(|message| fail(message))?;
+        {
+            fail(message);
+            continue;
+        }
         if let Some(id) = runtime.image_id(&image) {
             ids.insert(i, id);
         }
         images.insert(i, image);
     }
+    if failed.len() == tasks.len() {
+        // Nothing can run: stop as a configuration error, naming every environment.
+        let mut lines: Vec<String> = tasks
+            .iter()
+            .map(|i| format!("task '{}': {}", suite.tasks[*i].id, failed[i]))
+            .collect();
+        return Err(config(match lines.len() {
+            1 => lines[0].replacen(
+                ": ",
+                ": its environment cannot be used, so no trial ran: ",
+                1,
+            ),
+            _ => {
+                lines.insert(
+                    0,
+                    "no task's environment can be used, so no trial ran:".into(),
+                );
+                lines.join("\n  ")
+            }
+        }));
+    }
+    let failed = failed
+        .into_iter()
+        .map(|(i, message)| {
+            (
+                i,
+                format!("its environment cannot be used, so the trial did not run: {message}"),
+            )
+        })
+        .collect();
     check_clis(runtime, agents, &images, label)?;
     check_forwarder(runtime, suite, tasks, agents, &images, label)?;
     Ok(Environments {
@@ -142,6 +178,7 @@ pub fn prepare(
         images,
         ids,
         label: label.to_owned(),
+        failed,
     })
 }
 

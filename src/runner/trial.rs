@@ -104,6 +104,17 @@ pub async fn run_trial(
     let started_at = now();
     let started = Instant::now();
     let task = &inputs.suite.tasks[spec.task];
+    if let Some(why) = inputs.environments.failed.get(&spec.task) {
+        let mut record = TrialRecord::unscored(
+            &task.id,
+            &spec.agent,
+            spec.trial,
+            task.metric.name(),
+            started_at,
+        );
+        record.infra_error = Some(why.clone());
+        return record;
+    }
     let agent_spec = inputs.agents[&spec.agent].clone();
     let (agent_env, api_key) = agent_spec.secrets();
     let secrets = Secrets::of_trial(agent_env, api_key);

@@ -753,3 +753,57 @@ fn an_environments_cpus_and_memory_limit_its_containers() {
         assert!(stderr(&output).contains(says), "{}", stderr(&output));
     }
 }
+
+/// An image that does not build stops only the tasks that use it: their trials are unscored
+/// with the build's reason (exit 3), the other tasks run and are scored; `validate` names the
+/// task it could not check.
+#[test]
+fn an_image_that_does_not_build_stops_only_its_tasks() {
+    if !have_podman_image("environments::an_image_that_does_not_build_stops_only_its_tasks") {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_files(
+        root,
+        &[
+            ("sol/a.txt", "fixed\n"),
+            (
+                "broken/Dockerfile",
+                &format!("FROM {BASE}\nRUN echo the build breaks here >&2 && false\n"),
+            ),
+        ],
+    );
+    write_suite(
+        root,
+        "name: env\nrepo: repo\ntasks:\n  - id: broken\n    instruction: fix a.txt\n    solution: sol\n    \
+         environment: {dockerfile: broken/Dockerfile}\n    verify: grep -q fixed a.txt\n  \
+         - id: host\n    instruction: fix a.txt\n    solution: sol\n    verify: grep -q fixed a.txt\n",
+    );
+    let (output, _, out) = run_suite(root, &["--agent", "oracle", "--agent", "noop"]);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let records = trials(&out);
+    assert_eq!(records.len(), 4, "{}", stderr(&output));
+    assert_outcome(&records, "host", "oracle", "pass");
+    assert_outcome(&records, "host", "noop", "fail");
+    for record in records.iter().filter(|r| r["task"] == "broken") {
+        assert_eq!(record["outcome"], "infra_error", "{record}");
+        let why = record["infra_error"].as_str().unwrap();
+        assert!(
+            why.starts_with("its environment cannot be used, so the trial did not run: "),
+            "{why}"
+        );
+    }
+
+    let validated = deltabench(root)
+        .args(["validate", "suite.yaml"])
+        .output()
+        .unwrap();
+    let said = format!("{}{}", stdout(&validated), stderr(&validated));
+    assert_eq!(validated.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("could not be checked: its environment cannot be used"),
+        "{said}"
+    );
+    assert!(said.contains("ok   host"), "{said}");
+}
