@@ -38,6 +38,14 @@ pub(super) enum Command {
     /// failed, a verify command not found, the tail of verify.log), and the scratch run is kept
     /// for reading; its path is printed.
     Validate(ValidateArgs),
+    /// Build every environment image the suite's tasks need, once, before any run.
+    ///
+    /// A task's `environment: {dockerfile: ...}` is otherwise built by the first run that
+    /// needs it; a build that fetches from the network (a FROM image, packages) then fails
+    /// offline. Run `prepare` where there is network: later runs and validates use the built
+    /// images offline. Prints each image (built, present, or FAILED with the build log's
+    /// tail) and the tasks that use it. Exit 0 when every image is ready, 2 when one is not.
+    Prepare(PrepareArgs),
     /// Print a report of a run directory.
     Report(ReportArgs),
     /// Combine the run directories of `run --shard I/N` into one run directory.
@@ -387,6 +395,18 @@ pub(super) struct ValidateArgs {
     /// task is sound; it is always kept when one is not.
     #[arg(long)]
     pub(super) keep: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct PrepareArgs {
+    /// A suite file, or a folder holding suite.yaml.
+    #[arg(value_name = "SUITE")]
+    pub(super) suite_path: PathBuf,
+    #[command(flatten)]
+    pub(super) suite: SuiteArgs,
+    /// Prepare only this task's environment (repeatable).
+    #[arg(long = "task", value_name = "ID")]
+    pub(super) task: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]

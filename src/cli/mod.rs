@@ -13,6 +13,7 @@ mod init;
 mod merge;
 mod model;
 mod plan;
+mod prepare;
 mod report;
 mod reporter;
 mod resume;
@@ -93,6 +94,7 @@ async fn dispatch(cli: Cli) -> Result<Exit, CliError> {
     match cli.command {
         Command::Run(args) => run::run(*args).await,
         Command::Validate(args) => validate::validate(args).await,
+        Command::Prepare(args) => prepare::prepare(args),
         Command::Report(args) => report::report(args),
         Command::Merge(args) => merge::merge(args),
         Command::Schema => {

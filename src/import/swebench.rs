@@ -179,6 +179,21 @@ pub async fn import(
         if suite.tasks.is_empty() {
             continue;
         }
+        let built: Vec<&str> = suite
+            .tasks
+            .iter()
+            .filter(|t| t.environment.iter().any(|(key, _)| *key == "dockerfile"))
+            .map(|t| t.id.as_str())
+            .collect();
+        if !built.is_empty() {
+            let out = options.out.join(&folder);
+            imported.notes.push(format!(
+                "{} task(s) of {repo} run in an image built from a Dockerfile, which needs the network once (its base image, conda and pip packages): `deltabench prepare {}` builds them all, then runs are offline ({})",
+                built.len(),
+                out.display(),
+                built.join(", ")
+            ));
+        }
         write_file(&dir.join(GRADER_PATH), GRADER, true)?;
         suite.write(&dir)?;
         imported.suites.push((folder, suite.tasks.len()));

@@ -80,6 +80,97 @@ pub fn built_tag(dockerfile: &Path, context: &Path) -> String {
     format!("localhost/deltabench-env:{}", &hex[..16])
 }
 
+/// One image of a suite's environments, as [`build_images`] left it.
+#[derive(Debug, Clone)]
+pub struct ImageReport {
+    pub image: String,
+    /// The tasks that run in it.
+    pub tasks: Vec<String>,
+    /// `Ok(true)` built now, `Ok(false)` already there; `Err` why it cannot be used.
+    pub outcome: Result<bool, String>,
+    pub duration: std::time::Duration,
+}
+
+/// Builds every image the tasks need that is not there yet (or checks a named one is), each
+/// once, calling `building` with each image before its build; no trial runs. What `deltabench
+/// prepare` does, so that later runs need no network.
+pub fn build_images(
+    suite: &Suite,
+    tasks: &[usize],
+    runtime: &Runtime,
+    cache: &Path,
+    mut building: impl FnMut(&str),
+) -> Vec<ImageReport> {
+    let mut reports: IndexMap<String, ImageReport> = IndexMap::new();
+    for &i in tasks {
+        let task = &suite.tasks[i];
+        let Some(environment) = &task.environment else {
+            continue;
+        };
+        let (image, dockerfile) = match &environment.image {
+            ImageSource::Image(name) => (name.clone(), None),
+            ImageSource::Dockerfile { path, context } => {
+                (built_tag(path, context), Some((path, context)))
+            }
+        };
+        if let Some(report) = reports.get_mut(&image) {
+            report.tasks.push(task.id.clone());
+            continue;
+        }
+        let started = std::time::Instant::now();
+        let outcome = match dockerfile {
+            _ if runtime.image_exists(&image) => Ok(false),
+            Some((path, context)) => {
+                building(&image);
+                runtime
+                    .build(path, context, &image, &build_log(cache, &image))
+                    .map(|()| true)
+                    .map_err(|e| with_network_hint(e.0))
+            }
+            None => Err(format!(
+                "image {image} is not in the local store (it is never pulled): build or load it"
+            )),
+        };
+        let report = ImageReport {
+            image: image.clone(),
+            tasks: vec![task.id.clone()],
+            outcome,
+            duration: started.elapsed(),
+        };
+        reports.insert(image, report);
+    }
+    reports.into_values().collect()
+}
+
+fn build_log(cache: &Path, tag: &str) -> PathBuf {
+    cache
+        .join("environments")
+        .join(format!("{}.log", tag.replace([':', '/'], "_")))
+}
+
+/// A build that failed for want of the network says so, and how to build once where there is
+/// one.
+fn with_network_hint(message: String) -> String {
+    const OFFLINE: [&str; 9] = [
+        "Temporary failure in name resolution",
+        "Could not resolve",
+        "no such host",
+        "network is unreachable",
+        "dial tcp",
+        "i/o timeout",
+        "TLS handshake timeout",
+        "Failed to establish a new connection",
+        "pinging container registry",
+    ];
+    if OFFLINE.iter().any(|sign| message.contains(sign)) {
+        format!(
+            "{message}\nthis environment needs the network to build, once: run `deltabench prepare SUITE` where there is network (or build its FROM image here); runs after that use the built image offline"
+        )
+    } else {
+        message
+    }
+}
+
 /// Checks the runtime, builds what is missing, starts each image once, and checks in each image
 /// what the plan's real agent CLIs need there (`node`, the virtualenv's Python). Blocking.
 pub fn prepare(
@@ -117,10 +208,9 @@ pub fn prepare(
                     if runtime.image_exists(&tag) {
                         return Ok(());
                     }
-                    let log = cache
-                        .join("environments")
-                        .join(format!("{}.log", tag.replace([':', '/'], "_")));
-                    runtime.build(path, context, &tag, &log).map_err(|e| e.0)
+                    runtime
+                        .build(path, context, &tag, &build_log(cache, &tag))
+                        .map_err(|e| with_network_hint(e.0))
                 });
                 if let Err(message) = result {
                     fail(message);

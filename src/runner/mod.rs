@@ -21,6 +21,7 @@ mod resume;
 mod trial;
 
 use environments::Environments;
+pub use environments::{ImageReport, build_images, runtime_for};
 pub use prepare::trim_templates;
 use prepare::{DEFAULT_CACHE_MAX, SetupPreparation};
 use std::collections::{HashMap, HashSet};

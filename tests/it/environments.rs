@@ -807,3 +807,76 @@ fn an_image_that_does_not_build_stops_only_its_tasks() {
     );
     assert!(said.contains("ok   host"), "{said}");
 }
+
+/// `deltabench prepare` builds each image once and says so; a second time they are there; a
+/// Dockerfile that does not build is named with its log's tail (exit 2), and one that needs the
+/// network (a FROM image from a registry) says so and how to build it once.
+#[test]
+fn prepare_builds_each_image_once_and_names_what_needs_the_network() {
+    if !have_podman_image("environments::prepare_builds_each_image_once") {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    // A label unique to this test run, so the image is built here, not found from a past run.
+    let unique = format!("{}-{}", std::process::id(), root.display());
+    write_files(
+        root,
+        &[
+            (
+                "ok/Dockerfile",
+                &format!("FROM {BASE}\nLABEL deltabench.test=\"{unique}\"\nRUN true\n"),
+            ),
+            (
+                "remote/Dockerfile",
+                "FROM registry.invalid/deltabench/none:1\nRUN true\n",
+            ),
+        ],
+    );
+    let suite = |tasks: &str| write_suite(root, &format!("name: env\nrepo: repo\ntasks:\n{tasks}"));
+    let task = |id: &str, dir: &str| {
+        format!(
+            "  - id: {id}\n    instruction: x\n    environment: {{dockerfile: {dir}/Dockerfile}}\n    verify: \"true\"\n"
+        )
+    };
+    suite(&format!("{}{}", task("a", "ok"), task("b", "ok")));
+    let prepare = || {
+        deltabench(root)
+            .args(["prepare", "suite.yaml"])
+            .output()
+            .unwrap()
+    };
+    let first = prepare();
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let said = stdout(&first);
+    assert!(
+        said.starts_with("built   localhost/deltabench-env:"),
+        "{said}"
+    );
+    assert!(said.contains(" (a, b) in "), "{said}");
+    assert!(
+        said.ends_with("1 image(s) ready, 0 failed; later runs use them without building\n"),
+        "{said}"
+    );
+    let again = stdout(&prepare());
+    assert!(
+        again.starts_with("present localhost/deltabench-env:"),
+        "{again}"
+    );
+
+    suite(&format!("{}{}", task("a", "ok"), task("far", "remote")));
+    let output = prepare();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let said = stdout(&output);
+    assert!(said.contains("FAILED  localhost/deltabench-env:"), "{said}");
+    assert!(said.contains("(far):\n  building "), "{said}");
+    assert!(said.contains("registry.invalid"), "{said}");
+    assert!(
+        said.contains("this environment needs the network to build, once: run `deltabench prepare SUITE` where there is network"),
+        "{said}"
+    );
+    assert!(
+        said.ends_with("1 image(s) ready, 1 failed; later runs use them without building\n"),
+        "{said}"
+    );
+}
