@@ -473,6 +473,7 @@ The script (YAML) says what the model answers, step by step:
 
   usage: {input_tokens: 1000, output_tokens: 20, cache_read_tokens: 0, cache_write_tokens: 0}
   loop: false            # true: past the last step, repeat it forever
+  split: 5               # stream text and tool arguments in pieces of 5 characters
   steps:
     - text: I'll create hello.txt.
       write: {path: hello.txt, content: \"hello\\n\"}   # at most one action: write or shell
@@ -484,8 +485,8 @@ The script (YAML) says what the model answers, step by step:
 A request's step is the number of distinct tool results in its history. Past the last step
 the answer is \"Done.\". `write` and `shell` become the client's own tools (Claude Write/Bash,
 Codex apply_patch/exec_command, Gemini write_file/run_shell_command, opencode write/bash,
-mini-swe-agent bash, aider a SEARCH/REPLACE block). Side calls (titles, commit messages)
-report zero usage.
+mini-swe-agent bash, aider a SEARCH/REPLACE block); `{cwd}` in a step is the client's
+working directory. Side calls (titles, commit messages) report zero usage.
 
 Point clients at the printed root URL: ANTHROPIC_BASE_URL=URL, GOOGLE_GEMINI_BASE_URL=URL,
 and URL/v1 for OpenAI-style clients (Codex, opencode, mini-swe-agent, aider).";

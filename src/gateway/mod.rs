@@ -21,6 +21,7 @@
 mod dialect;
 pub mod record;
 mod server;
+mod stream;
 
 pub use dialect::{Dialect, MAX_BODY, Meter, Provider};
 pub use record::Tape;

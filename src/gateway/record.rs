@@ -7,7 +7,8 @@
 //! and its body (JSON when it parses); no header is kept, so no key travels into the file. The
 //! answer is kept as its status, its content type, and its body's bytes in order (a stream's
 //! raw SSE text). The trial's own places (its workspace and folder) are written as
-//! placeholders, so a replay, whose places differ, compares equal.
+//! placeholders, so a replay, whose places differ, compares equal; in a stream, a place split
+//! across events is first moved whole into one ([`super::stream`]).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -17,6 +18,8 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::dialect::Dialect;
+use super::stream::unsplit;
 use crate::agent::REPLAY_MISMATCH;
 
 /// One model call as recorded.
@@ -72,6 +75,44 @@ pub fn with_placeholders(value: &mut Value, places: &[(String, String)]) {
         Value::Object(map) => map.values_mut().for_each(|v| with_placeholders(v, places)),
         _ => {}
     }
+}
+
+/// An answer's body as kept: the upstream key redacted and the trial's places as placeholders,
+/// a stream's after [`unsplit`] (a place split across events is moved whole into one).
+pub fn kept_answer(
+    body: &str,
+    stream: Option<Dialect>,
+    secret: Option<&str>,
+    places: &[(String, String)],
+) -> String {
+    let secret = secret.filter(|s| !s.is_empty());
+    let mut text = match stream {
+        Some(dialect) => {
+            let whole: Vec<&str> = places
+                .iter()
+                .map(|(place, _)| place.as_str())
+                .chain(secret)
+                .collect();
+            unsplit(dialect, body, &whole)
+        }
+        None => body.to_owned(),
+    };
+    if let Some(secret) = secret {
+        text = text.replace(secret, "[REDACTED:api_key]");
+    }
+    for (place, placeholder) in places {
+        text = text.replace(place.as_str(), placeholder);
+    }
+    text
+}
+
+/// A recorded answer's body with this trial's places put back for its placeholders.
+pub fn with_places(recorded: &str, places: &[(String, String)]) -> String {
+    let mut text = recorded.to_owned();
+    for (place, placeholder) in places {
+        text = text.replace(placeholder.as_str(), place);
+    }
+    text
 }
 
 /// A request's body as kept: JSON when it parses, with the trial's places as placeholders.

@@ -20,7 +20,9 @@ use futures::Stream;
 use serde_json::{Value, json};
 
 use super::dialect::{Dialect, MAX_BODY, Meter, Provider};
-use super::record::{Exchange, Recorder, Tape, kept_query, key_of, request_body};
+use super::record::{
+    Exchange, Recorder, Tape, kept_answer, kept_query, key_of, request_body, with_places,
+};
 use super::{Spent, over_budget};
 use crate::agent::harness::{Price, is_loopback, pricing};
 use crate::agent::{Budget, BudgetStop, ModelCall, Usage};
@@ -629,6 +631,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
                 exchange,
                 bytes: Vec::new(),
                 secret: key.clone(),
+                stream: dialect.filter(|_| sse),
                 places,
             }
         });
@@ -666,10 +669,7 @@ fn replayed(
     mut recorded: Exchange,
     places: &[(String, String)],
 ) -> Response {
-    let mut text = recorded.response.clone();
-    for (place, placeholder) in places {
-        text = text.replace(placeholder.as_str(), place);
-    }
+    let text = with_places(&recorded.response, places);
     let content_type = recorded
         .headers
         .get("content-type")
@@ -699,19 +699,19 @@ struct Recording {
     bytes: Vec<u8>,
     /// The upstream key, never written.
     secret: Option<String>,
+    /// A stream's dialect: its fragments are reassembled before places are replaced.
+    stream: Option<Dialect>,
     places: Vec<(String, String)>,
 }
 
 impl Recording {
     fn finish(mut self, recorder: &Recorder) {
-        let mut text = String::from_utf8_lossy(&self.bytes).into_owned();
-        if let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) {
-            text = text.replace(secret, "[REDACTED:api_key]");
-        }
-        for (place, placeholder) in &self.places {
-            text = text.replace(place.as_str(), placeholder);
-        }
-        self.exchange.response = text;
+        self.exchange.response = kept_answer(
+            &String::from_utf8_lossy(&self.bytes),
+            self.stream,
+            self.secret.as_deref(),
+            &self.places,
+        );
         recorder.write(&self.exchange);
     }
 }

@@ -51,7 +51,7 @@ pub(crate) fn respond(script: &Script, body: &Value) -> Response {
     match outcome(script, body) {
         Outcome::Error(e) => error(&e),
         Outcome::Answer(answer) if body.get("stream") == Some(&json!(true)) => {
-            request::sse(stream(&answer, &model))
+            request::sse(stream(&answer, &model, script.split))
         }
         Outcome::Answer(answer) => request::json(StatusCode::OK, &message(&answer, &model)),
     }
@@ -118,9 +118,9 @@ fn message(answer: &Answer, model: &Value) -> Value {
     })
 }
 
-/// message_start, one start/delta/stop triple per block, message_delta (stop reason and the
-/// output tokens), message_stop.
-fn stream(answer: &Answer, model: &Value) -> String {
+/// message_start, per block a start, its deltas (one, or one per piece of `split`
+/// characters) and a stop, message_delta (stop reason and the output tokens), message_stop.
+fn stream(answer: &Answer, model: &Value, split: Option<usize>) -> String {
     let mut out = String::new();
     let start_output = answer.usage.output_tokens.min(1);
     request::event(
@@ -132,14 +132,18 @@ fn stream(answer: &Answer, model: &Value) -> String {
             "usage": usage(answer, start_output)}}),
     );
     for (index, block) in blocks(answer).into_iter().enumerate() {
-        let (start, delta) = match block.get("type").and_then(Value::as_str) {
+        let (start, kind, field, whole) = match block.get("type").and_then(Value::as_str) {
             Some("tool_use") => (
                 json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}),
-                json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}),
+                "input_json_delta",
+                "partial_json",
+                block["input"].to_string(),
             ),
             _ => (
                 json!({"type": "text", "text": ""}),
-                json!({"type": "text_delta", "text": block["text"]}),
+                "text_delta",
+                "text",
+                block["text"].as_str().unwrap_or_default().to_owned(),
             ),
         };
         request::event(
@@ -147,11 +151,14 @@ fn stream(answer: &Answer, model: &Value) -> String {
             "content_block_start",
             &json!({"type": "content_block_start", "index": index, "content_block": start}),
         );
-        request::event(
-            &mut out,
-            "content_block_delta",
-            &json!({"type": "content_block_delta", "index": index, "delta": delta}),
-        );
+        for piece in request::pieces(&whole, split) {
+            request::event(
+                &mut out,
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index,
+                    "delta": {"type": kind, field: piece}}),
+            );
+        }
         request::event(
             &mut out,
             "content_block_stop",

@@ -156,7 +156,7 @@ pub(crate) fn respond(script: &Script, body: &Value) -> Response {
         Outcome::Error(e) => error(&e),
         Outcome::Answer(answer) if body.get("stream") == Some(&json!(true)) => {
             let include_usage = body.pointer("/stream_options/include_usage") == Some(&json!(true));
-            request::sse(stream(&answer, &model, include_usage))
+            request::sse(stream(&answer, &model, include_usage, script.split))
         }
         Outcome::Answer(answer) => request::json(StatusCode::OK, &completion(&answer, &model)),
     }
@@ -207,8 +207,9 @@ fn completion(answer: &Answer, model: &Value) -> Value {
 
 /// Chunks: role, text, the tool call (with an index, as streamed tool calls need), the finish
 /// reason, then a usage chunk with no choices when `stream_options.include_usage` asks for it;
-/// otherwise the usage rides on the finish chunk (litellm, hence aider, reads it there).
-fn stream(answer: &Answer, model: &Value, include_usage: bool) -> String {
+/// otherwise the usage rides on the finish chunk (litellm, hence aider, reads it there). With
+/// `split`, the text and the arguments come in pieces, the call's id and name in the first.
+fn stream(answer: &Answer, model: &Value, include_usage: bool, split: Option<usize>) -> String {
     let id = new_id("chatcmpl-");
     let created = request::now();
     let chunk = |delta: Value, finish: Value| {
@@ -221,15 +222,29 @@ fn stream(answer: &Answer, model: &Value, include_usage: bool) -> String {
         &chunk(json!({"role": "assistant", "content": ""}), Value::Null).to_string(),
     );
     if let Some(text) = &answer.text {
-        request::data(
-            &mut out,
-            &chunk(json!({"content": text}), Value::Null).to_string(),
-        );
+        for piece in request::pieces(text, split) {
+            request::data(
+                &mut out,
+                &chunk(json!({"content": piece}), Value::Null).to_string(),
+            );
+        }
     }
     if let Some(call) = &answer.call {
-        let delta = json!({"tool_calls": [{"index": 0, "id": call.id, "type": "function",
-            "function": {"name": call.name, "arguments": call.arguments()}}]});
-        request::data(&mut out, &chunk(delta, Value::Null).to_string());
+        for (i, piece) in request::pieces(&call.arguments(), split)
+            .into_iter()
+            .enumerate()
+        {
+            let delta = if i == 0 {
+                json!({"index": 0, "id": call.id, "type": "function",
+                    "function": {"name": call.name, "arguments": piece}})
+            } else {
+                json!({"index": 0, "function": {"arguments": piece}})
+            };
+            request::data(
+                &mut out,
+                &chunk(json!({"tool_calls": [delta]}), Value::Null).to_string(),
+            );
+        }
     }
     let mut finish = chunk(json!({}), json!(finish_reason(answer)));
     if !include_usage {

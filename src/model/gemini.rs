@@ -81,9 +81,7 @@ pub(crate) fn respond(script: &Script, target: &str, body: &Value) -> Response {
     match outcome(script, body) {
         Outcome::Error(e) => error(&e),
         Outcome::Answer(answer) if method == "streamGenerateContent" => {
-            let mut out = String::new();
-            request::data(&mut out, &chunk(&answer, model).to_string());
-            request::sse(out)
+            request::sse(stream(&answer, model, script.split))
         }
         Outcome::Answer(answer) => request::json(StatusCode::OK, &chunk(&answer, model)),
     }
@@ -95,6 +93,24 @@ pub(crate) fn error(e: &HttpError) -> Response {
         &json!({"error": {"code": e.status, "message": e.message,
             "status": request::google_status(e.status)}}),
     )
+}
+
+/// One chunk with the whole answer; with `split`, first a chunk per piece of the text but the
+/// last, as Gemini streams text (a function call comes whole).
+fn stream(answer: &Answer, model: &str, split: Option<usize>) -> String {
+    let mut out = String::new();
+    let mut last = answer.clone();
+    if let Some(text) = &answer.text {
+        let mut pieces = request::pieces(text, split);
+        last.text = pieces.pop();
+        for piece in pieces {
+            let part = json!({"candidates": [{"content": {"role": "model",
+                "parts": [{"text": piece}]}, "index": 0}], "modelVersion": model});
+            request::data(&mut out, &part.to_string());
+        }
+    }
+    request::data(&mut out, &chunk(&last, model).to_string());
+    out
 }
 
 /// One chunk holds the whole answer; `modelVersion` names the requested model, which Gemini

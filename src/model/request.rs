@@ -141,6 +141,17 @@ pub(crate) fn data(out: &mut String, data: &str) {
     out.push_str("\n\n");
 }
 
+/// `text` in pieces of `size` characters (the script's `split`), else whole.
+pub(crate) fn pieces(text: &str, size: Option<usize>) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    match size {
+        Some(size) if size > 0 && chars.len() > size => {
+            chars.chunks(size).map(|c| c.iter().collect()).collect()
+        }
+        _ => vec![text.to_owned()],
+    }
+}
+
 /// Seconds since the epoch, for `created` fields.
 pub(crate) fn now() -> u64 {
     std::time::SystemTime::now()

@@ -60,7 +60,7 @@ pub(crate) fn respond(script: &Script, body: &Value) -> Response {
         Outcome::Answer(answer) if body.get("stream") == Some(&json!(false)) => {
             request::json(StatusCode::OK, &response(&answer, &items(&answer), &model))
         }
-        Outcome::Answer(answer) => request::sse(stream(&answer, &model)),
+        Outcome::Answer(answer) => request::sse(stream(&answer, &model, script.split)),
     }
 }
 
@@ -126,8 +126,10 @@ fn response(answer: &Answer, items: &[Value], model: &Value) -> Value {
     })
 }
 
-/// response.created, output_item.added/.done per item, response.completed.
-fn stream(answer: &Answer, model: &Value) -> String {
+/// response.created, output_item.added/.done per item, response.completed. With `split`, as
+/// the API streams: an item is added empty, its text or arguments follow as deltas in pieces,
+/// and `.done` carries it whole.
+fn stream(answer: &Answer, model: &Value, split: Option<usize>) -> String {
     let mut out = String::new();
     let mut seq = 0;
     let mut emit = |out: &mut String, name: &str, mut data: Value| {
@@ -146,11 +148,40 @@ fn stream(answer: &Answer, model: &Value) -> String {
     for (index, item) in items.into_iter().enumerate() {
         let mut added = item.clone();
         added["status"] = json!("in_progress");
+        let streamed = split.and_then(|_| match item["type"].as_str() {
+            Some("message") => Some(("content", json!([]), "response.output_text.delta")),
+            Some("function_call") => Some((
+                "arguments",
+                json!(""),
+                "response.function_call_arguments.delta",
+            )),
+            Some("custom_tool_call") => {
+                Some(("input", json!(""), "response.custom_tool_call_input.delta"))
+            }
+            _ => None,
+        });
+        if let Some((field, empty, _)) = &streamed {
+            added[*field] = empty.clone();
+        }
         emit(
             &mut out,
             "response.output_item.added",
             json!({"output_index": index, "item": added}),
         );
+        if let Some((field, _, event)) = streamed {
+            let whole = match field {
+                "content" => &item["content"][0]["text"],
+                _ => &item[field],
+            };
+            for piece in request::pieces(whole.as_str().unwrap_or_default(), split) {
+                let mut delta =
+                    json!({"item_id": item["id"], "output_index": index, "delta": piece});
+                if field == "content" {
+                    delta["content_index"] = json!(0);
+                }
+                emit(&mut out, event, delta);
+            }
+        }
         emit(
             &mut out,
             "response.output_item.done",

@@ -4,6 +4,7 @@
 //! ```yaml
 //! usage: {input_tokens: 1000, output_tokens: 20}   # per main model call
 //! loop: false                                        # true: repeat the last step forever
+//! split: 5                     # stream text and tool arguments in pieces of 5 characters
 //! steps:
 //!   - text: "I'll create hello.txt."
 //!     write: {path: hello.txt, content: "hello\n"}
@@ -110,6 +111,9 @@ pub struct Script {
     pub usage: Usage,
     /// Past the last step, repeat it forever instead of answering "Done.".
     pub repeat_last: bool,
+    /// Stream each text and tool call's arguments in pieces of this many characters, as real
+    /// providers split them (anywhere, a path included); `None`: each in one piece.
+    pub split: Option<usize>,
     pub steps: Vec<Step>,
 }
 
@@ -182,6 +186,8 @@ struct RawScript {
     usage: Option<RawUsage>,
     #[serde(default, rename = "loop")]
     repeat_last: bool,
+    #[serde(default)]
+    split: Option<Spanned<usize>>,
     #[serde(default)]
     steps: Vec<Spanned<RawStep>>,
 }
@@ -260,9 +266,16 @@ impl RawScript {
             .enumerate()
             .map(|(i, step)| step_of(i, step, usage))
             .collect::<Result<_, _>>()?;
+        if let Some(split) = self.split.as_ref().filter(|s| s.value == 0) {
+            return Err(at(
+                split,
+                "`split` is 0: give the characters per streamed piece (1 or more)".into(),
+            ));
+        }
         Ok(Script {
             usage,
             repeat_last: self.repeat_last,
+            split: self.split.map(|s| s.value),
             steps,
         })
     }
@@ -383,6 +396,7 @@ mod tests {
         let script = parse(
             "usage: {input_tokens: 1000, output_tokens: 20, cache_read_tokens: 5, cache_write_tokens: 0}\n\
              loop: false\n\
+             split: 5\n\
              steps:\n\
              \x20 - text: \"I'll create hello.txt.\"\n\
              \x20   write: {path: hello.txt, content: \"hello\\n\"}\n\
@@ -393,6 +407,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(script.steps.len(), 4);
+        assert_eq!(script.split, Some(5));
         let Step::Reply(second) = &script.steps[1] else {
             panic!()
         };
@@ -444,6 +459,8 @@ mod tests {
         assert!(err.contains("stepz") && err.contains("steps"), "{err}");
         let err = parse("steps:\n  - {}\n").unwrap_err();
         assert!(err.contains("step 0 is empty"), "{err}");
+        let err = parse("split: 0\nsteps: []\n").unwrap_err();
+        assert!(err.starts_with("s.yaml:1:8: `split` is 0"), "{err}");
     }
 
     #[test]

@@ -459,3 +459,101 @@ async fn server_starts_in_the_callers_runtime_records_and_stops() {
     // Not checked by connecting again: another test may already hold the freed port.
     server.stop().await;
 }
+
+/// `split` streams text and arguments in pieces of at most that many characters, which join
+/// to the whole; `{cwd}` is the client's working directory.
+#[tokio::test]
+async fn split_streams_pieces_in_each_protocol() {
+    let s = Script::parse(
+        "split: 4\nsteps:\n  - text: I'm in {cwd}.\n    shell: cat {cwd}/hello.txt\n",
+        Path::new("split.yaml"),
+    )
+    .unwrap();
+    // A real path: Codex's `<cwd>` cannot hold `<lab>`.
+    let lab = |capture, line| {
+        serde_json::from_str(&body(capture, line).to_string().replace("<lab>", "/lab")).unwrap()
+    };
+    // Each protocol's fragments: (which stream, JSON pointer) per event.
+    type Fragments = fn(&Value) -> Vec<(String, String)>;
+    let anthropic_pieces: Fragments = |e| {
+        ["text", "partial_json"]
+            .iter()
+            .filter(|f| e["delta"][**f].is_string())
+            .map(|f| (f.to_string(), format!("/delta/{f}")))
+            .collect()
+    };
+    let responses_pieces: Fragments = |e| {
+        let kind = e["type"].as_str().unwrap_or_default();
+        kind.ends_with(".delta")
+            .then(|| (kind.to_owned(), "/delta".to_owned()))
+            .into_iter()
+            .collect()
+    };
+    let chat_pieces: Fragments = |e| {
+        let delta = &e["choices"][0]["delta"];
+        let mut out = Vec::new();
+        if delta["content"].as_str().is_some_and(|c| !c.is_empty()) {
+            out.push(("text".into(), "/choices/0/delta/content".into()));
+        }
+        if delta["tool_calls"][0]["function"]["arguments"].is_string() {
+            let pointer = "/choices/0/delta/tool_calls/0/function/arguments";
+            out.push(("call".into(), pointer.into()));
+        }
+        out
+    };
+    let gemini_pieces: Fragments = |e| {
+        e["candidates"][0]["content"]["parts"][0]["text"]
+            .is_string()
+            .then(|| ("text".into(), "/candidates/0/content/parts/0/text".into()))
+            .into_iter()
+            .collect()
+    };
+    let cases = [
+        (
+            anthropic::respond(&s, &lab(CLAUDE, 1)),
+            "claude",
+            anthropic_pieces,
+        ),
+        (
+            responses::respond(&s, &lab(CODEX, 0)),
+            "codex",
+            responses_pieces,
+        ),
+        (
+            chat::respond(&s, &lab(OPENCODE, 1)),
+            "opencode",
+            chat_pieces,
+        ),
+        (
+            gemini::respond(&s, "m:streamGenerateContent", &lab(GEMINI, 0)),
+            "gemini",
+            gemini_pieces,
+        ),
+    ];
+    for (response, cli, pieces) in cases {
+        let (_, _, sse) = read(response).await;
+        let cwd = format!("/lab/ws/{cli}-basic");
+        let mut joined: Vec<(String, String)> = Vec::new();
+        for event in datas(&sse) {
+            for (key, pointer) in pieces(&event) {
+                let piece = event.pointer(&pointer).unwrap().as_str().unwrap();
+                assert!(piece.chars().count() <= 4, "{cli}: {piece:?}");
+                match joined.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, text)) => text.push_str(piece),
+                    None => joined.push((key, piece.to_owned())),
+                }
+            }
+        }
+        let texts: Vec<&str> = joined.iter().map(|(_, t)| t.as_str()).collect();
+        assert_eq!(texts[0], format!("I'm in {cwd}."), "{cli}: {sse}");
+        match texts.get(1) {
+            // Gemini streams a function call whole.
+            None => assert!(sse.contains(&format!("cat {cwd}/hello.txt")), "{sse}"),
+            Some(arguments) => {
+                let arguments: Value = serde_json::from_str(arguments).unwrap();
+                let command = arguments.get("cmd").or(arguments.get("command")).unwrap();
+                assert_eq!(command, &json!(format!("cat {cwd}/hello.txt")), "{cli}");
+            }
+        }
+    }
+}

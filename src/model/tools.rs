@@ -95,7 +95,7 @@ pub(crate) fn new_id(prefix: &str) -> String {
 pub(crate) fn answer(step: Step, tools: &[Tool], cwd: Option<&str>, call_prefix: &str) -> Outcome {
     let reply: Reply = match step {
         Step::Error(error) => return Outcome::Error(error),
-        Step::Reply(reply) => reply,
+        Step::Reply(reply) => with_cwd(reply, cwd),
     };
     let mini = tools.len() == 1 && tools[0].name == "bash";
     let call = match &reply.action {
@@ -120,6 +120,27 @@ pub(crate) fn answer(step: Step, tools: &[Tool], cwd: Option<&str>, call_prefix:
         call,
         usage: reply.usage,
     })
+}
+
+/// `{cwd}` in a step's text and action replaced by the client's working directory, so a script
+/// can have the model say a path only a run knows (the replay tests stream it split).
+fn with_cwd(mut reply: Reply, cwd: Option<&str>) -> Reply {
+    let Some(cwd) = cwd else {
+        return reply;
+    };
+    let put = |text: &mut String| *text = text.replace("{cwd}", cwd);
+    if let Some(text) = reply.text.as_mut() {
+        put(text);
+    }
+    match reply.action.as_mut() {
+        Some(Action::Write { path, content }) => {
+            put(path);
+            put(content);
+        }
+        Some(Action::Shell { command }) => put(command),
+        None => {}
+    }
+    reply
 }
 
 fn describe(action: &Action) -> String {

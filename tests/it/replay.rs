@@ -25,9 +25,21 @@ tasks:
 
 const INSTRUCTION: &str = "Create hello.txt with a greeting, then show it.";
 
-/// A suite folder with `agents.yaml` (the scripted endpoint) and `offline.yaml` (the same agent
-/// pointed at `dead`).
-fn setup(kind: HarnessKind, dead: &str) -> tempfile::TempDir {
+/// The model says the workspace path (in its text, a tool call's arguments and a command) in
+/// streams of one character a piece, so the path is split at every position, as a provider may
+/// split it anywhere.
+const SPLIT_PATH: &str = "\
+split: 1
+steps:
+  - text: I'll create hello.txt in {cwd}.
+    write: {path: hello.txt, content: \"hello from the script\\n\"}
+  - shell: cat {cwd}/hello.txt
+  - text: Done in {cwd}.
+";
+
+/// A suite folder with `agents.yaml` (the scripted endpoint following `script`) and
+/// `offline.yaml` (the same agent pointed at `dead`).
+fn setup(kind: HarnessKind, script: &str, dead: &str) -> tempfile::TempDir {
     let tmp = temp_dir();
     git_repo(tmp.path(), &[("README.md", "# demo\n")]);
     let agent = |endpoint: &str| {
@@ -39,7 +51,7 @@ fn setup(kind: HarnessKind, dead: &str) -> tempfile::TempDir {
     write_files(
         tmp.path(),
         &[
-            ("model.yaml", WRITE_SHOW_DONE),
+            ("model.yaml", script),
             ("suite.yaml", &suite_yaml(INSTRUCTION)),
             ("agents.yaml", &agent("scripted:model.yaml")),
             ("offline.yaml", &agent(dead)),
@@ -107,11 +119,66 @@ fn records_and_replays(kind: HarnessKind) {
     if !installed(kind) {
         return;
     }
+    let (tmp, dead) = recorded_and_replayed(kind, WRITE_SHOW_DONE);
+    let root = tmp.path();
+
+    // Another instruction: the first request is not the recorded one.
+    write_files(
+        root,
+        &[(
+            "suite.yaml",
+            &suite_yaml("Create hello.txt with a farewell."),
+        )],
+    );
+    let mismatch = replay_offline(root, "bad");
+    let bad = only(&root.join("bad"));
+    // Not scored: the run left its recording, so its delta measures nothing recorded.
+    assert_eq!(bad["outcome"], "infra_error", "{bad:#}");
+    assert_eq!(mismatch.status.code(), Some(3), "{}", stderr(&mismatch));
+    assert_eq!(bad["status"], "error", "{bad:#}\n{}", stderr(&mismatch));
+    let error = bad["error"].to_string();
+    // The first request that holds the instruction (a CLI's side calls may come before it).
+    assert!(error.contains("replay: request "), "{error}");
+    assert!(error.contains("nearest is recorded request "), "{error}");
+    assert!(
+        error.contains("with a greeting, then show it.") && error.contains("with a farewell."),
+        "the diff shows what differs: {error}"
+    );
+    assert!(
+        dead.accept().is_err(),
+        "the replay called the agent's endpoint"
+    );
+}
+
+/// A workspace path split across a stream's events is recorded whole as a placeholder and
+/// replayed as the replay's own path: same diff and verdict with the endpoint stopped.
+fn replays_a_split_path(kind: HarnessKind) {
+    if !installed(kind) {
+        return;
+    }
+    let (tmp, _dead) = recorded_and_replayed(kind, SPLIT_PATH);
+    let calls = read(tmp.path().join("rec/trials/hello/a/1/model-calls.jsonl"));
+    // The model's text, as the CLI sends it back, and a streamed piece: the path whole.
+    assert!(
+        calls.contains("I'll create hello.txt in <workspace>."),
+        "{calls}"
+    );
+    let pieces = calls
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|c| c["response"].as_str().unwrap().contains("\"<workspace>\""))
+        .count();
+    assert!(pieces > 0, "{calls}");
+}
+
+/// The suite of `script` recorded with `kind`, then replayed offline (its endpoint a port that
+/// must not be called): same diff, verdict and counted usage. The suite folder and the port.
+fn recorded_and_replayed(kind: HarnessKind, script: &str) -> (tempfile::TempDir, TcpListener) {
     // A listener nobody answers: a call to it would be seen as a pending connection.
     let dead = TcpListener::bind("127.0.0.1:0").unwrap();
     dead.set_nonblocking(true).unwrap();
     let dead_url = format!("http://{}", dead.local_addr().unwrap());
-    let tmp = setup(kind, &dead_url);
+    let tmp = setup(kind, script, &dead_url);
     let root = tmp.path();
 
     let recorded = record(root);
@@ -178,33 +245,7 @@ fn records_and_replays(kind: HarnessKind) {
             .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
         "the replay called the agent's endpoint"
     );
-
-    // Another instruction: the first request is not the recorded one.
-    write_files(
-        root,
-        &[(
-            "suite.yaml",
-            &suite_yaml("Create hello.txt with a farewell."),
-        )],
-    );
-    let mismatch = replay_offline(root, "bad");
-    let bad = only(&root.join("bad"));
-    // Not scored: the run left its recording, so its delta measures nothing recorded.
-    assert_eq!(bad["outcome"], "infra_error", "{bad:#}");
-    assert_eq!(mismatch.status.code(), Some(3), "{}", stderr(&mismatch));
-    assert_eq!(bad["status"], "error", "{bad:#}\n{}", stderr(&mismatch));
-    let error = bad["error"].to_string();
-    // The first request that holds the instruction (a CLI's side calls may come before it).
-    assert!(error.contains("replay: request "), "{error}");
-    assert!(error.contains("nearest is recorded request "), "{error}");
-    assert!(
-        error.contains("with a greeting, then show it.") && error.contains("with a farewell."),
-        "the diff shows what differs: {error}"
-    );
-    assert!(
-        dead.accept().is_err(),
-        "the replay called the agent's endpoint"
-    );
+    (tmp, dead)
 }
 
 #[test]
@@ -215,6 +256,26 @@ fn claude_code_is_recorded_and_replayed_offline() {
 #[test]
 fn codex_is_recorded_and_replayed_offline() {
     records_and_replays(HarnessKind::Codex);
+}
+
+#[test]
+fn claude_code_replays_a_workspace_path_split_across_events() {
+    replays_a_split_path(HarnessKind::ClaudeCode);
+}
+
+#[test]
+fn codex_replays_a_workspace_path_split_across_events() {
+    replays_a_split_path(HarnessKind::Codex);
+}
+
+#[test]
+fn gemini_cli_replays_a_workspace_path_split_across_events() {
+    replays_a_split_path(HarnessKind::GeminiCli);
+}
+
+#[test]
+fn opencode_replays_a_workspace_path_split_across_events() {
+    replays_a_split_path(HarnessKind::Opencode);
 }
 
 #[test]
