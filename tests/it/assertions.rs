@@ -319,7 +319,8 @@ fn validate_and_run(
         .collect();
     // Every attack's reason is in its progress line.
     for ((task, agent), record) in &records {
-        if agent == "honest" {
+        // A pass has no reason; whether it should have passed is each test's `expect`.
+        if agent == "honest" || record["outcome"] == "pass" {
             continue;
         }
         let reason = record["reason"].as_str().unwrap_or_default();
@@ -558,8 +559,9 @@ fn no_attack_on_the_judge_passes_under_worktree_or_sandbox() {
         for path in ["iniconfig.py", "fnmatch.py"] {
             assert!(shadows["tampered"].to_string().contains(path), "{shadows}");
         }
-        for agent in ["pycache_test", "dist_info_plugin", "honest"] {
-            check_recorded_is_verified(tmp.path(), isolation, "unittest", agent);
+        // Every trial's diff.patch applies to a fresh checkout and gives back what it recorded.
+        for (task, agent) in records.keys() {
+            check_recorded_is_verified(tmp.path(), isolation, task, agent);
         }
     }
 }
@@ -869,4 +871,63 @@ fn the_hook_imports_nothing_a_test_could_see() {
         std::fs::read_to_string(trial.join("verify-home/.deltabench/tests.jsonl")).unwrap();
     assert!(hooked.contains("\"event\":\"start\""), "{hooked}");
     assert_eq!(trials(&out)[0]["outcome"], "pass");
+}
+
+/// The files the verify command runs are protected by rule: the Makefile of a `make test`
+/// verify and the script of a `sh ci/test.sh` one. An agent that rewrites them to succeed fails
+/// as `tampered`; the honest fix passes; a task that names the file with `!` (changing it is the
+/// task) lets the change through.
+#[test]
+fn the_files_a_verify_command_runs_are_protected() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    git_repo(
+        root,
+        &[
+            ("a.txt", "a\n"),
+            ("Makefile", "test:\n\tgrep -q fixed a.txt\n"),
+            ("ci/test.sh", "grep -q fixed a.txt\n"),
+        ],
+    );
+    write_files(root, &[("sol/a.txt", "fixed\n")]);
+    let agents = [
+        ("honest", "echo fixed > a.txt"),
+        ("makefile", "printf 'test:\\n\\ttrue\\n' > Makefile"),
+        ("script", "echo true > ci/test.sh"),
+    ];
+    let mut yaml = String::from("name: runs\nrepo: repo\nagents:\n");
+    for (name, run) in agents {
+        yaml.push_str(&format!("  {name}: {{kind: command, run: \"{run}\"}}\n"));
+    }
+    yaml.push_str(
+        "tasks:\n  - id: make\n    instruction: fix a.txt\n    solution: sol\n    verify: make -s test\n  \
+         - id: script\n    instruction: fix a.txt\n    solution: sol\n    verify: sh ci/test.sh\n  \
+         - id: owned\n    instruction: fix a.txt\n    solution: sol\n    protected: [defaults, \"!Makefile\"]\n    verify: make -s test\n",
+    );
+    let records = validate_and_run(
+        root,
+        &yaml.replace("agents:\n", "defaults:\n  mutants: 0\nagents:\n"),
+        "out",
+    );
+    for task in ["make", "script", "owned"] {
+        expect(&records, task, "honest", &["pass"], "");
+    }
+    expect(
+        &records,
+        "make",
+        "makefile",
+        &["fail"],
+        "tampered: Makefile",
+    );
+    expect(
+        &records,
+        "script",
+        "script",
+        &["fail"],
+        "tampered: ci/test.sh",
+    );
+    // The Makefile is the task's to change: the rewrite counts, and `make test` then passes.
+    expect(&records, "owned", "makefile", &["pass"], "");
+    // Not what the verify command runs: the other task's file is not protected by this rule.
+    expect(&records, "make", "script", &["fail"], "verify exited");
 }
