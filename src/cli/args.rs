@@ -305,6 +305,21 @@ pub(super) struct SuiteArgs {
     /// Trials at once [default: the number of cores].
     #[arg(short = 'j', long = "jobs", value_name = "N")]
     pub(super) jobs: Option<usize>,
+    /// Build environments FROM this local image instead of the one a Dockerfile names, e.g.
+    /// `ubuntu:24.04=localhost/my-ubuntu:24.04` (repeatable; over the suite's `base_images:`).
+    #[arg(long = "base-image", value_name = "FROM=IMAGE", value_parser = base_image)]
+    pub(super) base_images: Vec<(String, String)>,
+}
+
+fn base_image(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((from, image)) if !from.trim().is_empty() && !image.trim().is_empty() => {
+            Ok((from.trim().to_owned(), image.trim().to_owned()))
+        }
+        _ => Err(format!(
+            "'{text}': give FROM=IMAGE, e.g. ubuntu:24.04=localhost/my-ubuntu:24.04"
+        )),
+    }
 }
 
 /// `run --help`'s closing part: the agent kinds an agents file can name.

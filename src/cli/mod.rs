@@ -156,7 +156,10 @@ fn cache_dir(args: &SuiteArgs, workdir: &Path) -> PathBuf {
 /// Loads the suite at SUITE (with --agents). A SUITE that is not there gets a hint at `init`.
 fn load_suite(path: &Path, args: &SuiteArgs) -> Result<Arc<suite::Suite>, CliError> {
     match suite::load(path, args.agents.as_deref()) {
-        Ok(suite) => Ok(Arc::new(suite)),
+        Ok(mut suite) => {
+            suite.base_images.extend(args.base_images.iter().cloned());
+            Ok(Arc::new(suite))
+        }
         Err(err @ SuiteError::NotFound { .. }) => {
             Err(CliError::from(err).hint(
                 "SUITE is a suite file, or a folder holding suite.yaml; `deltabench init DIR` writes a first suite",

@@ -107,10 +107,16 @@ pub fn build_images(
         let Some(environment) = &task.environment else {
             continue;
         };
+        let mut unreadable = None;
         let (image, dockerfile) = match &environment.image {
             ImageSource::Image(name) => (name.clone(), None),
             ImageSource::Dockerfile { path, context } => {
-                (built_tag(path, context), Some((path, context)))
+                let path =
+                    dockerfile_to_build(path, &suite.base_images, cache).unwrap_or_else(|why| {
+                        unreadable = Some(why);
+                        path.clone()
+                    });
+                (built_tag(&path, context), Some((path, context)))
             }
         };
         if let Some(report) = reports.get_mut(&image) {
@@ -119,11 +125,12 @@ pub fn build_images(
         }
         let started = std::time::Instant::now();
         let outcome = match dockerfile {
+            _ if unreadable.is_some() => Err(unreadable.unwrap_or_default()),
             _ if runtime.image_exists(&image) => Ok(false),
             Some((path, context)) => {
                 building(&image);
                 runtime
-                    .build(path, context, &image, &build_log(cache, &image))
+                    .build(&path, context, &image, &build_log(cache, &image))
                     .map(|()| true)
                     .map_err(|e| with_network_hint(e.0))
             }
@@ -140,6 +147,54 @@ pub fn build_images(
         reports.insert(image, report);
     }
     reports.into_values().collect()
+}
+
+/// The Dockerfile to build: `path` itself, or, when a `FROM` names an image of `base_images`, a
+/// copy in the cache with that image replaced (the tag, a hash of the file built, follows).
+pub fn dockerfile_to_build(
+    path: &Path,
+    base_images: &IndexMap<String, String>,
+    cache: &Path,
+) -> Result<PathBuf, String> {
+    if base_images.is_empty() {
+        return Ok(path.to_owned());
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut replaced = false;
+    let lines: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let mut words: Vec<&str> = line.split_whitespace().collect();
+            if !words
+                .first()
+                .is_some_and(|w| w.eq_ignore_ascii_case("FROM"))
+            {
+                return line.to_owned();
+            }
+            let Some(at) = words.iter().skip(1).position(|w| !w.starts_with("--")) else {
+                return line.to_owned();
+            };
+            match base_images.get(words[at + 1]) {
+                Some(local) => {
+                    replaced = true;
+                    words[at + 1] = local;
+                    words.join(" ")
+                }
+                None => line.to_owned(),
+            }
+        })
+        .collect();
+    if !replaced {
+        return Ok(path.to_owned());
+    }
+    let text = lines.join("\n") + "\n";
+    let dir = cache.join("environments");
+    let copy = dir.join(format!("{:x}.Dockerfile", Sha256::digest(text.as_bytes())));
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&copy, text))
+        .map_err(|e| format!("cannot write {}: {e}", copy.display()))?;
+    Ok(copy)
 }
 
 fn build_log(cache: &Path, tag: &str) -> PathBuf {
@@ -203,13 +258,20 @@ pub fn prepare(
         let image = match &environment.image {
             ImageSource::Image(name) => name.clone(),
             ImageSource::Dockerfile { path, context } => {
-                let tag = built_tag(path, context);
+                let path = match dockerfile_to_build(path, &suite.base_images, cache) {
+                    Ok(path) => path,
+                    Err(why) => {
+                        fail(&why);
+                        continue;
+                    }
+                };
+                let tag = built_tag(&path, context);
                 let result = built.entry(tag.clone()).or_insert_with(|| {
                     if runtime.image_exists(&tag) {
                         return Ok(());
                     }
                     runtime
-                        .build(path, context, &tag, &build_log(cache, &tag))
+                        .build(&path, context, &tag, &build_log(cache, &tag))
                         .map_err(|e| with_network_hint(e.0))
                 });
                 if let Err(message) = result {

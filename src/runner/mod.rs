@@ -150,6 +150,7 @@ pub async fn execute(
         provisioning: String::new(),
         interrupted: false,
         request: Some(plan.request.clone()),
+        base_images: suite.base_images.clone(),
     };
     carry_out(plan, store, manifest, Vec::new(), observer, cancel).await
 }

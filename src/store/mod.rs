@@ -308,6 +308,9 @@ pub struct Manifest {
     /// What was asked for, so `resume` can finish the same plan; null in older run directories.
     #[serde(default)]
     pub request: Option<RunRequest>,
+    /// The `FROM` images environments were built from instead of their Dockerfiles' own.
+    #[serde(default, skip_serializing_if = "indexmap::IndexMap::is_empty")]
+    pub base_images: indexmap::IndexMap<String, String>,
 }
 
 /// A run directory being written.

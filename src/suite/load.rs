@@ -185,6 +185,7 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
         variants,
         tasks,
         max_diff,
+        base_images: raw.base_images.clone(),
     })
 }
 

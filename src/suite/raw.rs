@@ -45,6 +45,11 @@ pub struct RawSuite {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub max_diff: Option<Spanned<String>>,
+    /// Images to build environments `FROM` instead of the ones their Dockerfiles name: a map
+    /// of the name as written (`ubuntu:24.04`) to a local image (`localhost/my-ubuntu:24.04`),
+    /// for machines without a registry, or a mirror.
+    #[serde(default)]
+    pub base_images: IndexMap<String, String>,
     #[schemars(with = "Vec<RawTask>")]
     pub tasks: Spanned<Vec<RawTask>>,
 }

@@ -170,6 +170,8 @@ pub struct Suite {
     pub tasks: Vec<Task>,
     /// The most bytes of changed content a trial's diff may hold.
     pub max_diff: u64,
+    /// `FROM` images replaced when environments are built (`base_images:`, `--base-image`).
+    pub base_images: IndexMap<String, String>,
 }
 
 /// `max_diff` when the suite does not set it.

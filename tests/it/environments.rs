@@ -880,3 +880,71 @@ fn prepare_builds_each_image_once_and_names_what_needs_the_network() {
         "{said}"
     );
 }
+
+/// A Dockerfile's `FROM` image mapped to one this machine has (the suite's `base_images:`, or
+/// `--base-image FROM=IMAGE` over it): the environment builds offline from the local image, and
+/// the manifest records the map. A bad flag says what it wants.
+#[test]
+fn base_images_map_a_dockerfiles_from_to_a_local_image() {
+    if !have_podman_image("environments::base_images_map_a_dockerfiles_from_to_a_local_image") {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    let unique = format!("{}-{}", std::process::id(), root.display());
+    write_files(
+        root,
+        &[
+            ("sol/a.txt", "fixed\n"),
+            (
+                "env/Dockerfile",
+                &format!(
+                    "FROM registry.invalid/upstream/debian:12 AS base\nLABEL deltabench.test=\"{unique}\"\nRUN echo built-here > /opt/marker\n"
+                ),
+            ),
+        ],
+    );
+    let tasks = "tasks:\n  - id: t\n    instruction: fix a.txt\n    solution: sol\n    \
+                 environment: {dockerfile: env/Dockerfile}\n    verify: grep -q built-here /opt/marker && grep -q fixed a.txt\n";
+    write_suite(
+        root,
+        &format!(
+            "name: env\nrepo: repo\nbase_images:\n  registry.invalid/upstream/debian:12: {BASE}\n{tasks}"
+        ),
+    );
+    let (output, _, out) = run_suite(root, &["--agent", "oracle", "--agent", "noop"]);
+    let records = trials(&out);
+    assert_eq!(records.len(), 2, "{}", stderr(&output));
+    assert_outcome(&records, "t", "oracle", "pass");
+    assert_outcome(&records, "t", "noop", "fail");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(
+        manifest["base_images"]["registry.invalid/upstream/debian:12"], BASE,
+        "{manifest}"
+    );
+
+    // The same map from the command line, for a suite that has none.
+    write_suite(root, &format!("name: env\nrepo: repo\n{tasks}"));
+    let prepared = deltabench(root)
+        .args(["prepare", "suite.yaml", "--base-image"])
+        .arg(format!("registry.invalid/upstream/debian:12={BASE}"))
+        .output()
+        .unwrap();
+    assert_eq!(prepared.status.code(), Some(0), "{}", stderr(&prepared));
+    assert!(
+        stdout(&prepared).starts_with("present localhost/deltabench-env:"),
+        "{}",
+        stdout(&prepared)
+    );
+    let bad = deltabench(root)
+        .args(["prepare", "suite.yaml", "--base-image", "ubuntu"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("'ubuntu': give FROM=IMAGE"),
+        "{}",
+        stderr(&bad)
+    );
+}
