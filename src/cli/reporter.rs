@@ -18,6 +18,9 @@ pub struct TerminalReporter {
     resumed: Option<usize>,
     /// Trials in flight, with when they started, in start order.
     running: Vec<(String, Instant)>,
+    /// Said when the trials start: after the environments were made, so that an environment
+    /// that stops the run is the first thing said.
+    note: Option<String>,
 }
 
 impl TerminalReporter {
@@ -30,7 +33,14 @@ impl TerminalReporter {
             passed: 0,
             resumed: None,
             running: Vec::new(),
+            note: None,
         }
+    }
+
+    /// Says `note` once the trials start.
+    pub fn noting(mut self, note: Option<String>) -> Self {
+        self.note = note;
+        self
     }
 
     /// For a resumed run that had recorded `recorded` of its trials.
@@ -107,6 +117,9 @@ impl TerminalReporter {
 
 impl RunObserver for TerminalReporter {
     fn started(&mut self, plan: &Plan, run_dir: &Path) {
+        if let Some(note) = self.note.take() {
+            eprintln!("{note}");
+        }
         self.total = plan.trials.len();
         let count =
             |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });

@@ -70,22 +70,22 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
     }
     let baseline = args.baseline.as_deref().map(read_run_dir).transpose()?;
     let out = args.out.unwrap_or_else(|| default_out(&suite.name));
-    note_unvalidated(&plan);
-    let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal());
+    let mut reporter =
+        TerminalReporter::new(std::io::stderr().is_terminal()).noting(unvalidated_note(&plan));
     let outcome = runner::execute(&plan, &out, &mut reporter, CancellationToken::new()).await?;
     reporter.finish();
     finish_run(&plan, &outcome, baseline.as_ref().map(|b| (b, &args.gate)))
 }
 
-/// Says which tasks run without validated evidence: their trials get the output checks only.
-fn note_unvalidated(plan: &runner::Plan) {
+/// Which tasks run without validated evidence: their trials get the output checks only.
+fn unvalidated_note(plan: &runner::Plan) -> Option<String> {
     let unvalidated = plan.unvalidated();
     if unvalidated.is_empty() {
-        return;
+        return None;
     }
     let shown: Vec<&str> = unvalidated.iter().take(5).copied().collect();
     let more = unvalidated.len() - shown.len();
-    eprintln!(
+    Some(format!(
         "note: {} of {} task(s) have no validated evidence in {} ({}{}): a pass there is checked against the verify output only; run `deltabench validate {}` to record what the reference solution shows",
         unvalidated.len(),
         plan.tasks.len(),
@@ -97,7 +97,7 @@ fn note_unvalidated(plan: &runner::Plan) {
             String::new()
         },
         plan.suite.path.display()
-    );
+    ))
 }
 
 /// Prints the summary of a finished (or interrupted) run and returns its exit code.
