@@ -220,6 +220,10 @@ pub async fn import(
             built += 1;
         }
         match &task.solution {
+            // In its image, as its authors run it: the oracle runs the script there.
+            Some((_, script)) if !entry.environment.is_empty() => {
+                entry.solution_script = Some(format!("solutions/{id}/{script}"));
+            }
             Some((_, script)) if options.run_solutions => {
                 (options.progress)(&format!("running {script} of {id}"));
                 let timeout = task.agent_timeout.unwrap_or(SOLVE_TIMEOUT);
@@ -261,7 +265,7 @@ pub async fn import(
     if built > 0 {
         imported.notes.push(format!(
             "{built} task(s) run in a container built from their Dockerfile (environments/<id>/): \
-             `run` and `validate` need podman or docker; --run-solutions runs solution scripts here, not in the image"
+             `run` and `validate` need podman or docker; their solution scripts are their reference, run by the oracle in the image"
         ));
     }
     repo.finish()?;
@@ -709,6 +713,7 @@ async fn bake(
     docker::copy_tree(app, &ws, &[]).map_err(|e| e.to_string())?;
     docker::copy_tree(solution, &ws.join(SOLUTION_DIR), &[]).map_err(|e| e.to_string())?;
     let spec = CommandSpec::argv(["bash".to_owned(), format!("{SOLUTION_DIR}/{script}")], &ws)
+        .env("DELTABENCH_SOLUTION", ws.join(SOLUTION_DIR))
         .env("DELTABENCH_WORKSPACE", &ws)
         .timeout(Some(timeout));
     let ended = process::run(&spec, &CancellationToken::new())

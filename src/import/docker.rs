@@ -513,6 +513,8 @@ impl ContainerPaths {
     pub fn in_shell(&self, text: &str) -> String {
         self.rewrite(text, |relative, _| match relative {
             "" => "${DELTABENCH_WORKSPACE}".to_owned(),
+            // Where the oracle (or --run-solutions) put the solution's files.
+            SOLUTION_DIR => "${DELTABENCH_SOLUTION}".to_owned(),
             rel => format!("${{DELTABENCH_WORKSPACE}}/{rel}"),
         })
     }
@@ -718,7 +720,7 @@ mod tests {
         );
         assert_eq!(
             paths.in_shell("echo 1 > /logs/verifier/reward.txt\nbash /solution/x.sh \"/app\""),
-            "echo 1 > ${DELTABENCH_WORKSPACE}/.deltabench/logs/verifier/reward.txt\nbash ${DELTABENCH_WORKSPACE}/.deltabench/solution/x.sh \"${DELTABENCH_WORKSPACE}\""
+            "echo 1 > ${DELTABENCH_WORKSPACE}/.deltabench/logs/verifier/reward.txt\nbash ${DELTABENCH_SOLUTION}/x.sh \"${DELTABENCH_WORKSPACE}\""
         );
         // aider-polyglot's solution.sh: `cd "${APP_DIR:-/app}"`.
         assert_eq!(

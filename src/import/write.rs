@@ -179,6 +179,8 @@ pub struct TaskEntry {
     pub verify: String,
     pub verify_timeout: Option<Duration>,
     pub solution: Option<String>,
+    /// The reference as a script the oracle runs (`solution_script:`).
+    pub solution_script: Option<String>,
     /// A grader command (its first word a `./` path inside the suite folder).
     pub grader: Option<String>,
     pub timeout: Option<Duration>,
@@ -229,6 +231,9 @@ impl SuiteFile {
             );
             if let Some(solution) = &task.solution {
                 field("solution", quote(solution));
+            }
+            if let Some(script) = &task.solution_script {
+                field("solution_script", quote(script));
             }
             if let Some(grader) = &task.grader {
                 field(

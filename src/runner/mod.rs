@@ -768,7 +768,8 @@ fn sandbox_hidden(suite: &Suite, root: &Path, run_dir: &Path, cache: &Path) -> V
             task.tests
                 .iter()
                 .chain(&task.solution)
-                .map(|o| o.path().to_owned()),
+                .map(|o| o.path().to_owned())
+                .chain(task.solution_script.clone()),
         );
     }
     hidden.retain(|dir| dir.parent().is_some());

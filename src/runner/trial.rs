@@ -208,6 +208,8 @@ pub async fn run_trial(
     });
     let (agent_name, scratch, solution) =
         (spec.agent.clone(), dir.to_owned(), task.solution.clone());
+    let solution_script = task.solution_script.clone();
+    let timeout = task.timeout;
     let endpoints = inputs.endpoints.clone();
     let tape = super::gateway::Taping {
         record: inputs.record.then(|| dir.join(layout::MODEL_CALLS)),
@@ -226,8 +228,47 @@ pub async fn run_trial(
     let trial_folder = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
     let factory = FnCodingAgentFactory::new(
         move |ctx: &BuildContext| -> Result<Arc<dyn CodingAgent>, anyhow::Error> {
+            let contain = |agent: CommandAgent| match (&agent_container, &agent_sandbox) {
+                (Some(policy), _) => agent.contained(policy.clone()),
+                (None, Some(policy)) => agent.sandboxed(policy.clone()),
+                (None, None) => agent,
+            };
             Ok(match &agent_spec {
                 AgentSpec::Noop => Arc::new(NoopAgent::named(&agent_name)),
+                // A script solution runs as an agent would: in the task's container or
+                // sandbox, from a copy of its folder in the agent's home (the suite's folder
+                // is hidden there).
+                AgentSpec::Oracle if solution_script.is_some() => {
+                    let script = solution_script.clone().unwrap_or_default();
+                    let copy = scratch.join("home").join(".deltabench-solution");
+                    let folder = script.parent().unwrap_or(Path::new("/"));
+                    crate::support::copy_folder(folder, &copy).map_err(|e| {
+                        anyhow::anyhow!("cannot copy the solution script's folder: {e}")
+                    })?;
+                    let name = script.file_name().unwrap_or_default();
+                    let config = crate::agent::CommandAgentConfig {
+                        run: format!(
+                            "bash {}",
+                            crate::support::shell_quote(&copy.join(name).to_string_lossy())
+                        ),
+                        timeout,
+                        env: [(
+                            "DELTABENCH_SOLUTION".to_owned(),
+                            copy.to_string_lossy().into_owned(),
+                        )]
+                        .into(),
+                        network: None,
+                        gateway: false,
+                        endpoint: None,
+                        budget: None,
+                    };
+                    Arc::new(contain(CommandAgent::new(
+                        &agent_name,
+                        config,
+                        ctx.workspace.clone(),
+                        scratch.clone(),
+                    )))
+                }
                 AgentSpec::Oracle => Arc::new(OracleAgent::new(
                     ctx.workspace.clone(),
                     ctx.base.clone(),
@@ -250,11 +291,7 @@ pub async fn run_trial(
                         lease.set_places(places(&ctx.workspace, &trial_folder));
                         agent = agent.through_gateway(url.clone(), stop.clone());
                     }
-                    Arc::new(match (&agent_container, &agent_sandbox) {
-                        (Some(policy), _) => agent.contained(policy.clone()),
-                        (None, Some(policy)) => agent.sandboxed(policy.clone()),
-                        (None, None) => agent,
-                    })
+                    Arc::new(contain(agent))
                 }
                 spec => {
                     let (kind, config) = spec.as_harness().expect("the other kinds are above");

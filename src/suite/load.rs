@@ -159,6 +159,9 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
             let (Overlay::Dir(path) | Overlay::Patch(path)) = overlay;
             hash_tree(&mut digest, path);
         }
+        if let Some(script) = &task.solution_script {
+            hash_tree(&mut digest, script);
+        }
         if let Some(Environment {
             image: ImageSource::Dockerfile { path, context },
             ..
@@ -429,6 +432,25 @@ fn task(
         protected: t.protected.clone(),
         verify,
         solution: overlay(&t.solution, "solution")?,
+        solution_script: match (&t.solution_script, &t.solution) {
+            (Some(script), Some(_)) => {
+                return Err(source.at(
+                    script,
+                    "the task sets both `solution` and `solution_script`; keep one",
+                ));
+            }
+            (Some(script), None) => {
+                let path = source.existing_path(script, "solution_script")?;
+                if !path.is_file() {
+                    return Err(source.at(
+                        script,
+                        format!("solution_script '{}' is not a file", script.value),
+                    ));
+                }
+                Some(path.canonicalize().unwrap_or(path))
+            }
+            (None, _) => None,
+        },
         metric,
         tags,
         timeout,

@@ -365,6 +365,13 @@ pub struct RawTask {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub solution: Option<Spanned<String>>,
+    /// Reference solution as a script (or `solution`): the `oracle` runs `bash SCRIPT` in the
+    /// workspace, in the task's container or sandbox as any agent, with its folder's copy at
+    /// `$DELTABENCH_SOLUTION`; what it changes is the reference. For solutions that need the
+    /// task's image (Harbor's `solve.sh`, Terminal-Bench's `solution.sh`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub solution_script: Option<Spanned<String>>,
     /// `delta` (default), `delta-token`, `exit-code`, or `{grader: COMMAND, timeout}`.
     #[serde(default)]
     #[schemars(with = "Option<MetricSchema>")]

@@ -138,6 +138,9 @@ pub struct Task {
     pub protected: Option<Vec<String>>,
     pub verify: VerifySpec,
     pub solution: Option<Overlay>,
+    /// A script the `oracle` runs as the reference, instead of `solution`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub solution_script: Option<PathBuf>,
     pub metric: MetricSpec,
     pub tags: Vec<String>,
     #[serde(with = "duration_opt")]

@@ -1235,6 +1235,52 @@ fn write_built_task(dir: &Path) {
     );
 }
 
+/// A Harbor task whose solution needs its image (a tool only the image has, a file of its own
+/// under /solution): the oracle runs `solve.sh` in the built image, as its authors run it, so it
+/// validates without `--run-solutions`, and the trial's diff is the reference's.
+#[test]
+fn harbor_solution_runs_in_its_image() {
+    if !crate::environments::have_podman_image("import::harbor_solution_runs_in_its_image") {
+        return;
+    }
+    let tmp = temp_dir();
+    let root = tmp.path();
+    let task = root.join("tasks/needs-image");
+    write_built_task(&task);
+    write_files(
+        &task,
+        &[
+            (
+                "solution/solve.sh",
+                "#!/bin/bash\nonly-here /app/data.txt /app/data.txt || exit 1\ncp /solution/status.txt /app/status.txt\n",
+            ),
+            ("solution/status.txt", "ready\n"),
+        ],
+    );
+    let output = import(root, &["harbor", "tasks", "--out", "suite"]);
+    assert_ok(&output, "import");
+    let suite = root.join("suite");
+    let yaml = std::fs::read_to_string(suite.join("suite.yaml")).unwrap();
+    assert!(
+        yaml.contains("    solution_script: \"solutions/needs-image/solve.sh\"\n")
+            && !yaml.contains("    solution: "),
+        "{yaml}"
+    );
+    assert!(
+        !stdout(&output).contains("--run-solutions"),
+        "{}",
+        stdout(&output)
+    );
+    assert_ok(&validate(root, &suite), "validate");
+    let (output, records) = run(root, &suite, &[]);
+    assert_ok(&output, "run");
+    assert_eq!(outcome(&records, "oracle"), "pass");
+    assert_eq!(outcome(&records, "noop"), "fail");
+    let patch = std::fs::read_to_string(root.join("run/trials/needs-image/oracle/1/diff.patch"))
+        .unwrap_or_default();
+    assert!(patch.contains("+++ b/status.txt"), "{patch}");
+}
+
 #[test]
 fn harbor_task_with_a_run_step_runs_in_its_built_image() {
     if !crate::environments::have_podman_image("import::harbor_task_with_a_run_step") {

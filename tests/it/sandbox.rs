@@ -359,3 +359,44 @@ fn validate_keeps_a_tasks_sandbox_for_the_verify_run() {
     }
     drop(listener);
 }
+
+/// A `solution_script` is the oracle's reference under any isolation: it runs in the sandbox
+/// (where the suite's folder is hidden) from a copy of its folder, `$DELTABENCH_SOLUTION`.
+#[test]
+fn a_solution_script_is_the_reference_in_the_sandbox_too() {
+    if !crate::common::have_bwrap("a_solution_script_is_the_reference_in_the_sandbox_too") {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_files(
+        root,
+        &[
+            (
+                "sol/solve.sh",
+                "cp \"$DELTABENCH_SOLUTION/fixed.txt\" a.txt\n",
+            ),
+            ("sol/fixed.txt", "fixed\n"),
+        ],
+    );
+    for isolation in ["sandbox", "worktree"] {
+        write_suite(
+            root,
+            &format!(
+                "name: v\nrepo: repo\ntasks:\n  - id: t\n    instruction: fix a.txt\n    solution_script: sol/solve.sh\n    \
+                 isolation: {isolation}\n    verify: grep -q fixed a.txt\n"
+            ),
+        );
+        let output = deltabench(root)
+            .args(["validate", "suite.yaml"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{isolation}: {}{}",
+            stdout(&output),
+            stderr(&output)
+        );
+    }
+}

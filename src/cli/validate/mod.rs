@@ -82,7 +82,7 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
                 .collect()
         };
         let (noop, oracle) = (of("noop"), of("oracle"));
-        let verdict = if task.solution.is_none() {
+        let verdict = if task.solution.is_none() && task.solution_script.is_none() {
             Some(Unsound::new(
                 "has no `solution`: nothing proves the task can be solved",
                 None,
