@@ -104,14 +104,17 @@ pub async fn run_trial(
     let started_at = now();
     let started = Instant::now();
     let task = &inputs.suite.tasks[spec.task];
-    if let Some(why) = inputs.environments.failed.get(&spec.task) {
-        let mut record = TrialRecord::unscored(
+    let unscored = |started_at| {
+        TrialRecord::unscored(
             &task.id,
             &spec.agent,
             spec.trial,
             task.metric.name(),
             started_at,
-        );
+        )
+    };
+    if let Some(why) = inputs.environments.failed.get(&spec.task) {
+        let mut record = unscored(started_at);
         record.infra_error = Some(why.clone());
         return record;
     }
@@ -373,13 +376,7 @@ pub async fn run_trial(
         let _ = std::fs::write(dir.join(layout::AGENT_LOG), transcript.join(""));
     }
 
-    let mut record = TrialRecord::unscored(
-        &task.id,
-        &spec.agent,
-        spec.trial,
-        task.metric.name(),
-        started_at,
-    );
+    let mut record = unscored(started_at);
     record.phases = lifecycle
         .steps
         .iter()

@@ -680,14 +680,22 @@ fn swebench_env_files_layer_and_force_keeps_the_lock() {
         stdout(&output)
     );
 
-    // An environment needs exactly one of image and dockerfile.
-    write_files(
-        root,
-        &[("bad.yaml", "acme/calc:\n  environment: {workdir: /x}\n")],
-    );
-    let output = import(
-        root,
-        &[
+    // An environment needs exactly one of image and dockerfile, and the Dockerfile must be there.
+    for (bad, says) in [
+        (
+            "{workdir: /x}",
+            "acme/calc: environment: give one of image and dockerfile",
+        ),
+        (
+            "{dockerfile: nope/Dockerfile}",
+            "acme/calc: environment: dockerfile ",
+        ),
+    ] {
+        write_files(
+            root,
+            &[("bad.yaml", &format!("acme/calc:\n  environment: {bad}\n"))],
+        );
+        let args = [
             "swebench",
             "rows.jsonl",
             "--repos",
@@ -696,14 +704,11 @@ fn swebench_env_files_layer_and_force_keeps_the_lock() {
             "bad.yaml",
             "--out",
             "bad",
-        ],
-    );
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("acme/calc: environment: give one of image and dockerfile"),
-        "{}",
-        stderr(&output)
-    );
+        ];
+        let output = import(root, &args);
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(stderr(&output).contains(says), "{}", stderr(&output));
+    }
 }
 
 #[test]
