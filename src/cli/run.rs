@@ -15,8 +15,8 @@ use super::{
 };
 use crate::report;
 use crate::runner;
+use crate::store;
 use crate::store::RunRequest;
-use crate::store::{self, Outcome};
 use crate::suite;
 
 pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
@@ -107,7 +107,7 @@ pub(super) fn finish_run(
     baseline: Option<(&store::StoredRun, &GateArgs)>,
 ) -> Result<Exit, CliError> {
     let agents: Vec<String> = plan.agents.keys().cloned().collect();
-    let summaries = report::summarize(&outcome.records, &agents);
+    let summaries = outcome.tally.summaries(&agents);
     print_stdout(&format!(
         "{}\nrun directory: {}\n",
         report::table(&summaries),
@@ -125,15 +125,11 @@ pub(super) fn finish_run(
         }
         None => Exit::Ok,
     };
-    let infra = outcome
-        .records
-        .iter()
-        .filter(|r| r.outcome == Outcome::InfraError)
-        .count();
+    let infra = outcome.tally.infra_errors();
     if outcome.interrupted {
         eprintln!(
             "interrupted: {} of {} trials recorded",
-            outcome.records.len(),
+            outcome.tally.trials(),
             plan.trials.len()
         );
         return Ok(Exit::Interrupted);

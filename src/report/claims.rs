@@ -35,11 +35,18 @@ pub fn false_claims(records: &[TrialRecord], agent: &str, confidence: f64) -> Fa
         claimed += 1;
         false_claims += usize::from(record.outcome != Outcome::Pass);
     }
-    FalseClaims {
-        claimed,
-        false_claims,
-        rate: (claimed > 0).then(|| false_claims as f64 / claimed as f64),
-        interval: stats::wilson(false_claims, claimed, confidence).map(|i| (i.lo, i.hi)),
+    FalseClaims::of(claimed, false_claims, confidence)
+}
+
+impl FalseClaims {
+    /// `false_claims` of `claimed`, with the rate and its Wilson interval at `confidence`.
+    pub fn of(claimed: usize, false_claims: usize, confidence: f64) -> Self {
+        Self {
+            claimed,
+            false_claims,
+            rate: (claimed > 0).then(|| false_claims as f64 / claimed as f64),
+            interval: stats::wilson(false_claims, claimed, confidence).map(|i| (i.lo, i.hi)),
+        }
     }
 }
 

@@ -1,12 +1,16 @@
 //! Reports derived from a run directory alone: a per-agent summary, a per-task table and the
 //! ablation of a `matrix:`, in several formats.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
+
+use indexmap::IndexMap;
 
 use serde::Serialize;
 use tabled::settings::Style;
 use tabled::{Table, Tabled};
 
+use crate::agent::CodingStatus;
 use crate::stats;
 use crate::store::{Outcome, StoredRun, TrialRecord};
 
@@ -89,50 +93,133 @@ fn median(mut values: Vec<u64>) -> Option<u64> {
 
 /// Per-agent summaries, agents in the order they first appear in `agents` then the records.
 pub fn summarize(records: &[TrialRecord], agents: &[String]) -> Vec<AgentSummary> {
-    let mut order: Vec<String> = agents.to_vec();
+    let mut tally = Tally::default();
     for record in records {
-        if !order.contains(&record.agent) {
-            order.push(record.agent.clone());
+        tally.add(record);
+    }
+    tally.summaries(agents)
+}
+
+/// What the summary needs of trial records, gathered one record at a time: a run keeps this
+/// instead of its records, so its memory does not grow with them (but for one duration per
+/// trial, for the median).
+#[derive(Debug, Clone, Default)]
+pub struct Tally {
+    /// By agent, in the order they first appeared.
+    agents: IndexMap<String, AgentTally>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct AgentTally {
+    trials: usize,
+    invalid: usize,
+    flagged: usize,
+    /// Scored trials and passes, by task.
+    tasks: BTreeMap<String, (usize, usize)>,
+    claimed: usize,
+    false_claims: usize,
+    /// The sum and count of the reported costs, summed in record order.
+    cost: (f64, usize),
+    cost_estimated: bool,
+    durations: Vec<u64>,
+}
+
+impl Tally {
+    pub fn add(&mut self, record: &TrialRecord) {
+        if !self.agents.contains_key(&record.agent) {
+            self.agents
+                .insert(record.agent.clone(), AgentTally::default());
+        }
+        let Some(agent) = self.agents.get_mut(&record.agent) else {
+            return;
+        };
+        agent.trials += 1;
+        agent.invalid += usize::from(record.outcome == Outcome::Invalid);
+        agent.flagged += usize::from(!record.flags.is_empty());
+        if record.outcome != Outcome::InfraError {
+            if !agent.tasks.contains_key(&record.task) {
+                agent.tasks.insert(record.task.clone(), (0, 0));
+            }
+            if let Some((trials, passed)) = agent.tasks.get_mut(&record.task) {
+                *trials += 1;
+                *passed += usize::from(record.outcome == Outcome::Pass);
+            }
+            if record.status == Some(CodingStatus::Completed) {
+                agent.claimed += 1;
+                agent.false_claims += usize::from(record.outcome != Outcome::Pass);
+            }
+        }
+        if let Some(cost) = record.usage.and_then(|u| u.cost_usd) {
+            agent.cost.0 += cost;
+            agent.cost.1 += 1;
+        }
+        agent.cost_estimated |= record.usage.is_some_and(|u| u.cost_estimated);
+        agent.durations.push(record.duration_ms);
+    }
+
+    /// Trials added.
+    pub fn trials(&self) -> usize {
+        self.agents.values().map(|a| a.trials).sum()
+    }
+
+    /// Trials added that could not be scored (`infra_error`).
+    pub fn infra_errors(&self) -> usize {
+        self.agents
+            .values()
+            .map(|a| a.trials - a.tasks.values().map(|(trials, _)| trials).sum::<usize>())
+            .sum()
+    }
+
+    /// Per-agent summaries, agents in the order they first appear in `agents` then the records.
+    pub fn summaries(&self, agents: &[String]) -> Vec<AgentSummary> {
+        let none = AgentTally::default();
+        let order = agents
+            .iter()
+            .chain(self.agents.keys().filter(|agent| !agents.contains(agent)));
+        order
+            .map(|agent| self.agents.get(agent).unwrap_or(&none).summary(agent))
+            .collect()
+    }
+}
+
+impl AgentTally {
+    fn summary(&self, agent: &str) -> AgentSummary {
+        let outcomes: Vec<stats::TaskOutcome> = self
+            .tasks
+            .iter()
+            .map(|(task, &(trials, passed))| stats::TaskOutcome {
+                task: task.clone(),
+                passed,
+                trials,
+            })
+            .collect();
+        let estimate = stats::pass_rate(&outcomes, 0.95);
+        let scored = outcomes.iter().map(|o| o.trials).sum();
+        let k = outcomes.iter().map(|o| o.trials).min().filter(|k| *k > 1);
+        let claims = FalseClaims::of(self.claimed, self.false_claims, 0.95);
+        AgentSummary {
+            trials: self.trials,
+            scored,
+            passed: outcomes.iter().map(|o| o.passed).sum(),
+            invalid: self.invalid,
+            flagged: self.flagged,
+            infra_errors: self.trials - scored,
+            pass_rate: estimate.as_ref().map(|e| e.rate),
+            interval: estimate.as_ref().map(|e| (e.interval.lo, e.interval.hi)),
+            interval_method: estimate.as_ref().map(|e| e.method),
+            claimed: claims.claimed,
+            false_claims: claims.false_claims,
+            false_claim_rate: claims.rate,
+            false_claim_interval: claims.interval,
+            k,
+            pass_at_k: k.and_then(|k| stats::mean_pass_at_k(&outcomes, k)),
+            pass_hat_k: k.and_then(|k| stats::mean_pass_hat_k(&outcomes, k)),
+            mean_cost_usd: (self.cost.1 > 0).then(|| self.cost.0 / self.cost.1 as f64),
+            cost_estimated: self.cost_estimated,
+            median_duration_ms: median(self.durations.clone()),
+            agent: agent.to_owned(),
         }
     }
-    order
-        .into_iter()
-        .map(|agent| {
-            let mine: Vec<&TrialRecord> = records.iter().filter(|r| r.agent == agent).collect();
-            let outcomes = stats::outcomes_of(records, &agent);
-            let estimate = stats::pass_rate(&outcomes, 0.95);
-            let scored = outcomes.iter().map(|o| o.trials).sum();
-            let k = outcomes.iter().map(|o| o.trials).min().filter(|k| *k > 1);
-            let claims = false_claims(records, &agent, 0.95);
-            AgentSummary {
-                trials: mine.len(),
-                scored,
-                passed: outcomes.iter().map(|o| o.passed).sum(),
-                invalid: mine
-                    .iter()
-                    .filter(|r| r.outcome == Outcome::Invalid)
-                    .count(),
-                flagged: mine.iter().filter(|r| !r.flags.is_empty()).count(),
-                infra_errors: mine.len() - scored,
-                pass_rate: estimate.as_ref().map(|e| e.rate),
-                interval: estimate.as_ref().map(|e| (e.interval.lo, e.interval.hi)),
-                interval_method: estimate.as_ref().map(|e| e.method),
-                claimed: claims.claimed,
-                false_claims: claims.false_claims,
-                false_claim_rate: claims.rate,
-                false_claim_interval: claims.interval,
-                k,
-                pass_at_k: k.and_then(|k| stats::mean_pass_at_k(&outcomes, k)),
-                pass_hat_k: k.and_then(|k| stats::mean_pass_hat_k(&outcomes, k)),
-                mean_cost_usd: mean_cost(mine.iter().copied()),
-                cost_estimated: mine
-                    .iter()
-                    .any(|r| r.usage.is_some_and(|u| u.cost_estimated)),
-                median_duration_ms: median(mine.iter().map(|r| r.duration_ms).collect()),
-                agent,
-            }
-        })
-        .collect()
 }
 
 /// Mean cost in USD over the records that report one; None when none does.
@@ -472,5 +559,61 @@ mod tests {
         assert_eq!(median(vec![3, 1, 2]), Some(2));
         assert_eq!(median(vec![4, 1, 3, 2]), Some(2));
         assert_eq!(median(vec![]), None);
+    }
+
+    #[test]
+    fn the_tally_summarizes_records_as_they_come() {
+        let record = |task: &str, agent: &str, outcome: Outcome, ms: u64| {
+            let mut record = TrialRecord::unscored(task, agent, 1, "delta".into(), String::new());
+            record.outcome = outcome;
+            record.status = Some(CodingStatus::Completed);
+            record.duration_ms = ms;
+            record
+        };
+        let mut priced = record("t1", "a", Outcome::Pass, 30);
+        priced.usage = Some(crate::store::UsageRecord {
+            input_tokens: 1,
+            output_tokens: 1,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+            model_calls: 1,
+            cost_usd: Some(0.5),
+            cost_estimated: true,
+        });
+        let mut flagged = record("t2", "a", Outcome::Invalid, 40);
+        flagged.flags = vec!["x.py:1: something".into()];
+        let records = [
+            record("t1", "b", Outcome::Fail, 10),
+            record("t1", "a", Outcome::Fail, 20),
+            priced,
+            flagged,
+            record("t2", "a", Outcome::InfraError, 50),
+        ];
+        let mut tally = Tally::default();
+        for record in &records {
+            tally.add(record);
+        }
+        assert_eq!((tally.trials(), tally.infra_errors()), (5, 1));
+        let summaries = tally.summaries(&["a".into(), "c".into()]);
+        let agents: Vec<&str> = summaries.iter().map(|s| s.agent.as_str()).collect();
+        assert_eq!(agents, ["a", "c", "b"]);
+        let a = &summaries[0];
+        assert_eq!(
+            (
+                a.trials,
+                a.scored,
+                a.passed,
+                a.invalid,
+                a.flagged,
+                a.infra_errors
+            ),
+            (4, 3, 1, 1, 1, 1)
+        );
+        assert_eq!((a.claimed, a.false_claims), (3, 2));
+        // t1 passed 1 of 2, t2 0 of 1: the mean of the per-task fractions.
+        assert_eq!(a.pass_rate, Some(0.25));
+        assert_eq!((a.mean_cost_usd, a.cost_estimated), (Some(0.5), true));
+        assert_eq!(a.median_duration_ms, Some(35));
+        assert_eq!((summaries[1].trials, summaries[1].pass_rate), (0, None));
     }
 }

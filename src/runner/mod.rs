@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::harness::Endpoint;
 use crate::model::{Script, ScriptedServer};
+use crate::report::Tally;
 use crate::store::{HeldLease, Manifest, Outcome, RunDir, TrialRecord, layout, sanitize};
 use crate::suite::{AgentSpec, Located, Suite, agent_configs};
 use crate::workspace::{
@@ -95,7 +96,9 @@ impl RunError {
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
     pub run_dir: PathBuf,
-    pub records: Vec<TrialRecord>,
+    /// The summary's counts over the run's records (those of an earlier run resumed included):
+    /// the records themselves are in `trials.jsonl` only.
+    pub tally: Tally,
     pub interrupted: bool,
     /// Workspace leftovers that could not be removed.
     pub leftovers: Vec<String>,
@@ -382,7 +385,11 @@ async fn carry_out(
         });
     }
 
-    let mut records = done;
+    let mut tally = Tally::default();
+    for record in &done {
+        tally.add(record);
+    }
+    drop(done);
     let mut interrupts = 0;
     let mut forced = false;
     let mut sigint =
@@ -402,7 +409,7 @@ async fn carry_out(
                 };
                 store.append(&record).map_err(RunError::io("cannot append to trials.jsonl"))?;
                 observer.trial_finished(&record);
-                records.push(record);
+                tally.add(&record);
             }
             _ = async { tokio::select! { _ = sigint.recv() => {}, _ = sigterm.recv() => {} } } => {
                 interrupts += 1;
@@ -458,13 +465,13 @@ async fn carry_out(
         lease.release();
     }
     manifest.finished_at = Some(now());
-    manifest.interrupted = cancel.is_cancelled() || records.len() < plan.trials.len();
+    manifest.interrupted = cancel.is_cancelled() || tally.trials() < plan.trials.len();
     store
         .write_manifest(&manifest)
         .map_err(RunError::io("cannot write the manifest"))?;
     Ok(RunOutcome {
         run_dir,
-        records,
+        tally,
         interrupted: manifest.interrupted,
         leftovers,
     })

@@ -1,11 +1,14 @@
 //! A record of a directory tree's exact content, to notice when a cached template was changed
 //! after it was built: one hash per path over its raw name, type and mode, size, content (a
 //! symlink's target) and extended attributes. `.git` is included: a changed index or config
-//! changes what git shows in every workspace built on the template.
+//! changes what git shows in every workspace built on the template. A file's content enters as
+//! the id of the git blob that holds it, so a file the checkout just wrote from a known blob is
+//! not read back.
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -15,12 +18,17 @@ use sha2::{Digest, Sha256};
 /// One path of the tree: its display name (relative, lossy) and the hash of everything about it.
 pub(super) type Entry = (String, String);
 
+/// Files known to hold a blob, by path relative to the root: the blob's id and size. A file of
+/// another size is read.
+pub(super) type KnownBlobs = HashMap<PathBuf, (git2::Oid, u64)>;
+
 /// Every path under `root` (not `root` itself), sorted by name, and the bytes they take on disk.
+/// A file in `known` of the known size is taken to hold its blob; every other file is read.
 ///
 /// The folders are listed first, then the paths are hashed on every core: a template's record
 /// is on the path of a new base commit's first trial, and its cost is a few system calls per
 /// file.
-pub(super) fn record_tree(root: &Path) -> io::Result<(Vec<Entry>, u64)> {
+pub(super) fn record_tree(root: &Path, known: &KnownBlobs) -> io::Result<(Vec<Entry>, u64)> {
     let mut paths = Vec::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(relative) = stack.pop() {
@@ -38,7 +46,7 @@ pub(super) fn record_tree(root: &Path) -> io::Result<(Vec<Entry>, u64)> {
     let hashed = std::thread::scope(|scope| {
         let handles: Vec<_> = paths
             .chunks(chunk)
-            .map(|part| scope.spawn(move || hash_paths(root, part)))
+            .map(|part| scope.spawn(move || hash_paths(root, part, known)))
             .collect();
         handles
             .into_iter()
@@ -56,10 +64,9 @@ pub(super) fn record_tree(root: &Path) -> io::Result<(Vec<Entry>, u64)> {
 }
 
 /// The entries of `paths` (relative to `root`) and the bytes they take on disk.
-fn hash_paths(root: &Path, paths: &[PathBuf]) -> io::Result<(Vec<Entry>, u64)> {
+fn hash_paths(root: &Path, paths: &[PathBuf], known: &KnownBlobs) -> io::Result<(Vec<Entry>, u64)> {
     let mut entries = Vec::with_capacity(paths.len());
     let mut bytes = 0;
-    let mut buf = vec![0u8; 64 * 1024];
     for path in paths {
         let full = root.join(path);
         let meta = fs::symlink_metadata(&full)?;
@@ -72,17 +79,13 @@ fn hash_paths(root: &Path, paths: &[PathBuf]) -> io::Result<(Vec<Entry>, u64)> {
         hasher.update(meta.rdev().to_le_bytes());
         let kind = meta.file_type();
         if kind.is_file() {
-            let mut file = fs::File::open(&full)?;
-            let mut left = meta.size();
-            // Read up to the size lstat gave (no extra read for the end of the file).
-            while left > 0 {
-                let n = file.read(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                hasher.update(&buf[..n]);
-                left = left.saturating_sub(n as u64);
-            }
+            let blob = match known.get(path) {
+                Some(&(id, size)) if size == meta.size() => id,
+                _ => git2::Oid::hash_file(git2::ObjectType::Blob, &full).map_err(|e| {
+                    io::Error::other(format!("{}: {}", full.display(), e.message()))
+                })?,
+            };
+            hasher.update(blob.as_bytes());
         } else if kind.is_symlink() {
             hasher.update(fs::read_link(&full)?.as_os_str().as_bytes());
         }
@@ -173,26 +176,26 @@ mod tests {
         fs::write(root.join("a.txt"), "a").unwrap();
         fs::write(root.join("b.txt"), "b").unwrap();
         std::os::unix::fs::symlink("a.txt", root.join("link")).unwrap();
-        let before = record_tree(root).unwrap().0;
+        let before = record_tree(root, &HashMap::new()).unwrap().0;
         assert_eq!(
-            first_difference(&before, &record_tree(root).unwrap().0),
+            first_difference(&before, &record_tree(root, &HashMap::new()).unwrap().0),
             None
         );
 
         fs::write(root.join("b.txt"), "B").unwrap();
-        let now = record_tree(root).unwrap().0;
+        let now = record_tree(root, &HashMap::new()).unwrap().0;
         assert_eq!(first_difference(&before, &now).as_deref(), Some("b.txt"));
         fs::write(root.join("b.txt"), "b").unwrap();
 
         use std::os::unix::fs::PermissionsExt;
         let mode = fs::metadata(root.join("a.txt")).unwrap().permissions();
         fs::set_permissions(root.join("a.txt"), fs::Permissions::from_mode(0o700)).unwrap();
-        let now = record_tree(root).unwrap().0;
+        let now = record_tree(root, &HashMap::new()).unwrap().0;
         assert_eq!(first_difference(&before, &now).as_deref(), Some("a.txt"));
         fs::set_permissions(root.join("a.txt"), mode).unwrap();
 
         fs::write(root.join(".git/index"), "IDX").unwrap();
-        let now = record_tree(root).unwrap().0;
+        let now = record_tree(root, &HashMap::new()).unwrap().0;
         assert_eq!(
             first_difference(&before, &now).as_deref(),
             Some(".git/index")
@@ -201,18 +204,32 @@ mod tests {
 
         fs::remove_file(root.join("link")).unwrap();
         std::os::unix::fs::symlink("b.txt", root.join("link")).unwrap();
-        let now = record_tree(root).unwrap().0;
+        let now = record_tree(root, &HashMap::new()).unwrap().0;
         assert_eq!(first_difference(&before, &now).as_deref(), Some("link"));
         fs::remove_file(root.join("link")).unwrap();
-        let now = record_tree(root).unwrap().0;
+        let now = record_tree(root, &HashMap::new()).unwrap().0;
         assert_eq!(first_difference(&before, &now).as_deref(), Some("link"));
         std::os::unix::fs::symlink("a.txt", root.join("link")).unwrap();
 
         fs::write(root.join("0-new.txt"), "new").unwrap();
-        let now = record_tree(root).unwrap().0;
+        let now = record_tree(root, &HashMap::new()).unwrap().0;
         assert_eq!(
             first_difference(&before, &now).as_deref(),
             Some("0-new.txt")
         );
+    }
+
+    #[test]
+    fn a_file_of_a_known_blob_records_as_if_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        fs::write(root.join("a.txt"), "hello\n").unwrap();
+        let read = record_tree(root, &HashMap::new()).unwrap().0;
+        let blob = git2::Oid::hash_object(git2::ObjectType::Blob, b"hello\n").unwrap();
+        let known = HashMap::from([(PathBuf::from("a.txt"), (blob, 6))]);
+        assert_eq!(record_tree(root, &known).unwrap().0, read);
+        // Another size (a checkout filter rewrote it): the file is read, not the blob trusted.
+        let rewritten = HashMap::from([(PathBuf::from("a.txt"), (git2::Oid::ZERO_SHA1, 7))]);
+        assert_eq!(record_tree(root, &rewritten).unwrap().0, read);
     }
 }

@@ -25,7 +25,7 @@ use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use sha2::{Digest, Sha256};
 
 use super::clone::{CloneBackend, make_clone};
-use super::digest::{Entry, first_difference, record_tree};
+use super::digest::{Entry, KnownBlobs, first_difference, record_tree};
 use super::remove::remove_tree;
 use super::{
     Isolation, ProvisionedWorkspace, WorkspaceBackend, WorkspaceBase, WorkspaceProvisionError,
@@ -43,9 +43,15 @@ const LAST_USED: &str = "last-used";
 /// In a template's folder: the bytes it takes on disk, counted when it was built.
 const SIZE: &str = "bytes";
 
+/// The [`record_tree`] hashing a record is made with: one made another way is no record.
+const RECORD_FORMAT: u32 = 1;
+
 /// What [`RECORD`] holds.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ContentRecord {
+    /// 0 for records from before it was written (file contents hashed whole).
+    #[serde(default)]
+    format: u32,
     commit: String,
     /// The commit a prepared template's workspaces start from (its setup's result).
     #[serde(default)]
@@ -176,7 +182,7 @@ impl OverlayBackend {
                     tree.display(),
                     base.commit
                 ),
-                // Built before templates had a record: rebuilt quietly.
+                // Built before templates had a record of this format: rebuilt quietly.
                 Err(None) => {}
             }
         }
@@ -195,11 +201,12 @@ impl OverlayBackend {
             },
             None => None,
         };
-        settle_index(&tree)
+        let known = settle_index(&tree)
             .map_err(|e| format!("cannot settle the index of {}: {e}", tree.display()))?;
-        let (entries, bytes) =
-            record_tree(&tree).map_err(|e| format!("cannot read back {}: {e}", tree.display()))?;
+        let (entries, bytes) = record_tree(&tree, &known)
+            .map_err(|e| format!("cannot read back {}: {e}", tree.display()))?;
         let record = ContentRecord {
+            format: RECORD_FORMAT,
             commit: base.commit.clone(),
             prepared,
             entries,
@@ -355,59 +362,91 @@ fn is_opaque(dir: &Path) -> bool {
 /// trial's first git command would re-hash the whole tree. The files are fresh from the
 /// checkout (or from setup, whose result was just committed), so their content is what the
 /// index says: each such file's mtime is set two seconds back and its new stat data written
-/// into the index, which is then written after it, so every entry is strictly older.
-fn settle_index(tree: &Path) -> Result<(), String> {
+/// into the index, which is then written after it, so every entry is strictly older. Returns
+/// the blob of each tracked file, for the template's record.
+fn settle_index(tree: &Path) -> Result<KnownBlobs, String> {
     use nix::sys::stat::{UtimensatFlags, utimensat};
     use nix::sys::time::TimeSpec;
+    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
 
     let msg = |e: git2::Error| e.message().to_owned();
     let repo = git2::Repository::open(tree).map_err(msg)?;
     let mut index = repo.index().map_err(msg)?;
+    let odb = repo.odb().map_err(msg)?;
+    let mut known = KnownBlobs::new();
+    for entry in index.iter() {
+        if matches!(entry.mode, 0o100644 | 0o100755) {
+            let (size, _) = odb.read_header(entry.id).map_err(msg)?;
+            let path = PathBuf::from(std::ffi::OsStr::from_bytes(&entry.path));
+            known.insert(path, (entry.id, size as u64));
+        }
+    }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_err(|e| e.to_string())?
         .as_secs() as i64;
     let past = now - 2;
-    let settled: Vec<git2::IndexEntry> = index
+    let mut settled: Vec<git2::IndexEntry> = index
         .iter()
         // Submodules are folders git does not stat-compare this way.
         .filter(|e| e.mode != 0o160000 && i64::from(e.mtime.seconds()) > past)
         .collect();
     if settled.is_empty() {
-        return Ok(());
+        return Ok(known);
     }
     let mtime = TimeSpec::new(past, 0);
-    for mut entry in settled {
-        use std::os::unix::ffi::OsStrExt;
-        let path = tree.join(std::ffi::OsStr::from_bytes(&entry.path));
-        utimensat(
-            nix::fcntl::AT_FDCWD,
-            &path,
-            &TimeSpec::UTIME_OMIT,
-            &mtime,
-            UtimensatFlags::NoFollowSymlink,
-        )
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-        let meta = fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        // The index keeps the low 32 bits of each field, as git does.
-        entry.ctime = git2::IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32);
-        entry.mtime = git2::IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32);
-        entry.dev = meta.dev() as u32;
-        entry.ino = meta.ino() as u32;
-        entry.uid = meta.uid();
-        entry.gid = meta.gid();
-        entry.file_size = meta.size() as u32;
-        index.add(&entry).map_err(msg)?;
+    let settle = |entries: &mut [git2::IndexEntry]| -> Result<(), String> {
+        for entry in entries {
+            let path = tree.join(std::ffi::OsStr::from_bytes(&entry.path));
+            utimensat(
+                nix::fcntl::AT_FDCWD,
+                &path,
+                &TimeSpec::UTIME_OMIT,
+                &mtime,
+                UtimensatFlags::NoFollowSymlink,
+            )
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+            let meta =
+                fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            // The index keeps the low 32 bits of each field, as git does.
+            entry.ctime = git2::IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32);
+            entry.mtime = git2::IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32);
+            entry.dev = meta.dev() as u32;
+            entry.ino = meta.ino() as u32;
+            entry.uid = meta.uid();
+            entry.gid = meta.gid();
+            entry.file_size = meta.size() as u32;
+        }
+        Ok(())
+    };
+    // Two system calls a file: on every core, as the record is (a new commit's first trial
+    // waits for both).
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = settled.len().div_ceil(workers).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = settled
+            .chunks_mut(chunk)
+            .map(|part| scope.spawn(|| settle(part)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect::<Result<Vec<()>, String>>()
+    })?;
+    for entry in &settled {
+        index.add(entry).map_err(msg)?;
     }
-    index.write().map_err(msg)
+    index.write().map_err(msg)?;
+    Ok(known)
 }
 
 /// Whether the template `tree` still holds what was recorded when it was built: `Err(Some(path))`
 /// names the first differing path, `Err(None)` means there is no usable record.
 fn check_template(recorded: Option<&ContentRecord>, tree: &Path) -> Result<(), Option<String>> {
-    let recorded = recorded.ok_or(None)?;
-    let (now, _) = record_tree(tree).map_err(|e| Some(format!("{} ({e})", tree.display())))?;
+    let recorded = recorded.filter(|r| r.format == RECORD_FORMAT).ok_or(None)?;
+    let (now, _) = record_tree(tree, &KnownBlobs::new())
+        .map_err(|e| Some(format!("{} ({e})", tree.display())))?;
     match first_difference(&recorded.entries, &now) {
         None => Ok(()),
         Some(path) => Err(Some(path)),

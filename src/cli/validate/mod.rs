@@ -64,6 +64,14 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
             return Err(err.into());
         }
     };
+    // A run keeps no records: they are read back from its trials.jsonl.
+    let records = match store::read_run(&run_dir) {
+        Ok(run) => run.trials,
+        Err(err) => {
+            scratch.finish(false);
+            return Err(err.into());
+        }
+    };
 
     let mut bad = 0;
     let mut lock = suite::SuiteLock::read(&plan.suite)
@@ -74,8 +82,7 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
     let (mut locked, mut changed) = (0, 0);
     for task in plan.tasks.iter().map(|&i| &plan.suite.tasks[i]) {
         let of = |agent: &str| -> Vec<Trial> {
-            outcome
-                .records
+            records
                 .iter()
                 .filter(|r| r.task == task.id && r.agent == agent)
                 .map(|r| Trial::read(&run_dir, r))
