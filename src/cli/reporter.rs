@@ -21,6 +21,8 @@ pub struct TerminalReporter {
     /// Said when the trials start: after the environments were made, so that an environment
     /// that stops the run is the first thing said.
     note: Option<String>,
+    /// The summary's counts over every record, one record at a time (a run keeps no records).
+    tally: crate::report::Tally,
 }
 
 impl TerminalReporter {
@@ -34,7 +36,13 @@ impl TerminalReporter {
             resumed: None,
             running: Vec::new(),
             note: None,
+            tally: crate::report::Tally::default(),
         }
+    }
+
+    /// The counts of every record the run reported.
+    pub fn tally(&self) -> &crate::report::Tally {
+        &self.tally
     }
 
     /// Says `note` once the trials start.
@@ -160,7 +168,12 @@ impl RunObserver for TerminalReporter {
         self.refresh();
     }
 
+    fn recorded(&mut self, record: &TrialRecord) {
+        self.tally.add(record);
+    }
+
     fn trial_finished(&mut self, record: &TrialRecord) {
+        self.tally.add(record);
         self.done += 1;
         self.passed += usize::from(record.outcome == Outcome::Pass);
         let name = format!("{} / {} #{}", record.task, record.agent, record.trial);

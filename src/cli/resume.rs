@@ -67,5 +67,5 @@ pub(super) async fn resume(
     let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal()).resuming(recorded);
     let outcome = runner::resume(&plan, run_dir, &mut reporter, CancellationToken::new()).await?;
     reporter.finish();
-    finish_run(&plan, &outcome, None)
+    finish_run(&plan, &outcome, reporter.tally(), None)
 }

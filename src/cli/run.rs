@@ -74,7 +74,12 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         TerminalReporter::new(std::io::stderr().is_terminal()).noting(unvalidated_note(&plan));
     let outcome = runner::execute(&plan, &out, &mut reporter, CancellationToken::new()).await?;
     reporter.finish();
-    finish_run(&plan, &outcome, baseline.as_ref().map(|b| (b, &args.gate)))
+    finish_run(
+        &plan,
+        &outcome,
+        reporter.tally(),
+        baseline.as_ref().map(|b| (b, &args.gate)),
+    )
 }
 
 /// Which tasks run without validated evidence: their trials get the output checks only.
@@ -104,10 +109,11 @@ fn unvalidated_note(plan: &runner::Plan) -> Option<String> {
 pub(super) fn finish_run(
     plan: &runner::Plan,
     outcome: &runner::RunOutcome,
+    tally: &report::Tally,
     baseline: Option<(&store::StoredRun, &GateArgs)>,
 ) -> Result<Exit, CliError> {
     let agents: Vec<String> = plan.agents.keys().cloned().collect();
-    let summaries = outcome.tally.summaries(&agents);
+    let summaries = tally.summaries(&agents);
     print_stdout(&format!(
         "{}\nrun directory: {}\n",
         report::table(&summaries),
@@ -125,11 +131,11 @@ pub(super) fn finish_run(
         }
         None => Exit::Ok,
     };
-    let infra = outcome.tally.infra_errors();
+    let infra = outcome.infra_errors;
     if outcome.interrupted {
         eprintln!(
             "interrupted: {} of {} trials recorded",
-            outcome.tally.trials(),
+            outcome.trials,
             plan.trials.len()
         );
         return Ok(Exit::Interrupted);

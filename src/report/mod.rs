@@ -157,19 +157,6 @@ impl Tally {
         agent.durations.push(record.duration_ms);
     }
 
-    /// Trials added.
-    pub fn trials(&self) -> usize {
-        self.agents.values().map(|a| a.trials).sum()
-    }
-
-    /// Trials added that could not be scored (`infra_error`).
-    pub fn infra_errors(&self) -> usize {
-        self.agents
-            .values()
-            .map(|a| a.trials - a.tasks.values().map(|(trials, _)| trials).sum::<usize>())
-            .sum()
-    }
-
     /// Per-agent summaries, agents in the order they first appear in `agents` then the records.
     pub fn summaries(&self, agents: &[String]) -> Vec<AgentSummary> {
         let none = AgentTally::default();
@@ -593,7 +580,6 @@ mod tests {
         for record in &records {
             tally.add(record);
         }
-        assert_eq!((tally.trials(), tally.infra_errors()), (5, 1));
         let summaries = tally.summaries(&["a".into(), "c".into()]);
         let agents: Vec<&str> = summaries.iter().map(|s| s.agent.as_str()).collect();
         assert_eq!(agents, ["a", "c", "b"]);

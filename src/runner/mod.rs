@@ -36,7 +36,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::harness::Endpoint;
 use crate::model::{Script, ScriptedServer};
-use crate::report::Tally;
 use crate::store::{HeldLease, Manifest, Outcome, RunDir, TrialRecord, layout, sanitize};
 use crate::suite::{AgentSpec, Located, Suite, agent_configs};
 use crate::workspace::{
@@ -62,6 +61,8 @@ pub trait RunObserver: Send {
     /// A trial (`task / agent #n`) began; `trial_finished` names it the same way.
     fn trial_started(&mut self, _name: &str) {}
     fn trial_finished(&mut self, record: &TrialRecord);
+    /// A record the run directory held before this run started (a resumed run's).
+    fn recorded(&mut self, _record: &TrialRecord) {}
     /// The first interrupt: no new trials start, running ones end.
     fn interrupted(&mut self);
 }
@@ -96,9 +97,11 @@ impl RunError {
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
     pub run_dir: PathBuf,
-    /// The summary's counts over the run's records (those of an earlier run resumed included):
-    /// the records themselves are in `trials.jsonl` only.
-    pub tally: Tally,
+    /// The run's records, those of an earlier run resumed included: the records themselves
+    /// are in `trials.jsonl` only (the observer saw each).
+    pub trials: usize,
+    /// Of those, the ones that could not be scored.
+    pub infra_errors: usize,
     pub interrupted: bool,
     /// Workspace leftovers that could not be removed.
     pub leftovers: Vec<String>,
@@ -385,9 +388,11 @@ async fn carry_out(
         });
     }
 
-    let mut tally = Tally::default();
+    let (mut trials, mut infra_errors) = (0, 0);
     for record in &done {
-        tally.add(record);
+        observer.recorded(record);
+        trials += 1;
+        infra_errors += usize::from(record.outcome == Outcome::InfraError);
     }
     drop(done);
     let mut interrupts = 0;
@@ -409,7 +414,8 @@ async fn carry_out(
                 };
                 store.append(&record).map_err(RunError::io("cannot append to trials.jsonl"))?;
                 observer.trial_finished(&record);
-                tally.add(&record);
+                trials += 1;
+                infra_errors += usize::from(record.outcome == Outcome::InfraError);
             }
             _ = async { tokio::select! { _ = sigint.recv() => {}, _ = sigterm.recv() => {} } } => {
                 interrupts += 1;
@@ -465,13 +471,14 @@ async fn carry_out(
         lease.release();
     }
     manifest.finished_at = Some(now());
-    manifest.interrupted = cancel.is_cancelled() || tally.trials() < plan.trials.len();
+    manifest.interrupted = cancel.is_cancelled() || trials < plan.trials.len();
     store
         .write_manifest(&manifest)
         .map_err(RunError::io("cannot write the manifest"))?;
     Ok(RunOutcome {
         run_dir,
-        tally,
+        trials,
+        infra_errors,
         interrupted: manifest.interrupted,
         leftovers,
     })
