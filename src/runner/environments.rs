@@ -124,17 +124,17 @@ pub fn build_images(
             continue;
         }
         let started = std::time::Instant::now();
-        let outcome = match dockerfile {
-            _ if unreadable.is_some() => Err(unreadable.unwrap_or_default()),
+        let outcome = match (unreadable, dockerfile) {
+            (Some(why), _) => Err(why),
             _ if runtime.image_exists(&image) => Ok(false),
-            Some((path, context)) => {
+            (None, Some((path, context))) => {
                 building(&image);
                 runtime
                     .build(&path, context, &image, &build_log(cache, &image))
                     .map(|()| true)
                     .map_err(|e| with_network_hint(e.0))
             }
-            None => Err(format!(
+            (None, None) => Err(format!(
                 "image {image} is not in the local store (it is never pulled): build or load it"
             )),
         };
