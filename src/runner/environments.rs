@@ -107,37 +107,18 @@ pub fn build_images(
         let Some(environment) = &task.environment else {
             continue;
         };
-        let mut unreadable = None;
-        let (image, dockerfile) = match &environment.image {
-            ImageSource::Image(name) => (name.clone(), None),
-            ImageSource::Dockerfile { path, context } => {
-                let path =
-                    dockerfile_to_build(path, &suite.base_images, cache).unwrap_or_else(|why| {
-                        unreadable = Some(why);
-                        path.clone()
-                    });
-                (built_tag(&path, context), Some((path, context)))
-            }
+        let (image, dockerfile) = match image_of(&environment.image, suite, cache) {
+            Ok((image, dockerfile)) => (image, Ok(dockerfile)),
+            Err((image, why)) => (image, Err(why)),
         };
         if let Some(report) = reports.get_mut(&image) {
             report.tasks.push(task.id.clone());
             continue;
         }
         let started = std::time::Instant::now();
-        let outcome = match (unreadable, dockerfile) {
-            (Some(why), _) => Err(why),
-            _ if runtime.image_exists(&image) => Ok(false),
-            (None, Some((path, context))) => {
-                building(&image);
-                runtime
-                    .build(&path, context, &image, &build_log(cache, &image))
-                    .map(|()| true)
-                    .map_err(|e| with_network_hint(e.0))
-            }
-            (None, None) => Err(format!(
-                "image {image} is not in the local store (it is never pulled): build or load it"
-            )),
-        };
+        let outcome = dockerfile.and_then(|dockerfile| {
+            made(runtime, &image, dockerfile.as_ref(), cache, &mut building)
+        });
         let report = ImageReport {
             image: image.clone(),
             tasks: vec![task.id.clone()],
@@ -197,6 +178,53 @@ pub fn dockerfile_to_build(
     Ok(copy)
 }
 
+/// A Dockerfile to build: the file (the base-image map applied) and its context.
+type ToBuild = Option<(PathBuf, PathBuf)>;
+
+/// The image an environment runs, and for a Dockerfile what to build it from (its tag is a hash
+/// of that); `Err` when the Dockerfile cannot be read, with the tag of the file as written.
+fn image_of(
+    source: &ImageSource,
+    suite: &Suite,
+    cache: &Path,
+) -> Result<(String, ToBuild), (String, String)> {
+    match source {
+        ImageSource::Image(name) => Ok((name.clone(), None)),
+        ImageSource::Dockerfile { path, context } => {
+            match dockerfile_to_build(path, &suite.base_images, cache) {
+                Ok(path) => Ok((built_tag(&path, context), Some((path, context.clone())))),
+                Err(why) => Err((built_tag(path, context), why)),
+            }
+        }
+    }
+}
+
+/// Makes `image` ready: a named image must be in the local store, a Dockerfile's is built unless
+/// it is there already (`building` is told before a build). `Ok(true)` when it was built now.
+fn made(
+    runtime: &Runtime,
+    image: &str,
+    dockerfile: Option<&(PathBuf, PathBuf)>,
+    cache: &Path,
+    building: &mut dyn FnMut(&str),
+) -> Result<bool, String> {
+    if runtime.image_exists(image) {
+        return Ok(false);
+    }
+    match dockerfile {
+        Some((path, context)) => {
+            building(image);
+            runtime
+                .build(path, context, image, &build_log(cache, image))
+                .map(|()| true)
+                .map_err(|e| with_network_hint(e.0))
+        }
+        None => Err(format!(
+            "image {image} is not in the local store (it is never pulled): build or load it"
+        )),
+    }
+}
+
 fn build_log(cache: &Path, tag: &str) -> PathBuf {
     cache
         .join("environments")
@@ -244,7 +272,7 @@ pub fn prepare(
         .map_err(|ContainerError(message)| config(message))?;
     let (mut images, mut ids, mut failed) = (HashMap::new(), HashMap::new(), HashMap::new());
     // Each Dockerfile built, and each image started, once per run.
-    let mut built: HashMap<String, Result<(), String>> = HashMap::new();
+    let mut built: HashMap<String, Result<bool, String>> = HashMap::new();
     let mut started: HashMap<String, Result<(), String>> = HashMap::new();
     for &i in tasks {
         let task = &suite.tasks[i];
@@ -255,30 +283,21 @@ pub fn prepare(
         let mut fail = |message: &str| {
             failed.insert(i, message.to_owned());
         };
-        let image = match &environment.image {
-            ImageSource::Image(name) => name.clone(),
-            ImageSource::Dockerfile { path, context } => {
-                let path = match dockerfile_to_build(path, &suite.base_images, cache) {
-                    Ok(path) => path,
-                    Err(why) => {
-                        fail(&why);
-                        continue;
-                    }
-                };
-                let tag = built_tag(&path, context);
-                let result = built.entry(tag.clone()).or_insert_with(|| {
-                    if runtime.image_exists(&tag) {
-                        return Ok(());
-                    }
-                    runtime
-                        .build(&path, context, &tag, &build_log(cache, &tag))
-                        .map_err(|e| with_network_hint(e.0))
-                });
-                if let Err(message) = result {
-                    fail(message);
-                    continue;
-                }
-                tag
+        // A named image is checked by starting it, below.
+        let ready = match image_of(&environment.image, suite, cache) {
+            Ok((image, None)) => Ok(image),
+            Ok((image, Some(dockerfile))) => built
+                .entry(image.clone())
+                .or_insert_with(|| made(runtime, &image, Some(&dockerfile), cache, &mut |_| {}))
+                .clone()
+                .map(|_| image),
+            Err((_, why)) => Err(why),
+        };
+        let image = match ready {
+            Ok(image) => image,
+            Err(message) => {
+                fail(&message);
+                continue;
             }
         };
         if let Err(message) = started
