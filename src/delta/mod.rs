@@ -6,6 +6,7 @@
 //! tests, with its own timeout and bounded output.
 
 mod channel;
+mod container;
 mod diff;
 pub mod flags;
 pub mod mutate;
@@ -21,6 +22,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::CodingResult;
 
+pub use container::{
+    CONTAINER_CHANGES, CONTAINER_DELTA, ContainerCapture, ContainerChange, ContainerDelta,
+    ProtectedPath,
+};
 pub use diff::{DiffStats, changed_paths, commit_setup, patch_bytes};
 pub use mutate::{BitingMutant, DEFAULT_MUTANTS, Mutant, MutationReport};
 pub use probe::{
@@ -45,6 +50,18 @@ pub struct CommandResult {
     pub tests: Option<TestReport>,
 }
 
+impl EnvironmentDelta {
+    /// Whether the agent changed nothing the verify command sees: the workspace's diff is empty
+    /// and so is (under `delta: container`) what it changed in its container.
+    pub fn is_unchanged(&self) -> bool {
+        self.diff.trim().is_empty()
+            && self
+                .container
+                .as_ref()
+                .is_none_or(|c| !c.changes_anything())
+    }
+}
+
 impl CommandResult {
     /// Exited 0 within its timeout.
     pub fn succeeded(&self) -> bool {
@@ -67,6 +84,9 @@ pub struct EnvironmentDelta {
     /// Hidden test files whose content changed while the verify command ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changed_tests: Vec<String>,
+    /// Under `delta: container`: what the agent changed in its container outside the workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerDelta>,
 }
 
 /// What a probe knows about the run it inspects.

@@ -16,6 +16,7 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::channel::Channel;
+use super::container::ContainerCapture;
 use super::mutate::{self, BitingMutant, Listing, Mutant, MutationReport};
 use super::snapshot::{EntryKind, FileChange, Snapshot, SnapshotError, snapshot};
 use super::{
@@ -78,6 +79,9 @@ struct Verified {
 pub struct VerifySpec {
     pub run: String,
     pub timeout: Option<Duration>,
+    /// Runs in the agent's own container, still running, on the agent's workspace.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub in_place: bool,
 }
 
 /// Where the verify command runs: a workspace provisioned fresh from the base for it.
@@ -107,6 +111,11 @@ pub struct TaskProbe {
     pub fresh: FreshWorkspace,
     /// The mutation check, when the task has one.
     pub mutation: Option<MutationPlan>,
+    /// Under `delta: container`: the agent's container, whose changes the verify image gets.
+    pub container_delta: Option<ContainerCapture>,
+    /// `verify: {in_place: true}`: the agent's live container; the verify command runs in it,
+    /// on the agent's own workspace.
+    pub in_place: Option<ContainerPolicy>,
 }
 
 /// The hook's files, written under the verify command's home.
@@ -171,13 +180,90 @@ impl DeltaProbe for TaskProbe {
                     ..EnvironmentDelta::default()
                 });
             }
-            let (command_result, mutation, changed_tests) = self.verify_all(&snapshot).await?;
+            let diff = String::from_utf8_lossy(&snapshot.patch).into_owned();
+            if let Some(policy) = &self.in_place {
+                // What the agent changed, listed before the verify command changes more.
+                let container = match &self.container_delta {
+                    Some(capture) => {
+                        let (capture, artifacts) = (capture.clone(), self.artifacts.clone());
+                        let listed =
+                            tokio::task::spawn_blocking(move || capture.list(artifacts.as_deref()))
+                                .await
+                                .map_err(|e| err(ProbeErrorKind::Verify)(e.to_string()))?;
+                        Some(listed.map_err(|e| {
+                            err(ProbeErrorKind::Verify)(format!(
+                                "cannot list the container's changes: {e}"
+                            ))
+                        })?)
+                    }
+                    None => None,
+                };
+                let verified = self.verify_in_place(policy, ctx.workspace, ctx.base).await;
+                policy
+                    .runtime
+                    .remove_container(policy.keep.as_deref().unwrap_or_default());
+                return Ok(EnvironmentDelta {
+                    diff,
+                    command_result: verified?,
+                    container,
+                    ..EnvironmentDelta::default()
+                });
+            }
+            let Some(capture) = &self.container_delta else {
+                let (command_result, mutation, changed_tests) = self.verify_all(&snapshot).await?;
+                return Ok(EnvironmentDelta {
+                    diff,
+                    command_result,
+                    rejected: None,
+                    mutation,
+                    changed_tests,
+                    container: None,
+                });
+            };
+            let (capture, artifacts, limit) =
+                (capture.clone(), self.artifacts.clone(), self.max_diff);
+            let captured =
+                tokio::task::spawn_blocking(move || capture.capture(artifacts.as_deref(), limit))
+                    .await
+                    .map_err(|e| err(ProbeErrorKind::Verify)(e.to_string()))?
+                    .map_err(|e| {
+                        err(ProbeErrorKind::Verify)(format!(
+                            "cannot take the container's delta: {e}"
+                        ))
+                    })?;
+            if let Some(why) = captured.rejected {
+                return Ok(EnvironmentDelta {
+                    diff,
+                    rejected: Some(why),
+                    command_result: CommandResult {
+                        command: self.verify.run.clone(),
+                        ..CommandResult::default()
+                    },
+                    container: Some(captured.delta),
+                    ..EnvironmentDelta::default()
+                });
+            }
+            // The verify command runs in the image holding the container's changes.
+            let probe = TaskProbe {
+                container: match (&self.container, &captured.image) {
+                    (Some(policy), Some(image)) => Some(policy.clone().image(image)),
+                    (policy, _) => policy.clone(),
+                },
+                container_delta: None,
+                ..self.clone()
+            };
+            let verified = probe.verify_all(&snapshot).await;
+            if let (Some(image), Some(capture)) = (&captured.image, &self.container_delta) {
+                capture.runtime.remove_image(image);
+            }
+            let (command_result, mutation, changed_tests) = verified?;
             Ok(EnvironmentDelta {
-                diff: String::from_utf8_lossy(&snapshot.patch).into_owned(),
+                diff,
                 command_result,
                 rejected: None,
                 mutation,
                 changed_tests,
+                container: Some(captured.delta),
             })
         })
     }
@@ -275,6 +361,65 @@ impl TaskProbe {
             }
         }
         run
+    }
+
+    /// `in_place`: the hidden tests laid over the agent's own workspace, and the verify command
+    /// run in the agent's container, still running (started again when the agent's end
+    /// stopped it). What the agent left running answers it: weaker evidence, and recorded so.
+    async fn verify_in_place(
+        &self,
+        policy: &ContainerPolicy,
+        workspace: &Path,
+        base: &str,
+    ) -> Result<CommandResult, ProbeError> {
+        let fail = |message: String| ProbeError::new(ProbeErrorKind::Verify, message);
+        let (dir, base, hidden, objects) = (
+            workspace.to_owned(),
+            base.to_owned(),
+            self.hidden_tests.clone(),
+            self.objects.clone(),
+        );
+        tokio::task::spawn_blocking(move || match &hidden {
+            Some(overlay) => apply_overlay(&dir, &base, overlay, Some(&objects))
+                .map(drop)
+                .map_err(|e| ProbeError::new(ProbeErrorKind::HiddenTests, e.to_string())),
+            None => Ok(()),
+        })
+        .await
+        .map_err(|e| fail(e.to_string()))??;
+        // An agent that ran nothing made no container: the verify command's run makes it.
+        let name = policy.keep.clone().unwrap_or_default();
+        if policy.runtime.container_exists(&name) {
+            policy
+                .runtime
+                .start_container(&name)
+                .map_err(|e| fail(format!("cannot start the agent's container again: {}", e.0)))?;
+        }
+        let spec = CommandSpec::shell(&self.verify.run, workspace)
+            .timeout(self.verify.timeout)
+            .log_path(self.artifacts.as_ref().map(|dir| dir.join(VERIFY_LOG)));
+        let spec = policy.wrap(workspace, spec).map_err(|e| {
+            fail(format!(
+                "cannot run the verify command in the agent's container: {e}"
+            ))
+        })?;
+        let ended = process::run(&spec, &CancellationToken::new())
+            .await
+            .map_err(|e| fail(format!("`{}`: {e}", self.verify.run)))?;
+        if !container_started(&ended) {
+            return Err(fail(format!(
+                "the container runtime could not run the verify command: {}",
+                ended.last_line()
+            )));
+        }
+        Ok(CommandResult {
+            command: self.verify.run.clone(),
+            exit_code: ended.exit_code,
+            timed_out: ended.timed_out,
+            output: ended.output.text(),
+            duration_ms: ended.duration.as_millis() as u64,
+            tests: None,
+        })
     }
 
     /// `validate`: runs the listed candidates against the reference, round by round, and keeps

@@ -88,7 +88,7 @@ impl Metric for DeltaMetric {
         &'a self,
         delta: &'a EnvironmentDelta,
     ) -> BoxFuture<'a, Result<Score, MetricError>> {
-        let passed = !delta.diff.trim().is_empty() && delta.command_result.succeeded();
+        let passed = !delta.is_unchanged() && delta.command_result.succeeded();
         Box::pin(async move { Ok(Score::from_passed(passed)) })
     }
 }
@@ -108,7 +108,7 @@ impl Metric for DeltaTokenMetric {
     ) -> BoxFuture<'a, Result<Score, MetricError>> {
         let output = &delta.command_result.output;
         let clean = !FAILURE_TOKENS.iter().any(|token| output.contains(token));
-        let passed = !delta.diff.trim().is_empty() && clean;
+        let passed = !delta.is_unchanged() && clean;
         Box::pin(async move { Ok(Score::from_passed(passed)) })
     }
 }

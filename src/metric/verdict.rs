@@ -91,7 +91,7 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
         note.clone()
     } else if result.timed_out {
         format!("verify timed out after {} ms", result.duration_ms)
-    } else if result.succeeded() && input.delta.diff.trim().is_empty() {
+    } else if result.succeeded() && input.delta.is_unchanged() {
         "the diff is empty".to_owned()
     } else {
         match result.exit_code {

@@ -124,6 +124,9 @@ fn failure_message(record: &TrialRecord) -> String {
     if record.diff.is_some_and(|d| d.files == 0) {
         message.push_str("; empty diff");
     }
+    if let Some(mark) = crate::report::evidence_marks(record) {
+        let _ = write!(message, "; {mark}");
+    }
     if !record.tampered.is_empty() {
         let _ = write!(message, "; tampered with {}", record.tampered.join(", "));
     }

@@ -486,6 +486,9 @@ pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
         "tampered",
         "cost_estimated",
         "flags",
+        "container_changes",
+        "verify_network",
+        "in_place",
     ])?;
     let opt = |v: Option<String>| v.unwrap_or_default();
     for r in records {
@@ -510,10 +513,42 @@ pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
             r.tampered.join(";"),
             opt(r.usage.map(|u| u.cost_estimated.to_string())),
             r.flags.join(";"),
+            r.container_changes
+                .iter()
+                .filter(|l| !l.starts_with("..."))
+                .count()
+                .to_string(),
+            r.verify_network.to_string(),
+            r.in_place.to_string(),
         ])?;
     }
     let bytes = writer.into_inner().map_err(|e| e.into_error())?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// What a trial's evidence rests on beyond the workspace: the verify command's network and the
+/// container's changes (none for a trial held to the defaults).
+pub fn evidence_marks(r: &TrialRecord) -> Option<String> {
+    let mut marks = Vec::new();
+    if r.in_place {
+        marks.push(
+            "checked in place, in the agent's running container (weaker evidence)".to_owned(),
+        );
+    }
+    if r.verify_network {
+        marks.push("verify had the network (weaker evidence)".to_owned());
+    }
+    let changes = r
+        .container_changes
+        .iter()
+        .filter(|l| !l.starts_with("..."))
+        .count();
+    if changes > 0 {
+        marks.push(format!(
+            "{changes} change(s) in the container outside the workspace"
+        ));
+    }
+    (!marks.is_empty()).then(|| marks.join("; "))
 }
 
 /// A JSON summary: per agent, and per task (failing tasks first). `baseline` is the text of the

@@ -10,7 +10,9 @@ use sha2::{Digest, Sha256};
 use super::RunError;
 use crate::agent::harness::{container_mounts, find_program, image_needs};
 use crate::suite::{AgentSpec, Suite, Task, hash_tree};
-use crate::workspace::{ContainerError, ContainerPolicy, ImageNeed, ImageSource, Network, Runtime};
+use crate::workspace::{
+    ContainerError, ContainerPolicy, DeltaScope, ImageNeed, ImageSource, Network, Runtime,
+};
 
 /// What trials need to run their tasks' commands in containers.
 #[derive(Debug, Clone, Default)]
@@ -50,6 +52,8 @@ impl Environments {
                 label: self.label.clone(),
                 route: None,
                 limits: environment.limits,
+                keep: None,
+                live: false,
             }
             .borrowing_objects_of(history),
         )
@@ -344,6 +348,7 @@ pub fn prepare(
         .collect();
     check_clis(runtime, agents, &images, label)?;
     check_forwarder(runtime, suite, tasks, agents, &images, label)?;
+    check_container_delta(runtime, suite, &images, label)?;
     Ok(Environments {
         runtime: Some(runtime.clone()),
         images,
@@ -351,6 +356,35 @@ pub fn prepare(
         label: label.to_owned(),
         failed,
     })
+}
+
+/// Each image of a task with `delta: container` must let the runtime read and save a
+/// container's changes, and have what lays them into the verify image.
+fn check_container_delta(
+    runtime: &Runtime,
+    suite: &Suite,
+    images: &HashMap<usize, String>,
+    label: &str,
+) -> Result<(), RunError> {
+    let mut checked: Vec<&str> = Vec::new();
+    for (&i, image) in images {
+        let task = &suite.tasks[i];
+        let wants = task
+            .environment
+            .as_ref()
+            .is_some_and(|e| e.delta == DeltaScope::Container);
+        if !wants || checked.contains(&image.as_str()) {
+            continue;
+        }
+        runtime.delta_preflight(image, label).map_err(|ContainerError(why)| {
+            config(format!(
+                "task '{}' sets `delta: container`, which cannot work here: {why}; no trial ran\nhint: `delta: workspace` verifies only the workspace's diff",
+                task.id
+            ))
+        })?;
+        checked.push(image);
+    }
+    Ok(())
 }
 
 /// Each image in which an agent will have `network: model` must run deltabench's forwarder:

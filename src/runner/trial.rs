@@ -25,7 +25,9 @@ use crate::agent::{
     CodingAgent, CodingResult, CodingStatus, CodingTask, CommandAgent, MockAgent, NoopAgent,
     OracleAgent, SANDBOX_FAILED, StreamEvent,
 };
-use crate::delta::{DiffStats, FreshWorkspace, MutationPlan, TaskProbe, commit_setup, mutate};
+use crate::delta::{
+    ContainerCapture, DiffStats, FreshWorkspace, MutationPlan, TaskProbe, commit_setup, mutate,
+};
 use crate::lifecycle::{
     BuildContext, FnCodingAgentFactory, RunCodingNode, RunNodeError, run_coding_node,
 };
@@ -38,9 +40,9 @@ use crate::store::{TrialRecord, UsageRecord, VerifyRecord, layout, write_json_at
 use crate::suite::{AgentKind, AgentSpec, MetricSpec, Suite, Task};
 use crate::trajectory::{Counted, TimedEvent, TrajectoryInput};
 use crate::workspace::{
-    BackendProvisioner, ContainerPolicy, Isolation, ModelRoute, Network, Prepare, PreparedSource,
-    ProvisionError, ProvisionedWorkspace, SandboxPolicy, WorkspaceBase, WorkspaceProvisionError,
-    WorkspaceProvisioner, container_started,
+    BackendProvisioner, ContainerPolicy, DeltaScope, Isolation, ModelRoute, Network, Prepare,
+    PreparedSource, ProvisionError, ProvisionedWorkspace, SandboxPolicy, WorkspaceBase,
+    WorkspaceProvisionError, WorkspaceProvisioner, container_started,
 };
 
 use super::environments::Environments;
@@ -179,13 +181,41 @@ pub async fn run_trial(
         history: history.to_owned(),
         container: container(layout::VERIFY_HOME),
     };
+    // Under `delta: container` the agent's container is kept for the probe to read.
+    let agent_container = container("home").map(|policy| {
+        let policy = match &inputs.model_route {
+            Some(route) => policy.model_route(route.clone()),
+            None => policy,
+        };
+        match task.environment.as_ref().map(|e| e.delta) {
+            _ if task.verify.in_place => policy.kept_live(),
+            Some(DeltaScope::Container) => policy.kept(),
+            _ => policy,
+        }
+    });
+    let in_place = agent_container.clone().filter(|p| p.live);
+    let container_delta = match (&agent_container, &protected) {
+        (Some(policy), Ok(protected)) => policy.keep.as_ref().map(|name| ContainerCapture {
+            runtime: policy.runtime.clone(),
+            container: name.clone(),
+            image: policy.image.clone(),
+            label: policy.label.clone(),
+            protected: protected.container_path(),
+        }),
+        _ => None,
+    };
+    let verify_network = task
+        .environment
+        .as_ref()
+        .map_or(Network::None, |e| e.verify_network);
     let probe = Arc::new(TaskProbe {
         hidden_tests: task.tests.clone(),
         verify: task.verify.clone(),
         artifacts: Some(dir.to_owned()),
         sandbox: sandbox(layout::VERIFY_HOME),
-        // The verify command never has a network (a host answering any address fails tests).
-        container: container(layout::VERIFY_HOME).map(|c| c.network(Network::None)),
+        // No network unless the task declares its tests need one (a host answering any
+        // address fails tests).
+        container: container(layout::VERIFY_HOME).map(|c| c.network(verify_network)),
         objects: history.to_owned(),
         max_diff: inputs.suite.max_diff,
         // The verify command runs in a workspace of its own, never the agent's.
@@ -199,13 +229,11 @@ pub async fn run_trial(
             .prepared_by(base.prepare.clone()),
             isolation: Isolation::Worktree.as_str().to_owned(),
         },
-        mutation: mutation_plan(inputs, task, &agent_spec),
+        mutation: mutation_plan(inputs, task, &agent_spec).filter(|_| in_place.is_none()),
+        container_delta,
+        in_place,
     });
     let agent_sandbox = sandbox("home").map(|policy| match &inputs.model_route {
-        Some(route) => policy.model_route(route.clone()),
-        None => policy,
-    });
-    let agent_container = container("home").map(|policy| match &inputs.model_route {
         Some(route) => policy.model_route(route.clone()),
         None => policy,
     });
@@ -382,6 +410,8 @@ pub async fn run_trial(
         .iter()
         .map(|(phase, us)| (format!("{phase:?}").to_lowercase(), *us))
         .collect();
+    record.verify_network = verify_network == Network::Host;
+    record.in_place = task.verify.in_place;
     let mut result_json = serde_json::json!({ "lifecycle": lifecycle });
     match ran {
         Ok(report) => {
@@ -414,6 +444,10 @@ pub async fn run_trial(
                     record.tampered = protected.touched(&delta.diff, &|path| {
                         file_versions(history, &base.commit, &delta.diff, path)
                     });
+                    if let Some(container) = &delta.container {
+                        record.tampered.extend(container.tampered());
+                        record.container_changes = container_listing(container);
+                    }
                     for path in &delta.changed_tests {
                         if !record.tampered.contains(path) {
                             record
@@ -498,6 +532,24 @@ pub async fn run_trial(
         return record;
     }
     record
+}
+
+/// The most lines of a container's changes a record keeps.
+const CONTAINER_LINES: usize = 50;
+
+/// The first lines of a container delta's listing, and how many more `container-delta.txt` has.
+fn container_listing(delta: &crate::delta::ContainerDelta) -> Vec<String> {
+    let listing = delta.listing();
+    let mut lines: Vec<String> = listing.lines().map(str::to_owned).collect();
+    if lines.len() > CONTAINER_LINES {
+        let more = lines.len() - CONTAINER_LINES;
+        lines.truncate(CONTAINER_LINES);
+        lines.push(format!(
+            "... and {more} more ({})",
+            crate::delta::CONTAINER_CHANGES
+        ));
+    }
+    lines
 }
 
 /// A trial's places as a recording writes them: its workspace and its folder (which holds the

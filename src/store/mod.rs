@@ -162,6 +162,19 @@ pub struct TrialRecord {
     /// `resume` runs it again, its new record superseding this one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub interrupted: bool,
+    /// Under `delta: container`: what the agent changed in its container outside the
+    /// workspace, as `diff` lists it (protected paths marked: not applied), the first lines;
+    /// `container-delta.txt` holds them all, `container-delta.tar` the files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub container_changes: Vec<String>,
+    /// The verify command had the host's network (the task declared its tests need one): the
+    /// evidence is weaker, and every report says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verify_network: bool,
+    /// The verify command ran in the agent's own, still-running container (`in_place`): what
+    /// the agent left running could answer it, so the evidence is weaker; every report says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_place: bool,
 }
 
 impl TrialRecord {
@@ -205,6 +218,9 @@ impl TrialRecord {
             reason: None,
             grader: None,
             interrupted: false,
+            container_changes: Vec::new(),
+            verify_network: false,
+            in_place: false,
         }
     }
 

@@ -19,7 +19,8 @@ use crate::agent::harness::Endpoint;
 use crate::delta::VerifySpec;
 use crate::support::{parse_duration, shell_quote};
 use crate::workspace::{
-    DEFAULT_WORKDIR, Environment, ImageSource, Isolation, Network, Overlay, RepoKind, RepoSource,
+    DEFAULT_WORKDIR, DeltaScope, Environment, ImageSource, Isolation, Network, Overlay, RepoKind,
+    RepoSource,
 };
 use strum::VariantNames as _;
 
@@ -393,6 +394,15 @@ fn task(
         .or(defaults.environment.as_ref())
         .map(|e| environment(source, e))
         .transpose()?;
+    if verify.in_place && environment.is_none() {
+        let at = t.verify.as_ref().or(defaults.verify.as_ref());
+        return Err(source.at(
+            at.expect("in_place is read from a verify key"),
+            format!(
+                "task '{id}' sets `in_place: true`, which runs verify in the agent's own container, and has no `environment:`; give it one, or drop `in_place`"
+            ),
+        ));
+    }
     let timeout = t
         .timeout
         .as_ref()
@@ -589,11 +599,39 @@ fn environment(source: &Source, e: &Spanned<RawEnvironment>) -> Result<Environme
         },
         None => None,
     };
+    let delta = match &raw.delta {
+        Some(d) => match d.value.as_str() {
+            "workspace" => DeltaScope::Workspace,
+            "container" => DeltaScope::Container,
+            other => {
+                return Err(source.at(
+                    d,
+                    format!("unknown delta '{other}'. Valid deltas: workspace, container"),
+                ));
+            }
+        },
+        None => DeltaScope::Workspace,
+    };
+    let verify_network = match &raw.verify_network {
+        Some(n) => match n.value.as_str() {
+            "none" => Network::None,
+            "host" => Network::Host,
+            other => {
+                return Err(source.at(
+                    n,
+                    format!("unknown verify_network '{other}'. Valid networks for the verify command: none, host"),
+                ));
+            }
+        },
+        None => Network::None,
+    };
     Ok(Environment {
         image,
         workdir,
         network,
         limits: crate::workspace::Limits { millicpus, memory },
+        delta,
+        verify_network,
     })
 }
 
@@ -610,6 +648,7 @@ fn verify_spec(source: &Source, v: &Spanned<RawVerify>) -> Result<VerifySpec, Su
     Ok(VerifySpec {
         run: v.value.run.clone(),
         timeout,
+        in_place: v.value.in_place,
     })
 }
 

@@ -316,6 +316,17 @@ pub struct RawEnvironment {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub memory: Option<Spanned<String>>,
+    /// What of the agent's container the verify command sees: `workspace` (default, the
+    /// workspace's diff) or `container` (also what the agent changed anywhere in its
+    /// container's file system, minus the protected paths).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub delta: Option<Spanned<String>>,
+    /// The verify command's network: `none` (default) or `host`, for tests that fetch what they
+    /// need at test time (Harbor's `allow_internet`); records and reports mark such trials.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub verify_network: Option<Spanned<String>>,
 }
 
 /// One task.
@@ -407,6 +418,7 @@ pub struct RawLevels(pub Vec<(String, String)>);
 pub struct RawVerify {
     pub run: String,
     pub timeout: Option<String>,
+    pub in_place: bool,
 }
 
 /// `metric:` as written: a name, or a grader command.
@@ -428,6 +440,9 @@ enum VerifySchema {
     Full {
         run: String,
         timeout: Option<String>,
+        /// Run in the agent's own container, still running (live state: a server the agent
+        /// started): weaker evidence, marked in records and reports. Needs an `environment`.
+        in_place: Option<bool>,
     },
 }
 
@@ -475,21 +490,32 @@ impl<'de> Deserialize<'de> for RawVerify {
         impl<'de> Visitor<'de> for V {
             type Value = RawVerify;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a command string or a map with `run` and optional `timeout`")
+                f.write_str(
+                    "a command string or a map with `run` and optional `timeout` and `in_place`",
+                )
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<RawVerify, E> {
                 Ok(RawVerify {
                     run: v.to_owned(),
                     timeout: None,
+                    in_place: false,
                 })
             }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawVerify, A::Error> {
-                let mut fields = string_map(map, &["run", "timeout"])?;
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawVerify, A::Error> {
+                const KEYS: &[&str] = &["run", "timeout", "in_place"];
+                let (mut run, mut timeout, mut in_place) = (None, None, false);
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "run" => run = Some(map.next_value::<String>()?),
+                        "timeout" => timeout = Some(map.next_value::<String>()?),
+                        "in_place" => in_place = map.next_value::<bool>()?,
+                        _ => return Err(de::Error::unknown_field(&key, KEYS)),
+                    }
+                }
                 Ok(RawVerify {
-                    run: fields
-                        .remove("run")
-                        .ok_or_else(|| de::Error::missing_field("run"))?,
-                    timeout: fields.remove("timeout"),
+                    run: run.ok_or_else(|| de::Error::missing_field("run"))?,
+                    timeout,
+                    in_place,
                 })
             }
         }

@@ -34,6 +34,21 @@ pub struct Environment {
     pub network: Network,
     /// What every command's container may use.
     pub limits: Limits,
+    /// What of the agent's container reaches the verify command.
+    pub delta: DeltaScope,
+    /// The verify command's network: none, unless the task declares it needs one.
+    pub verify_network: Network,
+}
+
+/// What of the agent's container the verify command sees.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeltaScope {
+    /// The workspace's diff only: what the agent changed elsewhere in its container is dropped.
+    #[default]
+    Workspace,
+    /// The workspace's diff and what the agent changed anywhere in its container's file system.
+    Container,
 }
 
 /// A container's resource limits (`--cpus`, `--memory`); `None` leaves the runtime's default.
@@ -186,6 +201,198 @@ impl Runtime {
             exit_text(&out.status),
             tail(&String::from_utf8_lossy(&out.stderr), LOG_TAIL_LINES)
         )))
+    }
+
+    /// Whether the container `name` exists (running or not).
+    pub fn container_exists(&self, name: &str) -> bool {
+        self.command()
+            .args(["inspect", "--format", "{{.Id}}", name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Starts the container `name` when it is not running (a stopped one runs its command
+    /// again).
+    pub fn start_container(&self, name: &str) -> Result<(), ContainerError> {
+        self.checked(&["start", name]).map(drop)
+    }
+
+    /// Stops the container `name` at once, keeping it.
+    pub fn stop_container(&self, name: &str) {
+        let _ = self
+            .command()
+            .args(["stop", "-t", "0", name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// What changed in the container `name`'s file system against its image, as `diff` lists
+    /// it (mounted paths are not in it).
+    pub fn diff(&self, name: &str) -> Result<Vec<FsChange>, ContainerError> {
+        let out = self.checked(&["diff", name])?;
+        Ok(String::from_utf8_lossy(&out)
+            .lines()
+            .filter_map(FsChange::parse)
+            .collect())
+    }
+
+    /// Where the container `name`'s mounts are, inside it.
+    pub fn mount_targets(&self, name: &str) -> Result<Vec<PathBuf>, ContainerError> {
+        let format = "{{range .Mounts}}{{.Destination}}\n{{end}}";
+        let out = self.checked(&["inspect", "--format", format, name])?;
+        Ok(String::from_utf8_lossy(&out)
+            .lines()
+            .filter(|l| l.starts_with('/'))
+            .map(PathBuf::from)
+            .collect())
+    }
+
+    /// Streams the container `name`'s whole file system, as a tar archive, to `read`.
+    pub fn export<T>(
+        &self,
+        name: &str,
+        read: impl FnOnce(&mut dyn std::io::Read) -> std::io::Result<T>,
+    ) -> Result<T, ContainerError> {
+        let mut child = self
+            .command()
+            .args(["export", name])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| self.unstartable(e))?;
+        let mut stdout = child.stdout.take().expect("piped");
+        let read = read(&mut stdout);
+        // Whatever was not read must not block the exporter.
+        let _ = std::io::copy(&mut stdout, &mut std::io::sink());
+        let out = child.wait_with_output().map_err(|e| self.unstartable(e))?;
+        if !out.status.success() {
+            return Err(self.failed(&["export", name], &out));
+        }
+        read.map_err(|e| {
+            ContainerError(format!(
+                "cannot read what `{} export {name}` wrote: {e}",
+                self.program.display()
+            ))
+        })
+    }
+
+    /// Runs `sh -c script` as root in a new container of `image`, `stdin` on its standard
+    /// input and without a network, then saves the container as `tag` (and removes it).
+    pub fn run_and_commit(
+        &self,
+        image: &str,
+        label: &str,
+        script: &str,
+        args: &[String],
+        stdin: &Path,
+        tag: &str,
+    ) -> Result<(), ContainerError> {
+        let name = format!(
+            "deltabench-{label}-{}",
+            SEQUENCE.fetch_add(1, Ordering::Relaxed)
+        );
+        let input = std::fs::File::open(stdin)
+            .map_err(|e| ContainerError(format!("cannot open {}: {e}", stdin.display())))?;
+        let out = self
+            .command()
+            .args([
+                "run",
+                "-i",
+                "--pull=never",
+                "--network=none",
+                "--user",
+                "0:0",
+            ])
+            .args(["--name", &name, "--label", &format!("{RUN_LABEL}={label}")])
+            .args([image, "sh", "-c", script, "deltabench"])
+            .args(args)
+            .stdin(input)
+            .output()
+            .map_err(|e| self.unstartable(e));
+        match out {
+            Ok(out) if out.status.success() => self.commit(&name, tag),
+            Ok(out) => {
+                self.remove_container(&name);
+                Err(self.failed(&["run", image], &out))
+            }
+            Err(e) => {
+                self.remove_container(&name);
+                Err(e)
+            }
+        }
+    }
+
+    /// Checks, once per image, what `delta: container` needs: the runtime's `diff`, `export` and
+    /// `commit` on a container of `image`, and the image's own `tar` and `rm` (which lay the
+    /// changes into the verify image).
+    pub fn delta_preflight(&self, image: &str, label: &str) -> Result<(), ContainerError> {
+        let name = format!(
+            "deltabench-{label}-{}",
+            SEQUENCE.fetch_add(1, Ordering::Relaxed)
+        );
+        let tag = format!("localhost/deltabench-delta-check:{}", name.to_lowercase());
+        let checked = (|| {
+            let out = self
+                .command()
+                .args(["run", "--pull=never", "--network=none", "--name", &name])
+                .args(["--label", &format!("{RUN_LABEL}={label}")])
+                .args([image, "sh", "-c"])
+                .arg("for t in tar rm; do command -v $t >/dev/null || { echo \"$t\"; exit 3; }; done; touch /deltabench-delta-check")
+                .output()
+                .map_err(|e| self.unstartable(e))?;
+            if out.status.code() == Some(3) {
+                return Err(ContainerError(format!(
+                    "image {image} has no `{}`, which `delta: container` needs to lay the agent's changes into the verify image",
+                    String::from_utf8_lossy(&out.stdout).trim()
+                )));
+            }
+            if !out.status.success() {
+                return Err(self.failed(&["run", image], &out));
+            }
+            let listed = self.diff(&name)?;
+            if !listed.iter().any(|c| c.path == "/deltabench-delta-check") {
+                return Err(ContainerError(format!(
+                    "`{} diff` does not list what a container changed",
+                    self.program.display()
+                )));
+            }
+            self.export(&name, |stream| std::io::copy(stream, &mut std::io::sink()))?;
+            self.commit(&name, &tag)?;
+            self.remove_image(&tag);
+            Ok(())
+        })();
+        self.remove_container(&name);
+        checked
+    }
+
+    /// Runs the runtime with `args`: its standard output, or why it failed.
+    fn checked(&self, args: &[&str]) -> Result<Vec<u8>, ContainerError> {
+        let out = self
+            .command()
+            .args(args)
+            .output()
+            .map_err(|e| self.unstartable(e))?;
+        if out.status.success() {
+            return Ok(out.stdout);
+        }
+        Err(self.failed(args, &out))
+    }
+
+    fn unstartable(&self, e: std::io::Error) -> ContainerError {
+        ContainerError(format!("cannot start {}: {e}", self.program.display()))
+    }
+
+    fn failed(&self, args: &[&str], out: &std::process::Output) -> ContainerError {
+        ContainerError(format!(
+            "`{} {}` exited with {}: {}",
+            self.program.display(),
+            args.join(" "),
+            exit_text(&out.status),
+            tail(&String::from_utf8_lossy(&out.stderr), LOG_TAIL_LINES).trim()
+        ))
     }
 
     /// Removes the container `name` if it exists.
@@ -354,6 +561,48 @@ impl Runtime {
     }
 }
 
+/// One path `diff` lists: added, changed or deleted in a container against its image.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FsChange {
+    pub kind: FsChangeKind,
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FsChangeKind {
+    Added,
+    Changed,
+    Deleted,
+}
+
+impl FsChange {
+    /// A line of `diff`'s output: `A /path`, `C /path` or `D /path`.
+    fn parse(line: &str) -> Option<Self> {
+        let (kind, path) = line.split_once(' ')?;
+        let kind = match kind {
+            "A" => FsChangeKind::Added,
+            "C" => FsChangeKind::Changed,
+            "D" => FsChangeKind::Deleted,
+            _ => return None,
+        };
+        path.starts_with('/').then(|| Self {
+            kind,
+            path: path.to_owned(),
+        })
+    }
+
+    /// The line `diff` printed.
+    pub fn line(&self) -> String {
+        let kind = match self.kind {
+            FsChangeKind::Added => 'A',
+            FsChangeKind::Changed => 'C',
+            FsChangeKind::Deleted => 'D',
+        };
+        format!("{kind} {}", self.path)
+    }
+}
+
 /// What an agent CLI needs from an image: a shell test that succeeds when it is there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageNeed {
@@ -415,12 +664,33 @@ pub struct ContainerPolicy {
     /// How the command reaches the gateway under [`Network::Model`].
     pub route: Option<ModelRoute>,
     pub limits: Limits,
+    /// The name of the container to keep (stopped, not removed) when the command ends, so its
+    /// file system can be read: the agent's under `delta: container`.
+    pub keep: Option<String>,
+    /// The kept container outlives each command (`run -d`, then `exec` per command), for a
+    /// verify command that runs in the agent's own container.
+    pub live: bool,
 }
 
 impl ContainerPolicy {
     pub fn image(mut self, image: &str) -> Self {
         self.image = image.to_owned();
         self
+    }
+
+    /// Keeps the command's container when it ends (stopped on a timeout or cancel), under a
+    /// name of its own: [`Self::keep`].
+    pub fn kept(mut self) -> Self {
+        let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+        self.keep = Some(format!("deltabench-{}-kept-{seq}", self.label));
+        self
+    }
+
+    /// As [`Self::kept`], with the container kept running between commands.
+    pub fn kept_live(self) -> Self {
+        let mut kept = self.kept();
+        kept.live = true;
+        kept
     }
 
     pub fn network(mut self, network: Network) -> Self {
@@ -468,6 +738,22 @@ impl ContainerPolicy {
     /// `spec` rewritten to run as `RUNTIME run --rm ... IMAGE ARGV` with `workspace` mounted
     /// at the workdir, as the workspace's owner. Creates the home folder.
     pub fn wrap(&self, workspace: &Path, spec: CommandSpec) -> std::io::Result<CommandSpec> {
+        if let Some(name) = &self.keep {
+            let mut spec = self.wrap_as(workspace, spec, name, false)?;
+            // A timeout or cancel stops it: what it changed so far is still read.
+            spec.cleanup = Some(
+                [
+                    self.runtime.program.as_os_str(),
+                    "stop".as_ref(),
+                    "-t".as_ref(),
+                    "0".as_ref(),
+                    name.as_ref(),
+                ]
+                .map(OsString::from)
+                .to_vec(),
+            );
+            return Ok(spec);
+        }
         let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
         self.wrap_as(
             workspace,
@@ -498,11 +784,14 @@ impl ContainerPolicy {
         let route = ModelRoute::needed(self.network, self.route.as_ref())?;
         std::fs::create_dir_all(&self.home)?;
         let owner = std::fs::metadata(workspace)?;
+        let user = format!("{}:{}", owner.uid(), owner.gid());
         let mut argv: Vec<OsString> = vec![self.runtime.program.clone().into()];
         let mut add = |args: &[&str]| argv.extend(args.iter().map(OsString::from));
         add(&["run"]);
         if remove {
             add(&["--rm"]);
+        } else if self.live {
+            add(&["-d"]);
         }
         add(&["--init", "--pull=never"]);
         if self.runtime.kind == RuntimeKind::Podman {
@@ -517,7 +806,7 @@ impl ContainerPolicy {
             network => network,
         };
         add(&["--network", &network.to_string()]);
-        add(&["--user", &format!("{}:{}", owner.uid(), owner.gid())]);
+        add(&["--user", &user]);
         if let Some(millicpus) = self.limits.millicpus {
             add(&["--cpus", &(f64::from(millicpus) / 1000.0).to_string()]);
         }
@@ -558,6 +847,14 @@ impl ContainerPolicy {
             argv.push("-v".into());
             argv.push(bind(path, path, ":rw"));
         }
+        if self.live {
+            // The container outlives its commands: each runs in it by `exec`, and what they
+            // leave running (a server) is still there for the next.
+            self.start_live(argv, name)?;
+            argv = vec![self.runtime.program.clone().into()];
+            add_all(&mut argv, &["exec", "--user", &user, "-w"]);
+            argv.push(self.workdir.clone().into());
+        }
         let mut env = vec![(OsString::from("HOME"), self.home.clone().into_os_string())];
         env.extend(std::mem::take(&mut spec.env));
         for (key, value) in env {
@@ -593,7 +890,10 @@ impl ContainerPolicy {
         if marked {
             add_all(&mut argv, &["--preserve-fds", "1"]);
         }
-        argv.push(self.image.clone().into());
+        argv.push(match self.live {
+            true => name.into(),
+            false => self.image.clone().into(),
+        });
         let script = if marked {
             STARTED_SCRIPT
         } else {
@@ -619,7 +919,31 @@ impl ContainerPolicy {
         ]);
         Ok(spec)
     }
+
+    /// Starts the live container `name` (`run -d`, `argv` being its flags), unless it runs.
+    fn start_live(&self, mut argv: Vec<OsString>, name: &str) -> std::io::Result<()> {
+        if self.runtime.container_exists(name) {
+            return Ok(());
+        }
+        argv.push(self.image.clone().into());
+        add_all(&mut argv, &["sh", "-c", KEEP_ALIVE]);
+        let out = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .output()?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(std::io::Error::other(format!(
+            "cannot start the container {name} (`run -d` exited with {}): {}",
+            exit_text(&out.status),
+            tail(&String::from_utf8_lossy(&out.stderr), LOG_TAIL_LINES).trim()
+        )))
+    }
 }
+
+/// What a live container runs between the commands `exec`ed into it.
+const KEEP_ALIVE: &str = "while :; do sleep 3600; done";
 
 /// Runs first in the container: writes the start mark on fd 3, closes it, then execs the task's
 /// command (`"$@"`).
@@ -661,6 +985,8 @@ mod tests {
             label: "run-1".into(),
             route: None,
             limits: Limits::default(),
+            keep: None,
+            live: false,
         }
     }
 

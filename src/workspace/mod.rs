@@ -27,8 +27,9 @@ use futures::future::BoxFuture;
 
 pub use clone::CloneBackend;
 pub use container::{
-    ContainerError, ContainerPolicy, DEFAULT_WORKDIR, Environment, ImageNeed, ImageSource, Limits,
-    RUN_LABEL, RUNTIME_VAR, Runtime, RuntimeKind, container_started, tail,
+    ContainerError, ContainerPolicy, DEFAULT_WORKDIR, DeltaScope, Environment, FsChange,
+    FsChangeKind, ImageNeed, ImageSource, Limits, RUN_LABEL, RUNTIME_VAR, Runtime, RuntimeKind,
+    container_started, tail,
 };
 pub use git::{git_command, harness_signature, resolve_commit};
 pub use model_route::{ModelRoute, SANDBOX_SOCKET_DIR, forward_then_exec};

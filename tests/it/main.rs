@@ -5,6 +5,7 @@ mod assertions;
 mod cli;
 mod common;
 mod compare;
+mod container_delta;
 mod crash;
 mod demo;
 mod environments;

@@ -151,6 +151,9 @@ pub(super) fn trial_list(trials: &[&TrialRecord]) -> String {
         if !r.flags.is_empty() {
             note = format!("flagged: {}; {note}", r.flags.join(", "));
         }
+        if let Some(mark) = crate::report::evidence_marks(r) {
+            note = format!("{mark}; {note}");
+        }
         let _ = writeln!(
             out,
             "<tr data-task=\"{task}\" data-agent=\"{agent}\" data-trial=\"{n}\"><td>{task}</td>\

@@ -53,6 +53,36 @@ pub const DEFAULT_GLOBS: [&str; 25] = [
     "**/go.work",
 ];
 
+/// Container paths protected under `delta: container`: what the verify command runs through (the
+/// shell, the loader's preload list, the shells' start-up files) and Python's interpreters, test
+/// runners and start-up hooks wherever installed. Besides these, every program the verify command
+/// names, in any `bin` folder (a copy earlier on `PATH` would run instead).
+pub const CONTAINER_DEFAULT_GLOBS: [&str; 23] = [
+    "/bin/sh",
+    "/bin/bash",
+    "/bin/dash",
+    "/usr/bin/sh",
+    "/usr/bin/bash",
+    "/usr/bin/dash",
+    "/usr/bin/env",
+    "/etc/ld.so.preload",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/bash.bashrc",
+    "/etc/profile",
+    "/etc/profile.d",
+    "/etc/environment",
+    "**/sitecustomize.py",
+    "**/usercustomize.py",
+    "**/*.pth",
+    "**/*-packages/_pytest",
+    "**/*-packages/pytest",
+    "**/*-packages/pluggy",
+    "**/lib/python3*/unittest",
+    "**/bin/python*",
+    "**/bin/py.test",
+];
+
 /// Files protected only where they configure a test runner: (file name, what counts).
 const SECTION_FILES: [(&str, Sections); 5] = [
     // A package's `build` key names a build script other than `build.rs`.
@@ -91,6 +121,9 @@ pub struct Protected {
     /// The rules beyond paths: test-runner sections of config files, and new top-level
     /// modules that shadow one the verify interpreter imports from elsewhere.
     rules: bool,
+    /// Container paths (entries starting with `/`), for `delta: container`.
+    container: Vec<Regex>,
+    container_except: Vec<Regex>,
 }
 
 impl Protected {
@@ -120,25 +153,49 @@ impl Protected {
             }
             Ok(patterns)
         };
+        let container_defaults = || -> Vec<Regex> {
+            let mut patterns: Vec<Regex> = CONTAINER_DEFAULT_GLOBS
+                .iter()
+                .map(|g| glob_regex(g))
+                .collect();
+            patterns.extend(programs_named(verify).iter().map(|p| glob_regex(p)));
+            patterns
+        };
         let Some(globs) = globs else {
             return Ok(Self {
                 protect: defaults()?,
                 except: Vec::new(),
                 rules: true,
+                container: container_defaults(),
+                container_except: Vec::new(),
             });
         };
         let mut protected = Self::default();
         for glob in globs {
             if glob == "defaults" {
                 protected.protect.extend(defaults()?);
+                protected.container.extend(container_defaults());
                 protected.rules = true;
+            } else if let Some(excluded) = glob.strip_prefix("!/") {
+                protected.container_except.push(glob_regex(excluded));
             } else if let Some(excluded) = glob.strip_prefix('!') {
                 protected.except.push(glob_regex(excluded));
+            } else if glob.starts_with('/') {
+                protected.container.push(glob_regex(glob));
             } else {
                 protected.protect.push(glob_regex(glob));
             }
         }
         Ok(protected)
+    }
+
+    /// Whether a container path (`/etc/x`) is protected, as a function the probe can keep.
+    pub fn container_path(&self) -> crate::delta::ProtectedPath {
+        let (protect, except) = (self.container.clone(), self.container_except.clone());
+        std::sync::Arc::new(move |path: &str| {
+            let path = path.trim_start_matches('/');
+            protect.iter().any(|re| re.is_match(path)) && !except.iter().any(|re| re.is_match(path))
+        })
     }
 
     /// The paths of `patch` that the list covers. `contents(path)` gives a file's content
@@ -182,6 +239,44 @@ fn run_by(verify: &str) -> Vec<String> {
         }
     }
     files
+}
+
+/// Where the programs the verify command runs live: for each simple command's program, any `bin`
+/// folder for a bare name and the path itself for an absolute one, and the absolute script an
+/// interpreter is given (`bash /tests/run.sh`). Its other words are data, often what the task
+/// asks for (`grep -q x /etc/app.conf`).
+fn programs_named(verify: &str) -> Vec<String> {
+    const INTERPRETERS: [&str; 8] = [
+        "sh", "bash", "dash", "python", "python3", "node", "perl", "ruby",
+    ];
+    let mut found = Vec::new();
+    for command in verify.split([';', '&', '|', '(', ')', '`', '\n']) {
+        let mut words = command
+            .split_whitespace()
+            .map(|w| w.trim_matches(|c| c == '\'' || c == '"'))
+            .skip_while(|w| w.contains('=') || matches!(*w, "exec" | "env" | "sudo" | "!"));
+        let Some(program) = words.next() else {
+            continue;
+        };
+        let name = program.rsplit('/').next().unwrap_or(program);
+        if program.starts_with('/') {
+            found.push(program.to_owned());
+        } else if !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '+'))
+        {
+            found.push(format!("**/bin/{name}"));
+        }
+        if INTERPRETERS.contains(&name)
+            && let Some(script) = words.find(|w| !w.starts_with('-'))
+            && script.starts_with('/')
+        {
+            found.push(script.to_owned());
+        }
+    }
+    found.retain(|p| !p.contains(['*', '?', '$']) || p.starts_with("**/bin/"));
+    found
 }
 
 /// A top-level module the diff adds (`NAME.py`, `NAME/__init__.py`, `NAME.pyc`, `NAME.*.so`)
@@ -359,6 +454,54 @@ mod tests {
             .iter()
             .map(|p| format!("diff --git a/{p} b/{p}\n--- a/{p}\n+++ b/{p}\n"))
             .collect()
+    }
+
+    #[test]
+    fn container_paths_cover_the_shell_the_runners_and_what_verify_names() {
+        let protected = Protected::for_task(
+            None,
+            None,
+            "only-in-image --verify out.txt && /opt/check/run x; bash /tests/t.sh; grep -q x /etc/app.conf",
+        )
+        .unwrap();
+        let is = protected.container_path();
+        for path in [
+            "/usr/bin/bash",
+            "/usr/local/lib/python3.11/site-packages/_pytest/main.py",
+            "/usr/lib/python3/dist-packages/x.pth",
+            "/usr/local/bin/only-in-image",
+            "/root/.local/bin/only-in-image",
+            "/opt/check/run",
+            "/etc/profile.d/x.sh",
+            "/tests/t.sh",
+            "/usr/bin/grep",
+        ] {
+            assert!(is(path), "{path}");
+        }
+        for path in [
+            "/etc/app.conf",
+            "/usr/local/bin/tool",
+            "/opt/check",
+            "/usr/bin",
+        ] {
+            assert!(!is(path), "{path}");
+        }
+        let narrowed = Protected::for_task(
+            Some(&[
+                "defaults".into(),
+                "!/usr/lib/python3/dist-packages/*.pth".into(),
+                "/srv/**".into(),
+            ]),
+            None,
+            "true",
+        )
+        .unwrap()
+        .container_path();
+        assert!(!narrowed("/usr/lib/python3/dist-packages/x.pth"));
+        assert!(narrowed("/srv/a/b") && narrowed("/bin/sh"));
+        // A workspace glob is no container path.
+        let workspace_only = Protected::for_task(Some(&["src/**".into()]), None, "true").unwrap();
+        assert!(!workspace_only.container_path()("/src/x"));
     }
 
     #[test]
