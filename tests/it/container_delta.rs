@@ -401,3 +401,50 @@ fn in_place_without_an_environment_is_a_located_suite_error() {
         "{said}"
     );
 }
+
+/// The same commands through the Docker code path (Podman's Docker-compatible CLI named
+/// `docker`): no fd 3 start mark, `diff`, `inspect`, `export`, `run -i` and `commit` alike.
+#[test]
+fn the_container_delta_works_through_the_docker_client_too() {
+    if !have_podman_image("container_delta::the_container_delta_works_through_the_docker_client") {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_conf_suite(root, "");
+    let bin = crate::common::temp_dir();
+    let docker = bin.path().join("docker");
+    std::os::unix::fs::symlink(crate::environments::which_podman(), &docker).unwrap();
+    let work = root.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let out = root.join("out");
+    let output = deltabench(root)
+        .args([
+            "run",
+            "suite.yaml",
+            "--task",
+            "container",
+            "--agent",
+            "oracle",
+            "--agent",
+            "noop",
+        ])
+        .args(["--workdir"])
+        .arg(&work)
+        .arg("--out")
+        .arg(&out)
+        .env("DELTABENCH_CONTAINER_RUNTIME", &docker)
+        .output()
+        .unwrap();
+    let records = trials(&out);
+    assert_eq!(records.len(), 2, "{}", stderr(&output));
+    let oracle = record(&records, "container", "oracle");
+    assert_eq!(oracle["outcome"], "pass", "{oracle}");
+    assert_eq!(
+        oracle["container_changes"],
+        serde_json::json!(["A /etc/app.conf"])
+    );
+    assert_eq!(record(&records, "container", "noop")["outcome"], "fail");
+    assert_no_leftovers(&work);
+    assert_no_delta_images(&out);
+}

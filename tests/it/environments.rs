@@ -171,7 +171,7 @@ fn a_task_exiting_125_fails_through_the_docker_client_too() {
     );
 }
 
-fn which_podman() -> std::path::PathBuf {
+pub fn which_podman() -> std::path::PathBuf {
     let out = Command::new("sh")
         .args(["-c", "command -v podman"])
         .output()
