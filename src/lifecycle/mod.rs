@@ -154,6 +154,8 @@ impl CodingNode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
+    /// Making the template the workspace is a view of: shared by every trial on that base.
+    Prepare,
     Provision,
     Construct,
     Run,
@@ -254,7 +256,14 @@ async fn run_inner(
     } = opts;
     let started = Instant::now();
     let workspace = provisioner.provision(base, isolation).await;
-    lifecycle.record(Phase::Provision, started.elapsed());
+    let took = started.elapsed();
+    match workspace.as_ref().ok().and_then(|w| w.preparation) {
+        Some(preparation) => {
+            lifecycle.record(Phase::Prepare, preparation);
+            lifecycle.record(Phase::Provision, took.saturating_sub(preparation));
+        }
+        None => lifecycle.record(Phase::Provision, took),
+    }
     let workspace = workspace?;
 
     if task.signal.is_none() {

@@ -334,6 +334,7 @@ pub fn text(run: &StoredRun, summaries: &[AgentSummary]) -> String {
         table(summaries),
         per_task_table(&per_task(run, &agents), &agents)
     );
+    out.push_str(&preparation_lines(run, ""));
     let explained = graded_not_passed(run);
     if !explained.is_empty() {
         let _ = writeln!(out, "\n{GRADER_NOTE}:");
@@ -351,6 +352,36 @@ pub fn text(run: &StoredRun, summaries: &[AgentSummary]) -> String {
     }
     out
 }
+
+/// What preparing each task cost apart from its trials' times, one line per task after
+/// `bullet`; empty when nothing was prepared.
+pub(crate) fn preparation_lines(run: &StoredRun, bullet: &str) -> String {
+    if run.manifest.preparation.is_empty() {
+        return String::new();
+    }
+    let seconds = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+    let mut out = format!(
+        "\n{PREPARATION_NOTE}:\n{}",
+        if bullet.is_empty() { "" } else { "\n" }
+    );
+    for (task, prepared) in &run.manifest.preparation {
+        let parts: Vec<String> = [
+            prepared
+                .environment_ms
+                .map(|ms| format!("image {}", seconds(ms))),
+            prepared
+                .template_ms
+                .map(|ms| format!("template {}", seconds(ms))),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let _ = writeln!(out, "{bullet}{task}: {}", parts.join(", "));
+    }
+    out
+}
+
+const PREPARATION_NOTE: &str = "Prepared once per task, not counted in its trials' times (image built, template made or checked)";
 
 const GRADER_NOTE: &str = "Not passed, as the grader explained";
 /// The terminal report lists this many graded trials that did not pass; markdown lists all.
@@ -405,6 +436,7 @@ pub fn markdown(run: &StoredRun, summaries: &[AgentSummary]) -> String {
         capitalized(PER_TASK_NOTE),
         per_task_markdown(&per_task(run, &agents), &agents)
     );
+    out.push_str(&preparation_lines(run, "- "));
     trial_notes(
         &mut out,
         run,
@@ -489,6 +521,7 @@ pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
         "container_changes",
         "verify_network",
         "in_place",
+        "preparation_ms",
     ])?;
     let opt = |v: Option<String>| v.unwrap_or_default();
     for r in records {
@@ -520,6 +553,7 @@ pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
                 .to_string(),
             r.verify_network.to_string(),
             r.in_place.to_string(),
+            opt(r.preparation_ms.map(|ms| ms.to_string())),
         ])?;
     }
     let bytes = writer.into_inner().map_err(|e| e.into_error())?;
@@ -563,6 +597,9 @@ pub fn json(run: &StoredRun, summaries: &[AgentSummary], baseline: Option<&Basel
         "agents": summaries,
         "tasks": per_task(run, &agents_of(summaries)),
     });
+    if !run.manifest.preparation.is_empty() {
+        value["preparation"] = serde_json::json!(run.manifest.preparation);
+    }
     if let Some(baseline) = baseline {
         value["baseline"] = serde_json::json!({
             "run_dir": baseline.run_dir,

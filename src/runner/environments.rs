@@ -27,6 +27,8 @@ pub struct Environments {
     /// Tasks whose environment could not be made (an image that does not build or start), by
     /// task index, with why: their trials are not run, and not scored.
     pub failed: HashMap<usize, String>,
+    /// How long building each task's image took, by task index, for those this run built.
+    pub built_ms: HashMap<usize, u64>,
 }
 
 impl Environments {
@@ -276,7 +278,8 @@ pub fn prepare(
         .map_err(|ContainerError(message)| config(message))?;
     let (mut images, mut ids, mut failed) = (HashMap::new(), HashMap::new(), HashMap::new());
     // Each Dockerfile built, and each image started, once per run.
-    let mut built: HashMap<String, Result<bool, String>> = HashMap::new();
+    let mut built: HashMap<String, Result<Option<u64>, String>> = HashMap::new();
+    let mut built_ms = HashMap::new();
     let mut started: HashMap<String, Result<(), String>> = HashMap::new();
     for &i in tasks {
         let task = &suite.tasks[i];
@@ -292,9 +295,16 @@ pub fn prepare(
             Ok((image, None)) => Ok(image),
             Ok((image, Some(dockerfile))) => built
                 .entry(image.clone())
-                .or_insert_with(|| made(runtime, &image, Some(&dockerfile), cache, &mut |_| {}))
+                .or_insert_with(|| {
+                    let started = std::time::Instant::now();
+                    made(runtime, &image, Some(&dockerfile), cache, &mut |_| {})
+                        .map(|built| built.then(|| started.elapsed().as_millis() as u64))
+                })
                 .clone()
-                .map(|_| image),
+                .map(|ms| {
+                    built_ms.extend(ms.map(|ms| (i, ms)));
+                    image
+                }),
             Err((_, why)) => Err(why),
         };
         let image = match ready {
@@ -355,6 +365,7 @@ pub fn prepare(
         ids,
         label: label.to_owned(),
         failed,
+        built_ms,
     })
 }
 

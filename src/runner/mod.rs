@@ -157,6 +157,7 @@ pub async fn execute(
         interrupted: false,
         request: Some(plan.request.clone()),
         base_images: suite.base_images.clone(),
+        preparation: IndexMap::new(),
     };
     carry_out(plan, store, manifest, Vec::new(), observer, cancel).await
 }
@@ -389,7 +390,18 @@ async fn carry_out(
     }
 
     let (mut trials, mut infra_errors) = (0, 0);
+    for (&task, &ms) in &inputs.environments.built_ms {
+        let entry = manifest.preparation.entry(suite.tasks[task].id.clone());
+        entry.or_default().environment_ms = Some(ms);
+    }
+    let mut prepared = |record: &crate::store::TrialRecord| {
+        if record.preparation_ms.is_some() {
+            let entry = manifest.preparation.entry(record.task.clone());
+            entry.or_default().add_trial(record);
+        }
+    };
     for record in &done {
+        prepared(record);
         observer.recorded(record);
         trials += 1;
         infra_errors += usize::from(record.outcome == Outcome::InfraError);
@@ -413,6 +425,7 @@ async fn carry_out(
                     Some(TrialEvent::Finished(record)) => (*record)?,
                 };
                 store.append(&record).map_err(RunError::io("cannot append to trials.jsonl"))?;
+                prepared(&record);
                 observer.trial_finished(&record);
                 trials += 1;
                 infra_errors += usize::from(record.outcome == Outcome::InfraError);

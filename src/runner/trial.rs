@@ -29,7 +29,7 @@ use crate::delta::{
     ContainerCapture, DiffStats, FreshWorkspace, MutationPlan, TaskProbe, commit_setup, mutate,
 };
 use crate::lifecycle::{
-    BuildContext, FnCodingAgentFactory, RunCodingNode, RunNodeError, run_coding_node,
+    BuildContext, FnCodingAgentFactory, Phase, RunCodingNode, RunNodeError, run_coding_node,
 };
 use crate::metric::{
     DeltaMetric, DeltaTokenMetric, ExitCodeMetric, GraderMetric, Metric, TestEvidence,
@@ -498,7 +498,10 @@ pub async fn run_trial(
     {
         record.unscore(reason);
     }
-    record.duration_ms = started.elapsed().as_millis() as u64;
+    let preparation = Duration::from_micros(lifecycle.micros(Phase::Prepare));
+    record.preparation_ms =
+        (lifecycle.count(Phase::Prepare) > 0).then_some(preparation.as_millis() as u64);
+    record.duration_ms = started.elapsed().saturating_sub(preparation).as_millis() as u64;
     if cancel.is_cancelled() && record.status == Some(CodingStatus::Aborted) {
         record.mark_interrupted();
     }

@@ -133,8 +133,12 @@ pub struct TrialRecord {
     /// What deltabench's gateway counted from the provider's answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_usage: Option<UsageRecord>,
-    /// Wall time of the whole trial.
+    /// Wall time of the whole trial, from its own provisioning (without `preparation_ms`).
     pub duration_ms: u64,
+    /// What this trial spent making (or waiting for) the template its task's trials share:
+    /// a cost of the task, not of this trial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preparation_ms: Option<u64>,
     /// Wall time of the agent's run.
     pub agent_duration_ms: Option<u64>,
     /// Microseconds per lifecycle phase, in the order they ran.
@@ -209,6 +213,7 @@ impl TrialRecord {
             cli_usage: None,
             gateway_usage: None,
             duration_ms: 0,
+            preparation_ms: None,
             agent_duration_ms: None,
             phases: Vec::new(),
             started_at,
@@ -327,6 +332,30 @@ pub struct Manifest {
     /// The `FROM` images environments were built from instead of their Dockerfiles' own.
     #[serde(default, skip_serializing_if = "indexmap::IndexMap::is_empty")]
     pub base_images: indexmap::IndexMap<String, String>,
+    /// Per task, what preparing it cost apart from its trials: the environment image this run
+    /// built, and the template its trials share (made, or checked, once per run).
+    #[serde(default, skip_serializing_if = "indexmap::IndexMap::is_empty")]
+    pub preparation: indexmap::IndexMap<String, TaskPreparation>,
+}
+
+/// What preparing one task cost, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskPreparation {
+    /// Building its environment's image (shared by the tasks that use it), when this run built it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_ms: Option<u64>,
+    /// Making or checking the template its trials' workspaces are views of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_ms: Option<u64>,
+}
+
+impl TaskPreparation {
+    /// Adds what a trial spent on the task's template.
+    pub fn add_trial(&mut self, record: &TrialRecord) {
+        if let Some(ms) = record.preparation_ms {
+            *self.template_ms.get_or_insert(0) += ms;
+        }
+    }
 }
 
 /// A run directory being written.

@@ -198,6 +198,9 @@ pub struct ProvisionedWorkspace {
     pub changes: Option<PathBuf>,
     /// The base's [`Prepare`] ran (in the template this workspace is a view of).
     pub prepared: bool,
+    /// How long this provision spent making (or waiting for) the template its workspaces are
+    /// views of: preparation shared by every trial on that base, not this trial's time.
+    pub preparation: Option<std::time::Duration>,
     dispose: Option<Dispose>,
 }
 
@@ -214,6 +217,7 @@ impl ProvisionedWorkspace {
             base,
             changes: None,
             prepared: false,
+            preparation: None,
             dispose: Some(Box::new(dispose)),
         }
     }

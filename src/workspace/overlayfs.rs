@@ -128,21 +128,27 @@ impl OverlayBackend {
 
     /// The template of `base` (built, checked or rebuilt as needed) and the commit its
     /// workspaces start from.
-    fn template_for(&self, base: &WorkspaceBase) -> Result<(PathBuf, String), String> {
+    /// Where the template of `base` is kept.
+    fn template_dir(&self, base: &WorkspaceBase) -> PathBuf {
         let repo = base
             .repo
             .canonicalize()
             .unwrap_or_else(|_| base.repo.clone());
-        let prepare = base.prepare.as_deref();
         let key = Sha256::digest(format!(
             "{}\0{}{}",
             repo.display(),
             base.commit,
-            prepare
+            base.prepare
+                .as_deref()
                 .map(|p| format!("\0{}", p.key()))
                 .unwrap_or_default()
         ));
-        let dir = self.templates.join(&format!("{key:x}")[..24]);
+        self.templates.join(&format!("{key:x}")[..24])
+    }
+
+    fn template_for(&self, base: &WorkspaceBase) -> Result<(PathBuf, String), String> {
+        let prepare = base.prepare.as_deref();
+        let dir = self.template_dir(base);
         let tree = dir.join("tree");
         let lock = {
             let mut building = self.building.lock().map_err(|e| e.to_string())?;
@@ -263,6 +269,9 @@ impl WorkspaceBackend for OverlayBackend {
             base: base.repo.clone(),
             reason,
         };
+        let asked = std::time::Instant::now();
+        // Not made nor checked in this run yet: this trial pays (or waits for) the preparation.
+        let preparing = !self.is_checked(&self.template_dir(base));
         let (template, start) = self.template_for(base).map_err(|e| {
             fail(match base.prepare {
                 // The preparation's reason says what failed and where its log is.
@@ -302,7 +311,10 @@ impl WorkspaceBackend for OverlayBackend {
                 remove_tree(&dir).map_err(std::io::Error::from)
             },
         );
-        let workspace = workspace.with_changes(upper);
+        let mut workspace = workspace.with_changes(upper);
+        if preparing {
+            workspace.preparation = Some(asked.elapsed());
+        }
         Ok(match base.prepare {
             Some(_) => workspace.prepared_at(start),
             None => workspace,

@@ -253,3 +253,57 @@ fn a_failing_prepared_setup_is_explained_once() {
     // Oracle and noop, each with a verify workspace: one attempt.
     assert_eq!(read(&count), "run\n");
 }
+
+/// The one-time preparation of a task (its template, with the prepared setup) is timed apart
+/// from its trials: the trial that made it says how long it took, no trial's duration holds it,
+/// and the manifest and the reports give it per task.
+#[test]
+fn a_tasks_preparation_is_timed_apart_from_its_trials() {
+    if !can_mount("prepared::a_tasks_preparation_is_timed_apart_from_its_trials") {
+        return;
+    }
+    let tmp = temp_dir();
+    let root = tmp.path();
+    git_repo(root, &[("a.txt", "a\n")]);
+    write_suite(
+        root,
+        "name: prep\nrepo: repo\nagents: {}\ntasks:\n  - id: slow-setup\n    instruction: x\n    setup: sleep 1.2 && echo built > built.txt\n    prepare: true\n    verify: test -f built.txt\n",
+    );
+    let (output, _work, out) = run_suite(root, &["--agent", "noop", "--trials", "2", "-j", "1"]);
+    let records = trials(&out);
+    assert_eq!(records.len(), 2, "{}", stderr(&output));
+    let (first, second) = (&records[0], &records[1]);
+    let preparation = first["preparation_ms"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{first}"));
+    assert!(preparation >= 1200, "{first}");
+    let phases = first["phases"].as_array().unwrap();
+    assert_eq!(phases[0][0], "prepare", "{first}");
+    assert!(second.get("preparation_ms").is_none(), "{second}");
+    assert_eq!(second["phases"][0][0], "provision", "{second}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&read(out.join("manifest.json"))).unwrap();
+    assert_eq!(
+        manifest["preparation"]["slow-setup"]["template_ms"].as_u64(),
+        Some(preparation),
+        "{manifest}"
+    );
+    let report = deltabench(root).arg("report").arg(&out).output().unwrap();
+    let text = stdout(&report);
+    assert!(
+        text.contains("Prepared once per task, not counted in its trials' times")
+            && text.contains("slow-setup: template "),
+        "{text}"
+    );
+    let json = deltabench(root)
+        .arg("report")
+        .arg(&out)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        json["preparation"]["slow-setup"]["template_ms"].as_u64(),
+        Some(preparation)
+    );
+}

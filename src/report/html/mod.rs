@@ -139,6 +139,17 @@ pub fn html(
          </section>\n",
         heatmap(run, &tasks, &names)
     );
+    let prepared = crate::report::preparation_lines(run, "");
+    if !prepared.is_empty() {
+        let mut lines = prepared.trim().lines();
+        let head = lines.next().unwrap_or_default().trim_end_matches(':');
+        let items: String = lines.map(|l| format!("<li>{}</li>", esc(l))).collect();
+        let _ = write!(
+            out,
+            "<section class=\"panel\" id=\"preparation\">\n<h2>Preparation</h2>\n<p class=\"note\">{}.</p>\n<ul>{items}</ul>\n</section>\n",
+            esc(head)
+        );
+    }
     out.push_str(
         "<section class=\"panel\" id=\"trial-detail\">\n<h2>Trial \
          details</h2>\n<p class=\"note\">Select a heat-map cell or a row of the trial list to \
