@@ -26,7 +26,7 @@ use super::{
 use crate::agent::CodingResult;
 use crate::process::{self, CommandSpec};
 use crate::workspace::{
-    ContainerPolicy, Overlay, SandboxPolicy, WorkspaceBase, WorkspaceProvisioner, apply_overlay,
+    Confinement, ContainerPolicy, Overlay, WorkspaceBase, WorkspaceProvisioner, apply_overlay,
     container_started, write_entry,
 };
 use std::os::unix::ffi::OsStrExt;
@@ -100,10 +100,8 @@ pub struct TaskProbe {
     pub verify: VerifySpec,
     /// Where `diff.patch`, `verify.log` and the test hook's files go, when set.
     pub artifacts: Option<PathBuf>,
-    /// Runs the verify command in this sandbox, when set.
-    pub sandbox: Option<SandboxPolicy>,
-    /// Runs the verify command in this container, when set (instead of the sandbox).
-    pub container: Option<ContainerPolicy>,
+    /// Where the verify command runs: on this machine, in the sandbox or in the container.
+    pub confinement: Confinement,
     /// A harness-owned repository holding the base's objects, outside the agent's reach.
     pub objects: PathBuf,
     /// The most bytes of changed content a diff may hold.
@@ -245,9 +243,11 @@ impl DeltaProbe for TaskProbe {
             }
             // The verify command runs in the image holding the container's changes.
             let probe = TaskProbe {
-                container: match (&self.container, &captured.image) {
-                    (Some(policy), Some(image)) => Some(policy.clone().image(image)),
-                    (policy, _) => policy.clone(),
+                confinement: match (&self.confinement, &captured.image) {
+                    (Confinement::Container(policy), Some(image)) => {
+                        Confinement::Container(policy.clone().image(image))
+                    }
+                    (confinement, _) => confinement.clone(),
                 },
                 container_delta: None,
                 ..self.clone()
@@ -469,10 +469,9 @@ impl TaskProbe {
     /// The home the verify command gets (mounted in its sandbox or container at that path).
     fn home(&self) -> Option<PathBuf> {
         let artifacts = self.artifacts.as_ref()?;
-        Some(match (&self.sandbox, &self.container) {
-            (Some(policy), _) => policy.home.clone(),
-            (None, Some(container)) => container.home.clone(),
-            (None, None) => artifacts.join(VERIFY_HOME),
+        Some(match self.confinement.home() {
+            Some(home) => home.to_owned(),
+            None => artifacts.join(VERIFY_HOME),
         })
     }
 
@@ -587,8 +586,7 @@ impl TaskProbe {
         }
         // On the host a home of its own too (the sandbox and the container set theirs): the
         // user's site-packages, `.pth` files and config are not the verify run's.
-        if self.sandbox.is_none()
-            && self.container.is_none()
+        if self.confinement.is_host()
             && let Some(home) = self.home()
         {
             spec = host_home(spec, &home).map_err(|e| {
@@ -598,43 +596,26 @@ impl TaskProbe {
                 )
             })?;
         }
-        if let Some(policy) = &self.sandbox {
-            spec = policy.wrap(workspace, spec).map_err(|e| {
-                ProbeError::new(
-                    ProbeErrorKind::Verify,
-                    format!("cannot prepare the sandbox's home: {e}"),
-                )
-            })?;
-        }
-        if let Some(container) = &self.container {
-            spec = container.wrap(workspace, spec).map_err(|e| {
-                ProbeError::new(
-                    ProbeErrorKind::Verify,
-                    format!("cannot prepare the verify command's container: {e}"),
-                )
-            })?;
-        }
+        let spec = self.confinement.wrap(workspace, spec).map_err(|e| {
+            ProbeError::new(
+                ProbeErrorKind::Verify,
+                format!("cannot prepare the verify command's home: {e}"),
+            )
+        })?;
         let ended = process::run(&spec, &never).await.map_err(|e| {
             ProbeError::new(
                 ProbeErrorKind::Verify,
                 format!("`{}`: {e}", self.verify.run),
             )
         })?;
-        // 125 is the runtime's own failure: the command never ran, so no verdict.
-        if self.container.is_some() && !container_started(&ended) {
+        // The runtime's or bubblewrap's own failure (125, 126...): the command never ran, so
+        // no verdict.
+        if !self.confinement.started(&ended) {
             return Err(ProbeError::new(
                 ProbeErrorKind::Verify,
                 format!(
-                    "the container runtime could not run the verify command: {}",
-                    ended.last_line()
-                ),
-            ));
-        }
-        if self.sandbox.is_some() && !crate::workspace::sandbox_started(&ended) {
-            return Err(ProbeError::new(
-                ProbeErrorKind::Verify,
-                format!(
-                    "the sandbox could not start the verify command: {}",
+                    "{} could not start the verify command: {}",
+                    self.confinement.starter(),
                     ended.last_line()
                 ),
             ));

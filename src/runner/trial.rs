@@ -40,7 +40,7 @@ use crate::store::{TrialRecord, UsageRecord, VerifyRecord, layout, write_json_at
 use crate::suite::{AgentKind, AgentSpec, MetricSpec, Suite, Task};
 use crate::trajectory::{Counted, TimedEvent, TrajectoryInput};
 use crate::workspace::{
-    BackendProvisioner, ContainerPolicy, DeltaScope, Isolation, ModelRoute, Network, Prepare,
+    BackendProvisioner, Confinement, ContainerPolicy, DeltaScope, Isolation, ModelRoute, Network, Prepare,
     PreparedSource, ProvisionError, ProvisionedWorkspace, SandboxPolicy, WorkspaceBase,
     WorkspaceProvisionError, WorkspaceProvisioner, container_started,
 };
@@ -165,13 +165,16 @@ pub async fn run_trial(
         history: history.to_owned(),
         container: container("home"),
     };
-    // The agent and the verify command each get their own home, kept with the trial's files.
-    let sandbox = |home: &str| {
-        (task.isolation == Isolation::Sandbox && task.environment.is_none()).then(|| {
+    // Where the agent and the verify command run, chosen here once; each gets a home of its
+    // own, kept with the trial's files.
+    let confinement = |home: &str| match container(home) {
+        Some(policy) => Confinement::Container(policy),
+        None if task.isolation == Isolation::Sandbox => Confinement::Sandbox(
             SandboxPolicy::new(dir.join(home))
                 .hiding(inputs.sandbox_hidden.clone())
-                .borrowing_objects_of(history)
-        })
+                .borrowing_objects_of(history),
+        ),
+        None => Confinement::Host,
     };
     let verify_provisioner = SetupProvisioner {
         inner: inputs.provisioner.clone(),
@@ -181,20 +184,28 @@ pub async fn run_trial(
         history: history.to_owned(),
         container: container(layout::VERIFY_HOME),
     };
-    // Under `delta: container` the agent's container is kept for the probe to read.
-    let agent_container = container("home").map(|policy| {
-        let policy = match &inputs.model_route {
+    // The gateway's route for `network: model`; under `delta: container` the agent's container
+    // is kept for the probe to read, and under `in_place` kept running for verify.
+    let agent_confinement = match confinement("home") {
+        Confinement::Container(policy) => {
+            let policy = match &inputs.model_route {
+                Some(route) => policy.model_route(route.clone()),
+                None => policy,
+            };
+            Confinement::Container(match task.environment.as_ref().map(|e| e.delta) {
+                _ if task.verify.in_place => policy.kept_live(),
+                Some(DeltaScope::Container) => policy.kept(),
+                _ => policy,
+            })
+        }
+        Confinement::Sandbox(policy) => Confinement::Sandbox(match &inputs.model_route {
             Some(route) => policy.model_route(route.clone()),
             None => policy,
-        };
-        match task.environment.as_ref().map(|e| e.delta) {
-            _ if task.verify.in_place => policy.kept_live(),
-            Some(DeltaScope::Container) => policy.kept(),
-            _ => policy,
-        }
-    });
-    let in_place = agent_container.clone().filter(|p| p.live);
-    let container_delta = match (&agent_container, &protected) {
+        }),
+        Confinement::Host => Confinement::Host,
+    };
+    let in_place = agent_confinement.container().filter(|p| p.live).cloned();
+    let container_delta = match (agent_confinement.container(), &protected) {
         (Some(policy), Ok(protected)) => policy.keep.as_ref().map(|name| ContainerCapture {
             runtime: policy.runtime.clone(),
             container: name.clone(),
@@ -212,10 +223,12 @@ pub async fn run_trial(
         hidden_tests: task.tests.clone(),
         verify: task.verify.clone(),
         artifacts: Some(dir.to_owned()),
-        sandbox: sandbox(layout::VERIFY_HOME),
         // No network unless the task declares its tests need one (a host answering any
         // address fails tests).
-        container: container(layout::VERIFY_HOME).map(|c| c.network(verify_network)),
+        confinement: match confinement(layout::VERIFY_HOME) {
+            Confinement::Container(policy) => Confinement::Container(policy.network(verify_network)),
+            confinement => confinement,
+        },
         objects: history.to_owned(),
         max_diff: inputs.suite.max_diff,
         // The verify command runs in a workspace of its own, never the agent's.
@@ -232,10 +245,6 @@ pub async fn run_trial(
         mutation: mutation_plan(inputs, task, &agent_spec).filter(|_| in_place.is_none()),
         container_delta,
         in_place,
-    });
-    let agent_sandbox = sandbox("home").map(|policy| match &inputs.model_route {
-        Some(route) => policy.model_route(route.clone()),
-        None => policy,
     });
     let (agent_name, scratch, solution) =
         (spec.agent.clone(), dir.to_owned(), task.solution.clone());
@@ -259,11 +268,7 @@ pub async fn run_trial(
     let trial_folder = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
     let factory = FnCodingAgentFactory::new(
         move |ctx: &BuildContext| -> Result<Arc<dyn CodingAgent>, anyhow::Error> {
-            let contain = |agent: CommandAgent| match (&agent_container, &agent_sandbox) {
-                (Some(policy), _) => agent.contained(policy.clone()),
-                (None, Some(policy)) => agent.sandboxed(policy.clone()),
-                (None, None) => agent,
-            };
+            let contain = |agent: CommandAgent| agent.confined(agent_confinement.clone());
             Ok(match &agent_spec {
                 AgentSpec::Noop => Arc::new(NoopAgent::named(&agent_name)),
                 // A script solution runs as an agent would: in the task's container or
@@ -351,11 +356,7 @@ pub async fn run_trial(
                         lease.set_places(places(&ctx.workspace, &trial_folder));
                         agent = agent.through_gateway(url.clone(), stop.clone());
                     }
-                    Arc::new(match (&agent_container, &agent_sandbox) {
-                        (Some(policy), _) => agent.contained(policy.clone()),
-                        (None, Some(policy)) => agent.sandboxed(policy.clone()),
-                        (None, None) => agent,
-                    })
+                    Arc::new(agent.confined(agent_confinement.clone()))
                 }
             })
         },

@@ -5,6 +5,7 @@
 //! shared directory: an unknown strategy, or one with no backend, is an error.
 
 mod clone;
+mod confinement;
 mod container;
 mod digest;
 mod git;
@@ -26,6 +27,7 @@ use strum::{VariantArray, VariantNames};
 use futures::future::BoxFuture;
 
 pub use clone::CloneBackend;
+pub use confinement::Confinement;
 pub use container::{
     ContainerError, ContainerPolicy, DEFAULT_WORKDIR, DeltaScope, Environment, FsChange,
     FsChangeKind, ImageNeed, ImageSource, Limits, RUN_LABEL, RUNTIME_VAR, Runtime, RuntimeKind,

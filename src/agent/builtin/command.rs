@@ -21,7 +21,7 @@ use crate::agent::{
     RunContext, StreamEvent, new_session_id,
 };
 use crate::process::{self, CommandSpec};
-use crate::workspace::{ContainerPolicy, Network, SandboxPolicy, container_started, program_paths};
+use crate::workspace::{Confinement, Network, program_paths};
 
 /// Characters of the command's output kept as the result's summary text.
 const SUMMARY_CHARS: usize = 2000;
@@ -60,8 +60,7 @@ pub struct CommandAgent {
     config: CommandAgentConfig,
     workspace: PathBuf,
     scratch: PathBuf,
-    sandbox: Option<SandboxPolicy>,
-    container: Option<ContainerPolicy>,
+    confinement: Confinement,
     /// The gateway's root URL for this trial, and its budget stop.
     gateway: Option<(String, BudgetStop)>,
 }
@@ -85,8 +84,7 @@ impl CommandAgent {
             config,
             workspace,
             scratch,
-            sandbox: None,
-            container: None,
+            confinement: Confinement::Host,
             gateway: None,
         }
     }
@@ -98,34 +96,17 @@ impl CommandAgent {
         self
     }
 
-    /// Runs the command in `policy`'s container, with its script and instruction file mounted
-    /// at their host paths; the network is [`Network::in_container`]'s (so call it after
-    /// [`Self::through_gateway`]).
-    pub fn contained(mut self, policy: ContainerPolicy) -> Self {
-        let network =
-            Network::in_container(policy.network, self.config.network, self.gateway.is_some());
-        let mut policy = policy
-            .network(network)
+    /// Runs the command confined (in the task's container or the sandbox), with its script and
+    /// instruction file readable at their host paths and the agent's network there (so call it
+    /// after [`Self::through_gateway`]).
+    pub fn confined(mut self, confinement: Confinement) -> Self {
+        let mut confinement = confinement
+            .agent_network(self.config.network, self.gateway.is_some())
             .readable(self.scratch.join(INSTRUCTION_FILE));
         for path in program_paths(&self.config.run) {
-            policy = policy.readable(path);
+            confinement = confinement.readable(path);
         }
-        self.container = Some(policy);
-        self
-    }
-
-    /// Runs the command inside `policy`'s sandbox, with the agent's network
-    /// ([`Network::for_agent`]; so call it after [`Self::through_gateway`]), its script and its
-    /// instruction file readable.
-    pub fn sandboxed(mut self, policy: SandboxPolicy) -> Self {
-        let network = Network::for_agent(self.config.network, self.gateway.is_some());
-        let mut policy = policy
-            .network(network)
-            .readable(self.scratch.join(INSTRUCTION_FILE));
-        for path in program_paths(&self.config.run) {
-            policy = policy.readable(path);
-        }
-        self.sandbox = Some(policy);
+        self.confinement = confinement;
         self
     }
 
@@ -175,27 +156,13 @@ impl CommandAgent {
         for (key, value) in &self.config.env {
             spec = spec.env(key, value);
         }
-        let spec = match &self.container {
-            Some(policy) => policy.wrap(&self.workspace, spec).map_err(|err| {
-                CodingError::new(
-                    ErrorCode::SdkError,
-                    format!("cannot prepare the container's home: {err}"),
-                )
-            }),
-            None => sandboxed_spec(self.sandbox.as_ref(), &self.workspace, spec),
-        };
-        let spec = match spec {
+        let spec = match confined_spec(&self.confinement, &self.workspace, spec) {
             Ok(spec) => spec,
             Err(err) => return CodingResult::failed(session, err),
         };
-        let sandboxed = match (&self.container, &self.sandbox) {
-            (Some(policy), _) => format!("in the container {}: ", policy.image),
-            (None, Some(_)) => "in the sandbox: ".to_owned(),
-            (None, None) => String::new(),
-        };
         ctx.emit(StreamEvent::System {
             subtype: "spawn".into(),
-            message: format!("{sandboxed}sh -c {:?}", self.config.run),
+            message: format!("{}sh -c {:?}", self.confinement.place(), self.config.run),
             data: None,
         })
         .await;
@@ -253,10 +220,7 @@ impl CommandAgent {
             })),
         })
         .await;
-        if let Some(failed) = sandbox_failure(self.sandbox.is_some(), &session, &ended) {
-            return failed;
-        }
-        if let Some(failed) = container_failure(self.container.is_some(), &session, &ended) {
+        if let Some(failed) = confinement_failure(&self.confinement, &session, &ended) {
             return failed;
         }
 
@@ -307,10 +271,9 @@ impl CommandAgent {
     /// Where the command writes its events: the trial folder, or the home it gets when it runs
     /// confined (the one folder of the trial's it can write there).
     fn events_file(&self) -> PathBuf {
-        match (&self.container, &self.sandbox) {
-            (Some(policy), _) => policy.home.join(AGENT_EVENTS),
-            (None, Some(policy)) => policy.home.join(AGENT_EVENTS),
-            (None, None) => self.scratch.join(AGENT_EVENTS),
+        match self.confinement.home() {
+            Some(home) => home.join(AGENT_EVENTS),
+            None => self.scratch.join(AGENT_EVENTS),
         }
     }
 }
@@ -335,66 +298,48 @@ fn fresh_file(path: &std::path::Path) -> std::io::Result<()> {
 /// trial is the harness's failure (`infra_error`, retried), not the agent's.
 pub const SANDBOX_FAILED: &str = "deltabench.sandbox_failed";
 
-/// When a contained command never started in its container (the runtime's own failure: the
-/// agent never ran, which is the harness's fault), the failed result that says so.
-pub(crate) fn container_failure(
-    contained: bool,
+/// When a confined command never started (the runtime or bubblewrap could not start it), the
+/// failed result that says so. The start is reported where the command's own processes cannot
+/// write (bubblewrap's status fd, the container's mark), so an agent cannot fake it.
+pub(crate) fn confinement_failure(
+    confinement: &Confinement,
     session: &str,
     ended: &process::ProcessOutput,
 ) -> Option<CodingResult> {
-    if !contained || container_started(ended) {
+    if confinement.started(ended) {
         return None;
     }
-    Some(not_started(session, "the container runtime", ended))
-}
-
-/// When a sandboxed command never started inside bubblewrap, the failed result that says so.
-/// bubblewrap reports the child's start on its status fd, which the sandboxed processes do
-/// not inherit, so an agent cannot fake this by printing bubblewrap's messages.
-pub(crate) fn sandbox_failure(
-    sandboxed: bool,
-    session: &str,
-    ended: &process::ProcessOutput,
-) -> Option<CodingResult> {
-    if !sandboxed || crate::workspace::sandbox_started(ended) {
-        return None;
-    }
-    Some(not_started(session, "the sandbox", ended))
-}
-
-/// The harness's failure (marked [`SANDBOX_FAILED`], so unscored and retried): `who` could not
-/// start the agent.
-fn not_started(session: &str, who: &str, ended: &process::ProcessOutput) -> CodingResult {
     let mut result = CodingResult::failed(
         session.to_owned(),
         CodingError::new(
             ErrorCode::SdkError,
-            format!("{who} could not start the agent: {}", ended.last_line()),
+            format!(
+                "{} could not start the agent: {}",
+                confinement.starter(),
+                ended.last_line()
+            ),
         ),
     );
+    // The harness's failure: unscored, and retried.
     result
         .output
         .metadata
         .insert(SANDBOX_FAILED.to_owned(), serde_json::json!(true));
-    result
+    Some(result)
 }
 
-/// `spec` wrapped in `policy`'s sandbox when there is one; an agent's error when the sandbox's
-/// home cannot be made.
-pub(crate) fn sandboxed_spec(
-    policy: Option<&SandboxPolicy>,
+/// `spec` wrapped in `confinement`; an agent's error when its home cannot be made.
+pub(crate) fn confined_spec(
+    confinement: &Confinement,
     workspace: &std::path::Path,
     spec: CommandSpec,
 ) -> Result<CommandSpec, CodingError> {
-    match policy {
-        Some(policy) => policy.wrap(workspace, spec).map_err(|err| {
-            CodingError::new(
-                ErrorCode::SdkError,
-                format!("cannot prepare the sandbox's home: {err}"),
-            )
-        }),
-        None => Ok(spec),
-    }
+    confinement.wrap(workspace, spec).map_err(|err| {
+        CodingError::new(
+            ErrorCode::SdkError,
+            format!("cannot prepare the confinement's home: {err}"),
+        )
+    })
 }
 
 impl CodingAgent for CommandAgent {

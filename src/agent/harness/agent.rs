@@ -21,13 +21,13 @@ use super::{
     AiderParser, ClaudeParser, CodexParser, GeminiParser, MiniSweParser, OpencodeParser, ParsedRun,
     StreamParser,
 };
-use crate::agent::builtin::command::{container_failure, sandbox_failure, sandboxed_spec};
+use crate::agent::builtin::command::{confined_spec, confinement_failure};
 use crate::agent::{
     BudgetStop, CodingAgent, CodingError, CodingHandle, CodingOutput, CodingResult, CodingStatus,
     CodingTask, ErrorCode, RunContext, StreamEvent, Usage, new_session_id,
 };
 use crate::process::{self, CommandSpec, StdoutLines};
-use crate::workspace::{ContainerPolicy, ImageNeed, Network, SandboxPolicy};
+use crate::workspace::{Confinement, ContainerPolicy, ImageNeed};
 
 /// The CLI's wall-clock limit when neither the agent nor the task sets one: a CLI that waits
 /// forever on an unreachable API must not hold the run forever.
@@ -123,8 +123,7 @@ pub struct HarnessAgent {
     endpoint: Option<String>,
     workspace: PathBuf,
     scratch: PathBuf,
-    sandbox: Option<SandboxPolicy>,
-    container: Option<ContainerPolicy>,
+    confinement: Confinement,
     budget: Option<BudgetStop>,
     /// The endpoint is deltabench's gateway, which holds the real key.
     gateway: bool,
@@ -153,8 +152,7 @@ impl HarnessAgent {
             endpoint,
             workspace: absolute(workspace),
             scratch: absolute(scratch),
-            sandbox: None,
-            container: None,
+            confinement: Confinement::Host,
             budget: None,
             gateway: false,
         }
@@ -170,28 +168,21 @@ impl HarnessAgent {
         self
     }
 
-    /// Runs the CLI in `policy`'s container (whose home must be this agent's [`Self::home`]),
-    /// its installation mounted read-only at its host paths ([`container_mounts`]); the network
-    /// is [`Network::in_container`]'s (so call it after [`Self::through_gateway`]).
-    pub fn contained(mut self, policy: ContainerPolicy) -> Self {
-        let network = Network::in_container(policy.network, self.config.network, self.gateway);
-        let mut policy = policy.network(network);
-        for root in container_mounts(&self.program) {
-            policy = policy.readable(root);
+    /// Runs the CLI confined (whose home must be this agent's [`Self::home`]) with the agent's
+    /// network there (so call it after [`Self::through_gateway`]): in the task's container its
+    /// installation is mounted read-only at its host paths ([`container_mounts`]), in the
+    /// sandbox it is readable ([`install_roots`]).
+    pub fn confined(mut self, confinement: Confinement) -> Self {
+        let roots = match &confinement {
+            Confinement::Host => Vec::new(),
+            Confinement::Sandbox(_) => install_roots(&self.program),
+            Confinement::Container(_) => container_mounts(&self.program),
+        };
+        let mut confinement = confinement.agent_network(self.config.network, self.gateway);
+        for root in roots {
+            confinement = confinement.readable(root);
         }
-        self.container = Some(policy);
-        self
-    }
-
-    /// Runs the CLI inside `policy`'s sandbox (whose home must be this agent's [`Self::home`]),
-    /// with the agent's network ([`Network::for_agent`]; so call it after
-    /// [`Self::through_gateway`]) and its installation readable.
-    pub fn sandboxed(mut self, policy: SandboxPolicy) -> Self {
-        let mut policy = policy.network(Network::for_agent(self.config.network, self.gateway));
-        for root in install_roots(&self.program) {
-            policy = policy.readable(root);
-        }
-        self.sandbox = Some(policy);
+        self.confinement = confinement;
         self
     }
 
@@ -271,27 +262,27 @@ impl HarnessAgent {
         });
         for (key, value) in &inv.env {
             // In a container the image's PATH finds the task's tools; the CLI is run by its path.
-            if self.container.is_some() && key == "PATH" {
+            if self.confinement.container().is_some() && key == "PATH" {
                 continue;
             }
             spec = spec.env(key, value);
         }
-        let spec = match &self.container {
+        let spec = match self.confinement.container() {
             Some(policy) => self.contained_spec(policy, &inv, spec),
-            None => sandboxed_spec(self.sandbox.as_ref(), &self.workspace, spec),
+            None => confined_spec(&self.confinement, &self.workspace, spec),
         };
         let spec = match spec {
             Ok(spec) => spec,
             Err(err) => return CodingResult::failed(fallback_session, err),
         };
-        let place = match (&self.container, &self.sandbox) {
-            (Some(policy), _) => format!("in the container {}: ", policy.image),
-            (None, Some(_)) => "in the sandbox: ".to_owned(),
-            (None, None) => String::new(),
-        };
         ctx.emit(StreamEvent::System {
             subtype: "spawn".into(),
-            message: format!("{place}{} {}", self.program.display(), inv.args.join(" ")),
+            message: format!(
+                "{}{} {}",
+                self.confinement.place(),
+                self.program.display(),
+                inv.args.join(" ")
+            ),
             data: Some(json!({ "cli": kind, "endpoint": self.endpoint })),
         })
         .await;
@@ -372,11 +363,7 @@ impl HarnessAgent {
             })),
         })
         .await;
-        if let Some(failed) = sandbox_failure(self.sandbox.is_some(), &fallback_session, &ended) {
-            return failed;
-        }
-        if let Some(failed) = container_failure(self.container.is_some(), &fallback_session, &ended)
-        {
+        if let Some(failed) = confinement_failure(&self.confinement, &fallback_session, &ended) {
             return failed;
         }
         if kind == HarnessKind::Aider {
@@ -385,7 +372,7 @@ impl HarnessAgent {
         let cumulative = parser.codex_cumulative();
         let parsed = parser
             .finish(ended.exit_code, &ended.output.text())
-            .relative_to(match &self.container {
+            .relative_to(match self.confinement.container() {
                 // The CLI saw the workspace at the workdir.
                 Some(policy) => &policy.workdir,
                 None => &self.workspace,
