@@ -1412,6 +1412,37 @@ fn terminal_bench_end_to_end() {
     assert_ok(&validate(root, &root.join("tb")), "validate");
 }
 
+/// A `RUN` in the `WORKDIR` that writes only absolute paths outside it (`mkdir -p /tests`, every
+/// aider-polyglot task's Dockerfile) changes nothing the workspace hides: import says nothing of
+/// it. One that writes a relative path there is still said.
+#[test]
+fn terminal_bench_run_steps_outside_the_workdir_are_not_said() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    write_files(
+        &root.join("tasks/mkdir-tests"),
+        &[
+            ("task.yaml", "instruction: Write 1 to /app/out.txt.\n"),
+            (
+                "Dockerfile",
+                "FROM debian:bookworm\nWORKDIR /app\nCOPY data.txt ./\nRUN mkdir -p /tests && echo x > /etc/x.conf\nRUN touch made.txt\nENV TEST_DIR=/tests\n",
+            ),
+            ("data.txt", "1\n"),
+            ("run-tests.sh", "#!/bin/bash\ngrep -qx 1 /app/out.txt\n"),
+            ("tests/check.txt", "1\n"),
+            ("solution.sh", "#!/bin/bash\necho 1 > /app/out.txt\n"),
+        ],
+    );
+    let output = import(root, &["terminal-bench", "tasks", "--out", "tb"]);
+    assert_ok(&output, "import");
+    let text = stdout(&output);
+    assert!(
+        text.contains("mkdir-tests: `RUN touch made.txt` changes files in WORKDIR /app"),
+        "{text}"
+    );
+    assert!(!text.contains("RUN mkdir"), "{text}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Exercism
 
