@@ -1412,6 +1412,37 @@ fn terminal_bench_end_to_end() {
     assert_ok(&validate(root, &root.join("tb")), "validate");
 }
 
+/// Harbor's multi-step tasks (`steps/NAME/instruction.md`, no top-level instruction) are skipped
+/// as such, with their steps, not as a task missing its instruction.
+#[test]
+fn harbor_multi_step_task_is_skipped_as_such() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    write_files(
+        &root.join("tasks/steps"),
+        &[
+            ("task.toml", "schema_version = \"1.1\"\n"),
+            (
+                "environment/Dockerfile",
+                "FROM debian:bookworm\nWORKDIR /app\n",
+            ),
+            ("steps/scaffold/instruction.md", "Write greet.sh.\n"),
+            ("steps/document/instruction.md", "Document it.\n"),
+            ("steps/document/tests/test.sh", "#!/bin/bash\nexit 0\n"),
+            ("tests/test.sh", "#!/bin/bash\nexit 0\n"),
+        ],
+    );
+    let output = import(root, &["harbor", "tasks", "--out", "hb"]);
+    let text = stdout(&output);
+    assert!(
+        text.contains(
+            "  steps: a multi-step task (steps/ document, scaffold): deltabench gives a task one instruction\n"
+        ),
+        "{text}\n{}",
+        stderr(&output)
+    );
+}
+
 /// A `RUN` in the `WORKDIR` that writes only absolute paths outside it (`mkdir -p /tests`, every
 /// aider-polyglot task's Dockerfile) changes nothing the workspace hides: import says nothing of
 /// it. One that writes a relative path there is still said.
