@@ -21,6 +21,7 @@ mod patches;
 mod prepared;
 mod procs;
 mod real_rows;
+mod real_tasks;
 mod redaction;
 mod replay;
 mod reports;
