@@ -325,6 +325,21 @@ fn read_harbor(dir: &Path) -> Result<Read, ImportError> {
     let skip = |reason: &str| Ok(Err((name.clone(), reason.to_owned())));
     let instruction_path = dir.join("instruction.md");
     if !instruction_path.is_file() {
+        // Harbor's multi-step tasks (`schema_version = "1.1"`) keep one instruction per step.
+        if let Ok(entries) = std::fs::read_dir(dir.join("steps")) {
+            let mut steps: Vec<String> = entries
+                .flatten()
+                .filter(|entry| entry.path().join("instruction.md").is_file())
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .collect();
+            if !steps.is_empty() {
+                steps.sort();
+                return skip(&format!(
+                    "a multi-step task (steps/ {}): deltabench gives a task one instruction",
+                    steps.join(", ")
+                ));
+            }
+        }
         return skip("no instruction.md");
     }
     if !dir.join("tests/test.sh").is_file() {

@@ -116,7 +116,7 @@ pub fn parse_dockerfile(text: &str) -> Result<Environment, String> {
                 match run_removals(rest, current) {
                     Some(paths) => removals.extend(paths),
                     None if changes_files(rest) => {
-                        hidden_runs.push((current.to_owned(), shorten(&line)));
+                        hidden_runs.push((current.to_owned(), rest.to_owned(), shorten(&line)));
                     }
                     None => {}
                 }
@@ -164,13 +164,15 @@ pub fn parse_dockerfile(text: &str) -> Result<Environment, String> {
         build = Some(shorten(&step.line));
     }
     removals.retain(|path| inside(&workdir, path).is_some_and(|rel| !rel.is_empty()));
-    // Only steps that ran in the working directory, or name it, change what the workspace hides.
+    // Only steps that name the working directory, or ran there and write a path that may be in
+    // it, change what the workspace hides (`RUN mkdir -p /tests` in it does not).
     let hidden_runs = hidden_runs
         .into_iter()
-        .filter(|(dir, line): &(String, String)| {
-            inside(&workdir, dir).is_some() || line.contains(workdir.as_str())
+        .filter(|(dir, command, _): &(String, String, String)| {
+            command.contains(workdir.as_str())
+                || (inside(&workdir, dir).is_some() && !writes_only_outside(command, &workdir))
         })
-        .map(|(_, line)| line)
+        .map(|(_, _, line)| line)
         .collect();
     Ok(Environment {
         workdir,
@@ -205,16 +207,58 @@ fn run_removals(command: &str, dir: &str) -> Option<Vec<String>> {
     (!paths.is_empty()).then_some(paths)
 }
 
+/// Commands that write, move or remove files.
+const WRITERS: [&str; 13] = [
+    "rm", "mv", "cp", "touch", "mkdir", "ln", "tar", "unzip", "patch", "git", "wget", "curl", "sed",
+];
+
 /// Whether a shell command looks like it writes, moves or removes files.
 fn changes_files(command: &str) -> bool {
-    const WRITERS: [&str; 13] = [
-        "rm", "mv", "cp", "touch", "mkdir", "ln", "tar", "unzip", "patch", "git", "wget", "curl",
-        "sed",
-    ];
     command.contains('>')
         || command
             .split(|c: char| c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')'))
             .any(|word| WRITERS.contains(&word))
+}
+
+/// Whether every step of `command` that changes files names only absolute paths outside
+/// `workdir` (`mkdir -p /tests && echo x > /etc/x.conf`): then it changes nothing there, wherever
+/// it runs. A path with a variable, a relative one, or a step that cannot be read counts as in it.
+fn writes_only_outside(command: &str, workdir: &str) -> bool {
+    let outside = |path: &str| {
+        path.starts_with('/')
+            && !path.contains(['$', '`'])
+            && inside(workdir, &join_container("/", path)).is_none()
+    };
+    command
+        .split("&&")
+        .flat_map(|part| part.split(';'))
+        .flat_map(|part| part.split('|'))
+        .all(|step| {
+            let mut parts = step.split('>');
+            let head = parts.next().unwrap_or_default();
+            // Each redirection's target: `>>` leaves an empty part, `2>&1` a descriptor.
+            let targets_outside = parts.all(|target| {
+                let target = target.trim_start();
+                target.is_empty()
+                    || target.starts_with('&')
+                    || shell_words(target)
+                        .is_some_and(|words| words.first().is_some_and(|word| outside(word)))
+            });
+            let Some(words) = shell_words(head) else {
+                return false;
+            };
+            let Some((program, args)) = words.split_first() else {
+                return targets_outside;
+            };
+            if !WRITERS.contains(&program.as_str()) {
+                return targets_outside && !changes_files(head);
+            }
+            targets_outside
+                && args
+                    .iter()
+                    .filter(|arg| !arg.starts_with('-'))
+                    .all(|arg| outside(arg))
+        })
 }
 
 /// `dest` relative to `workdir` ("" for `workdir` itself), or `None` outside it.
@@ -625,12 +669,20 @@ mod tests {
     fn run_steps_in_the_working_directory_are_applied_or_said() {
         let env = parse_dockerfile(
             "FROM python:3.12-slim AS base\nRUN mkdir -p /opt/tool && apt-get update\nWORKDIR /app\nCOPY . .\n\
-             RUN rm -f solution.py && rm -rf /app/answers\nRUN pip install -r requirements.txt\nRUN sed -i s/a/b/ main.py\n",
+             RUN rm -f solution.py && rm -rf /app/answers\nRUN pip install -r requirements.txt\nRUN sed -i s/a/b/ main.py\n\
+             RUN mkdir -p /tests && echo '{}' > /tmp/x.json 2>&1\nRUN mkdir -p /tests logs\nRUN echo x >> notes.txt\n",
         )
         .unwrap();
         assert_eq!(env.from.as_deref(), Some("python:3.12-slim"));
         assert_eq!(env.removals, ["/app/solution.py", "/app/answers"]);
-        assert_eq!(env.hidden_runs, ["RUN sed -i s/a/b/ main.py"]);
+        assert_eq!(
+            env.hidden_runs,
+            [
+                "RUN sed -i s/a/b/ main.py",
+                "RUN mkdir -p /tests logs",
+                "RUN echo x >> notes.txt"
+            ]
+        );
         let tmp = tempfile::tempdir().unwrap();
         let (context, root) = (tmp.path().join("ctx"), tmp.path().join("ws"));
         fs::create_dir_all(context.join("answers")).unwrap();

@@ -1412,6 +1412,68 @@ fn terminal_bench_end_to_end() {
     assert_ok(&validate(root, &root.join("tb")), "validate");
 }
 
+/// Harbor's multi-step tasks (`steps/NAME/instruction.md`, no top-level instruction) are skipped
+/// as such, with their steps, not as a task missing its instruction.
+#[test]
+fn harbor_multi_step_task_is_skipped_as_such() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    write_files(
+        &root.join("tasks/steps"),
+        &[
+            ("task.toml", "schema_version = \"1.1\"\n"),
+            (
+                "environment/Dockerfile",
+                "FROM debian:bookworm\nWORKDIR /app\n",
+            ),
+            ("steps/scaffold/instruction.md", "Write greet.sh.\n"),
+            ("steps/document/instruction.md", "Document it.\n"),
+            ("steps/document/tests/test.sh", "#!/bin/bash\nexit 0\n"),
+            ("tests/test.sh", "#!/bin/bash\nexit 0\n"),
+        ],
+    );
+    let output = import(root, &["harbor", "tasks", "--out", "hb"]);
+    let text = stdout(&output);
+    assert!(
+        text.contains(
+            "  steps: a multi-step task (steps/ document, scaffold): deltabench gives a task one instruction\n"
+        ),
+        "{text}\n{}",
+        stderr(&output)
+    );
+}
+
+/// A `RUN` in the `WORKDIR` that writes only absolute paths outside it (`mkdir -p /tests`, every
+/// aider-polyglot task's Dockerfile) changes nothing the workspace hides: import says nothing of
+/// it. One that writes a relative path there is still said.
+#[test]
+fn terminal_bench_run_steps_outside_the_workdir_are_not_said() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    write_files(
+        &root.join("tasks/mkdir-tests"),
+        &[
+            ("task.yaml", "instruction: Write 1 to /app/out.txt.\n"),
+            (
+                "Dockerfile",
+                "FROM debian:bookworm\nWORKDIR /app\nCOPY data.txt ./\nRUN mkdir -p /tests && echo x > /etc/x.conf\nRUN touch made.txt\nENV TEST_DIR=/tests\n",
+            ),
+            ("data.txt", "1\n"),
+            ("run-tests.sh", "#!/bin/bash\ngrep -qx 1 /app/out.txt\n"),
+            ("tests/check.txt", "1\n"),
+            ("solution.sh", "#!/bin/bash\necho 1 > /app/out.txt\n"),
+        ],
+    );
+    let output = import(root, &["terminal-bench", "tasks", "--out", "tb"]);
+    assert_ok(&output, "import");
+    let text = stdout(&output);
+    assert!(
+        text.contains("mkdir-tests: `RUN touch made.txt` changes files in WORKDIR /app"),
+        "{text}"
+    );
+    assert!(!text.contains("RUN mkdir"), "{text}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Exercism
 

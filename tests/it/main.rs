@@ -22,6 +22,7 @@ mod patches;
 mod prepared;
 mod procs;
 mod real_rows;
+mod real_tasks;
 mod redaction;
 mod replay;
 mod reports;
