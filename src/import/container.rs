@@ -84,6 +84,8 @@ struct ContainerTask {
     unused: Vec<String>,
     /// `environment.cpus` and `memory_mb` as the suite's `environment:` pairs.
     limits: Vec<(&'static str, String)>,
+    /// Its tests fetch what they need at test time (Harbor's `environment.allow_internet`).
+    allow_internet: bool,
 }
 
 /// Terminal-Bench's `task.yaml`, the keys the importer uses.
@@ -155,8 +157,6 @@ pub async fn import(
     };
     let mut without_reference = 0;
     let mut built = 0;
-    // Tasks whose Dockerfile only copies files: they run here, their image unused.
-    let mut on_host = Vec::new();
     for dir in dirs {
         let read = match options.format {
             Format::Harbor => read_harbor(&dir)?,
@@ -187,7 +187,13 @@ pub async fn import(
         }
         let id = ids.claim(&task.name);
         let mut unused = task.unused.clone();
-        if env.build.is_none() {
+        // A Dockerfile whose image is built, or that copies files onto a base image: the task
+        // runs in that image, as its authors run it.
+        let contained = task.dockerfile.is_some() && (env.build.is_some() || env.from.is_some());
+        if !contained && task.allow_internet {
+            unused.push("environment.allow_internet = true".to_owned());
+        }
+        if !contained {
             // No container, so no limits to put on it.
             unused.extend(task.limits.iter().map(|(key, value)| match *key {
                 "cpus" => format!("environment.cpus = {value}"),
@@ -205,18 +211,21 @@ pub async fn import(
                 env.workdir
             ));
         }
-        if env.build.is_none()
-            && let Some(image) = &env.from
-        {
-            on_host.push(format!("{id} (FROM {image})"));
-        }
         let base = repo.add(&id, &app, &env.workdir)?;
         let paths = ContainerPaths::new(&env.workdir);
         let mut entry = write_task(&task, &id, &paths, staging)?;
         entry.base = Some(base);
-        if let (Some(_), Some(dockerfile)) = (&env.build, &task.dockerfile) {
+        if let Some(dockerfile) = task.dockerfile.as_ref().filter(|_| contained) {
             entry.environment = copy_environment(&task, dockerfile, &id, &env.workdir, staging)?;
             entry.environment.extend(task.limits.clone());
+            // What the agent changes anywhere in its container counts, as in the task's own
+            // harness, where the tests run in the agent's container.
+            entry.environment.push(("delta", "container".to_owned()));
+            if task.allow_internet {
+                entry
+                    .environment
+                    .push(("verify_network", "host".to_owned()));
+            }
             built += 1;
         }
         match &task.solution {
@@ -253,13 +262,6 @@ pub async fn import(
         imported.notes.push(format!(
             "{without_reference} task(s) have a solution script (copied to solutions/<id>/) but no reference patch yet: \
              rerun with --run-solutions to run each script here once and keep the change it makes"
-        ));
-    }
-    if !on_host.is_empty() {
-        imported.notes.push(format!(
-            "{} task(s) run on this machine, not in their image: their Dockerfiles only copy files, so the image is not built and their tests get this machine's tools: {}",
-            on_host.len(),
-            on_host.join(", ")
         ));
     }
     if built > 0 {
@@ -396,6 +398,11 @@ fn read_harbor(dir: &Path) -> Result<Read, ImportError> {
         .into_iter()
         .filter_map(|(key, value)| Some((key, value?)))
         .collect(),
+        allow_internet: config
+            .get("environment")
+            .and_then(|e| e.get("allow_internet"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
         name,
     }))
 }
@@ -403,7 +410,8 @@ fn read_harbor(dir: &Path) -> Result<Read, ImportError> {
 /// task.toml's settings that deltabench does not apply, as `section.key = value`: everything
 /// but the descriptive tables (`[metadata]`, `[task]`, `version`) and the keys it reads.
 fn unused_settings(config: &serde_json::Map<String, Value>) -> Vec<String> {
-    const USED: [&str; 5] = [
+    const USED: [&str; 6] = [
+        "environment.allow_internet",
         "environment.docker_image",
         "environment.cpus",
         "environment.memory_mb",
@@ -470,6 +478,7 @@ fn read_terminal_bench(dir: &Path) -> Result<Read, ImportError> {
         verify_timeout: seconds(config.max_test_timeout_sec),
         tags: config.tags.unwrap_or_default(),
         limits: Vec::new(),
+        allow_internet: false,
         unused: serde_saphyr::from_str::<serde_json::Map<String, Value>>(&text)
             .map(|raw| {
                 raw.into_iter()

@@ -40,8 +40,8 @@ use crate::store::{TrialRecord, UsageRecord, VerifyRecord, layout, write_json_at
 use crate::suite::{AgentKind, AgentSpec, MetricSpec, Suite, Task};
 use crate::trajectory::{Counted, TimedEvent, TrajectoryInput};
 use crate::workspace::{
-    BackendProvisioner, Confinement, ContainerPolicy, DeltaScope, Isolation, ModelRoute, Network, Prepare,
-    PreparedSource, ProvisionError, ProvisionedWorkspace, SandboxPolicy, WorkspaceBase,
+    BackendProvisioner, Confinement, ContainerPolicy, DeltaScope, Isolation, ModelRoute, Network,
+    Prepare, PreparedSource, ProvisionError, ProvisionedWorkspace, SandboxPolicy, WorkspaceBase,
     WorkspaceProvisionError, WorkspaceProvisioner, container_started,
 };
 
@@ -226,7 +226,9 @@ pub async fn run_trial(
         // No network unless the task declares its tests need one (a host answering any
         // address fails tests).
         confinement: match confinement(layout::VERIFY_HOME) {
-            Confinement::Container(policy) => Confinement::Container(policy.network(verify_network)),
+            Confinement::Container(policy) => {
+                Confinement::Container(policy.network(verify_network))
+            }
             confinement => confinement,
         },
         objects: history.to_owned(),

@@ -1175,7 +1175,10 @@ fn harbor_end_to_end_with_skipped_and_built_tasks() {
     let yaml = std::fs::read_to_string(suite.join("suite.yaml")).unwrap();
     for line in [
         "verify: {run: \"sh .deltabench/verify.sh\", timeout: \"1m\"}",
-        "solution: \"solutions/greet.patch\"",
+        // Its Dockerfile only copies files, onto python:3.12-slim: it runs in that image, and
+        // its solution script is its reference there.
+        "solution_script: \"solutions/greet/solve.sh\"",
+        "environment: {dockerfile: \"environments/greet/Dockerfile\", context: \"environments/greet\", workdir: \"/app\", cpus: 1, memory: \"512MiB\", delta: \"container\"}",
         "metric: {grader: \"./graders/reward.py\", timeout: \"60s\"}",
         "timeout: \"2m\"",
         "tags: [\"files\", \"trivial\"]",
@@ -1197,15 +1200,22 @@ fn harbor_end_to_end_with_skipped_and_built_tasks() {
     );
     // The RUN step is left to a build at run time (of ubuntu:24.04, so not run here).
     assert!(
-        yaml.contains("environment: {dockerfile: \"environments/needs-apt/Dockerfile\", context: \"environments/needs-apt\", workdir: \"/app\", cpus: 2, memory: \"1024MiB\"}"),
+        // `allow_internet = true`: its verify command gets the network (marked in reports).
+        yaml.contains("environment: {dockerfile: \"environments/needs-apt/Dockerfile\", context: \"environments/needs-apt\", workdir: \"/app\", cpus: 2, memory: \"1024MiB\", delta: \"container\", verify_network: \"host\"}"),
         "{yaml}"
     );
 
+    if !crate::environments::have_podman_image(
+        "import::harbor_end_to_end_with_skipped_and_built_tasks",
+    ) {
+        return;
+    }
+    let from = format!("python:3.12-slim={}", crate::environments::BASE);
     assert_ok(
-        &validate_with(root, &suite, &["--task", "greet"]),
+        &validate_with(root, &suite, &["--task", "greet", "--base-image", &from]),
         "validate",
     );
-    let (output, records) = run(root, &suite, &["--task", "greet"]);
+    let (output, records) = run(root, &suite, &["--task", "greet", "--base-image", &from]);
     assert_ok(&output, "run");
     assert_eq!(outcome(&records, "oracle"), "pass");
     assert_eq!(outcome(&records, "noop"), "fail");
@@ -1307,7 +1317,7 @@ fn harbor_task_with_a_run_step_runs_in_its_built_image() {
     let suite = root.join("suite");
     let yaml = std::fs::read_to_string(suite.join("suite.yaml")).unwrap();
     assert!(
-        yaml.contains("environment: {dockerfile: \"environments/only-here/Dockerfile\", context: \"environments/only-here\", workdir: \"/app\"}"),
+        yaml.contains("environment: {dockerfile: \"environments/only-here/Dockerfile\", context: \"environments/only-here\", workdir: \"/app\", delta: \"container\"}"),
         "{yaml}"
     );
     assert!(suite.join("environments/only-here/data.txt").is_file());
@@ -1409,7 +1419,17 @@ fn terminal_bench_end_to_end() {
     let yaml = std::fs::read_to_string(root.join("tb/suite.yaml")).unwrap();
     assert!(yaml.contains("timeout: \"1m 30s\""), "{yaml}");
     assert!(yaml.contains("tags: [\"counting\"]"), "{yaml}");
-    assert_ok(&validate(root, &root.join("tb")), "validate");
+    if !crate::environments::have_podman_image("import::terminal_bench_end_to_end") {
+        return;
+    }
+    let from = format!(
+        "ghcr.io/laude-institute/t-bench/python-3-13:20250620={}",
+        crate::environments::BASE
+    );
+    assert_ok(
+        &validate_with(root, &root.join("tb"), &["--base-image", &from]),
+        "validate",
+    );
 }
 
 /// Harbor's multi-step tasks (`steps/NAME/instruction.md`, no top-level instruction) are skipped
