@@ -205,6 +205,11 @@ pub async fn import(
                 .notes
                 .push(format!("{id}: not applied here: {}", unused.join(", ")));
         }
+        if let Some(leaked) = answer_in_starting_files(&task, &app) {
+            imported.notes.push(format!(
+                "{id}: the starting files hold {leaked}, which the solution script reads and the tests and instruction never name: an agent can read the answer there"
+            ));
+        }
         for run in &env.hidden_runs {
             imported.notes.push(format!(
                 "{id}: `{run}` changes files in WORKDIR {}, which the workspace (what the COPY steps put there) is mounted over: its effect there is not in the starting files",
@@ -555,6 +560,41 @@ fn copy_environment(
         ("context", dir),
         ("workdir", workdir.to_owned()),
     ])
+}
+
+/// The top-level entries of the starting files (`app`) that the solution script names and
+/// neither the tests nor the instruction do (an encrypted reference beside the code, as in
+/// aider-polyglot's `.oracle/`), quoted and joined; `None` when there are none.
+fn answer_in_starting_files(task: &ContainerTask, app: &Path) -> Option<String> {
+    let (source, script) = task.solution.as_ref()?;
+    let script = if source.is_dir() {
+        source.join(script)
+    } else {
+        source.clone()
+    };
+    let solution = std::fs::read_to_string(script).ok()?;
+    let mut others = task.instruction.clone();
+    for (path, _) in &task.tests {
+        let mut stack = vec![path.clone()];
+        while let Some(path) = stack.pop() {
+            match std::fs::read_dir(&path) {
+                Ok(entries) => stack.extend(entries.flatten().map(|e| e.path())),
+                Err(_) => others.push_str(&std::fs::read_to_string(&path).unwrap_or_default()),
+            }
+        }
+    }
+    let mut names: Vec<String> = std::fs::read_dir(app)
+        .ok()?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        // Short names (`a`, `go`) are found in any text by chance.
+        .filter(|name| {
+            name.len() >= 4 && solution.contains(name.as_str()) && !others.contains(name.as_str())
+        })
+        .map(|name| format!("`{name}`"))
+        .collect();
+    names.sort();
+    (!names.is_empty()).then(|| names.join(", "))
 }
 
 /// Writes the task's instruction, hidden tests (with the verify wrapper) and solution script;

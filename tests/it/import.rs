@@ -1494,6 +1494,47 @@ fn terminal_bench_run_steps_outside_the_workdir_are_not_said() {
     assert!(!text.contains("RUN mkdir"), "{text}");
 }
 
+/// An answer shipped in the starting files (aider-polyglot's encrypted `.oracle/`, which its
+/// `solution.sh` decrypts with a default password) is said at import: an agent can read it.
+#[test]
+fn an_answer_in_the_starting_files_is_said_at_import() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    write_files(
+        &root.join("tasks/leaky"),
+        &[
+            (
+                "task.yaml",
+                "instruction: Fix solver.py so that the tests pass.
+",
+            ),
+            (
+                "Dockerfile",
+                "FROM debian:bookworm\nWORKDIR /app\nCOPY workspace/ ./\n",
+            ),
+            ("workspace/solver.py", "def solve():\n    return 0\n"),
+            ("workspace/.oracle/solution.enc", "c2VjcmV0\n"),
+            ("run-tests.sh", "#!/bin/bash\npython3 -m pytest $TEST_DIR\n"),
+            (
+                "tests/test_solver.py",
+                "from solver import solve\n\ndef test():\n    assert solve() == 1\n",
+            ),
+            (
+                "solution.sh",
+                "#!/bin/bash\nAPP_DIR=${APP_DIR:-/app}\nopenssl enc -d -in $APP_DIR/.oracle/solution.enc -pass pass:x | tar -x -C $APP_DIR\n",
+            ),
+        ],
+    );
+    let output = import(root, &["terminal-bench", "tasks", "--out", "tb"]);
+    assert_ok(&output, "import");
+    let text = stdout(&output);
+    assert!(
+        text.contains("leaky: the starting files hold `.oracle`, which the solution script reads and the tests and instruction never name: an agent can read the answer there"),
+        "{text}"
+    );
+    assert!(!text.contains("`solver.py`"), "{text}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Exercism
 
