@@ -225,23 +225,7 @@ fn a_runtime_that_cannot_diff_is_said_before_any_trial_and_a_failed_commit_loses
 
     let runtime = failing_runtime(bin.path(), "diff");
     let work = root.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let output = deltabench(root)
-        .args([
-            "run",
-            "suite.yaml",
-            "--task",
-            "container",
-            "--agent",
-            "oracle",
-            "--workdir",
-        ])
-        .arg(&work)
-        .arg("--out")
-        .arg(root.join("out-diff"))
-        .env("DELTABENCH_CONTAINER_RUNTIME", &runtime)
-        .output()
-        .unwrap();
+    let output = run_container_task(root, &root.join("out-diff"), &runtime, &["oracle"]);
     let said = stderr(&output);
     assert_eq!(output.status.code(), Some(2), "{said}");
     assert!(
@@ -256,22 +240,7 @@ fn a_runtime_that_cannot_diff_is_said_before_any_trial_and_a_failed_commit_loses
 
     let runtime = failing_runtime(bin.path(), "commit");
     let out = root.join("out-commit");
-    let output = deltabench(root)
-        .args([
-            "run",
-            "suite.yaml",
-            "--task",
-            "container",
-            "--agent",
-            "oracle",
-            "--workdir",
-        ])
-        .arg(&work)
-        .arg("--out")
-        .arg(&out)
-        .env("DELTABENCH_CONTAINER_RUNTIME", &runtime)
-        .output()
-        .unwrap();
+    let output = run_container_task(root, &out, &runtime, &["oracle"]);
     assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     let records = trials(&out);
     let why = records[0]["infra_error"].as_str().unwrap_or_default();
@@ -287,6 +256,31 @@ fn a_runtime_that_cannot_diff_is_said_before_any_trial_and_a_failed_commit_loses
         assert!(trial.join(file).is_file(), "{file}");
     }
     assert_no_leftovers(&work);
+}
+
+/// `deltabench run suite.yaml --task container` with `agents`, into `out`, with `runtime` as the
+/// container runtime.
+fn run_container_task(
+    root: &Path,
+    out: &Path,
+    runtime: &Path,
+    agents: &[&str],
+) -> std::process::Output {
+    let work = root.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let mut command = deltabench(root);
+    command.args(["run", "suite.yaml", "--task", "container"]);
+    for agent in agents {
+        command.args(["--agent", agent]);
+    }
+    command
+        .arg("--workdir")
+        .arg(&work)
+        .arg("--out")
+        .arg(out)
+        .env("DELTABENCH_CONTAINER_RUNTIME", runtime)
+        .output()
+        .unwrap()
 }
 
 /// No verify image of the run in `out` is left in the store.
@@ -415,27 +409,8 @@ fn the_container_delta_works_through_the_docker_client_too() {
     let bin = crate::common::temp_dir();
     let docker = bin.path().join("docker");
     std::os::unix::fs::symlink(crate::environments::which_podman(), &docker).unwrap();
-    let work = root.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let out = root.join("out");
-    let output = deltabench(root)
-        .args([
-            "run",
-            "suite.yaml",
-            "--task",
-            "container",
-            "--agent",
-            "oracle",
-            "--agent",
-            "noop",
-        ])
-        .args(["--workdir"])
-        .arg(&work)
-        .arg("--out")
-        .arg(&out)
-        .env("DELTABENCH_CONTAINER_RUNTIME", &docker)
-        .output()
-        .unwrap();
+    let (work, out) = (root.join("work"), root.join("out"));
+    let output = run_container_task(root, &out, &docker, &["oracle", "noop"]);
     let records = trials(&out);
     assert_eq!(records.len(), 2, "{}", stderr(&output));
     let oracle = record(&records, "container", "oracle");
