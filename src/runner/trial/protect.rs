@@ -121,9 +121,10 @@ pub struct Protected {
     /// The rules beyond paths: test-runner sections of config files, and new top-level
     /// modules that shadow one the verify interpreter imports from elsewhere.
     rules: bool,
-    /// Container paths (entries starting with `/`), for `delta: container`.
-    container: Vec<Regex>,
-    container_except: Vec<Regex>,
+    /// Container path globs (entries starting with `/`), for `delta: container`: compiled
+    /// only for a trial that has a container to check ([`Self::container_path`]).
+    container: Vec<String>,
+    container_except: Vec<String>,
 }
 
 impl Protected {
@@ -153,13 +154,13 @@ impl Protected {
             }
             Ok(patterns)
         };
-        let container_defaults = || -> Vec<Regex> {
-            let mut patterns: Vec<Regex> = CONTAINER_DEFAULT_GLOBS
+        let container_defaults = || -> Vec<String> {
+            let mut globs: Vec<String> = CONTAINER_DEFAULT_GLOBS
                 .iter()
-                .map(|g| glob_regex(g))
+                .map(|g| g.to_string())
                 .collect();
-            patterns.extend(programs_named(verify).iter().map(|p| glob_regex(p)));
-            patterns
+            globs.extend(programs_named(verify));
+            globs
         };
         let Some(globs) = globs else {
             return Ok(Self {
@@ -176,12 +177,12 @@ impl Protected {
                 protected.protect.extend(defaults()?);
                 protected.container.extend(container_defaults());
                 protected.rules = true;
-            } else if let Some(excluded) = glob.strip_prefix("!/") {
-                protected.container_except.push(glob_regex(excluded));
+            } else if let Some(excluded) = glob.strip_prefix('!').filter(|g| g.starts_with('/')) {
+                protected.container_except.push(excluded.to_owned());
             } else if let Some(excluded) = glob.strip_prefix('!') {
                 protected.except.push(glob_regex(excluded));
             } else if glob.starts_with('/') {
-                protected.container.push(glob_regex(glob));
+                protected.container.push(glob.clone());
             } else {
                 protected.protect.push(glob_regex(glob));
             }
@@ -191,7 +192,9 @@ impl Protected {
 
     /// Whether a container path (`/etc/x`) is protected, as a function the probe can keep.
     pub fn container_path(&self) -> crate::delta::ProtectedPath {
-        let (protect, except) = (self.container.clone(), self.container_except.clone());
+        let compile =
+            |globs: &[String]| -> Vec<Regex> { globs.iter().map(|g| glob_regex(g)).collect() };
+        let (protect, except) = (compile(&self.container), compile(&self.container_except));
         std::sync::Arc::new(move |path: &str| {
             let path = path.trim_start_matches('/');
             protect.iter().any(|re| re.is_match(path)) && !except.iter().any(|re| re.is_match(path))
