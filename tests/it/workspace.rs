@@ -386,8 +386,9 @@ done
 /// A second commit's template is a layer over the first one's: its workspaces are what a checkout
 /// of that commit gives (changed, removed and added files, a removed folder, a file become a
 /// folder, a mode, a symlink), git finds them clean, and no object of the other commit is
-/// readable, whichever of the two is the later one. A later run checks both quietly; a change
-/// to the template under a layer is noticed through the layer.
+/// readable, whichever of the two is the later one (the later commit's history borrows the
+/// earlier one's). A later run checks both quietly; a change to the template under a layer is
+/// noticed through the layer.
 #[test]
 fn layered_templates_are_checkouts() {
     let tmp = temp_dir();
@@ -518,6 +519,20 @@ fn layered_templates_are_checkouts() {
         let layer = records.iter().find(|r| r["base"].is_object());
         assert!(layer.is_some(), "round {round}: no layer in {records:?}");
         assert_eq!(layer.unwrap()["commit"], order[1].as_str());
+
+        // The later commit's history holds what the earlier one's lacks, and borrows the rest.
+        let borrowed = cache.join(format!(
+            "sources/history-{second}.git/objects/info/alternates"
+        ));
+        let borrowed = std::fs::read_to_string(borrowed).unwrap();
+        assert!(
+            borrowed.contains(&format!("history-{first}.git")),
+            "{borrowed}"
+        );
+        let whole = cache.join(format!(
+            "sources/history-{first}.git/objects/info/alternates"
+        ));
+        assert!(!whole.exists());
 
         // A later run checks both, quietly.
         let said = run();
