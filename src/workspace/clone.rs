@@ -88,12 +88,7 @@ impl WorkspaceBackend for CloneBackend {
 /// saves the clone's processes (upload-pack, the remote, the refs it writes): a new base
 /// commit's template is on its first trial's path.
 pub(super) fn make_clone(source: &Path, path: &Path, commit: &str) -> Result<(), String> {
-    let objects = match source.join(".git/objects") {
-        nested if nested.is_dir() => nested,
-        _ => source.join("objects"),
-    };
-    let objects = std::path::absolute(&objects)
-        .map_err(|err| format!("cannot resolve {}: {err}", objects.display()))?;
+    let objects = objects_of(source)?;
     git2::Repository::init(path).map_err(|err| {
         format!(
             "cannot create a repository in {}: {}",
@@ -109,4 +104,20 @@ pub(super) fn make_clone(source: &Path, path: &Path, commit: &str) -> Result<(),
     // The checkout wrote a reflog entry; history beyond HEAD must stay out of reach.
     let _ = fs::remove_dir_all(path.join(".git/logs"));
     Ok(())
+}
+
+/// The object store of the repository `source` (bare or not), as an absolute path.
+pub(super) fn objects_of(source: &Path) -> Result<PathBuf, String> {
+    let objects = match source.join(".git/objects") {
+        nested if nested.is_dir() => nested,
+        _ => source.join("objects"),
+    };
+    std::path::absolute(&objects)
+        .map_err(|err| format!("cannot resolve {}: {err}", objects.display()))
+}
+
+/// The object store a clone made by [`make_clone`] at `path` borrows from.
+pub(super) fn borrowed_objects(path: &Path) -> Option<PathBuf> {
+    let alternates = fs::read_to_string(path.join(".git/objects/info/alternates")).ok()?;
+    alternates.lines().next().map(PathBuf::from)
 }

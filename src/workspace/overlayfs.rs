@@ -8,8 +8,15 @@
 //! Templates live in the cache, keyed by the source repo and the commit, and are reused across
 //! runs. Dispose unmounts and removes the upper dir; the template is untouched.
 //!
+//! A new commit close to one whose full template this run already has is not checked out again:
+//! its template is a *layer*, what `git checkout` of the new commit changed in an overlay over
+//! the full template (the changed files, whiteouts for the removed ones, its own index and
+//! `HEAD`), and its workspaces lay both under their overlay. The merged view is what a checkout
+//! of the commit gives; the layer's record names the build of the template under it, which is
+//! checked as well.
+//!
 //! In `worktree` mode the agent may run as root, so the template is guarded twice. The overlay's
-//! lower layer is a read-only bind of the template, detached once the overlay holds it: the
+//! lower layers are read-only binds of the templates, detached once the overlay holds them: the
 //! `lowerdir` the agent can read in `/proc/self/mountinfo` then leads nowhere. And the
 //! template's content is recorded when it is built and checked on its first use in every run: a
 //! changed template is rebuilt, with a warning. A root agent that finds the template's real path
@@ -24,8 +31,9 @@ use nix::fcntl::{Flock, FlockArg};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use sha2::{Digest, Sha256};
 
-use super::clone::{CloneBackend, make_clone};
+use super::clone::{CloneBackend, borrowed_objects, make_clone, objects_of};
 use super::digest::{Entry, KnownBlobs, first_difference, record_tree};
+use super::git::run_git;
 use super::remove::remove_tree;
 use super::{
     Isolation, ProvisionedWorkspace, WorkspaceBackend, WorkspaceBase, WorkspaceProvisionError,
@@ -43,8 +51,14 @@ const LAST_USED: &str = "last-used";
 /// In a template's folder: the bytes it takes on disk, counted when it was built.
 const SIZE: &str = "bytes";
 
-/// The [`record_tree`] hashing a record is made with: one made another way is no record.
+/// The [`record_tree`] hashing a full template's record is made with: one made another way is no
+/// record.
 const RECORD_FORMAT: u32 = 1;
+/// A layer's record (its tree holds what differs from the full template under it): a build that
+/// knows only [`RECORD_FORMAT`] finds no record in it, and rebuilds the template in full.
+const LAYER_FORMAT: u32 = 2;
+/// How many of this run's full templates (the most recent first) a new commit is compared with.
+const LAYER_CANDIDATES: usize = 8;
 
 /// What [`RECORD`] holds.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -56,7 +70,23 @@ struct ContentRecord {
     /// The commit a prepared template's workspaces start from (its setup's result).
     #[serde(default)]
     prepared: Option<String>,
+    /// Names this build of the template: a layer records the build of the template under it,
+    /// so one rebuilt since (new inodes and times under the layer's index) is noticed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    build: Option<String>,
+    /// For a layer: the full template under it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    base: Option<LayerBase>,
     entries: Vec<Entry>,
+}
+
+/// The full template a layer lies on.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+struct LayerBase {
+    /// Its folder's name, in the same templates folder.
+    dir: String,
+    /// Its build the layer was made on.
+    build: String,
 }
 
 impl ContentRecord {
@@ -75,6 +105,40 @@ fn touch_last_used(dir: &Path) {
     let _ = fs::File::create(dir.join(LAST_USED));
 }
 
+/// A name for one build of a template, unique across builds and processes.
+fn new_build_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static BUILDS: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{nanos:x}-{:x}-{:x}",
+        std::process::id(),
+        BUILDS.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A template this run checked or built: the trees its workspaces lay under their overlay (the
+/// top one first) and the commit they start from.
+#[derive(Clone)]
+struct Ready {
+    layers: Vec<PathBuf>,
+    start: String,
+    /// `None` for a template built before builds were named.
+    build: Option<String>,
+}
+
+/// A full template of this run a new commit's layer may lie on.
+#[derive(Clone)]
+struct Candidate {
+    dir: PathBuf,
+    commit: String,
+    build: String,
+    /// The paths its record holds: a layer is made only when it changes at most half as many.
+    paths: usize,
+}
+
 /// Overlay workspaces over cached templates; commits used once fall back to a clone.
 pub struct OverlayBackend {
     root: PathBuf,
@@ -85,7 +149,9 @@ pub struct OverlayBackend {
     keep: bool,
     building: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
     /// Templates whose content this run has checked (or built) already.
-    checked: Mutex<HashSet<PathBuf>>,
+    checked: Mutex<HashMap<PathBuf, Ready>>,
+    /// This run's full templates a layer may lie on, in the order they were checked or built.
+    bases: Mutex<Vec<Candidate>>,
     /// Templates whose preparation failed in this run, with the reason.
     failed: Mutex<HashMap<PathBuf, String>>,
     /// The in-use locks of the templates this run uses.
@@ -103,7 +169,8 @@ impl OverlayBackend {
             clone: CloneBackend::new(root).keeping(keep),
             keep,
             building: Mutex::new(HashMap::new()),
-            checked: Mutex::new(HashSet::new()),
+            checked: Mutex::new(HashMap::new()),
+            bases: Mutex::new(Vec::new()),
             failed: Mutex::new(HashMap::new()),
             in_use: Mutex::new(Vec::new()),
         }
@@ -121,13 +188,11 @@ impl OverlayBackend {
         for part in &parts {
             fs::create_dir(part).map_err(|e| e.to_string())?;
         }
-        mount_overlay(&parts[0], &parts[1], &parts[2], &parts[3])?;
+        mount_overlay(&parts[..1], &parts[1], &parts[2], &parts[3])?;
         let _ = umount2(&parts[3], MntFlags::MNT_DETACH);
         Ok(())
     }
 
-    /// The template of `base` (built, checked or rebuilt as needed) and the commit its
-    /// workspaces start from.
     /// Where the template of `base` is kept.
     fn template_dir(&self, base: &WorkspaceBase) -> PathBuf {
         let repo = base
@@ -146,68 +211,156 @@ impl OverlayBackend {
         self.templates.join(&format!("{key:x}")[..24])
     }
 
-    fn template_for(&self, base: &WorkspaceBase) -> Result<(PathBuf, String), String> {
-        let prepare = base.prepare.as_deref();
-        let dir = self.template_dir(base);
-        let tree = dir.join("tree");
+    /// Runs `f` holding the lock of the template folder `dir`: in this process, and across the
+    /// processes that share the cache.
+    fn with_lock<T>(&self, dir: &Path, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
         let lock = {
             let mut building = self.building.lock().map_err(|e| e.to_string())?;
-            building.entry(dir.clone()).or_default().clone()
+            building.entry(dir.to_owned()).or_default().clone()
         };
         let _held = lock.lock().map_err(|e| e.to_string())?;
-        // A preparation that failed once in this run fails the same way for every trial.
-        if let Some(reason) = self.failed.lock().ok().and_then(|f| f.get(&dir).cloned()) {
-            return Err(reason);
-        }
-        // Other runs may share the cache: a file lock keeps two processes from building at once.
         fs::create_dir_all(&self.templates)
             .map_err(|e| format!("cannot create {}: {e}", self.templates.display()))?;
         let lock_file = fs::File::create(dir.with_extension("lock")).map_err(|e| e.to_string())?;
         let _flock =
             Flock::lock(lock_file, FlockArg::LockExclusive).map_err(|(_, e)| e.to_string())?;
-        self.hold_in_use(&dir)?;
-        if dir.join(READY).exists() {
-            let recorded = read_record(&dir);
-            let start = recorded
-                .as_ref()
-                .map_or_else(|| base.commit.clone(), |r| r.start().to_owned());
-            if self.is_checked(&dir) {
-                return Ok((tree, start));
+        f()
+    }
+
+    /// The template of `base` (built, checked or rebuilt as needed).
+    fn template_for(&self, base: &WorkspaceBase) -> Result<Ready, String> {
+        let dir = self.template_dir(base);
+        self.with_lock(&dir, || {
+            // A preparation that failed once in this run fails the same way for every trial.
+            if let Some(reason) = self.failed.lock().ok().and_then(|f| f.get(&dir).cloned()) {
+                return Err(reason);
             }
-            match check_template(recorded.as_ref(), &tree) {
-                Ok(()) if prepare.is_none_or(|p| p.intact(&start)) => {
-                    self.mark_checked(&dir);
-                    touch_last_used(&dir);
-                    return Ok((tree, start));
+            self.hold_in_use(&dir)?;
+            if let Some(ready) = self.checked_ready(&dir) {
+                return Ok(ready);
+            }
+            if dir.join(READY).exists() {
+                let recorded = read_record(&dir);
+                match self.check(recorded.as_ref(), &dir, base) {
+                    Ok(ready) => {
+                        self.mark_checked(&dir, &ready, recorded.as_ref());
+                        touch_last_used(&dir);
+                        return Ok(ready);
+                    }
+                    Err(Some(first)) => eprintln!(
+                        "warning: the cached template {} (commit {}) changed since it was built \
+                         (first difference: {first}); rebuilding it",
+                        dir.join("tree").display(),
+                        base.commit
+                    ),
+                    // Built before templates had a record of this format, or what the
+                    // preparation made outside the tree is gone: made again, quietly.
+                    Err(None) => {}
                 }
-                // What the preparation made outside the tree is gone: made again, quietly.
-                Ok(()) => {}
-                Err(Some(first)) => eprintln!(
-                    "warning: the cached template {} (commit {}) changed since it was built \
-                     (first difference: {first}); rebuilding it",
-                    tree.display(),
-                    base.commit
-                ),
-                // Built before templates had a record of this format: rebuilt quietly.
-                Err(None) => {}
+            }
+            self.build(base, &dir)
+        })
+    }
+
+    /// Whether the built template in `dir` still holds what was recorded (and so does the
+    /// template under it, for a layer): `Err(Some(path))` names the first differing path,
+    /// `Err(None)` means it is to be rebuilt quietly (no usable record, a base that is gone or
+    /// was rebuilt, a preparation whose result outside the tree is gone).
+    fn check(
+        &self,
+        recorded: Option<&ContentRecord>,
+        dir: &Path,
+        base: &WorkspaceBase,
+    ) -> Result<Ready, Option<String>> {
+        let recorded = recorded.ok_or(None)?;
+        let tree = dir.join("tree");
+        let mut layers = vec![tree.clone()];
+        if let Some(under) = &recorded.base {
+            layers.push(self.base_ready(&self.templates.join(&under.dir), &under.build)?);
+        }
+        check_template(recorded, &tree)?;
+        let start = recorded.start().to_owned();
+        if base.prepare.as_ref().is_some_and(|p| !p.intact(&start)) {
+            return Err(None);
+        }
+        Ok(Ready {
+            layers,
+            start,
+            build: recorded.build.clone(),
+        })
+    }
+
+    /// The tree of the full template in `dir` that a layer was made on, checked (once a run) and
+    /// held in use. `Err(None)` when it is gone or was rebuilt since, `Err(Some(path))` when its
+    /// content changed: either way the layer is made again.
+    fn base_ready(&self, dir: &Path, build: &str) -> Result<PathBuf, Option<String>> {
+        let found = self.with_lock(dir, || {
+            if let Some(ready) = self.checked_ready(dir) {
+                return Ok(match ready.build.as_deref() == Some(build) {
+                    true => Ok(ready.layers[0].clone()),
+                    false => Err(None),
+                });
+            }
+            let recorded = dir
+                .join(READY)
+                .exists()
+                .then(|| read_record(dir))
+                .flatten()
+                .filter(|r| {
+                    r.build.as_deref() == Some(build) && r.base.is_none() && r.prepared.is_none()
+                });
+            let Some(recorded) = recorded else {
+                return Ok(Err(None));
+            };
+            self.hold_in_use(dir)?;
+            let tree = dir.join("tree");
+            if let Err(differs) = check_template(&recorded, &tree) {
+                return Ok(Err(differs));
+            }
+            let ready = Ready {
+                layers: vec![tree.clone()],
+                start: recorded.commit.clone(),
+                build: recorded.build.clone(),
+            };
+            self.mark_checked(dir, &ready, Some(&recorded));
+            touch_last_used(dir);
+            Ok(Ok(tree))
+        });
+        found.unwrap_or(Err(None))
+    }
+
+    /// Builds the template of `base` in `dir`: a layer over one of this run's full templates
+    /// when the commit is close to one, a full checkout otherwise (or when the layer fails).
+    fn build(&self, base: &WorkspaceBase, dir: &Path) -> Result<Ready, String> {
+        let fresh = || -> Result<(), String> {
+            remove_tree(dir).map_err(|e| e.to_string())?;
+            fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
+        };
+        fresh()?;
+        if base.prepare.is_none()
+            && let Some(under) = self.pick_base(base)
+        {
+            match self.build_layer(&under, base, dir) {
+                Ok(ready) => return Ok(ready),
+                // Correct either way: the full checkout below only costs more.
+                Err(_) => fresh()?,
             }
         }
-        remove_tree(&dir).map_err(|e| e.to_string())?;
-        fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let tree = dir.join("tree");
         make_clone(&base.repo, &tree, &base.commit)?;
-        let prepared = match prepare {
-            Some(prepare) => match prepare.prepare(&tree, &dir) {
+        let prepared = match base.prepare.as_deref() {
+            Some(prepare) => match prepare.prepare(&tree, dir) {
                 Ok(start) => Some(start),
                 Err(reason) => {
                     if let Ok(mut failed) = self.failed.lock() {
-                        failed.insert(dir.clone(), reason.clone());
+                        failed.insert(dir.to_owned(), reason.clone());
                     }
                     return Err(reason);
                 }
             },
             None => None,
         };
-        let known = settle_index(&tree)
+        let known = settle_index(&tree, true)
             .map_err(|e| format!("cannot settle the index of {}: {e}", tree.display()))?;
         let (entries, bytes) = record_tree(&tree, &known)
             .map_err(|e| format!("cannot read back {}: {e}", tree.display()))?;
@@ -215,17 +368,121 @@ impl OverlayBackend {
             format: RECORD_FORMAT,
             commit: base.commit.clone(),
             prepared,
+            build: Some(new_build_id()),
+            base: None,
             entries,
         };
-        let json = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
-        let bytes = bytes + json.len() as u64;
-        fs::write(dir.join(RECORD), json).map_err(|e| e.to_string())?;
-        fs::write(dir.join(READY), &base.commit).map_err(|e| e.to_string())?;
-        // Read-only from now on: its size is counted once, not at every eviction.
-        let _ = fs::write(dir.join(SIZE), bytes.to_string());
-        self.mark_checked(&dir);
-        touch_last_used(&dir);
-        Ok((tree, record.start().to_owned()))
+        write_record(dir, &record, bytes)?;
+        let ready = Ready {
+            layers: vec![tree],
+            start: record.start().to_owned(),
+            build: record.build.clone(),
+        };
+        self.mark_checked(dir, &ready, Some(&record));
+        touch_last_used(dir);
+        Ok(ready)
+    }
+
+    /// The full template of this run that `base`'s commit changes the fewest paths of, when
+    /// that is at most half of them.
+    fn pick_base(&self, base: &WorkspaceBase) -> Option<Candidate> {
+        let candidates: Vec<Candidate> = {
+            let bases = self.bases.lock().ok()?;
+            bases.iter().rev().take(LAYER_CANDIDATES).cloned().collect()
+        };
+        if candidates.is_empty() {
+            return None;
+        }
+        let repo = git2::Repository::open(&base.repo).ok()?;
+        let odb = repo.odb().ok()?;
+        let tree_of = |commit: &str| {
+            git2::Oid::from_str(commit)
+                .and_then(|oid| repo.find_commit(oid))
+                .and_then(|commit| commit.tree())
+                .ok()
+        };
+        let target = tree_of(&base.commit)?;
+        let mut best: Option<(usize, Candidate)> = None;
+        for candidate in candidates {
+            // The candidate's commit may be no ancestor: its objects are read from its own
+            // history (in this process only).
+            if let Some(objects) = borrowed_objects(&candidate.dir.join("tree")) {
+                let _ = odb.add_disk_alternate(&objects.to_string_lossy());
+            }
+            let Some(tree) = tree_of(&candidate.commit) else {
+                continue;
+            };
+            let Ok(diff) = repo.diff_tree_to_tree(Some(&tree), Some(&target), None) else {
+                continue;
+            };
+            let changed = diff.deltas().len();
+            if changed * 2 <= candidate.paths && best.as_ref().is_none_or(|(n, _)| changed < *n) {
+                best = Some((changed, candidate));
+            }
+        }
+        best.map(|(_, candidate)| candidate)
+    }
+
+    /// Makes the template of `base` in `dir` a layer over the full template `under`: an overlay
+    /// on `under`'s tree with the layer as its upper dir, in which git checks out the commit.
+    fn build_layer(
+        &self,
+        under: &Candidate,
+        base: &WorkspaceBase,
+        dir: &Path,
+    ) -> Result<Ready, String> {
+        let [tree, work, merged] = ["tree", "work", "merged"].map(|p| dir.join(p));
+        for part in [&tree, &work, &merged] {
+            fs::create_dir_all(part)
+                .map_err(|e| format!("cannot create {}: {e}", part.display()))?;
+        }
+        let objects = objects_of(&base.repo)?;
+        let lower = under.dir.join("tree");
+        let known = self.with_lock(&under.dir, || {
+            // Another run may have rebuilt it since this run checked it.
+            let current = self.checked_ready(&under.dir).and_then(|r| r.build);
+            if current.as_deref() != Some(under.build.as_str()) {
+                return Err("the template under it was rebuilt".to_owned());
+            }
+            mount_overlay(std::slice::from_ref(&lower), &tree, &work, &merged)?;
+            let made = checkout_layer(&merged, &lower, &objects, &under.commit, &base.commit);
+            let unmounted = umount2(&merged, MntFlags::empty())
+                .or_else(|_| umount2(&merged, MntFlags::MNT_DETACH))
+                .map_err(|e| format!("cannot unmount {}: {e}", merged.display()));
+            let known = made?;
+            unmounted?;
+            Ok(known)
+        })?;
+        remove_tree(&work).map_err(|e| e.to_string())?;
+        let _ = fs::remove_dir(&merged);
+        strip_overlay_marks(&tree)?;
+        let (entries, bytes) = record_tree(&tree, &known)
+            .map_err(|e| format!("cannot read back {}: {e}", tree.display()))?;
+        let dir_name = under
+            .dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let record = ContentRecord {
+            format: LAYER_FORMAT,
+            commit: base.commit.clone(),
+            prepared: None,
+            build: Some(new_build_id()),
+            base: Some(LayerBase {
+                dir: dir_name,
+                build: under.build.clone(),
+            }),
+            entries,
+        };
+        write_record(dir, &record, bytes)?;
+        let ready = Ready {
+            layers: vec![tree, lower],
+            start: base.commit.clone(),
+            build: record.build.clone(),
+        };
+        self.mark_checked(dir, &ready, Some(&record));
+        touch_last_used(dir);
+        Ok(ready)
     }
 
     /// Holds a shared lock on the template's in-use file until the backend is dropped, so
@@ -241,19 +498,124 @@ impl OverlayBackend {
         Ok(())
     }
 
-    fn is_checked(&self, dir: &Path) -> bool {
-        self.checked.lock().is_ok_and(|c| c.contains(dir))
+    fn checked_ready(&self, dir: &Path) -> Option<Ready> {
+        self.checked.lock().ok()?.get(dir).cloned()
     }
 
-    fn mark_checked(&self, dir: &Path) {
+    /// Notes `dir` as checked in this run; a full template without preparation becomes a
+    /// candidate for later commits' layers.
+    fn mark_checked(&self, dir: &Path, ready: &Ready, recorded: Option<&ContentRecord>) {
         if let Ok(mut checked) = self.checked.lock() {
-            checked.insert(dir.to_owned());
+            checked.insert(dir.to_owned(), ready.clone());
+        }
+        let Some(recorded) = recorded.filter(|r| r.base.is_none() && r.prepared.is_none()) else {
+            return;
+        };
+        let Some(build) = recorded.build.clone() else {
+            return;
+        };
+        if let Ok(mut bases) = self.bases.lock() {
+            bases.retain(|c| c.dir != dir);
+            bases.push(Candidate {
+                dir: dir.to_owned(),
+                commit: recorded.commit.clone(),
+                build,
+                paths: recorded.entries.len(),
+            });
         }
     }
 
     fn has_template(&self, base: &WorkspaceBase) -> bool {
         base.prepare.is_some() || self.reused.contains(&base.commit)
     }
+}
+
+/// Writes a finished template's record, then marks it ready, and notes its size.
+fn write_record(dir: &Path, record: &ContentRecord, bytes: u64) -> Result<(), String> {
+    let json = serde_json::to_vec(record).map_err(|e| e.to_string())?;
+    let bytes = bytes + json.len() as u64;
+    fs::write(dir.join(RECORD), json).map_err(|e| e.to_string())?;
+    fs::write(dir.join(READY), &record.commit).map_err(|e| e.to_string())?;
+    // Read-only from now on: its size is counted once, not at every eviction.
+    let _ = fs::write(dir.join(SIZE), bytes.to_string());
+    Ok(())
+}
+
+/// In `merged`, an overlay on the full template `lower` (a checkout of `from`), moves the work
+/// tree and index to `commit` as `git checkout` would, reading `from` from the template's history
+/// and `commit` from `objects`; then the index is settled and the layer left borrowing from
+/// `objects` alone.
+///
+/// `git read-tree -m -u` is the two-tree merge `git checkout` does, without its refresh of the
+/// whole index first: only the entries that change are compared with their files (the template's
+/// index is settled, so its stat data holds), and only their files are written.
+fn checkout_layer(
+    merged: &Path,
+    lower: &Path,
+    objects: &Path,
+    from: &str,
+    commit: &str,
+) -> Result<KnownBlobs, String> {
+    let alternates = merged.join(".git/objects/info/alternates");
+    let write = |text: String| {
+        fs::write(&alternates, text)
+            .map_err(|e| format!("cannot write {}: {e}", alternates.display()))
+    };
+    let under = fs::read_to_string(lower.join(".git/objects/info/alternates")).unwrap_or_default();
+    write(format!("{}\n{under}", objects.display()))?;
+    run_git(merged, &["read-tree", "-m", "-u", from, commit])?;
+    // A detached HEAD, as the checkout of a full template leaves it (and no reflog); only the
+    // commit's own history.
+    let head = merged.join(".git/HEAD");
+    fs::write(&head, format!("{commit}\n"))
+        .map_err(|e| format!("cannot write {}: {e}", head.display()))?;
+    write(format!("{}\n", objects.display()))?;
+    settle_index(merged, false)
+        .map_err(|e| format!("cannot settle the index of {}: {e}", merged.display()))
+}
+
+/// Removes the extended attributes overlayfs left on a layer's copied-up folders and files
+/// (`trusted.overlay.origin`, `impure`...) but the one it is read with as a lower layer:
+/// `opaque`, a folder that hides the template's. Whiteouts are device files, kept as they are.
+fn strip_overlay_marks(tree: &Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut stack = vec![tree.to_owned()];
+    while let Some(path) = stack.pop() {
+        let meta = fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if meta.is_dir() {
+            for entry in fs::read_dir(&path).map_err(|e| format!("{}: {e}", path.display()))? {
+                stack.push(entry.map_err(|e| e.to_string())?.path());
+            }
+        }
+        let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+            continue;
+        };
+        let mut names = vec![0u8; 4096];
+        // SAFETY: `names` has room for the size passed.
+        let size =
+            unsafe { libc::llistxattr(c_path.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+        if size <= 0 {
+            continue;
+        }
+        names.truncate(size as usize);
+        for name in names.split(|&b| b == 0) {
+            if name.starts_with(b"trusted.overlay.") && name != b"trusted.overlay.opaque" {
+                let Ok(c_name) = std::ffi::CString::new(name) else {
+                    continue;
+                };
+                // SAFETY: both are NUL-terminated strings.
+                if unsafe { libc::lremovexattr(c_path.as_ptr(), c_name.as_ptr()) } != 0 {
+                    return Err(format!(
+                        "cannot remove {} from {}: {}",
+                        String::from_utf8_lossy(name),
+                        path.display(),
+                        std::io::Error::last_os_error()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 impl WorkspaceBackend for OverlayBackend {
@@ -271,8 +633,8 @@ impl WorkspaceBackend for OverlayBackend {
         };
         let asked = std::time::Instant::now();
         // Not made nor checked in this run yet: this trial pays (or waits for) the preparation.
-        let preparing = !self.is_checked(&self.template_dir(base));
-        let (template, start) = self.template_for(base).map_err(|e| {
+        let preparing = self.checked_ready(&self.template_dir(base)).is_none();
+        let template = self.template_for(base).map_err(|e| {
             fail(match base.prepare {
                 // The preparation's reason says what failed and where its log is.
                 Some(_) => e,
@@ -286,13 +648,12 @@ impl WorkspaceBackend for OverlayBackend {
                 dir.display()
             )));
         }
-        let [lower, upper, work, merged] =
-            ["lower", "upper", "work", "merged"].map(|p| dir.join(p));
-        for part in [&lower, &upper, &work, &merged] {
+        let [upper, work, merged] = ["upper", "work", "merged"].map(|p| dir.join(p));
+        for part in [&upper, &work, &merged] {
             fs::create_dir_all(part)
                 .map_err(|e| fail(format!("cannot create {}: {e}", part.display())))?;
         }
-        if let Err(reason) = mount_over_template(&template, &lower, &upper, &work, &merged) {
+        if let Err(reason) = mount_over_templates(&template.layers, &dir, &upper, &work, &merged) {
             let _ = remove_tree(&dir);
             return Err(fail(reason));
         }
@@ -316,7 +677,7 @@ impl WorkspaceBackend for OverlayBackend {
             workspace.preparation = Some(asked.elapsed());
         }
         Ok(match base.prepare {
-            Some(_) => workspace.prepared_at(start),
+            Some(_) => workspace.prepared_at(template.start),
             None => workspace,
         })
     }
@@ -375,8 +736,9 @@ fn is_opaque(dir: &Path) -> bool {
 /// checkout (or from setup, whose result was just committed), so their content is what the
 /// index says: each such file's mtime is set two seconds back and its new stat data written
 /// into the index, which is then written after it, so every entry is strictly older. Returns
-/// the blob of each tracked file, for the template's record.
-fn settle_index(tree: &Path) -> Result<KnownBlobs, String> {
+/// the blob of each tracked file (`all`) or of each file it settled (a layer's, the files its
+/// checkout wrote), for the template's record.
+fn settle_index(tree: &Path, all: bool) -> Result<KnownBlobs, String> {
     use nix::sys::stat::{UtimensatFlags, utimensat};
     use nix::sys::time::TimeSpec;
     use std::os::unix::ffi::OsStrExt;
@@ -386,19 +748,21 @@ fn settle_index(tree: &Path) -> Result<KnownBlobs, String> {
     let repo = git2::Repository::open(tree).map_err(msg)?;
     let mut index = repo.index().map_err(msg)?;
     let odb = repo.odb().map_err(msg)?;
-    let mut known = KnownBlobs::new();
-    for entry in index.iter() {
-        if matches!(entry.mode, 0o100644 | 0o100755) {
-            let (size, _) = odb.read_header(entry.id).map_err(msg)?;
-            let path = PathBuf::from(std::ffi::OsStr::from_bytes(&entry.path));
-            known.insert(path, (entry.id, size as u64));
-        }
-    }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_err(|e| e.to_string())?
         .as_secs() as i64;
     let past = now - 2;
+    let mut known = KnownBlobs::new();
+    for entry in index.iter() {
+        if matches!(entry.mode, 0o100644 | 0o100755)
+            && (all || i64::from(entry.mtime.seconds()) > past)
+        {
+            let (size, _) = odb.read_header(entry.id).map_err(msg)?;
+            let path = PathBuf::from(std::ffi::OsStr::from_bytes(&entry.path));
+            known.insert(path, (entry.id, size as u64));
+        }
+    }
     let mut settled: Vec<git2::IndexEntry> = index
         .iter()
         // Submodules are folders git does not stat-compare this way.
@@ -454,9 +818,15 @@ fn settle_index(tree: &Path) -> Result<KnownBlobs, String> {
 }
 
 /// Whether the template `tree` still holds what was recorded when it was built: `Err(Some(path))`
-/// names the first differing path, `Err(None)` means there is no usable record.
-fn check_template(recorded: Option<&ContentRecord>, tree: &Path) -> Result<(), Option<String>> {
-    let recorded = recorded.filter(|r| r.format == RECORD_FORMAT).ok_or(None)?;
+/// names the first differing path, `Err(None)` means the record is of another format.
+fn check_template(recorded: &ContentRecord, tree: &Path) -> Result<(), Option<String>> {
+    let format = match recorded.base {
+        Some(_) => LAYER_FORMAT,
+        None => RECORD_FORMAT,
+    };
+    if recorded.format != format {
+        return Err(None);
+    }
     let (now, _) = record_tree(tree, &KnownBlobs::new())
         .map_err(|e| Some(format!("{} ({e})", tree.display())))?;
     match first_difference(&recorded.entries, &now) {
@@ -465,16 +835,47 @@ fn check_template(recorded: Option<&ContentRecord>, tree: &Path) -> Result<(), O
     }
 }
 
-/// Mounts an overlay on `merged` whose lower layer is a read-only bind of `template` made at
-/// `lower`. The bind is detached and `lower` removed once the overlay holds it (overlayfs keeps a
-/// private clone of its layers), so the `lowerdir` the mount table shows leads nowhere.
-fn mount_over_template(
-    template: &Path,
-    lower: &Path,
+/// Mounts an overlay on `merged` whose lower layers are read-only binds of `layers` (the top one
+/// first) made in `dir`. The binds are detached and their folders removed once the overlay holds
+/// them (overlayfs keeps a private clone of its layers), so the `lowerdir` the mount table shows
+/// leads nowhere.
+fn mount_over_templates(
+    layers: &[PathBuf],
+    dir: &Path,
     upper: &Path,
     work: &Path,
     merged: &Path,
 ) -> Result<(), String> {
+    let lowers: Vec<PathBuf> = (0..layers.len())
+        .map(|i| match i {
+            0 => dir.join("lower"),
+            i => dir.join(format!("lower{i}")),
+        })
+        .collect();
+    let detach = |lowers: &[PathBuf]| {
+        for lower in lowers {
+            let _ = umount2(lower, MntFlags::MNT_DETACH);
+            // Nothing needs the path any more: writes through it fail instead of landing anywhere.
+            let _ = fs::remove_dir(lower);
+        }
+    };
+    for (i, (template, lower)) in layers.iter().zip(&lowers).enumerate() {
+        let bound = fs::create_dir_all(lower)
+            .map_err(|e| format!("cannot create {}: {e}", lower.display()))
+            .and_then(|()| bind_read_only(template, lower));
+        if let Err(reason) = bound {
+            detach(&lowers[..i]);
+            let _ = fs::remove_dir(lower);
+            return Err(reason);
+        }
+    }
+    let mounted = mount_overlay(&lowers, upper, work, merged);
+    detach(&lowers);
+    mounted
+}
+
+/// A bind of `template` on `lower`, read-only when the kernel allows it.
+fn bind_read_only(template: &Path, lower: &Path) -> Result<(), String> {
     let bind = |flags: MsFlags| {
         mount(Some(template), lower, None::<&str>, flags, None::<&str>).map_err(|e| {
             format!(
@@ -485,15 +886,11 @@ fn mount_over_template(
         })
     };
     bind(MsFlags::MS_BIND)?;
-    // Read-only is a second line only (the bind is detached below), so a refusal is not fatal.
-    // A bind remount must keep the flags the kernel locked on the source (nosuid, nodev...).
+    // Read-only is a second line only (the bind is detached once mounted), so a refusal is not
+    // fatal. A bind remount must keep the flags the kernel locked on the source (nosuid, nodev...).
     let kept = inherited_flags(lower);
     let _ = bind(MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | kept);
-    let mounted = mount_overlay(lower, upper, work, merged);
-    let _ = umount2(lower, MntFlags::MNT_DETACH);
-    // Nothing needs the path any more: writes through it fail instead of landing anywhere.
-    let _ = fs::remove_dir(lower);
-    mounted
+    Ok(())
 }
 
 /// The per-mount flags of the mount holding `path`, as remount flags.
@@ -523,10 +920,17 @@ fn inherited_flags(path: &Path) -> MsFlags {
     flags
 }
 
-fn mount_overlay(lower: &Path, upper: &Path, work: &Path, merged: &Path) -> Result<(), String> {
+/// Mounts an overlay of `lowers` (the top one first) on `merged`.
+fn mount_overlay(
+    lowers: &[PathBuf],
+    upper: &Path,
+    work: &Path,
+    merged: &Path,
+) -> Result<(), String> {
+    let lowers: Vec<String> = lowers.iter().map(|l| l.display().to_string()).collect();
     let options = format!(
         "lowerdir={},upperdir={},workdir={}",
-        lower.display(),
+        lowers.join(":"),
         upper.display(),
         work.display()
     );

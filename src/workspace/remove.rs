@@ -103,7 +103,12 @@ fn anchored(root: &Path) -> PathBuf {
 }
 
 /// Lazily detaches every mount at or below `root`, deepest first, until none is left (mounts
-/// may be stacked on one path). Returns the mounts that could not be detached.
+/// may be stacked on one path: each is listed, and detached, once). Returns the mounts that
+/// could not be detached.
+///
+/// The mount table is read again only after a pass that could not detach everything it listed:
+/// a mount made after the listing (by a process still running) is not detached, and
+/// [`remove_tree`] then leaves it, and the files under it, in place and names it.
 pub fn unmount_below(root: &Path) -> Vec<LeftBehind> {
     let mut failed: Vec<LeftBehind> = Vec::new();
     for _ in 0..32 {
@@ -125,7 +130,7 @@ pub fn unmount_below(root: &Path) -> Vec<LeftBehind> {
                 }),
             }
         }
-        if !progress {
+        if failed.is_empty() || !progress {
             break;
         }
     }

@@ -7,6 +7,11 @@
 //! holding only the objects reachable from that commit, built once with `git pack-objects
 //! --revs` from the source piped into `git index-pack` (the user's repo is only read), and
 //! workspaces borrow from that.
+//!
+//! A commit with an ancestor whose history is whole (no alternates of its own) packs only what
+//! that ancestor lacks, and borrows the rest from it: everything an ancestor reaches, the commit
+//! reaches too. One level only, so a history's object stores are its own and those its
+//! alternates file names (what a sandbox or container exposes).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -66,7 +71,8 @@ impl PreparedSource {
     }
 
     /// Builds (or finds in `cache`) the history repo of each commit, on every core: a suite
-    /// with a base commit per task builds one per task before its first trial.
+    /// with a base commit per task builds one per task before its first trial. Whole histories
+    /// first (the oldest commits, or those with no such ancestor), then the rest on them.
     pub fn prepare_histories<'a>(
         &mut self,
         commits: impl IntoIterator<Item = &'a str>,
@@ -78,56 +84,191 @@ impl PreparedSource {
             .collect();
         wanted.sort_unstable();
         wanted.dedup();
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let git_dir = &self.git_dir;
-        let built = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..workers.min(wanted.len()))
-                .map(|_| {
-                    scope.spawn(|| {
-                        let mut built = Vec::new();
-                        loop {
-                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some(commit) = wanted.get(i) else {
-                                return Ok(built);
-                            };
-                            built.push((*commit, history_repo(git_dir, commit, cache)?));
-                        }
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-                .collect::<Result<Vec<_>, String>>()
-        })?;
-        for (commit, repo) in built.into_iter().flatten() {
-            self.histories.insert(commit.to_owned(), repo);
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        // Absolute: workspaces clone from it with another working directory.
+        let cache = std::path::absolute(cache)
+            .map_err(|e| format!("cannot resolve {}: {e}", cache.display()))?;
+        let planned = plan_histories(&self.git_dir, &wanted, &cache);
+        let (whole, borrowing): (Vec<_>, Vec<_>) =
+            planned.into_iter().partition(|(_, base)| base.is_none());
+        for part in [whole, borrowing] {
+            let built = build_histories(&self.git_dir, &part, &cache)?;
+            for (commit, repo) in built {
+                self.histories.insert(commit.to_owned(), repo);
+            }
         }
         Ok(())
     }
 }
 
+/// The longest walk back from a commit looking for an ancestor with a whole history.
+const ANCESTOR_WALK: usize = 10_000;
+
+/// Each commit of `wanted` with the ancestor whose whole history it will borrow from (`None`:
+/// it gets a whole history). Ancestors are planned first, so their descendants borrow.
+fn plan_histories<'a>(
+    source: &Path,
+    wanted: &[&'a str],
+    cache: &Path,
+) -> Vec<(&'a str, Option<String>)> {
+    let alone = || wanted.iter().map(|c| (*c, None)).collect();
+    let Ok(repo) = git2::Repository::open(source) else {
+        return alone();
+    };
+    // Whole histories already in the cache.
+    let mut whole: std::collections::HashSet<git2::Oid> = std::fs::read_dir(cache)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let commit = name.strip_prefix("history-")?.strip_suffix(".git")?;
+            let borrows = entry.path().join("objects/info/alternates").exists();
+            (!borrows)
+                .then(|| git2::Oid::from_str(commit).ok())
+                .flatten()
+        })
+        .collect();
+    let Some(ordered) = parents_first(&repo, wanted) else {
+        return alone();
+    };
+    let mut planned = Vec::with_capacity(ordered.len());
+    for (commit, oid) in ordered {
+        if cache.join(format!("history-{commit}.git")).exists() {
+            planned.push((commit, None));
+            continue;
+        }
+        match nearest_whole_ancestor(&repo, oid, &whole) {
+            Some(base) => planned.push((commit, Some(base.to_string()))),
+            None => {
+                whole.insert(oid);
+                planned.push((commit, None));
+            }
+        }
+    }
+    planned
+}
+
+/// The longest walk that orders the wanted commits; past it, they are ordered by commit time.
+const ORDER_WALK: usize = 500_000;
+
+/// `wanted` with every commit after its ancestors among them; `None` when one is not a commit
+/// of `repo`.
+fn parents_first<'a>(
+    repo: &git2::Repository,
+    wanted: &[&'a str],
+) -> Option<Vec<(&'a str, git2::Oid)>> {
+    let mut by_id = HashMap::new();
+    for commit in wanted {
+        let oid = git2::Oid::from_str(commit).ok()?;
+        let time = repo.find_commit(oid).ok()?.time().seconds();
+        by_id.insert(oid, (*commit, time));
+    }
+    let mut walk = repo.revwalk().ok()?;
+    walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE)
+        .ok()?;
+    for oid in by_id.keys() {
+        walk.push(*oid).ok()?;
+    }
+    let mut ordered = Vec::with_capacity(by_id.len());
+    for (seen, id) in walk.enumerate() {
+        if seen > ORDER_WALK {
+            // A very long history: oldest first is close enough.
+            let mut dated: Vec<_> = by_id.iter().map(|(oid, (c, t))| (*t, *c, *oid)).collect();
+            dated.sort();
+            return Some(dated.into_iter().map(|(_, c, oid)| (c, oid)).collect());
+        }
+        let id = id.ok()?;
+        if let Some((commit, _)) = by_id.get(&id) {
+            ordered.push((*commit, id));
+        }
+    }
+    Some(ordered)
+}
+
+/// The first commit of `whole` walking back from `commit` (newest first), within
+/// [`ANCESTOR_WALK`] commits.
+fn nearest_whole_ancestor(
+    repo: &git2::Repository,
+    commit: git2::Oid,
+    whole: &std::collections::HashSet<git2::Oid>,
+) -> Option<git2::Oid> {
+    if whole.is_empty() {
+        return None;
+    }
+    let mut walk = repo.revwalk().ok()?;
+    walk.set_sorting(git2::Sort::TIME).ok()?;
+    walk.push(commit).ok()?;
+    walk.take(ANCESTOR_WALK)
+        .map_while(Result::ok)
+        .find(|id| *id != commit && whole.contains(id))
+}
+
+/// Builds the history repos of `planned` on every core.
+fn build_histories<'a>(
+    source: &Path,
+    planned: &[(&'a str, Option<String>)],
+    cache: &Path,
+) -> Result<Vec<(&'a str, PathBuf)>, String> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let built = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers.min(planned.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut built = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((commit, base)) = planned.get(i) else {
+                            return Ok(built);
+                        };
+                        built.push((
+                            *commit,
+                            history_repo(source, commit, base.as_deref(), cache)?,
+                        ));
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect::<Result<Vec<_>, String>>()
+    })?;
+    Ok(built.into_iter().flatten().collect())
+}
+
 /// A bare repo in `cache` with exactly the objects reachable from `commit` and one ref to it.
-/// A commit id fixes its whole history, so the commit alone names it.
-fn history_repo(source: &Path, commit: &str, cache: &Path) -> Result<PathBuf, String> {
-    // Absolute: workspaces clone from it with another working directory.
-    let cache = std::path::absolute(cache)
-        .map_err(|e| format!("cannot resolve {}: {e}", cache.display()))?;
+/// A commit id fixes its whole history, so the commit alone names it. With `base` (an ancestor
+/// with a whole history in `cache`), it holds what `base` lacks and borrows the rest from it.
+fn history_repo(
+    source: &Path,
+    commit: &str,
+    base: Option<&str>,
+    cache: &Path,
+) -> Result<PathBuf, String> {
     let target = cache.join(format!("history-{commit}.git"));
     if target.exists() {
         return Ok(target);
     }
-    let scratch = scratch_dir(&cache)?;
+    let scratch = scratch_dir(cache)?;
     let staged = scratch.path().join("history.git");
-    let staged_text = staged.to_string_lossy();
-    run_git(scratch.path(), &["init", "--bare", "--quiet", &staged_text])?;
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         format!(
             "cannot copy the history of {commit} out of {}: {what}: {e}",
             source.display()
         )
     };
+    Repository::init_bare(&staged).map_err(|e| fail("git init", &e.message()))?;
+    if let Some(base) = base {
+        let alternates = staged.join("objects/info/alternates");
+        let objects = cache.join(format!("history-{base}.git/objects"));
+        std::fs::create_dir_all(staged.join("objects/info"))
+            .and_then(|()| std::fs::write(&alternates, format!("{}\n", objects.display())))
+            .map_err(|e| fail("alternates", &e))?;
+    }
     let mut pack = git_command(source)
         .args(["pack-objects", "--revs", "--stdout", "--quiet"])
         .stdin(Stdio::piped())
@@ -136,7 +277,12 @@ fn history_repo(source: &Path, commit: &str, cache: &Path) -> Result<PathBuf, St
         .spawn()
         .map_err(|e| fail("git pack-objects", &e))?;
     let mut revs = pack.stdin.take().expect("piped stdin");
-    writeln!(revs, "{commit}").map_err(|e| fail("git pack-objects", &e))?;
+    let wanted = match base {
+        Some(base) => format!("{commit}\n^{base}\n"),
+        None => format!("{commit}\n"),
+    };
+    revs.write_all(wanted.as_bytes())
+        .map_err(|e| fail("git pack-objects", &e))?;
     drop(revs);
     let pack_out = pack.stdout.take().expect("piped stdout");
     let index = git_command(&staged)
@@ -159,8 +305,10 @@ fn history_repo(source: &Path, commit: &str, cache: &Path) -> Result<PathBuf, St
             &String::from_utf8_lossy(&index.stderr).trim(),
         ));
     }
-    run_git(&staged, &["update-ref", "refs/heads/base", commit])?;
-    run_git(&staged, &["symbolic-ref", "HEAD", "refs/heads/base"])?;
+    // One branch at the commit, checked out: as `update-ref` and `symbolic-ref` would leave it.
+    std::fs::write(staged.join("refs/heads/base"), format!("{commit}\n"))
+        .and_then(|()| std::fs::write(staged.join("HEAD"), "ref: refs/heads/base\n"))
+        .map_err(|e| fail("refs", &e))?;
     publish(&staged, &target)?;
     Ok(target)
 }

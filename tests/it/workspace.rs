@@ -365,3 +365,186 @@ fn a_bad_base_found_at_run_time_leaves_nothing_behind() {
     let (output, _, _) = run_suite(tmp.path(), &["--agent", "noop"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
 }
+
+/// What the agent of `layered_templates_are_checkouts` prints: the commit, what git says, whether
+/// it can read the other commit (`$ONE`/`$TWO`, whichever is not `HEAD`), and every path of the
+/// work tree with its kind, mode and content.
+const LISTING: &str = r#"head=$(git rev-parse HEAD)
+other=$ONE; [ "$other" = "$head" ] && other=$TWO
+echo "head $head"
+echo "status [$(git status --porcelain)]"
+git cat-file -e "$other" 2>/dev/null && echo OTHER-READABLE
+git log --all --format=%H | grep -q "$other" && echo OTHER-LOGGED
+git cat-file --batch-all-objects --batch-check | grep -q "^$other" && echo OTHER-LISTED
+find . -path ./.git -prune -o -print | LC_ALL=C sort | while read -r p; do
+  if [ -L "$p" ]; then echo "$p link $(readlink "$p")"
+  elif [ -d "$p" ]; then echo "$p dir"
+  else echo "$p $(stat -c %a "$p") $(cat "$p")"; fi
+done
+"#;
+
+/// A second commit's template is a layer over the first one's: its workspaces are what a checkout
+/// of that commit gives (changed, removed and added files, a removed folder, a file become a
+/// folder, a mode, a symlink), git finds them clean, and no object of the other commit is
+/// readable, whichever of the two is the later one (the later commit's history borrows the
+/// earlier one's). A later run checks both quietly; a change to the template under a layer is
+/// noticed through the layer.
+#[test]
+fn layered_templates_are_checkouts() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    let (repo, _) = git_repo(
+        root,
+        &[
+            ("a.txt", "a\n"),
+            ("gone.txt", "bye\n"),
+            ("olddir/x.txt", "x\n"),
+            ("olddir/y.txt", "y\n"),
+            ("run.sh", "echo\n"),
+            ("becomes-dir", "file\n"),
+            ("keep/k.txt", "k\n"),
+        ],
+    );
+    std::os::unix::fs::symlink("a.txt", repo.join("link")).unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "link"]);
+    let first = git(&repo, &["rev-parse", "HEAD"]);
+    write_files(
+        &repo,
+        &[("a.txt", "A changed\n"), ("new/deep/n.txt", "n\n")],
+    );
+    std::fs::remove_file(repo.join("gone.txt")).unwrap();
+    std::fs::remove_dir_all(repo.join("olddir")).unwrap();
+    std::fs::remove_file(repo.join("becomes-dir")).unwrap();
+    write_files(&repo, &[("becomes-dir/inner.txt", "inner\n")]);
+    let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(repo.join("run.sh"), executable).unwrap();
+    std::fs::remove_file(repo.join("link")).unwrap();
+    std::os::unix::fs::symlink("keep/k.txt", repo.join("link")).unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "second"]);
+    let second = git(&repo, &["rev-parse", "HEAD"]);
+    let script = root.join("list.sh");
+    std::fs::write(&script, LISTING).unwrap();
+    let listing = |dir: &Path| {
+        let output = std::process::Command::new("sh")
+            .arg(&script)
+            .env("ONE", &first)
+            .env("TWO", &second)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        String::from_utf8(output.stdout).unwrap()
+    };
+    // What a checkout of each commit lists (a clone reads every object: those lines aside).
+    let mut want: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for commit in [&first, &second] {
+        let dir = root.join(format!("checkout-{commit}"));
+        git(
+            root,
+            &[
+                "clone",
+                "-q",
+                &repo.to_string_lossy(),
+                &dir.to_string_lossy(),
+            ],
+        );
+        git(&dir, &["checkout", "-q", "--detach", commit]);
+        let text = listing(&dir);
+        let text: Vec<&str> = text.lines().filter(|l| !l.starts_with("OTHER")).collect();
+        want.insert(commit.clone(), text.join("\n"));
+    }
+    assert_ne!(want[&first], want[&second]);
+
+    // The later commit over the earlier one's template, then the earlier over the later's.
+    for (round, order) in [[&first, &second], [&second, &first]].iter().enumerate() {
+        let work = root.join(format!("work{round}"));
+        let cache = root.join(format!("cache{round}"));
+        let out = root.join("out");
+        write_suite(
+            root,
+            &format!(
+                "name: layers\nrepo: repo\nagents:\n  list: {{kind: command, run: \"sh {}\", env: {{ONE: {first}, TWO: {second}}}}}\ntasks:\n  - {{id: one, instruction: x, base: {}, verify: \"true\"}}\n  - {{id: two, instruction: x, base: {}, verify: \"true\"}}\n",
+                script.display(),
+                order[0],
+                order[1],
+            ),
+        );
+        let run = || {
+            let _ = std::fs::remove_dir_all(&out);
+            std::fs::create_dir_all(&work).unwrap();
+            let output = crate::common::deltabench(root)
+                .env("DELTABENCH_CACHE", &cache)
+                .args([
+                    "run",
+                    "suite.yaml",
+                    "--agent",
+                    "list",
+                    "-j",
+                    "1",
+                    "--workdir",
+                ])
+                .arg(&work)
+                .arg("--out")
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+            for (task, commit) in [("one", order[0]), ("two", order[1])] {
+                let log = out.join(format!("trials/{task}/list/1/agent.log"));
+                let log = std::fs::read_to_string(log).unwrap();
+                // The second commit's history holds the first; never the other way round.
+                if *commit == first {
+                    assert!(!log.contains("OTHER-"), "round {round}, {task}: {log}");
+                }
+                let log: Vec<&str> = log.lines().filter(|l| !l.starts_with("OTHER")).collect();
+                assert_eq!(
+                    log.join("\n"),
+                    want[commit.as_str()],
+                    "round {round}, {task}"
+                );
+            }
+            assert_no_leftovers(&work);
+            stderr(&output)
+        };
+        let said = run();
+        assert!(!said.contains("warning"), "{said}");
+        let templates = cache.join("templates");
+        let records: Vec<serde_json::Value> = std::fs::read_dir(&templates)
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("content.json")).ok())
+            .map(|bytes| serde_json::from_slice(&bytes).unwrap())
+            .collect();
+        let layer = records.iter().find(|r| r["base"].is_object());
+        assert!(layer.is_some(), "round {round}: no layer in {records:?}");
+        assert_eq!(layer.unwrap()["commit"], order[1].as_str());
+
+        // The later commit's history holds what the earlier one's lacks, and borrows the rest.
+        let borrowed = cache.join(format!(
+            "sources/history-{second}.git/objects/info/alternates"
+        ));
+        let borrowed = std::fs::read_to_string(borrowed).unwrap();
+        assert!(
+            borrowed.contains(&format!("history-{first}.git")),
+            "{borrowed}"
+        );
+        let whole = cache.join(format!(
+            "sources/history-{first}.git/objects/info/alternates"
+        ));
+        assert!(!whole.exists());
+
+        // A later run checks both, quietly.
+        let said = run();
+        assert!(!said.contains("warning"), "{said}");
+
+        // The template under the layer changed: noticed, and every workspace still right.
+        let base = templates.join(layer.unwrap()["base"]["dir"].as_str().unwrap());
+        std::fs::write(base.join("tree/keep/k.txt"), "poisoned\n").unwrap();
+        let said = run();
+        assert!(
+            said.contains("changed since it was built (first difference: keep/k.txt)"),
+            "{said}"
+        );
+    }
+}
