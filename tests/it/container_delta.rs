@@ -54,10 +54,11 @@ fn a_change_outside_the_workspace_counts_only_with_delta_container_and_never_the
     write_conf_suite(
         root,
         concat!(
-            // Makes the verify command's own program pass whatever it is asked.
-            "  forger: {kind: command, run: \"cd / && cd usr/bin && printf '#!/bin/sh\\nexit 0\\n' > grep\", timeout: 2m}\n",
+            // Makes the verify command's own program pass whatever it is asked. (`cd /usr/bin`
+            // names a system folder: it stays the image's, never the host's mounted over it.)
+            "  forger: {kind: command, run: \"cd /usr/bin && printf '#!/bin/sh\\nexit 0\\n' > grep\", timeout: 2m}\n",
             // Puts one earlier on PATH: not the image's, so not tampering, but never carried on.
-            "  shadow: {kind: command, run: \"cd / && cd usr/local/bin && printf '#!/bin/sh\\nexit 0\\n' > grep && chmod +x grep\", timeout: 2m}\n",
+            "  shadow: {kind: command, run: \"cd /usr/local/bin && printf '#!/bin/sh\\nexit 0\\n' > grep && chmod +x grep\", timeout: 2m}\n",
             "  big: {kind: command, run: \"echo port=8080 > /etc/app.conf && head -c 20000 /dev/urandom > /opt/big\", timeout: 2m}\n",
         ),
     );

@@ -103,7 +103,12 @@ impl CommandAgent {
         let mut confinement = confinement
             .agent_network(self.config.network, self.gateway.is_some())
             .readable(self.scratch.join(INSTRUCTION_FILE));
+        let contained = confinement.container().is_some();
         for path in program_paths(&self.config.run) {
+            // A system folder the command names (`cd /usr/bin`) is the image's own there.
+            if contained && !crate::agent::harness::mountable_in_container(&path) {
+                continue;
+            }
             confinement = confinement.readable(path);
         }
         self.confinement = confinement;

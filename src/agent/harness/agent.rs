@@ -702,11 +702,17 @@ fn scratch_files(inv: &Invocation, scratch: &Path, home: &Path) -> Vec<PathBuf> 
 pub fn container_mounts(program: &Path) -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = install_roots(program)
         .into_iter()
-        .filter(|path| path.is_file() || !is_system_folder(path))
+        .filter(|path| mountable_in_container(path))
         .collect();
     roots.sort();
     roots.dedup();
     roots
+}
+
+/// Whether a host path may be mounted at the same path in a task's container: a file, or a
+/// folder that is not a system folder (mounting the host's `/usr/bin` would cover the image's).
+pub fn mountable_in_container(path: &Path) -> bool {
+    path.is_file() || !is_system_folder(path)
 }
 
 fn is_system_folder(path: &Path) -> bool {

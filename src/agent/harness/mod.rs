@@ -43,6 +43,7 @@ use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
 
 pub use agent::{
     HarnessAgent, agent_tool_dir, container_mounts, find_program, image_needs, is_loopback,
+    mountable_in_container,
 };
 pub use aider::AiderParser;
 pub use claude::ClaudeParser;
