@@ -228,8 +228,8 @@ impl OverlayBackend {
     }
 
     /// The template of `base` (built, checked or rebuilt as needed).
-    fn template_for(&self, base: &WorkspaceBase) -> Result<Ready, String> {
-        let dir = self.template_dir(base);
+    fn template_for(&self, base: &WorkspaceBase, dir: &Path) -> Result<Ready, String> {
+        let dir = dir.to_owned();
         self.with_lock(&dir, || {
             // A preparation that failed once in this run fails the same way for every trial.
             if let Some(reason) = self.failed.lock().ok().and_then(|f| f.get(&dir).cloned()) {
@@ -633,8 +633,9 @@ impl WorkspaceBackend for OverlayBackend {
         };
         let asked = std::time::Instant::now();
         // Not made nor checked in this run yet: this trial pays (or waits for) the preparation.
-        let preparing = self.checked_ready(&self.template_dir(base)).is_none();
-        let template = self.template_for(base).map_err(|e| {
+        let kept_at = self.template_dir(base);
+        let preparing = self.checked_ready(&kept_at).is_none();
+        let template = self.template_for(base, &kept_at).map_err(|e| {
             fail(match base.prepare {
                 // The preparation's reason says what failed and where its log is.
                 Some(_) => e,

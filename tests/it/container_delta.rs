@@ -140,21 +140,7 @@ fn a_change_outside_the_workspace_counts_only_with_delta_container_and_never_the
 
     // With `delta: workspace` the same reference's change to /etc is dropped before verify.
     let out = root.join("out-workspace");
-    let output = deltabench(root)
-        .args([
-            "run",
-            "suite.yaml",
-            "--task",
-            "workspace",
-            "--agent",
-            "oracle",
-            "--workdir",
-        ])
-        .arg(&work)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let output = run_task(root, &out, "workspace", None, &["oracle"]);
     let records = trials(&out);
     assert_eq!(records.len(), 1, "{}", stderr(&output));
     assert_eq!(records[0]["outcome"], "fail", "{}", records[0]);
@@ -170,32 +156,27 @@ fn validate_proves_a_task_whose_reference_changes_the_container() {
     let root = tmp.path();
     write_conf_suite(root, "");
     std::fs::create_dir_all(root.join("work")).unwrap();
-    let output = deltabench(root)
-        .args(["validate", "suite.yaml", "--task", "container", "--workdir"])
-        .arg(root.join("work"))
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        stderr(&output)
-    );
-    assert_eq!(output.status.code(), Some(0), "{said}");
-    let output = deltabench(root)
-        .args(["validate", "suite.yaml", "--task", "workspace", "--workdir"])
-        .arg(root.join("work"))
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        stderr(&output)
-    );
-    assert_eq!(output.status.code(), Some(1), "{said}");
+    let validate = |task: &str| {
+        let output = deltabench(root)
+            .args(["validate", "suite.yaml", "--task", task, "--workdir"])
+            .arg(root.join("work"))
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            stderr(&output)
+        );
+        (output.status.code(), said)
+    };
+    let (code, said) = validate("container");
+    assert_eq!(code, Some(0), "{said}");
+    let (code, said) = validate("workspace");
+    assert_eq!(code, Some(1), "{said}");
     assert!(said.contains("workspace"), "{said}");
 }
 
-/// A runtime wrapper that fails one subcommand (`$FAIL` is `diff`, or `commit` of a trial's
+/// A runtime wrapper that fails one subcommand (`fail` is `diff`, or `commit` of a trial's
 /// verify image) and passes everything else to Podman.
 fn failing_runtime(dir: &Path, fail: &str) -> std::path::PathBuf {
     let path = dir.join("podman-wrapper");
@@ -226,7 +207,13 @@ fn a_runtime_that_cannot_diff_is_said_before_any_trial_and_a_failed_commit_loses
 
     let runtime = failing_runtime(bin.path(), "diff");
     let work = root.join("work");
-    let output = run_container_task(root, &root.join("out-diff"), &runtime, &["oracle"]);
+    let output = run_task(
+        root,
+        &root.join("out-diff"),
+        "container",
+        Some(&runtime),
+        &["oracle"],
+    );
     let said = stderr(&output);
     assert_eq!(output.status.code(), Some(2), "{said}");
     assert!(
@@ -241,7 +228,7 @@ fn a_runtime_that_cannot_diff_is_said_before_any_trial_and_a_failed_commit_loses
 
     let runtime = failing_runtime(bin.path(), "commit");
     let out = root.join("out-commit");
-    let output = run_container_task(root, &out, &runtime, &["oracle"]);
+    let output = run_task(root, &out, "container", Some(&runtime), &["oracle"]);
     assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     let records = trials(&out);
     let why = records[0]["infra_error"].as_str().unwrap_or_default();
@@ -259,29 +246,27 @@ fn a_runtime_that_cannot_diff_is_said_before_any_trial_and_a_failed_commit_loses
     assert_no_leftovers(&work);
 }
 
-/// `deltabench run suite.yaml --task container` with `agents`, into `out`, with `runtime` as the
-/// container runtime.
-fn run_container_task(
+/// `deltabench run suite.yaml --task TASK` with `agents`, into `out`, with `runtime` as the
+/// container runtime when given.
+fn run_task(
     root: &Path,
     out: &Path,
-    runtime: &Path,
+    task: &str,
+    runtime: Option<&Path>,
     agents: &[&str],
 ) -> std::process::Output {
     let work = root.join("work");
     std::fs::create_dir_all(&work).unwrap();
     let mut command = deltabench(root);
-    command.args(["run", "suite.yaml", "--task", "container"]);
+    command.args(["run", "suite.yaml", "--task", task]);
     for agent in agents {
         command.args(["--agent", agent]);
     }
-    command
-        .arg("--workdir")
-        .arg(&work)
-        .arg("--out")
-        .arg(out)
-        .env("DELTABENCH_CONTAINER_RUNTIME", runtime)
-        .output()
-        .unwrap()
+    command.arg("--workdir").arg(&work).arg("--out").arg(out);
+    if let Some(runtime) = runtime {
+        command.env("DELTABENCH_CONTAINER_RUNTIME", runtime);
+    }
+    command.output().unwrap()
 }
 
 /// No verify image of the run in `out` is left in the store.
@@ -411,7 +396,7 @@ fn the_container_delta_works_through_the_docker_client_too() {
     let docker = bin.path().join("docker");
     std::os::unix::fs::symlink(crate::environments::which_podman(), &docker).unwrap();
     let (work, out) = (root.join("work"), root.join("out"));
-    let output = run_container_task(root, &out, &docker, &["oracle", "noop"]);
+    let output = run_task(root, &out, "container", Some(&docker), &["oracle", "noop"]);
     let records = trials(&out);
     assert_eq!(records.len(), 2, "{}", stderr(&output));
     let oracle = record(&records, "container", "oracle");
