@@ -202,6 +202,8 @@ pub(super) fn submit(args: SubmitArgs) -> Result<Exit, CliError> {
             suite.display()
         )));
     }
+    // Loaded here, so a suite that does not load fails once, not in every shard.
+    let loaded = crate::suite::load(&suite, args.agents.as_deref())?;
     let out = absolute(out)?;
     if out.join(SUBMISSION).exists() || shards::shard_dirs(&out).is_ok() {
         return Err(
@@ -218,9 +220,9 @@ pub(super) fn submit(args: SubmitArgs) -> Result<Exit, CliError> {
         warn_node_local(&out);
     }
     fs::create_dir_all(out.join("logs")).map_err(io_err(&out))?;
-    let name = k8s_name(&suite);
+    let name = k8s_name(&loaded.name);
     let mut submission = match args.engine {
-        Engine::Slurm => write_slurm(&args, &suite, total, &out)?,
+        Engine::Slurm => write_slurm(&args, &suite, total, &out, &name)?,
         Engine::K8s => write_k8s(&args, total, &out, &name, &name)?,
     };
     write_submission(&out, &submission)?;
@@ -257,16 +259,9 @@ fn warn_node_local(out: &Path) {
     }
 }
 
-/// A Kubernetes name (RFC 1123 label) for the suite's Job.
-fn k8s_name(suite: &Path) -> String {
-    let stem = suite
-        .file_name()
-        .filter(|n| *n != "suite.yaml")
-        .or_else(|| suite.parent().and_then(Path::file_name))
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let stem = stem.trim_end_matches(".yaml").trim_end_matches(".yml");
-    let mut name: String = stem
+/// A job name (a Kubernetes RFC 1123 label) for the suite's jobs: `deltabench-<suite name>`.
+fn k8s_name(suite: &str) -> String {
+    let mut name: String = suite
         .to_ascii_lowercase()
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
@@ -285,6 +280,7 @@ fn write_slurm(
     suite: &Path,
     total: u32,
     out: &Path,
+    name: &str,
 ) -> Result<Submission, CliError> {
     let binary = match &args.deltabench {
         Some(path) => absolute(path)?,
@@ -294,7 +290,7 @@ fn write_slurm(
     };
     let dir = out.join("slurm");
     fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-    let job = k8s_name(suite);
+    let job = name.to_owned();
     let mut run: Vec<String> = vec![
         binary.display().to_string(),
         "run".into(),
@@ -826,9 +822,6 @@ mod tests {
         assert_eq!(array_spec(&[5]), "5");
         assert_eq!(sh_quote("/a/b"), "/a/b");
         assert_eq!(sh_quote("it's"), r"'it'\''s'");
-        assert_eq!(
-            k8s_name(Path::new("/x/My Suite/suite.yaml")),
-            "deltabench-my-suite"
-        );
+        assert_eq!(k8s_name("My Suite"), "deltabench-my-suite");
     }
 }

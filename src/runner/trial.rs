@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::harness::{Endpoint, HarnessAgent, find_program};
 use crate::agent::{
-    CodingAgent, CodingResult, CodingStatus, CodingTask, CommandAgent, MockAgent, NoopAgent,
-    OracleAgent, SANDBOX_FAILED, StreamEvent,
+    CodingAgent, CodingResult, CodingTask, CommandAgent, MockAgent, NoopAgent, OracleAgent,
+    SANDBOX_FAILED, StreamEvent,
 };
 use crate::delta::{
     ContainerCapture, DiffStats, FreshWorkspace, MutationPlan, TaskProbe, commit_setup, mutate,
@@ -505,7 +505,9 @@ pub async fn run_trial(
     record.preparation_ms =
         (lifecycle.count(Phase::Prepare) > 0).then_some(preparation.as_millis() as u64);
     record.duration_ms = started.elapsed().saturating_sub(preparation).as_millis() as u64;
-    if cancel.is_cancelled() && record.status == Some(CodingStatus::Aborted) {
+    // Cancelled while it ran: the run aborted it, or a job engine's SIGTERM (scancel,
+    // preemption) reached its agent or verify command directly, so its end is no verdict.
+    if cancel.is_cancelled() {
         record.mark_interrupted();
     }
     let result: Option<CodingResult> = result_json
