@@ -448,6 +448,16 @@ fn k8s_manifests_are_valid_indexed_jobs() {
             stderr(&output)
         );
     }
+    // A resubmission applies a renamed copy of the Indexed Job: valid too.
+    let output = deltabench(root)
+        .args(["submit", "k8s", "--resume", "k", "--dry-run"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let again = root.join("k/k8s/deltabench-cluster-r1.yaml");
+    let text = std::fs::read_to_string(&again).unwrap();
+    assert!(text.contains("name: \"deltabench-cluster-r1\""), "{text}");
+    assert!(validate(&again).status.success());
     let broken = root.join("broken.yaml");
     std::fs::write(
         &broken,
