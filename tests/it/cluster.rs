@@ -70,7 +70,10 @@ impl Slurm {
 
     /// Starts the daemons; None (the test skipped, or failed under CI) when they cannot start.
     fn start(test: &str, state: &Path) -> Option<Self> {
+        // Ports of this process's own, so two test runs on one machine do not meet.
+        let port = 20_000 + (std::process::id() % 10_000) * 2;
         let output = Command::new("bash")
+            .env("DELTABENCH_SLURM_PORT", port.to_string())
             .arg(Self::script())
             .arg("up")
             .arg(state)
