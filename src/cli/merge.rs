@@ -28,6 +28,19 @@ pub(super) fn inputs(given: &[PathBuf]) -> Result<Inputs, CliError> {
     {
         let set = shards::shard_dirs(parent).map_err(|e| CliError::new(ErrorKind::Usage, e))?;
         let progress = shards::progress(parent, set.total, &|_| false);
+        // A folder is taken for the shard its name says: one holding another shard's run
+        // (renamed, copied over) would be counted twice or stand in for a missing one.
+        if let Some(p) = progress.iter().find(|p| p.misnamed.is_some()) {
+            let held = p
+                .misnamed
+                .flatten()
+                .map_or("an unsharded run".to_owned(), |s| format!("shard {s}"));
+            return Err(CliError::usage(format!(
+                "{} holds {held}, not shard {}: put each shard's run in the folder of its own number",
+                p.dir.display(),
+                p.shard
+            )));
+        }
         let dirs = progress
             .iter()
             .filter(|p| p.planned.is_some())

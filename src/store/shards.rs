@@ -294,6 +294,8 @@ pub struct ShardProgress {
     pub eta_secs: Option<u64>,
     /// Why the shard's folder could not be read, if it could not.
     pub unreadable: Option<String>,
+    /// The shard its manifest says it ran, when it is not the one its folder's name says.
+    pub misnamed: Option<Option<Shard>>,
 }
 
 impl ShardProgress {
@@ -333,6 +335,7 @@ fn shard_progress(shard: Shard, dir: PathBuf, this_host: &str, live: bool) -> Sh
         host: String::new(),
         eta_secs: None,
         unreadable: None,
+        misnamed: None,
     };
     if !dir.join(super::layout::MANIFEST).exists() {
         return progress;
@@ -346,6 +349,9 @@ fn shard_progress(shard: Shard, dir: PathBuf, this_host: &str, live: bool) -> Sh
         }
     };
     let manifest = &run.manifest;
+    if manifest.shard != Some(shard) {
+        progress.misnamed = Some(manifest.shard);
+    }
     let done: Vec<_> = run.trials.iter().filter(|r| !r.interrupted).collect();
     progress.planned = Some(manifest.planned_trials);
     progress.recorded = done.len();

@@ -529,10 +529,14 @@ fn submit_without_the_engine_client_says_what_to_install() {
     );
     assert!(!root.join("o").exists(), "nothing written");
 
-    let output = submit("slurm", &["--dry-run"]);
+    let output = submit("slurm", &["--dry-run", "--cpus", "2", "--memory", "4G"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let script = std::fs::read_to_string(root.join("o/slurm/shards.sbatch")).unwrap();
     assert!(script.contains("#SBATCH --array=1-2"), "{script}");
+    assert!(
+        script.contains("#SBATCH --cpus-per-task=2\n#SBATCH --mem=4G\n"),
+        "{script}"
+    );
     assert!(script.contains("--shard auto --shards 2 --out"), "{script}");
     let output = submit("slurm", &["--dry-run"]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));

@@ -474,6 +474,22 @@ fn shard_auto_folders_status_and_merge_of_the_parent() {
     );
     assert_eq!(trials(&root.join("set/shard-1-of-3")).len(), before);
 
+    // A folder holding another shard's run is refused, naming both.
+    std::fs::rename(root.join("set/shard-2-of-3"), root.join("kept")).unwrap();
+    copy(
+        &root.join("set/shard-1-of-3"),
+        &root.join("set/shard-2-of-3"),
+    );
+    let merged = engine(root, &[], &["merge", "set", "--out", "other"]);
+    assert_eq!(merged.status.code(), Some(2), "{}", stderr(&merged));
+    assert!(
+        stderr(&merged).contains("set/shard-2-of-3 holds shard 1/3, not shard 2/3"),
+        "{}",
+        stderr(&merged)
+    );
+    std::fs::remove_dir_all(root.join("set/shard-2-of-3")).unwrap();
+    std::fs::rename(root.join("kept"), root.join("set/shard-2-of-3")).unwrap();
+
     // A shard folder of another plan among them is refused, as with named inputs.
     let (output, _) = run(root, "set/shard-2-of-3-other", &["--shard", "2/3"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
@@ -562,4 +578,14 @@ fn shard_auto_outside_an_engine_or_contradicted_is_a_usage_error() {
         manifest(&root.join("out/shard-2-of-2"))["shard"]["index"],
         2
     );
+}
+
+fn copy(from: &Path, to: &Path) {
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success());
 }
