@@ -51,10 +51,31 @@ pub(super) enum Command {
     /// Combine the run directories of `run --shard I/N` into one run directory.
     ///
     /// The inputs must be shards of the same plan (same suite, agent configs, trials per task
-    /// and tasks), each shard once; the result reads like the unsharded run.
+    /// and tasks), each shard once; the result reads like the unsharded run. A shard that is
+    /// missing or stopped without finishing is named (exit 3); finish it (`deltabench resume
+    /// SHARD_DIR`, `deltabench submit ENGINE --resume DIR`) and merge again.
     Merge(MergeArgs),
     /// Print the JSON Schema of the suite file.
     Schema,
+    /// Submit a sharded run to a cluster's job engine: a Slurm job array or a Kubernetes
+    /// Indexed Job, one task per shard, and a merge once every shard has ended.
+    ///
+    /// Writes the job script (Slurm) or manifests (Kubernetes) into OUT, where they stay to
+    /// be read and edited; submits them (`sbatch`, `kubectl apply`); prints the job ids and
+    /// the command to watch (`deltabench status OUT`). Each shard runs `deltabench run SUITE
+    /// --shard auto --shards N --out OUT` and writes OUT/shard-I-of-N/; the merge writes
+    /// OUT/merged. OUT must be a folder every node mounts. `--resume OUT` resubmits only the
+    /// shards that stopped without finishing (each finishes what it had recorded).
+    ///
+    /// Each node needs the deltabench binary at the same path (--deltabench), git, the
+    /// container runtime the suite's environments use, and the suite's folder at the same
+    /// path; `deltabench prepare SUITE` on a node builds its images ahead of the run.
+    Submit(Box<SubmitArgs>),
+    /// Show how far a submitted or sharded run got: per shard planned, recorded and passed
+    /// trials, whether it runs, its ETA, and the shards that stopped without finishing.
+    ///
+    /// DIR is the folder the shards share (`submit --out`, `run --shard auto --out`).
+    Status(StatusArgs),
     /// Compare a candidate with a baseline, task by task, and say whether it regressed.
     ///
     /// Either two run directories (BASE CANDIDATE; `--agent` picks the agent when a run holds
@@ -153,6 +174,24 @@ pub(super) struct Places {
         value_parser = parse_size
     )]
     pub(super) cache_max: Option<u64>,
+}
+
+/// `--shard`: a fixed slice, or `auto` (from the job engine's environment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ShardArg {
+    Fixed(store::Shard),
+    Auto,
+}
+
+impl std::str::FromStr for ShardArg {
+    type Err = store::ShardParseError;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        if value == "auto" {
+            return Ok(Self::Auto);
+        }
+        value.parse().map(Self::Fixed)
+    }
 }
 
 fn parse_size(value: &str) -> Result<u64, String> {
@@ -358,8 +397,25 @@ pub(super) struct RunArgs {
     pub(super) tag: Vec<String>,
     /// Run only shard I of N (1-based): a fixed slice of the trials, chosen by a hash of
     /// (task, agent, trial). Combine the shards with `deltabench merge`.
-    #[arg(long, value_name = "I/N")]
-    pub(super) shard: Option<store::Shard>,
+    ///
+    /// `auto` reads the slice from the job engine: a Slurm array task
+    /// (SLURM_ARRAY_TASK_ID relative to SLURM_ARRAY_TASK_MIN, of SLURM_ARRAY_TASK_COUNT), a
+    /// Kubernetes Indexed Job's pod (JOB_COMPLETION_INDEX + 1, of --shards N), or
+    /// DELTABENCH_SHARD=I/N (a CI matrix). With auto, --out DIR is the folder every shard
+    /// shares: the shard writes DIR/shard-I-of-N/ (and finishes it, as `resume`, when an
+    /// earlier attempt left it unfinished); `deltabench merge DIR` merges them.
+    #[arg(long, value_name = "I/N|auto")]
+    pub(super) shard: Option<ShardArg>,
+    /// With --shard auto: the number of shards, where the engine does not say it (a
+    /// Kubernetes Indexed Job); with it, a Slurm array's task ids are the shard numbers 1..N.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "DELTABENCH_SHARDS",
+        requires = "shard",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub(super) shards: Option<u32>,
     /// The run directory [default: reports/<suite>-<UTC timestamp>].
     #[arg(long, value_name = "DIR")]
     pub(super) out: Option<PathBuf>,
@@ -386,7 +442,7 @@ pub(super) struct RunArgs {
         long,
         value_name = "RUN_DIR",
         help_heading = "Retries and resuming",
-        conflicts_with_all = ["suite_path", "out", "shard", "baseline", "agent", "task", "tag", "trials", "keep_workspaces", "record", "replay"]
+        conflicts_with_all = ["suite_path", "out", "shard", "shards", "baseline", "agent", "task", "tag", "trials", "keep_workspaces", "record", "replay"]
     )]
     pub(super) resume: Option<PathBuf>,
     #[command(flatten, next_help_heading = "Retries and resuming")]
@@ -424,14 +480,143 @@ pub(super) struct PrepareArgs {
     pub(super) task: Vec<String>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum Engine {
+    /// A Slurm job array (`sbatch --array=1-N`) and a merge job `--dependency=afterany`.
+    Slurm,
+    /// A Kubernetes Indexed Job (`completionMode: Indexed`) and a merge Job.
+    K8s,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    override_usage = "deltabench submit <ENGINE> <SUITE> --shards <N> --out <DIR> [RUN OPTIONS] [ENGINE OPTIONS]\n       \
+                      deltabench submit <ENGINE> --resume <DIR>"
+)]
+pub(super) struct SubmitArgs {
+    #[arg(value_name = "ENGINE", value_enum)]
+    pub(super) engine: Engine,
+    /// A suite file, or a folder holding suite.yaml (Kubernetes: its path inside the image is
+    /// --k8s-suite).
+    #[arg(value_name = "SUITE", required_unless_present = "resume")]
+    pub(super) suite_path: Option<PathBuf>,
+    /// The number of shards: one array task or pod each.
+    #[arg(long, value_name = "N", required_unless_present = "resume", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(super) shards: Option<u32>,
+    /// The folder the shards share: job scripts, logs, shard-I-of-N/ and merged/. Slurm: a
+    /// folder every node mounts at the same path.
+    #[arg(long, value_name = "DIR", required_unless_present = "resume")]
+    pub(super) out: Option<PathBuf>,
+    /// Resubmit the shards of the run submitted into DIR that stopped without finishing
+    /// (never started, cancelled, died), then a merge; the others are left alone.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["suite_path", "shards", "out"])]
+    pub(super) resume: Option<PathBuf>,
+    /// Write the job script or manifests without submitting them.
+    #[arg(long)]
+    pub(super) dry_run: bool,
+    /// A YAML file with a top-level `agents:` map (passed to each shard's `run`).
+    #[arg(long, value_name = "FILE", help_heading = "Run options")]
+    pub(super) agents: Option<PathBuf>,
+    /// Run only this agent (repeatable).
+    #[arg(long = "agent", value_name = "NAME", help_heading = "Run options")]
+    pub(super) agent: Vec<String>,
+    /// Trials per (task, agent).
+    #[arg(long, value_name = "N", help_heading = "Run options")]
+    pub(super) trials: Option<u32>,
+    /// Run only this task (repeatable).
+    #[arg(long = "task", value_name = "ID", help_heading = "Run options")]
+    pub(super) task: Vec<String>,
+    /// Run only tasks with this tag (repeatable).
+    #[arg(long = "tag", value_name = "TAG", help_heading = "Run options")]
+    pub(super) tag: Vec<String>,
+    /// Trials at once in each shard [default: the node's cores].
+    #[arg(
+        short = 'j',
+        long = "jobs",
+        value_name = "N",
+        help_heading = "Run options"
+    )]
+    pub(super) jobs: Option<usize>,
+    /// Run an `infra_error` trial again up to N times.
+    #[arg(long, value_name = "N", help_heading = "Run options")]
+    pub(super) retries: Option<u32>,
+    /// Each node's workspace folder (node-local; a tmpfs is fastest) [default: the node's
+    /// temp dir].
+    #[arg(long, value_name = "DIR", help_heading = "Run options")]
+    pub(super) workdir: Option<PathBuf>,
+    /// Each node's cache of prepared sources and templates [default: WORKDIR/deltabench-cache].
+    #[arg(long, value_name = "DIR", help_heading = "Run options")]
+    pub(super) cache: Option<PathBuf>,
+    /// The deltabench binary on the nodes [default: this binary's path].
+    #[arg(long, value_name = "PATH", help_heading = "Engine options")]
+    pub(super) deltabench: Option<PathBuf>,
+    /// CPUs per shard (Slurm --cpus-per-task; Kubernetes requests.cpu).
+    #[arg(long, value_name = "N", help_heading = "Engine options")]
+    pub(super) cpus: Option<u32>,
+    /// Memory per shard, e.g. 8G (Slurm --mem; Kubernetes requests and limits, as 8Gi).
+    #[arg(long, value_name = "SIZE", help_heading = "Engine options")]
+    pub(super) memory: Option<String>,
+    /// Slurm: an option for both sbatch calls, e.g. --sbatch-arg=--partition=gpu (repeatable).
+    #[arg(
+        long = "sbatch-arg",
+        value_name = "ARG",
+        allow_hyphen_values = true,
+        help_heading = "Engine options"
+    )]
+    pub(super) sbatch_args: Vec<String>,
+    /// Kubernetes: the image holding deltabench, git and the suite (required for k8s).
+    #[arg(long, value_name = "IMAGE", help_heading = "Engine options")]
+    pub(super) k8s_image: Option<String>,
+    /// Kubernetes: the suite's path inside the image.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/suite",
+        help_heading = "Engine options"
+    )]
+    pub(super) k8s_suite: String,
+    /// Kubernetes: the namespace of the Jobs.
+    #[arg(long, value_name = "NS", help_heading = "Engine options")]
+    pub(super) namespace: Option<String>,
+    /// Kubernetes: the ReadWriteMany volume claim every pod mounts for the results.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "deltabench-results",
+        help_heading = "Engine options"
+    )]
+    pub(super) claim: String,
+    /// Kubernetes: where the claim is mounted in the pods (the shards' --out).
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/results",
+        help_heading = "Engine options"
+    )]
+    pub(super) mount: String,
+    /// Kubernetes: pods at once [default: all shards].
+    #[arg(long, value_name = "N", help_heading = "Engine options")]
+    pub(super) parallelism: Option<u32>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct StatusArgs {
+    /// The folder the shards share.
+    #[arg(value_name = "DIR")]
+    pub(super) dir: PathBuf,
+}
+
 #[derive(Debug, clap::Args)]
 pub(super) struct MergeArgs {
-    /// Run directories written by `deltabench run --shard I/N`.
+    /// Run directories written by `deltabench run --shard I/N`; or one folder holding
+    /// shard-I-of-N folders (`run --shard auto --out DIR`, `deltabench submit`).
     #[arg(value_name = "RUN_DIR", required = true)]
     pub(super) inputs: Vec<PathBuf>,
-    /// The merged run directory (must not hold a run yet).
+    /// The merged run directory: one that holds no run, or an earlier merge of the same plan
+    /// holding no trial the new merge lacks, which is replaced (merging again is safe)
+    /// [default with a shard folder DIR: DIR/merged].
     #[arg(long, value_name = "DIR")]
-    pub(super) out: PathBuf,
+    pub(super) out: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

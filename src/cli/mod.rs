@@ -18,6 +18,8 @@ mod report;
 mod reporter;
 mod resume;
 mod run;
+mod status;
+mod submit;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -97,6 +99,8 @@ async fn dispatch(cli: Cli) -> Result<Exit, CliError> {
         Command::Prepare(args) => prepare::prepare(args),
         Command::Report(args) => report::report(args),
         Command::Merge(args) => merge::merge(args),
+        Command::Submit(args) => submit::submit(*args),
+        Command::Status(args) => status::status(&args.dir),
         Command::Schema => {
             let schema = serde_json::to_string_pretty(&suite::json_schema()).unwrap_or_default();
             print_stdout(&format!("{schema}\n"));

@@ -6,6 +6,7 @@ use super::args::{GateArgs, ReportArgs, ReportFormat};
 use super::exit::Exit;
 use super::{CliError, ErrorKind, compare, print_stdout, read_run_dir};
 use crate::report;
+use crate::store;
 
 pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
     if !(0.5..1.0).contains(&args.confidence) {
@@ -37,7 +38,26 @@ pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
             "--ablation replaces the summary the --baseline comparison goes with: use one at a time, or --format html for both",
         ));
     }
-    let run = read_run_dir(&args.run_dir)?;
+    let run = if super::merge::is_shard_parent(&args.run_dir) {
+        shards_so_far(&args.run_dir)?
+    } else {
+        let run = read_run_dir(&args.run_dir)?;
+        let done = run.trials.iter().filter(|r| !r.interrupted).count();
+        if done < run.manifest.planned_trials {
+            eprintln!(
+                "note: {} holds {done} of its {} planned trials ({}): this report covers those only; `deltabench resume {}` runs the rest",
+                args.run_dir.display(),
+                run.manifest.planned_trials,
+                if run.manifest.finished_at.is_some() {
+                    "the run was interrupted"
+                } else {
+                    "the run is still running or died"
+                },
+                args.run_dir.display()
+            );
+        }
+        run
+    };
     let run =
         report::select_agents(&run, &args.agent).map_err(|e| CliError::new(ErrorKind::Usage, e))?;
     let agents: Vec<String> = run.manifest.agents.keys().cloned().collect();
@@ -110,4 +130,41 @@ pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
         None => print_stdout(&text),
     }
     Ok(Exit::Ok)
+}
+
+/// A folder of shard folders, some unfinished: the trials recorded so far, as one run (nothing
+/// written), and a note on stderr of what is missing.
+fn shards_so_far(parent: &std::path::Path) -> Result<store::StoredRun, CliError> {
+    let inputs = super::merge::inputs(&[parent.to_owned()])?;
+    let progress = inputs
+        .shards
+        .as_ref()
+        .map(|(_, p)| p.as_slice())
+        .unwrap_or(&[]);
+    let missing = super::merge::unfinished_lines(progress);
+    if inputs.dirs.is_empty() {
+        return Err(CliError::usage(format!(
+            "{}: no shard has written a run yet:\n  {}",
+            parent.display(),
+            missing.join("\n  ")
+        )));
+    }
+    let gathered = store::gather(&inputs.dirs).map_err(super::merge::merge_error)?;
+    let mut manifest = gathered.manifest;
+    let trials: Vec<_> = gathered.records.into_iter().map(|(_, r)| r).collect();
+    let done = trials.iter().filter(|r| !r.interrupted).count();
+    if !missing.is_empty() || done < manifest.planned_trials {
+        eprintln!(
+            "note: {} holds {done} of the plan's {} trials so far; this report covers those only. Missing:\n  {}",
+            parent.display(),
+            manifest.planned_trials,
+            missing.join("\n  ")
+        );
+    }
+    manifest.interrupted = !missing.is_empty();
+    Ok(store::StoredRun {
+        path: parent.to_owned(),
+        manifest,
+        trials,
+    })
 }

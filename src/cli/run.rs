@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use tokio_util::sync::CancellationToken;
 
-use super::args::{GateArgs, RunArgs};
+use super::args::{GateArgs, RunArgs, ShardArg};
 use super::exit::Exit;
 use super::reporter::TerminalReporter;
 use super::{
@@ -28,6 +28,18 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         // clap requires SUITE unless --resume is given.
         (None, None) => return Err(CliError::usage("name a SUITE to run")),
     };
+    let (shard, out) = resolve_shard(&args)?;
+    if let Some(dir) = &out
+        && shard.is_some()
+        && dir.join(store::layout::MANIFEST).exists()
+    {
+        // An earlier attempt at this shard (a requeued array task, a retried pod): finish it.
+        eprintln!(
+            "{} holds this shard's earlier attempt: finishing it (as `deltabench resume`)",
+            dir.display()
+        );
+        return resume::resume(dir, &args.resume_options, args.suite.jobs).await;
+    }
     let suite = load_suite(suite_path, &args.suite)?;
     let workdir = workdir(&args.suite)?;
     let request = RunRequest {
@@ -39,7 +51,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         cache: cache_dir(&args.suite, &workdir),
         workdir,
         keep_workspaces: args.keep_workspaces,
-        shard: args.shard,
+        shard,
         agents_file: args
             .suite
             .agents
@@ -56,7 +68,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
     if let Some(recorded) = &args.replay {
         runner::check_replayable(recorded, &plan).map_err(|e| CliError::usage(e.to_string()))?;
     }
-    if let Some(shard) = args.shard {
+    if let Some(shard) = shard {
         match plan.trials.len() {
             0 => eprintln!(
                 "shard {shard} holds none of the plan's {} trials: writing an empty run directory",
@@ -69,7 +81,12 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         }
     }
     let baseline = args.baseline.as_deref().map(read_run_dir).transpose()?;
-    let out = args.out.unwrap_or_else(|| default_out(&suite.name));
+    let out = out.unwrap_or_else(|| match shard {
+        Some(shard) if matches!(args.shard, Some(ShardArg::Auto)) => {
+            default_out(&suite.name).join(store::shards::dir_name(shard))
+        }
+        _ => default_out(&suite.name),
+    });
     let mut reporter =
         TerminalReporter::new(std::io::stderr().is_terminal()).noting(unvalidated_note(&plan));
     let outcome = runner::execute(&plan, &out, &mut reporter, CancellationToken::new()).await?;
@@ -80,6 +97,45 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         reporter.tally(),
         baseline.as_ref().map(|b| (b, &args.gate)),
     )
+}
+
+/// The shard to run and the run directory: `--shard auto` reads the engine's variables and
+/// puts the shard's run in `OUT/shard-I-of-N`.
+fn resolve_shard(args: &RunArgs) -> Result<(Option<store::Shard>, Option<PathBuf>), CliError> {
+    let total_from = || {
+        let from = if std::env::var_os("DELTABENCH_SHARDS").is_some() {
+            "DELTABENCH_SHARDS"
+        } else {
+            "--shards"
+        };
+        args.shards.map(|n| (n, from))
+    };
+    match args.shard {
+        None => Ok((None, args.out.clone())),
+        Some(ShardArg::Fixed(shard)) => {
+            if let Some((n, from)) = total_from()
+                && n != shard.total
+            {
+                return Err(CliError::usage(format!(
+                    "--shard {shard} and {from} {n} disagree on the number of shards"
+                )));
+            }
+            Ok((Some(shard), args.out.clone()))
+        }
+        Some(ShardArg::Auto) => {
+            let shard = store::shards::resolve_auto(|name| std::env::var(name).ok(), total_from())
+                .map_err(|e| {
+                    CliError::new(ErrorKind::Usage, e).hint(
+                        "`--shard auto` is for a job engine's tasks; elsewhere give the slice, e.g. --shard 2/4",
+                    )
+                })?;
+            let out = args
+                .out
+                .as_ref()
+                .map(|dir| dir.join(store::shards::dir_name(shard)));
+            Ok((Some(shard), out))
+        }
+    }
 }
 
 /// Which tasks run without validated evidence: their trials get the output checks only.

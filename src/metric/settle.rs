@@ -29,7 +29,8 @@ pub struct TrialFacts<'a> {
     pub reached: Reached<'a>,
     /// A replay that left its recording: it measured nothing the recording did.
     pub replay_mismatch: Option<String>,
-    /// The run was interrupted and the agent's run was aborted by it.
+    /// The run was cancelled while the trial ran (its agent aborted, or a job engine's SIGTERM
+    /// reached its commands directly).
     pub interrupted: bool,
     /// The trial's files could not be rid of its secrets.
     pub unredacted: Option<String>,

@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::harness::{Endpoint, HarnessAgent, find_program};
 use crate::agent::{
-    CodingAgent, CodingResult, CodingStatus, CodingTask, CommandAgent, MockAgent, NoopAgent,
-    OracleAgent, SANDBOX_FAILED, StreamEvent,
+    CodingAgent, CodingResult, CodingTask, CommandAgent, MockAgent, NoopAgent, OracleAgent,
+    SANDBOX_FAILED, StreamEvent,
 };
 use crate::delta::{
     ContainerCapture, DiffStats, FreshWorkspace, MutationPlan, TaskProbe, commit_setup, mutate,
@@ -184,7 +184,9 @@ pub async fn run_trial(
             .as_ref()
             .and_then(|l| l.stop().tripped())
             .filter(|r| crate::agent::is_replay_mismatch(r)),
-        interrupted: cancel.is_cancelled() && record.status == Some(CodingStatus::Aborted),
+        // Cancelled while it ran: the run aborted it, or a job engine's SIGTERM (scancel,
+        // preemption) reached its agent or verify command directly: its end is no verdict.
+        interrupted: cancel.is_cancelled(),
         unredacted,
     });
     record.settle(settled);

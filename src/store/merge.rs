@@ -86,8 +86,21 @@ pub struct Merged {
     pub interrupted: Vec<PathBuf>,
 }
 
-/// Merges the run directories `inputs` (shards of one plan) into a new run directory `out`.
-pub fn merge_runs(inputs: &[PathBuf], out: &Path) -> Result<Merged, MergeError> {
+/// The checked inputs of a merge and the merged run, not written yet: what `merge` writes and
+/// what `report` shows of an unfinished set of shards.
+#[derive(Debug, Clone)]
+pub struct Gathered {
+    pub manifest: Manifest,
+    /// Each record with the run directory holding its folder, in plan order.
+    pub records: Vec<(PathBuf, TrialRecord)>,
+    pub inputs: Vec<(PathBuf, Option<Shard>, usize)>,
+    pub missing_shards: Vec<u32>,
+    pub interrupted: Vec<PathBuf>,
+}
+
+/// Reads and checks the run directories `inputs` (shards of one plan) and puts their records
+/// in plan order; nothing is written.
+pub fn gather(inputs: &[PathBuf]) -> Result<Gathered, MergeError> {
     let runs: Vec<StoredRun> = inputs
         .iter()
         .map(|path| read_run(path))
@@ -132,14 +145,11 @@ pub fn merge_runs(inputs: &[PathBuf], out: &Path) -> Result<Merged, MergeError> 
             }
         }
     }
-    if out.join(layout::TRIALS_LOG).exists() || out.join(layout::MANIFEST).exists() {
-        return Err(MergeError::OutHoldsRun(out.to_owned()));
-    }
 
     let manifest = merged_manifest(&runs);
-    let mut records: Vec<(&Path, &TrialRecord)> = runs
+    let mut records: Vec<(PathBuf, TrialRecord)> = runs
         .iter()
-        .flat_map(|run| run.trials.iter().map(|r| (run.path.as_path(), r)))
+        .flat_map(|run| run.trials.iter().map(|r| (run.path.clone(), r.clone())))
         .collect();
     // Plan order (task, then agent, then trial), as an unsharded run schedules them.
     let (tasks, agents) = (ranks(manifest.tasks.iter()), ranks(manifest.agents.keys()));
@@ -147,31 +157,13 @@ pub fn merge_runs(inputs: &[PathBuf], out: &Path) -> Result<Merged, MergeError> 
     let at = |ranks: &HashMap<&str, usize>, name: &str| ranks.get(name).map_or(usize::MAX, |&i| i);
     records.sort_by_key(|(_, r)| (at(&tasks, &r.task), at(&agents, &r.agent), r.trial));
 
-    let write_err = |path: &Path| {
-        let path = path.to_owned();
-        move |source| MergeError::Write { path, source }
-    };
-    let mut store = RunDir::create(out).map_err(write_err(out))?;
-    for (input, record) in &records {
-        let to = store
-            .trial_dir(&record.task, &record.agent, record.trial)
-            .map_err(write_err(out))?;
-        copy_tree(&layout::record_path(input, record), &to).map_err(write_err(&to))?;
-        store.append(record).map_err(write_err(out))?;
-    }
-    // Written last: a merge that failed part-way leaves no manifest, so no readable run.
-    store
-        .write_manifest(&manifest)
-        .map_err(write_err(&out.join(layout::MANIFEST)))?;
-
     let missing_shards = match first.manifest.shard {
         Some(shard) => (1..=shard.total)
             .filter(|&index| !shards.contains_key(&Some(Shard { index, ..shard })))
             .collect(),
         None => Vec::new(),
     };
-    Ok(Merged {
-        records: records.into_iter().map(|(_, r)| r.clone()).collect(),
+    Ok(Gathered {
         inputs: runs
             .iter()
             .map(|r| (r.path.clone(), r.manifest.shard, r.trials.len()))
@@ -182,8 +174,89 @@ pub fn merge_runs(inputs: &[PathBuf], out: &Path) -> Result<Merged, MergeError> 
             .filter(|r| unfinished(&r.manifest))
             .map(|r| r.path.clone())
             .collect(),
+        records,
         manifest,
     })
+}
+
+/// Merges the run directories `inputs` (shards of one plan) into a new run directory `out`.
+///
+/// An `out` that holds an earlier merge of the same plan is replaced when the new merge holds
+/// every trial it held (merging again after a shard was finished, or the same inputs again);
+/// anything else there is refused.
+pub fn merge_runs(inputs: &[PathBuf], out: &Path) -> Result<Merged, MergeError> {
+    let gathered = gather(inputs)?;
+    let replace = out.join(layout::TRIALS_LOG).exists() || out.join(layout::MANIFEST).exists();
+    if replace && !replaceable(out, &gathered) {
+        return Err(MergeError::OutHoldsRun(out.to_owned()));
+    }
+    let write_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| MergeError::Write { path, source }
+    };
+    // An earlier merge is replaced whole, only once the new one is written.
+    let target = if replace {
+        let name = out.file_name().map(|n| n.to_string_lossy().into_owned());
+        let tmp = out.with_file_name(format!(
+            ".{}.merging-{}",
+            name.unwrap_or_default(),
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&tmp);
+        tmp
+    } else {
+        out.to_owned()
+    };
+    let mut store = RunDir::create(&target).map_err(write_err(out))?;
+    for (input, record) in &gathered.records {
+        let to = store
+            .trial_dir(&record.task, &record.agent, record.trial)
+            .map_err(write_err(out))?;
+        copy_tree(&layout::record_path(input, record), &to).map_err(write_err(&to))?;
+        store.append(record).map_err(write_err(out))?;
+    }
+    // Written last: a merge that failed part-way leaves no manifest, so no readable run.
+    store
+        .write_manifest(&gathered.manifest)
+        .map_err(write_err(&out.join(layout::MANIFEST)))?;
+    if replace {
+        let old = target.with_extension("old");
+        fs::rename(out, &old).map_err(write_err(out))?;
+        fs::rename(&target, out).map_err(write_err(out))?;
+        fs::remove_dir_all(&old).map_err(write_err(&old))?;
+    }
+    let Gathered {
+        manifest,
+        records,
+        inputs,
+        missing_shards,
+        interrupted,
+    } = gathered;
+    Ok(Merged {
+        records: records.into_iter().map(|(_, r)| r).collect(),
+        inputs,
+        missing_shards,
+        interrupted,
+        manifest,
+    })
+}
+
+/// Whether `out` holds an earlier merge of the plan `gathered` is, all of whose trials it holds.
+fn replaceable(out: &Path, gathered: &Gathered) -> bool {
+    let Ok(old) = read_run(out) else {
+        return false;
+    };
+    let (a, b) = (&old.manifest, &gathered.manifest);
+    if a.merged_from.is_empty()
+        || a.suite_digest != b.suite_digest
+        || a.tasks != b.tasks
+        || a.agents != b.agents
+        || a.trials_per_task != b.trials_per_task
+    {
+        return false;
+    }
+    let new: BTreeSet<(&str, &str, u32)> = gathered.records.iter().map(|(_, r)| r.key()).collect();
+    old.trials.iter().all(|r| new.contains(&r.key()))
 }
 
 /// Refuses `run` unless it was planned exactly like `first`.

@@ -7,6 +7,7 @@ pub mod layout;
 mod lease;
 mod merge;
 mod request;
+pub mod shards;
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -21,7 +22,7 @@ use crate::delta::DiffStats;
 use crate::metric::{Judgement, Settled};
 
 pub use lease::{FoundLease, HeldLease, Lease, Reaped, leases, reap, registered_caches};
-pub use merge::{MergeError, Merged, merge_runs};
+pub use merge::{Gathered, MergeError, Merged, gather, merge_runs};
 pub use request::{RunRequest, Shard, ShardParseError};
 
 /// A trial's outcome.

@@ -431,10 +431,17 @@ fn shards_then_merge() {
         "merge",
         &mut cli.command(&["merge", "shard1", "shard2", "--out", "merged"])
     );
+    // Merging again is safe: the earlier merge of the same trials is replaced.
+    deltabench_snapshot!(
+        cli,
+        "merge_again",
+        &mut cli.command(&["merge", "shard1", "shard2", "--out", "merged"])
+    );
+    // A merge that would drop trials the earlier one holds is refused.
     deltabench_snapshot!(
         cli,
         "merge_out_in_use",
-        &mut cli.command(&["merge", "shard1", "shard2", "--out", "merged"])
+        &mut cli.command(&["merge", "shard1", "--out", "merged"])
     );
     deltabench_snapshot!(
         cli,

@@ -3,6 +3,7 @@
 mod agents;
 mod assertions;
 mod cli;
+mod cluster;
 mod common;
 mod compare;
 mod container_delta;

@@ -353,3 +353,239 @@ fn merge_refuses_a_record_off_the_plan_naming_the_line() {
         stdout(&output)
     );
 }
+
+/// `deltabench ARGS` in `root` with no job engine's variables but `vars`.
+fn engine(root: &Path, vars: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut command = deltabench(root);
+    for name in [
+        "SLURM_ARRAY_TASK_ID",
+        "SLURM_ARRAY_TASK_MIN",
+        "SLURM_ARRAY_TASK_MAX",
+        "SLURM_ARRAY_TASK_COUNT",
+        "JOB_COMPLETION_INDEX",
+        "DELTABENCH_SHARD",
+        "DELTABENCH_SHARDS",
+    ] {
+        command.env_remove(name);
+    }
+    command
+        .envs(vars.iter().copied())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// `run --shard auto` as a CI matrix does it: each shard finds its slice in DELTABENCH_SHARD
+/// and writes DIR/shard-I-of-N; a shard never started is named by `status`, `merge DIR` and
+/// `report DIR`; once it ran, `merge DIR` is complete and equals the unsharded run, and
+/// merging again changes nothing. A shard run again finishes its folder, never starts over.
+#[test]
+fn shard_auto_folders_status_and_merge_of_the_parent() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    six_task_suite(root);
+    std::fs::create_dir_all(root.join("work")).unwrap();
+    let (output, full) = run(root, "full", &["--trials", "2"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let auto = |i: u32| {
+        engine(
+            root,
+            &[("DELTABENCH_SHARD", &format!("{i}/3"))],
+            &[
+                "run",
+                "suite.yaml",
+                "--trials",
+                "2",
+                "-j",
+                "2",
+                "--workdir",
+                "work",
+                "--shard",
+                "auto",
+                "--out",
+                "set",
+            ],
+        )
+    };
+    for i in [1, 3] {
+        let output = auto(i);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert!(
+            root.join(format!("set/shard-{i}-of-3/manifest.json"))
+                .is_file(),
+            "{}",
+            stderr(&output)
+        );
+    }
+    let status = engine(root, &[], &["status", "set"]);
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+    let text = stdout(&status);
+    assert!(text.contains("2/3    not started"), "{text}");
+    assert!(text.contains("1/3    finished"), "{text}");
+    assert!(
+        text.contains("shard 2/3 (set/shard-2-of-3): never started, no run directory"),
+        "{text}"
+    );
+
+    let merged = engine(root, &[], &["merge", "set"]);
+    assert_eq!(merged.status.code(), Some(3), "{}", stderr(&merged));
+    assert!(
+        stderr(&merged).contains("shard 2/3 (set/shard-2-of-3): never started"),
+        "{}",
+        stderr(&merged)
+    );
+    let report = engine(root, &[], &["report", "set", "--format", "json"]);
+    assert_eq!(report.status.code(), Some(0), "{}", stderr(&report));
+    assert!(
+        stderr(&report).contains("shard 2/3 (set/shard-2-of-3): never started"),
+        "{}",
+        stderr(&report)
+    );
+    let partial: Value = serde_json::from_str(&stdout(&report)).unwrap();
+    assert!(partial.is_object(), "{partial}");
+
+    let output = auto(2);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    for _ in 0..2 {
+        // The second merge replaces the first: merging is idempotent.
+        let merged = engine(root, &[], &["merge", "set"]);
+        assert_eq!(merged.status.code(), Some(0), "{}", stderr(&merged));
+        assert!(
+            stdout(&merged).contains("merged 24 of 24 planned trials into set/merged"),
+            "{}",
+            stdout(&merged)
+        );
+        assert_eq!(outcomes(&root.join("set/merged")), outcomes(&full));
+    }
+    let text = stdout(&engine(root, &[], &["status", "set"]));
+    assert!(
+        text.contains("every shard finished; merged into set/merged"),
+        "{text}"
+    );
+
+    // A shard started again (a requeued job) finishes its folder: nothing is run twice.
+    let before = trials(&root.join("set/shard-1-of-3")).len();
+    let output = auto(1);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("holds this shard's earlier attempt: finishing it"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(trials(&root.join("set/shard-1-of-3")).len(), before);
+
+    // A folder holding another shard's run is refused, naming both.
+    std::fs::rename(root.join("set/shard-2-of-3"), root.join("kept")).unwrap();
+    copy(
+        &root.join("set/shard-1-of-3"),
+        &root.join("set/shard-2-of-3"),
+    );
+    let merged = engine(root, &[], &["merge", "set", "--out", "other"]);
+    assert_eq!(merged.status.code(), Some(2), "{}", stderr(&merged));
+    assert!(
+        stderr(&merged).contains("set/shard-2-of-3 holds shard 1/3, not shard 2/3"),
+        "{}",
+        stderr(&merged)
+    );
+    std::fs::remove_dir_all(root.join("set/shard-2-of-3")).unwrap();
+    std::fs::rename(root.join("kept"), root.join("set/shard-2-of-3")).unwrap();
+
+    // A shard folder of another plan among them is refused, as with named inputs.
+    let (output, _) = run(root, "set/shard-2-of-3-other", &["--shard", "2/3"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    std::fs::rename(root.join("set/shard-2-of-3"), root.join("kept")).unwrap();
+    std::fs::rename(
+        root.join("set/shard-2-of-3-other"),
+        root.join("set/shard-2-of-3"),
+    )
+    .unwrap();
+    let merged = engine(root, &[], &["merge", "set", "--out", "other"]);
+    assert_eq!(merged.status.code(), Some(2), "{}", stderr(&merged));
+    assert!(
+        stderr(&merged).contains("its trials_per_task is 1, not 2"),
+        "{}",
+        stderr(&merged)
+    );
+}
+
+/// `--shard auto` with no engine's variables, or with variables that disagree, runs nothing
+/// and says which variables it read.
+#[test]
+fn shard_auto_outside_an_engine_or_contradicted_is_a_usage_error() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    six_task_suite(root);
+    let args = ["run", "suite.yaml", "--shard", "auto", "--out", "out"];
+    let output = engine(root, &[], &args);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    for name in [
+        "SLURM_ARRAY_TASK_ID",
+        "SLURM_ARRAY_TASK_MIN",
+        "SLURM_ARRAY_TASK_COUNT",
+        "JOB_COMPLETION_INDEX",
+        "DELTABENCH_SHARDS",
+        "DELTABENCH_SHARD=I/N",
+    ] {
+        assert!(
+            stderr(&output).contains(name),
+            "{name}: {}",
+            stderr(&output)
+        );
+    }
+    let output = engine(
+        root,
+        &[
+            ("JOB_COMPLETION_INDEX", "0"),
+            ("DELTABENCH_SHARD", "2/4"),
+            ("DELTABENCH_SHARDS", "4"),
+        ],
+        &args,
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output)
+            .contains("DELTABENCH_SHARD=2/4 says shard 2/4, JOB_COMPLETION_INDEX=0 says shard 1/4"),
+        "{}",
+        stderr(&output)
+    );
+    let output = engine(root, &[("JOB_COMPLETION_INDEX", "1")], &args);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("JOB_COMPLETION_INDEX is set but the shard count is not"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!root.join("out").exists(), "nothing ran");
+    // A Kubernetes pod with the count: JOB_COMPLETION_INDEX 1 is shard 2 of 2.
+    let output = engine(
+        root,
+        &[("JOB_COMPLETION_INDEX", "1")],
+        &[
+            "run",
+            "suite.yaml",
+            "--shard",
+            "auto",
+            "--shards",
+            "2",
+            "--out",
+            "out",
+            "--workdir",
+            ".",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        manifest(&root.join("out/shard-2-of-2"))["shard"]["index"],
+        2
+    );
+}
+
+fn copy(from: &Path, to: &Path) {
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
