@@ -26,6 +26,12 @@ use serde::Serialize;
 
 use crate::store::{Outcome, TrialRecord};
 
+mod sequential;
+pub use sequential::{
+    SequentialDecision, SequentialSpec, SequentialState, SimResult, SimRow, SimSuite, fixed_trials,
+    paired_rounds, planned_fixed_trials, sequential, simulate, simulation_table,
+};
+
 /// Random sign assignments [`compare`] draws when enumerating them all is too much.
 const RESAMPLES: usize = 10_000;
 /// [`sign_flip`] enumerates sign assignments exactly (tasks with equal differences grouped, so

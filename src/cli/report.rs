@@ -49,6 +49,7 @@ pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
                 max_drop: 0.0,
                 max_broken: None,
                 confidence: args.confidence,
+                include_flaky: false,
             };
             let (text, _) = compare::against_baseline(&read_run_dir(path)?, &run, &gate)?;
             Some(report::Baseline {

@@ -11,7 +11,7 @@ use super::exit::Exit;
 use super::reporter::TerminalReporter;
 use super::{
     CliError, ErrorKind, cache_dir, compare, default_jobs, load_suite, print_stdout, read_run_dir,
-    resume, workdir,
+    resume, rounds, workdir,
 };
 use crate::report;
 use crate::runner;
@@ -30,6 +30,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
     };
     let suite = load_suite(suite_path, &args.suite)?;
     let workdir = workdir(&args.suite)?;
+    let sequential = sequential(&args);
     let request = RunRequest {
         agents: args.agent,
         trials: args.trials,
@@ -51,6 +52,16 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         cache_max: args.suite.places.cache_max,
         record: args.record,
         replay: args.replay.clone(),
+        sequential,
+    };
+    let request = RunRequest {
+        // A run in rounds plans its first round.
+        trials: if request.sequential.is_some() {
+            1
+        } else {
+            request.trials
+        },
+        ..request
     };
     let plan = runner::plan(suite.clone(), request)?;
     if let Some(recorded) = &args.replay {
@@ -69,7 +80,12 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         }
     }
     let baseline = args.baseline.as_deref().map(read_run_dir).transpose()?;
+    rounds::check(&plan.request, &plan, baseline.as_ref())?;
     let out = args.out.unwrap_or_else(|| default_out(&suite.name));
+    if plan.request.sequential.is_some() {
+        let note = unvalidated_note(&plan);
+        return rounds::run_rounds(suite, plan.request.clone(), &out, 1, note).await;
+    }
     let mut reporter =
         TerminalReporter::new(std::io::stderr().is_terminal()).noting(unvalidated_note(&plan));
     let outcome = runner::execute(&plan, &out, &mut reporter, CancellationToken::new()).await?;
@@ -80,6 +96,31 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         reporter.tally(),
         baseline.as_ref().map(|b| (b, &args.gate)),
     )
+}
+
+/// The stopping rule of a run in rounds, when asked for.
+fn sequential(args: &RunArgs) -> Option<store::Sequential> {
+    let rule = if args.rounds.until_decided {
+        store::StoppingRule::Decided {
+            baseline: args
+                .baseline
+                .as_deref()
+                .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_owned())),
+            margin: args.rounds.margin,
+            max_drop: args.gate.max_drop,
+            confidence: args.gate.confidence,
+        }
+    } else {
+        store::StoppingRule::CiWidth {
+            width: args.rounds.until_ci_width?,
+            confidence: args.gate.confidence,
+        }
+    };
+    Some(store::Sequential {
+        rule,
+        max_trials: args.rounds.max_trials,
+        include_flaky: args.gate.include_flaky,
+    })
 }
 
 /// Which tasks run without validated evidence: their trials get the output checks only.

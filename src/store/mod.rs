@@ -21,7 +21,7 @@ use crate::delta::DiffStats;
 
 pub use lease::{FoundLease, HeldLease, Lease, Reaped, leases, reap, registered_caches};
 pub use merge::{MergeError, Merged, merge_runs};
-pub use request::{RunRequest, Shard, ShardParseError};
+pub use request::{RunRequest, Sequential, Shard, ShardParseError, StoppingRule};
 
 /// A trial's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

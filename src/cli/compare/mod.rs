@@ -273,6 +273,42 @@ pub(super) fn compare(args: CompareArgs) -> Result<Exit, CliError> {
     Ok(outcome.gate.decision.exit())
 }
 
+/// The comparison of a run in rounds, without the fixed-sample gate (its p-values do not hold
+/// under optional stopping; the sequential gate decides): `None` when nothing is shared.
+/// Tasks in `skip` are left out.
+pub(super) fn plain_text(
+    (base_run, base_agent): (&StoredRun, &str),
+    (run, agent): (&StoredRun, &str),
+    same_run: bool,
+    confidence: f64,
+    skip: &BTreeSet<String>,
+) -> Option<String> {
+    let without = |run: &StoredRun| {
+        let mut run = run.clone();
+        run.trials.retain(|r| !skip.contains(&r.task));
+        run
+    };
+    let (base_run, run) = (without(base_run), without(run));
+    let gate = GateArgs {
+        gate: false,
+        max_drop: 0.0,
+        max_broken: None,
+        confidence,
+        include_flaky: true,
+    };
+    let outcome = compared((&base_run, base_agent), (&run, agent), &gate)?;
+    let base_label = if same_run {
+        format!("'{base_agent}' (this run)")
+    } else {
+        format!("'{base_agent}' ({})", outcome.baseline.run)
+    };
+    Some(render::text(
+        &base_label,
+        &format!("'{agent}' (this run)"),
+        &outcome,
+    ))
+}
+
 /// Compares every agent of `current` with the same agent in `baseline` (or the two runs' only
 /// agents). Returns the comparisons as text and the gate's outcome: ok, regressed, or undecided
 /// (unscored trials).

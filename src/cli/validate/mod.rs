@@ -47,6 +47,7 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
         cache_max: args.suite.places.cache_max,
         record: false,
         replay: None,
+        sequential: None,
     };
     let mut plan = runner::plan(Arc::new(loaded), request)?;
     // The reference is measured afresh, not held to what an earlier validate recorded.
