@@ -433,6 +433,12 @@ pub(super) struct ValidateArgs {
     /// Times each check must hold (more catches flaky tasks).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub(super) trials: u32,
+    /// Run the reference and the base N times each, and record a task whose reference passes
+    /// fewer than N of N (and whose base never does) as flaky in the lock, with its count,
+    /// instead of failing it: `run`, `compare` and the gates then report it apart and leave it
+    /// out (`--include-flaky` keeps it).
+    #[arg(long, value_name = "N", conflicts_with = "trials")]
+    pub(super) repeat: Option<u32>,
     /// Check only this task (repeatable).
     #[arg(long = "task", value_name = "ID")]
     pub(super) task: Vec<String>,

@@ -83,9 +83,7 @@ pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
             }
             text
         }
-        ReportFormat::Csv => {
-            report::csv(&run.trials).map_err(|e| CliError::new(ErrorKind::Harness, e))?
-        }
+        ReportFormat::Csv => report::csv(&run).map_err(|e| CliError::new(ErrorKind::Harness, e))?,
         ReportFormat::Json => report::json(&run, &summaries, baseline.as_ref()),
         ReportFormat::Junit => {
             report::junit(&run, &summaries).map_err(|e| CliError::new(ErrorKind::Harness, e))?

@@ -300,7 +300,7 @@ fn judge(
                 (run, &candidate_agent),
                 baseline.is_none(),
                 *confidence,
-                &skip,
+                include_flaky,
             ) {
                 text.push_str(&cmp);
                 text.push('\n');

@@ -61,12 +61,16 @@ pub enum LockError {
 
 /// Where a suite's lock file lives.
 pub fn lock_path(suite: &Suite) -> PathBuf {
-    let stem = suite
-        .path
+    lock_path_of(&suite.path)
+}
+
+/// The lock file beside the suite file at `suite_path`.
+pub fn lock_path_of(suite_path: &std::path::Path) -> PathBuf {
+    let stem = suite_path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "suite".into());
-    suite.path.with_file_name(format!("{stem}.lock.json"))
+    suite_path.with_file_name(format!("{stem}.lock.json"))
 }
 
 /// What a task's validation depends on.
@@ -94,7 +98,12 @@ pub fn task_digest(task: &Task) -> String {
 impl SuiteLock {
     /// The suite's lock, or `None` when it was never validated.
     pub fn read(suite: &Suite) -> Result<Option<Self>, LockError> {
-        let path = lock_path(suite);
+        Self::read_at(&lock_path(suite))
+    }
+
+    /// The lock file at `path`, or `None` when there is none.
+    pub fn read_at(path: &std::path::Path) -> Result<Option<Self>, LockError> {
+        let path = path.to_owned();
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -248,3 +248,170 @@ fn until_ci_width_stops_when_the_interval_is_narrow() {
     assert_eq!(code, Some(3), "{out}{err}");
     assert!(out.contains("NOT met (the --max-trials cap)"), "{out}");
 }
+
+/// Five tasks with a reference solution (`fix/done`); `coin`'s verify passes on a coin flip from
+/// /dev/urandom once `done` is there. `all` writes `done` everywhere, `four` only in t0..t3 (so
+/// it differs from `all` on the flaky task alone).
+fn coin_suite(root: &Path) {
+    crate::common::git_repo(root, &[("README", "x\n")]);
+    crate::common::write_files(root, &[("fix/done", "")]);
+    let mut yaml = String::from("name: coin\nrepo: repo\nagents:\n");
+    for (agent, passes) in [("all", "*"), ("four", "t0|t1|t2|t3")] {
+        yaml.push_str(&format!(
+            "  {agent}: {{kind: command, run: 'case \"$DELTABENCH_INSTRUCTION\" in {passes}) touch done;; esac'}}\n"
+        ));
+    }
+    yaml.push_str("tasks:\n");
+    for i in 0..4 {
+        yaml.push_str(&format!(
+            "  - {{id: t{i}, instruction: t{i}, verify: \"test -f done\", solution: fix/}}\n"
+        ));
+    }
+    yaml.push_str("  - {id: coin, instruction: coin, verify: \"test -f done && test $(od -An -N1 -tu1 /dev/urandom) -lt 128\", solution: fix/}\n");
+    write_suite(root, &yaml);
+}
+
+#[test]
+fn a_task_whose_reference_passes_half_the_time_is_flaky_and_left_out_of_the_gate() {
+    let tmp = crate::common::temp_dir();
+    let root = tmp.path();
+    coin_suite(root);
+    std::fs::create_dir_all(root.join("work")).unwrap();
+    let validate = || {
+        let output = deltabench(root)
+            .args([
+                "validate",
+                "suite.yaml",
+                "--repeat",
+                "10",
+                "-j",
+                "2",
+                "--workdir",
+            ])
+            .arg(root.join("work"))
+            .output()
+            .unwrap();
+        (output.status.code(), stdout(&output), stderr(&output))
+    };
+    let (mut code, mut out, mut err) = validate();
+    // A fair coin gives 0 or 10 heads of 10 once in 512 validates: flip again then.
+    if !out.contains("FLAKY coin") {
+        (code, out, err) = validate();
+    }
+    assert_eq!(code, Some(0), "{out}{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("FLAKY coin: the reference passed "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.contains(" of 10 times (the base never): recorded as flaky in the lock"),
+        "{line}"
+    );
+    assert!(
+        out.contains("ok   t0") && out.contains("4 of 5 tasks are sound and 1 flaky"),
+        "{out}"
+    );
+    let lock: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("suite.lock.json")).unwrap())
+            .unwrap();
+    let passed = lock["flaky"]["coin"]["passed"].as_u64().unwrap();
+    assert!((1..10).contains(&passed), "{lock}");
+    assert_eq!(lock["flaky"]["coin"]["runs"], 10);
+    let marked = format!("coin (reference passed {passed} of 10)");
+
+    // The fixed gate: the coin task is reported apart and left out.
+    let (code, _, err) = run(root, &["--agent", "all", "--trials", "6", "--out", "base"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = run(
+        root,
+        &[
+            "--agent",
+            "all",
+            "--trials",
+            "3",
+            "--baseline",
+            "base",
+            "--gate",
+            "--out",
+            "same",
+        ],
+    );
+    assert!(code == Some(0), "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "flaky: {marked} left out of the comparison and the gate"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("4 shared tasks"), "{out}");
+    let (_, out, _) = run(
+        root,
+        &[
+            "--agent",
+            "all",
+            "--trials",
+            "3",
+            "--baseline",
+            "base",
+            "--gate",
+            "--include-flaky",
+            "--out",
+            "counted",
+        ],
+    );
+    assert!(
+        out.contains(&format!("flaky: {marked} counted (--include-flaky)")),
+        "{out}"
+    );
+    assert!(out.contains("5 shared tasks"), "{out}");
+
+    // The sequential gate leaves it out too: `four` differs from `all` on the coin alone.
+    let (code, out, err) = run(
+        root,
+        &[
+            "--agent",
+            "all",
+            "--agent",
+            "four",
+            "--until-decided",
+            "--margin",
+            "0.3",
+            "--max-trials",
+            "6",
+            "--out",
+            "rounds",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains(": not regressed by 30.0 points or more"),
+        "{out}"
+    );
+    assert!(
+        out.contains("flaky tasks left out of the gate (the lock's `validate --repeat`; --include-flaky keeps them): coin"),
+        "{out}"
+    );
+
+    // Every report format marks it.
+    for (format, mark) in [
+        (
+            "table",
+            "Flaky tasks (the lock's `validate --repeat`".to_owned(),
+        ),
+        ("markdown", "**Note**: Flaky tasks".to_owned()),
+        ("json", "\"flaky_tasks\"".to_owned()),
+        ("csv", ",flaky_task".to_owned()),
+        ("junit", "name=\"flaky_task\"".to_owned()),
+        ("html", "id=\"flaky\"".to_owned()),
+    ] {
+        let output = deltabench(root)
+            .args(["report", "same", "--format", format])
+            .output()
+            .unwrap();
+        let text = stdout(&output);
+        assert!(text.contains(&mark), "{format}: {text}");
+        if format != "csv" && format != "junit" && format != "json" {
+            assert!(text.contains(&marked), "{format}: {text}");
+        }
+    }
+}

@@ -11,6 +11,9 @@ pub(super) struct Unsound<'a> {
     details: Vec<String>,
     /// The trial whose verify output is shown.
     shown: Option<&'a Trial<'a>>,
+    /// The reference passed this many of this many times, and the base never: flaky, not
+    /// wrong.
+    pub(super) flaky: Option<(u32, u32)>,
 }
 
 impl<'a> Unsound<'a> {
@@ -19,6 +22,7 @@ impl<'a> Unsound<'a> {
             reason: reason.into(),
             details: Vec::new(),
             shown,
+            flaky: None,
         }
     }
 }
@@ -118,14 +122,18 @@ pub(super) fn judge<'a>(noop: &'a [Trial<'a>], oracle: &'a [Trial<'a>]) -> Optio
             .first()
             .copied()
             .or_else(|| oracle.iter().find(|t| !t.record.passed()));
-        return Some(Unsound::new(
+        let mut unsound = Unsound::new(
             format!(
                 "flaky: base passed {} of {n} times, reference passed {reference_passes} of {} times",
                 base_passes.len(),
                 oracle.len()
             ),
             odd,
-        ));
+        );
+        if base_passes.is_empty() {
+            unsound.flaky = Some((reference_passes as u32, oracle.len() as u32));
+        }
+        return Some(unsound);
     }
     None
 }

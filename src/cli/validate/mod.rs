@@ -34,7 +34,7 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
     let workdir = workdir(&args.suite)?;
     let request = RunRequest {
         agents: vec!["noop".into(), "oracle".into()],
-        trials: args.trials,
+        trials: args.repeat.unwrap_or(args.trials),
         jobs: args.suite.jobs.unwrap_or_else(default_jobs),
         tasks: args.task.clone(),
         tags: Vec::new(),
@@ -74,7 +74,7 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
         }
     };
 
-    let mut bad = 0;
+    let (mut bad, mut flaky) = (0, 0);
     let mut lock = suite::SuiteLock::read(&plan.suite)
         .ok()
         .flatten()
@@ -99,12 +99,35 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
             judge(&noop, &oracle)
         };
         match verdict {
+            Some(Unsound {
+                flaky: Some((passed, runs)),
+                ..
+            }) if args.repeat.is_some() => {
+                flaky += 1;
+                print_stdout(&format!(
+                    "FLAKY {}: the reference passed {passed} of {runs} times (the base never): recorded as flaky in the lock; run, compare and the gates report it apart and leave it out (--include-flaky keeps it)\n",
+                    task.id
+                ));
+                changed += usize::from(lock.mark_flaky(task, passed, runs));
+                // What the passing references showed, so its passes are still held to it.
+                let passing: Vec<Trial> = oracle
+                    .iter()
+                    .filter(|t| t.record.passed())
+                    .map(|t| Trial::read(&run_dir, t.record))
+                    .collect();
+                if let Some(evidence) = reference_evidence(&passing) {
+                    changed += usize::from(lock.record(task, evidence, runner::now()));
+                }
+            }
             Some(unsound) => {
                 bad += 1;
                 print_stdout(&unsound.render(&task.id));
             }
             None => {
                 print_stdout(&format!("ok   {}\n", task.id));
+                if let Some(runs) = args.repeat {
+                    changed += usize::from(lock.mark_flaky(task, runs, runs));
+                }
                 print_stdout(&mutation_warnings(task, &oracle));
                 if let Some(evidence) = reference_evidence(&oracle) {
                     changed += usize::from(lock.record(task, evidence, runner::now()));
@@ -148,10 +171,17 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
         print_stdout(&format!("{bad} of {total} tasks are unsound\n"));
         Ok(Exit::VerdictFailed)
     } else {
-        print_stdout(&format!(
-            "all {total} tasks are sound ({} trial(s) each way)\n",
-            args.trials
-        ));
+        let each = args.repeat.unwrap_or(args.trials);
+        if flaky > 0 {
+            print_stdout(&format!(
+                "{} of {total} tasks are sound and {flaky} flaky ({each} trial(s) each way)\n",
+                total - flaky
+            ));
+        } else {
+            print_stdout(&format!(
+                "all {total} tasks are sound ({each} trial(s) each way)\n"
+            ));
+        }
         Ok(Exit::Ok)
     }
 }
