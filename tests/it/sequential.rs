@@ -415,3 +415,83 @@ fn a_task_whose_reference_passes_half_the_time_is_flaky_and_left_out_of_the_gate
         }
     }
 }
+
+/// Records in `out`'s trials.jsonl.
+fn records_in(out: &Path) -> usize {
+    std::fs::read_to_string(out.join("trials.jsonl"))
+        .map(|text| text.matches('\n').count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_killed_run_in_rounds_resumes_at_its_last_round_and_decides() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    ten_task_suite(root, "paired");
+    let work = root.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let out = root.join("rounds");
+    let mut child = deltabench(root)
+        .args([
+            "run",
+            "suite.yaml",
+            "--agent",
+            "all",
+            "--agent",
+            "nine",
+            "--until-decided",
+            "--max-trials",
+            "10",
+            "-j",
+            "1",
+            "--out",
+        ])
+        .arg(&out)
+        .arg("--workdir")
+        .arg(&work)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Two rounds of 20 trials, and some of the third.
+    let started = std::time::Instant::now();
+    while records_in(&out) < 45 {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+        assert!(started.elapsed().as_secs() < 120, "no progress");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed_at = records_in(&out);
+    assert!(killed_at < 120, "killed too late: {killed_at}");
+
+    let resumed = deltabench(root).arg("resume").arg(&out).output().unwrap();
+    let (text, err) = (stdout(&resumed), stderr(&resumed));
+    assert_eq!(resumed.status.code(), Some(1), "{text}{err}");
+    assert!(
+        err.contains("resuming the run in rounds at round 3"),
+        "{err}"
+    );
+    assert!(
+        text.contains("sequential gate ('nine' against 'all', e-process at 95%, valid at every round): regressed after round 6"),
+        "the same decision as an unbroken run: {text}"
+    );
+    // Each (task, agent, trial) recorded once, rounds 1..=6 only.
+    let records = crate::common::trials(&out);
+    let mut keys: Vec<(String, String, u64)> = records
+        .iter()
+        .filter(|r| r["interrupted"] != true)
+        .map(|r| {
+            (
+                r["task"].as_str().unwrap().to_owned(),
+                r["agent"].as_str().unwrap().to_owned(),
+                r["trial"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let n = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!((keys.len(), n), (120, 120), "{killed_at} before the kill");
+    assert!(keys.iter().all(|k| (1..=6).contains(&k.2)));
+}
