@@ -28,6 +28,14 @@ pub(super) fn check(
     let Some(sequential) = &request.sequential else {
         return Ok(());
     };
+    if let Some(shard) = request.shard {
+        // Each round's decision reads every task's trial of that round; a shard holds a hashed
+        // slice of them, and shards do not talk to each other between rounds.
+        return Err(CliError::usage(format!(
+            "--shard {shard} cannot run in rounds: the sequential gate decides after each round on every task's trials, and a shard holds only its slice"
+        ))
+        .hint("run the rounds unsharded (they stop early), or shard a run with a fixed --trials and gate the merged run with `compare --gate`"));
+    }
     if sequential.max_trials == 0 {
         return Err(CliError::usage("--max-trials must be at least 1"));
     }

@@ -141,7 +141,19 @@ fn bad_sequential_input_is_a_usage_error_before_anything_runs() {
     ten_task_suite(root, "paired");
     let (code, _, err) = run(root, &["--agent", "all", "--out", "base"]);
     assert_eq!(code, Some(0), "{err}");
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &[
+                "--agent",
+                "all",
+                "--agent",
+                "nine",
+                "--until-decided",
+                "--shard",
+                "1/2",
+            ],
+            "--shard 1/2 cannot run in rounds",
+        ),
         (
             &["--agent", "all", "--until-decided"],
             "--until-decided compares two sides, and this run has 1 agent(s) and no --baseline",
