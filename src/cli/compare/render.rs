@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::{Compared, Decision};
-use crate::stats::{self, Comparison, TaskComparison, Verdict};
+use crate::stats::{self, Comparison, Finding, TaskComparison};
 
 fn pct(v: f64) -> String {
     format!("{:.1}%", v * 100.0)
@@ -94,7 +94,7 @@ fn verdict_text(cmp: &Comparison) -> String {
     let within = |tasks: &[String]| format!("within tasks: {}", tasks.join(", "));
     let mut why = Vec::new();
     match cmp.verdict {
-        Verdict::Regressed => {
+        Finding::Regressed => {
             if cmp.paired_drop() {
                 why.push(format!("across tasks, {}", stats::p_text(cmp.p_value)));
             }
@@ -113,7 +113,7 @@ fn verdict_text(cmp: &Comparison) -> String {
             }
             format!("regressed ({})", why.join("; "))
         }
-        Verdict::Improved => {
+        Finding::Improved => {
             if cmp.paired_gain() {
                 why.push(format!("across tasks, {}", stats::p_text(cmp.p_value)));
             }
@@ -122,7 +122,7 @@ fn verdict_text(cmp: &Comparison) -> String {
             }
             format!("improved ({})", why.join("; "))
         }
-        Verdict::Inconclusive => format!(
+        Finding::Inconclusive => format!(
             "inconclusive (with {} tasks, the smallest difference this comparison can reliably detect is {:.1} points)",
             cmp.tasks,
             cmp.mde * 100.0
