@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::delta::EnvironmentDelta;
 use crate::process::{self, CommandSpec};
 
-pub use evidence::{TestEvidence, contradiction, unclean_exit};
+pub use evidence::{TestEvidence, contradiction, failed_tests, unclean_exit};
 pub use verdict::{Judgement, Verdict, VerdictInput, verdict};
 
 /// Tokens whose presence in the verify output fails `delta-token`.

@@ -18,6 +18,7 @@ mod plan;
 mod prepare;
 mod replay;
 mod resume;
+pub mod soundness;
 mod trial;
 
 use environments::Environments;

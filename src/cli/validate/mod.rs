@@ -1,8 +1,6 @@
 //! `deltabench validate`: run noop and oracle on each task in a scratch run, judge each task from
-//! what its trials left, and record what the reference showed in the suite's lock file.
-
-mod evidence;
-mod judge;
+//! what its trials left (`runner::soundness`), and record what the reference showed in the
+//! suite's lock file.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -16,11 +14,10 @@ use super::exit::Exit;
 use super::reporter::TerminalReporter;
 use super::{CliError, ErrorKind, cache_dir, default_jobs, load_suite, print_stdout, workdir};
 use crate::runner;
+use crate::runner::soundness::{Trial, Unsound, judge, reference_evidence};
 use crate::store;
 use crate::store::RunRequest;
 use crate::suite::{self, AgentSpec};
-use evidence::{Trial, reference_evidence};
-use judge::{Unsound, judge};
 
 pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
     let mut loaded = (*load_suite(&args.suite_path, &args.suite)?).clone();
