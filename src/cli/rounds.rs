@@ -55,7 +55,14 @@ pub(super) fn check(
                         plan.suite.name
                     )));
                 }
-                Some(_) => {}
+                Some(_) if plan.agents.len() == 1 => {}
+                Some(_) => {
+                    return Err(CliError::usage(format!(
+                        "--until-decided with --baseline gates one agent, and this run has {}",
+                        plan.agents.len()
+                    ))
+                    .hint("pick it with --agent NAME"));
+                }
                 None if plan.agents.len() == 2 => {}
                 None => {
                     return Err(CliError::usage(format!(

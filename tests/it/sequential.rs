@@ -141,7 +141,19 @@ fn bad_sequential_input_is_a_usage_error_before_anything_runs() {
     ten_task_suite(root, "paired");
     let (code, _, err) = run(root, &["--agent", "all", "--out", "base"]);
     assert_eq!(code, Some(0), "{err}");
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &[
+                "--agent",
+                "all",
+                "--agent",
+                "nine",
+                "--until-decided",
+                "--baseline",
+                "base",
+            ],
+            "--until-decided with --baseline gates one agent, and this run has 2",
+        ),
         (
             &[
                 "--agent",
