@@ -119,8 +119,9 @@ pub(super) async fn run_rounds(
                 .iter()
                 .filter(|r| !r.interrupted)
                 .count();
-            let mut reporter =
-                TerminalReporter::new(std::io::stderr().is_terminal()).resuming(recorded);
+            let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal())
+                .resuming(recorded)
+                .in_round(round);
             let outcome =
                 runner::resume(&plan, out, &mut reporter, CancellationToken::new()).await?;
             (outcome, reporter)
