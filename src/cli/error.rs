@@ -193,12 +193,21 @@ impl From<PlanError> for CliError {
 impl From<RunError> for CliError {
     fn from(err: RunError) -> Self {
         match err {
+            // The cause on the same line: it is what the user fixes in the suite.
             RunError::Config {
-                message,
-                at: Some((path, line, column)),
-            } => Self::usage(format!("{}:{line}:{column}: {message}", path.display())),
-            RunError::Config { message, at: None } => Self::usage(message),
-            RunError::Io { .. } => Self::new(ErrorKind::Harness, err),
+                context,
+                at,
+                source,
+            } => {
+                let place = at.map_or_else(String::new, |(path, line, column)| {
+                    format!("{}:{line}:{column}: ", path.display())
+                });
+                let cause = source.map_or_else(String::new, |source| format!(": {source}"));
+                Self::usage(format!("{place}{context}{cause}"))
+            }
+            RunError::Io { .. } | RunError::Reopen { .. } | RunError::Task { .. } => {
+                Self::new(ErrorKind::Harness, err)
+            }
         }
     }
 }

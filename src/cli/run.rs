@@ -65,7 +65,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
     };
     let plan = runner::plan(suite.clone(), request)?;
     if let Some(recorded) = &args.replay {
-        runner::check_replayable(recorded, &plan).map_err(CliError::usage)?;
+        runner::check_replayable(recorded, &plan).map_err(|e| CliError::usage(e.to_string()))?;
     }
     if let Some(shard) = args.shard {
         match plan.trials.len() {

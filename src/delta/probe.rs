@@ -26,8 +26,8 @@ use super::{
 use crate::agent::CodingResult;
 use crate::process::{self, CommandSpec};
 use crate::workspace::{
-    Confinement, ContainerPolicy, Overlay, WorkspaceBase, WorkspaceProvisioner, apply_overlay,
-    container_started, write_entry,
+    Confinement, ContainerPolicy, Isolation, Overlay, WorkspaceBase, WorkspaceProvisioner,
+    apply_overlay, container_started, write_entry,
 };
 use std::os::unix::ffi::OsStrExt;
 
@@ -89,7 +89,7 @@ pub struct VerifySpec {
 pub struct FreshWorkspace {
     pub provisioner: Arc<dyn WorkspaceProvisioner>,
     pub base: WorkspaceBase,
-    pub isolation: String,
+    pub isolation: Isolation,
 }
 
 /// Diff against the base, a fresh workspace with that diff and the hidden tests, then the
@@ -485,7 +485,7 @@ impl TaskProbe {
         let fresh = &self.fresh;
         let workspace = fresh
             .provisioner
-            .provision(&fresh.base, &fresh.isolation)
+            .provision(&fresh.base, fresh.isolation)
             .await
             .map_err(|e| {
                 ProbeError::new(

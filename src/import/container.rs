@@ -321,14 +321,49 @@ fn read_text(path: &Path) -> Result<String, ImportError> {
     })
 }
 
+/// A `task.toml` as JSON (dates kept as their text); an error is its `:line:column` and message.
+fn parse_toml(text: &str) -> Result<Map<String, Value>, (String, String)> {
+    let table = text.parse::<toml::Table>().map_err(|err| {
+        let offset = err.span().map_or(0, |span| span.start).min(text.len());
+        let before = &text[..offset];
+        let line = 1 + before.matches('\n').count();
+        let column = 1 + before.rsplit('\n').next().unwrap_or("").chars().count();
+        (format!(":{line}:{column}"), err.message().to_owned())
+    })?;
+    Ok(table
+        .into_iter()
+        .map(|(key, value)| (key, toml_to_json(value)))
+        .collect())
+}
+
+fn toml_to_json(value: toml::Value) -> Value {
+    match value {
+        toml::Value::String(text) => Value::String(text),
+        toml::Value::Integer(number) => Value::from(number),
+        // NaN and infinities have no JSON number: kept as their TOML text.
+        toml::Value::Float(number) => serde_json::Number::from_f64(number)
+            .map_or_else(|| Value::String(number.to_string()), Value::Number),
+        toml::Value::Boolean(flag) => Value::Bool(flag),
+        toml::Value::Datetime(when) => Value::String(when.to_string()),
+        toml::Value::Array(items) => Value::Array(items.into_iter().map(toml_to_json).collect()),
+        toml::Value::Table(table) => Value::Object(
+            table
+                .into_iter()
+                .map(|(key, value)| (key, toml_to_json(value)))
+                .collect(),
+        ),
+    }
+}
+
 fn read_harbor(dir: &Path) -> Result<Read, ImportError> {
     let name = folder_name(dir);
     let toml_path = dir.join("task.toml");
-    let config = super::toml::parse(&read_text(&toml_path)?).map_err(|err| ImportError::Parse {
-        path: toml_path.clone(),
-        at: format!(":{}", err.line),
-        message: err.message,
-    })?;
+    let config =
+        parse_toml(&read_text(&toml_path)?).map_err(|(at, message)| ImportError::Parse {
+            path: toml_path.clone(),
+            at,
+            message,
+        })?;
     let skip = |reason: &str| Ok(Err((name.clone(), reason.to_owned())));
     let instruction_path = dir.join("instruction.md");
     if !instruction_path.is_file() {
@@ -939,5 +974,59 @@ Dockerfile puts in its working directory. suite.yaml names each as the task's ba
         self.repo
             .set_head("refs/heads/main")
             .map_err(|e| self.git_err(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_a_harbor_task_toml() {
+        let doc = parse_toml(
+            r#"
+version = "1.0"   # schema
+[metadata]
+tags = ["trivial",
+  "files", # trailing comma next
+]
+[verifier]
+timeout_sec = 120.0
+env = { API_KEY = "sk-1", "quoted.key" = 'C:\path' }
+[agent]
+timeout_sec = 1_200
+[[verifier.collect]]
+run = '''echo 'two''''
+[environment.resources]
+cpus = 0x2
+built = 1979-05-27T07:32:00Z
+"#,
+        )
+        .unwrap();
+        let doc = Value::Object(doc);
+        assert_eq!(doc["metadata"]["tags"], json!(["trivial", "files"]));
+        assert_eq!(doc["verifier"]["timeout_sec"], 120.0);
+        assert_eq!(doc["verifier"]["env"]["quoted.key"], "C:\\path");
+        assert_eq!(doc["agent"]["timeout_sec"], 1200);
+        assert_eq!(doc["verifier"]["collect"][0]["run"], "echo 'two'");
+        assert_eq!(doc["environment"]["resources"]["cpus"], 2);
+        assert_eq!(
+            doc["environment"]["resources"]["built"],
+            "1979-05-27T07:32:00Z"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_line_and_column() {
+        let (at, _) = parse_toml("a = 1\n[agent]\ntimeout_sec = = 3\n").unwrap_err();
+        assert_eq!(at, ":3:15");
+        let (at, _) = parse_toml("[a]\nb = 1 2\n").unwrap_err();
+        assert!(at.starts_with(":2:"), "{at}");
+        assert!(
+            parse_toml("a = 1\na.b = 2\n").is_err(),
+            "a is a value, not a table"
+        );
+        assert!(parse_toml("a = 1\na = 2\n").is_err(), "a key defined twice");
     }
 }

@@ -17,7 +17,6 @@ mod docker;
 mod exercism;
 mod swebench;
 mod swebench_env;
-mod toml;
 mod write;
 
 use std::collections::HashSet;

@@ -11,7 +11,7 @@ use crate::agent::{CodingAgent, CodingResult, CodingTask, StreamEvent};
 use crate::delta::{DeltaProbe, EnvironmentDelta, ProbeContext, ProbeError};
 use crate::metric::{DeltaMetric, Metric, MetricError, Score};
 use crate::support::panic_message;
-use crate::workspace::{ProvisionError, WorkspaceBase, WorkspaceProvisioner};
+use crate::workspace::{Isolation, ProvisionError, WorkspaceBase, WorkspaceProvisioner};
 
 /// What a build function gets: the workspace it binds the agent to.
 #[derive(Debug, Clone)]
@@ -196,7 +196,7 @@ pub struct RunCodingNode<'a> {
     pub factory: &'a dyn CodingAgentFactory,
     pub provisioner: &'a dyn WorkspaceProvisioner,
     pub base: &'a WorkspaceBase,
-    pub isolation: &'a str,
+    pub isolation: Isolation,
     pub task: CodingTask,
     /// Used when the task carries no signal of its own.
     pub signal: Option<CancellationToken>,

@@ -4,6 +4,7 @@
 //! can score what the agent says about its own work.
 
 mod evidence;
+mod settle;
 mod verdict;
 
 use std::path::PathBuf;
@@ -17,6 +18,7 @@ use crate::delta::EnvironmentDelta;
 use crate::process::{self, CommandSpec};
 
 pub use evidence::{TestEvidence, contradiction, failed_tests, unclean_exit};
+pub use settle::{INTERRUPTED, Reached, Settled, TrialFacts, settle};
 pub use verdict::{Judgement, Verdict, VerdictInput, verdict};
 
 /// Tokens whose presence in the verify output fails `delta-token`.

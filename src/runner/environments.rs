@@ -62,10 +62,6 @@ impl Environments {
     }
 }
 
-fn config(message: String) -> RunError {
-    RunError::Config { message, at: None }
-}
-
 /// The runtime, when a planned task has an environment.
 pub fn runtime_for(suite: &Suite, tasks: &[usize]) -> Result<Option<Runtime>, RunError> {
     if !tasks.iter().any(|&i| suite.tasks[i].environment.is_some()) {
@@ -73,7 +69,7 @@ pub fn runtime_for(suite: &Suite, tasks: &[usize]) -> Result<Option<Runtime>, Ru
     }
     Runtime::discover()
         .map(Some)
-        .map_err(|ContainerError(message)| config(message))
+        .map_err(|ContainerError(message)| RunError::config(message))
 }
 
 /// The tag a Dockerfile is built as: a hash of it and its context's files.
@@ -275,7 +271,7 @@ pub fn prepare(
     };
     runtime
         .check()
-        .map_err(|ContainerError(message)| config(message))?;
+        .map_err(|ContainerError(message)| RunError::config(message))?;
     let (mut images, mut ids, mut failed) = (HashMap::new(), HashMap::new(), HashMap::new());
     // Each Dockerfile built, and each image started, once per run.
     let mut built: HashMap<String, Result<Option<u64>, String>> = HashMap::new();
@@ -332,7 +328,7 @@ pub fn prepare(
             .iter()
             .map(|i| format!("task '{}': {}", suite.tasks[*i].id, failed[i]))
             .collect();
-        return Err(config(match lines.len() {
+        return Err(RunError::config(match lines.len() {
             1 => lines[0].replacen(
                 ": ",
                 ": its environment cannot be used, so no trial ran: ",
@@ -388,7 +384,7 @@ fn check_container_delta(
             continue;
         }
         runtime.delta_preflight(image, label).map_err(|ContainerError(why)| {
-            config(format!(
+            RunError::config(format!(
                 "task '{}' sets `delta: container`, which cannot work here: {why}; no trial ran\nhint: `delta: workspace` verifies only the workspace's diff",
                 task.id
             ))
@@ -450,9 +446,9 @@ fn check_forwarder(
                 std::slice::from_ref(&forwarder),
                 std::slice::from_ref(&need),
             )
-            .map_err(|ContainerError(message)| config(message))?;
+            .map_err(|ContainerError(message)| RunError::config(message))?;
         if lack.is_some() {
-            return Err(config(format!(
+            return Err(RunError::config(format!(
                 "image {image} lacks {}, which agent '{name}' needs: {}; no trial ran\nhint: {}",
                 need.tool, need.why, need.hint
             )));
@@ -488,10 +484,10 @@ fn check_clis(
         for image in &images {
             let lack = runtime
                 .lacks(image, label, &mounts, &needs)
-                .map_err(|ContainerError(message)| config(message))?;
+                .map_err(|ContainerError(message)| RunError::config(message))?;
             if let Some(i) = lack {
                 let need = &needs[i];
-                return Err(config(format!(
+                return Err(RunError::config(format!(
                     "image {image} lacks {}, which agent '{name}' ({kind}) needs: {}; no trial ran\nhint: {}",
                     need.tool, need.why, need.hint
                 )));

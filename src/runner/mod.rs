@@ -40,12 +40,12 @@ use crate::model::{Script, ScriptedServer};
 use crate::store::{HeldLease, Manifest, Outcome, RunDir, TrialRecord, layout, sanitize};
 use crate::suite::{AgentSpec, Located, Suite, agent_configs};
 use crate::workspace::{
-    BackendProvisioner, CloneBackend, Isolation, OverlayBackend, PreparedSource, SessionBackend,
-    WorkspaceBackend, check_bubblewrap, prepare_source, resolve_commit,
+    BackendProvisioner, CloneBackend, Isolation, OverlayBackend, PreparedSource, Runtime,
+    SessionBackend, WorkspaceBackend, check_bubblewrap, prepare_source, resolve_commit,
 };
 
 pub use plan::{Plan, PlanError, TrialSpec, plan};
-pub use replay::check_replayable;
+pub use replay::{NotReplayable, ReplayError, check_replayable};
 pub use resume::{ResumeError, check_resumable, reap_dead_leases};
 pub use trial::TrialInputs;
 
@@ -71,11 +71,28 @@ pub trait RunObserver: Send {
 /// Why a run could not be carried out at all.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// The suite's repo or a base commit cannot be used: a configuration error.
-    #[error("{message}")]
+    /// The suite's repo, a base commit, an image or the `--out` folder cannot be used: a
+    /// configuration error, at a place in the suite file when it has one.
+    #[error("{context}")]
     Config {
-        message: String,
+        context: String,
         at: Option<(PathBuf, u64, u64)>,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// A killed or interrupted run's directory cannot be read back.
+    #[error("cannot reopen {}", path.display())]
+    Reopen {
+        path: PathBuf,
+        #[source]
+        source: Box<crate::store::ReadRunError>,
+    },
+    /// A blocking step of the run's preparation panicked or was cancelled.
+    #[error("{context}")]
+    Task {
+        context: String,
+        #[source]
+        source: tokio::task::JoinError,
     },
     /// The harness could not do its part (write the run directory, start a server).
     #[error("{context}")]
@@ -87,6 +104,28 @@ pub enum RunError {
 }
 
 impl RunError {
+    /// A configuration error that has no cause below it.
+    pub(crate) fn config(context: impl Into<String>) -> Self {
+        Self::Config {
+            context: context.into(),
+            at: None,
+            source: None,
+        }
+    }
+
+    /// A configuration error of `context` because of `source`, for `map_err`.
+    pub(crate) fn config_because<E>(context: impl Into<String>) -> impl FnOnce(E) -> Self
+    where
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let context = context.into();
+        move |source| Self::Config {
+            context,
+            at: None,
+            source: Some(source.into()),
+        }
+    }
+
     /// `RunError::Io` with `context`, for `map_err`.
     fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
         let context = context.into();
@@ -118,10 +157,7 @@ pub async fn execute(
     let suite = &plan.suite;
     let store = RunDir::create(run_dir).map_err(|e| match e.kind() {
         // An --out that holds a run is the user's choice to fix, not a harness failure.
-        std::io::ErrorKind::AlreadyExists => RunError::Config {
-            message: e.to_string(),
-            at: None,
-        },
+        std::io::ErrorKind::AlreadyExists => RunError::config(e.to_string()),
         _ => RunError::io(format!(
             "cannot create the run directory {}",
             run_dir.display()
@@ -172,8 +208,9 @@ pub async fn resume(
     observer: &mut dyn RunObserver,
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
-    let (store, stored) = RunDir::reopen(run_dir).map_err(|e| {
-        RunError::io(format!("cannot reopen {}", run_dir.display()))(std::io::Error::other(e))
+    let (store, stored) = RunDir::reopen(run_dir).map_err(|source| RunError::Reopen {
+        path: run_dir.to_owned(),
+        source: Box::new(source),
     })?;
     let mut manifest = stored.manifest;
     manifest.finished_at = None;
@@ -210,16 +247,14 @@ async fn carry_out(
     store
         .write_manifest(&manifest)
         .map_err(RunError::io("cannot write the manifest"))?;
-    let runtime = match environments::runtime_for(&suite, &plan.tasks) {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            if done.is_empty() {
-                drop(store);
-                remove_empty_run(&run_dir);
-            }
-            return Err(err);
-        }
+    let mut holding = Holding {
+        root: root.clone(),
+        run_dir: run_dir.clone(),
+        lease: None,
+        recorded: !done.is_empty(),
+        trials_started: false,
     };
+    let runtime = environments::runtime_for(&suite, &plan.tasks)?;
     // Taken before the root exists: whatever this run leaves under it, gc can find.
     let lease = HeldLease::acquire(
         &plan.request.cache,
@@ -229,15 +264,136 @@ async fn carry_out(
     )
     .map_err(RunError::io("cannot write a lease file"))?;
     let label = lease.id();
+    holding.lease = Some(lease);
+    let prepared = trial_inputs(plan, &root, &run_dir, runtime.clone(), &label).await?;
+    manifest.provisioning = prepared.provisioning;
+    observer.started(plan, &run_dir);
 
+    // Interrupted trials are run again; their new record supersedes the old one.
+    let done: Vec<TrialRecord> = done.into_iter().filter(|r| !r.interrupted).collect();
+    let recorded: HashSet<(String, String, u32)> = done
+        .iter()
+        .map(|r| (r.task.clone(), r.agent.clone(), r.trial))
+        .collect();
+    let to_run: Vec<TrialSpec> = plan
+        .trials
+        .iter()
+        .filter(|t| !recorded.contains(&(suite.tasks[t.task].id.clone(), t.agent.clone(), t.trial)))
+        .cloned()
+        .collect();
+    let scripted = ScriptedEndpoints::start(&plan.agents).await?;
+    let gateway = gateway::start(&plan.agents)
+        .await
+        .map_err(RunError::io("cannot start the model gateway"))?;
+    let (gateway, model_route) = gateway.unzip();
+    let inputs = Arc::new(TrialInputs {
+        // Dropped with the inputs, after the last trial: that stops it.
+        gateway,
+        model_route,
+        endpoints: scripted.urls.clone(),
+        ..prepared.inputs
+    });
+    holding.trials_started = true;
+    let rx = schedule(
+        plan,
+        inputs.clone(),
+        to_run,
+        run_dir.clone(),
+        cancel.clone(),
+    );
+
+    for (&task, &ms) in &inputs.environments.built_ms {
+        let entry = manifest.preparation.entry(suite.tasks[task].id.clone());
+        entry.or_default().environment_ms = Some(ms);
+    }
+    let (mut trials, mut infra_errors) = (0, 0);
+    for record in &done {
+        manifest.note_preparation(record);
+        observer.recorded(record);
+        trials += 1;
+        infra_errors += usize::from(record.outcome == Outcome::InfraError);
+    }
+    drop(done);
+    let collected = collect(rx, &mut store, &mut manifest, observer, &cancel).await?;
+    trials += collected.trials;
+    infra_errors += collected.infra_errors;
+
+    scripted.stop().await;
+    let leftovers = clean_up(plan, &runtime, &label, &root, collected.forced);
+    drop(inputs);
+    // A root that could not be removed keeps its lease, so `gc` can finish the job later.
+    if leftovers.is_empty()
+        && let Some(lease) = holding.lease.take()
+    {
+        lease.release();
+    }
+    manifest.finished_at = Some(now());
+    manifest.interrupted = cancel.is_cancelled() || trials < plan.trials.len();
+    store
+        .write_manifest(&manifest)
+        .map_err(RunError::io("cannot write the manifest"))?;
+    Ok(RunOutcome {
+        run_dir,
+        trials,
+        infra_errors,
+        interrupted: manifest.interrupted,
+        leftovers,
+    })
+}
+
+/// What a run holds while it runs. Dropped before any trial started (an error preparing), it
+/// gives back the workspace root, the lease and the run directory when it recorded nothing, so
+/// the user can fix the suite and rerun with the same `--out`. Once trials started, what they
+/// hold stays under the lease for `deltabench gc`.
+struct Holding {
+    root: PathBuf,
+    run_dir: PathBuf,
+    lease: Option<HeldLease>,
+    /// The run directory holds records of an earlier run (a resume): it stays.
+    recorded: bool,
+    trials_started: bool,
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        if self.trials_started {
+            return;
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+        if let Some(lease) = self.lease.take() {
+            lease.release();
+        }
+        if !self.recorded {
+            remove_empty_run(&self.run_dir);
+        }
+    }
+}
+
+/// The trial inputs but for the model servers, and the manifest's provisioning line.
+struct Prepared {
+    inputs: TrialInputs,
+    provisioning: String,
+}
+
+/// Prepares what every trial shares: the images, the source and each task's base commit, the
+/// workspace backends and templates.
+async fn trial_inputs(
+    plan: &Plan,
+    root: &Path,
+    run_dir: &Path,
+    runtime: Option<Runtime>,
+    label: &str,
+) -> Result<Prepared, RunError> {
+    let suite = plan.suite.clone();
     let (source, commits, environments) = {
-        let suite = suite.clone();
-        let staging = root.clone();
-        let cache = plan.request.cache.clone();
-        let tasks = plan.tasks.clone();
-        let agents = plan.agents.clone();
-        let (runtime, label) = (runtime.clone(), label.clone());
-        let prepared = tokio::task::spawn_blocking(move || {
+        let (suite, staging) = (suite.clone(), root.to_owned());
+        let (cache, tasks, agents) = (
+            plan.request.cache.clone(),
+            plan.tasks.clone(),
+            plan.agents.clone(),
+        );
+        let label = label.to_owned();
+        tokio::task::spawn_blocking(move || {
             // Containers before the source: a missing image stops the run soonest.
             let environments =
                 environments::prepare(&suite, &tasks, &agents, runtime.as_ref(), &label, &cache)?;
@@ -245,22 +401,10 @@ async fn carry_out(
             Ok((source, commits, environments))
         })
         .await
-        .map_err(|e| RunError::io("the source preparation failed")(std::io::Error::other(e)))
-        .and_then(|prepared| prepared);
-        match prepared {
-            Ok(prepared) => prepared,
-            Err(err) => {
-                // Nothing ran: leave no workspace root, lease or empty run behind, so the user
-                // can fix the suite and rerun with the same --out.
-                let _ = std::fs::remove_dir_all(&root);
-                lease.release();
-                if done.is_empty() {
-                    drop(store);
-                    remove_empty_run(&run_dir);
-                }
-                return Err(err);
-            }
-        }
+        .map_err(|source| RunError::Task {
+            context: "the source preparation failed".into(),
+            source,
+        })??
     };
     let (worktree, provisioning, templates) = worktree_backend(plan, &commits, &root.join("ws"));
     let (preparations, provisioning) = preparations(
@@ -276,7 +420,7 @@ async fn carry_out(
         .tasks
         .iter()
         .any(|&i| suite.tasks[i].isolation == Isolation::Sandbox);
-    manifest.provisioning = if sandboxed {
+    let provisioning = if sandboxed {
         // `plan` checked bubblewrap; this reads the cached version.
         format!(
             "{provisioning}; `sandbox` tasks run their agent and verify commands in bubblewrap ({})",
@@ -285,134 +429,112 @@ async fn carry_out(
     } else {
         provisioning
     };
-    observer.started(plan, &run_dir);
+    Ok(Prepared {
+        inputs: TrialInputs {
+            gateway: None,
+            model_route: None,
+            endpoints: HashMap::new(),
+            agents: plan.agents.clone(),
+            source,
+            commits,
+            provisioner: BackendProvisioner::new()
+                .with(Isolation::Session, SessionBackend)
+                .with_shared(Isolation::Worktree, worktree.clone())
+                // The same workspaces: the sandbox is in how the agent and verify commands run.
+                .with_shared(Isolation::Sandbox, worktree),
+            sandbox_hidden: sandbox_hidden(&suite, root, run_dir, &plan.request.cache),
+            expected: plan.expected.clone(),
+            discover_mutants: plan.discover_mutants,
+            record: plan.request.record,
+            replay: plan.request.replay.clone(),
+            environments,
+            preparations,
+            suite,
+        },
+        provisioning,
+    })
+}
 
-    // Interrupted trials are run again; their new record supersedes the old one.
-    let done: Vec<TrialRecord> = done.into_iter().filter(|r| !r.interrupted).collect();
-    let recorded: HashSet<(String, String, u32)> = done
-        .iter()
-        .map(|r| (r.task.clone(), r.agent.clone(), r.trial))
-        .collect();
-    let to_run: Vec<TrialSpec> = plan
-        .trials
-        .iter()
-        .filter(|t| !recorded.contains(&(suite.tasks[t.task].id.clone(), t.agent.clone(), t.trial)))
-        .cloned()
-        .collect();
-    let scripted = match ScriptedEndpoints::start(&plan.agents).await {
-        Ok(scripted) => scripted,
-        Err(err) => {
-            let _ = std::fs::remove_dir_all(&root);
-            lease.release();
-            return Err(err);
-        }
-    };
-    let gateway = match gateway::start(&plan.agents).await {
-        Ok(gateway) => gateway,
-        Err(err) => {
-            scripted.stop().await;
-            let _ = std::fs::remove_dir_all(&root);
-            lease.release();
-            return Err(RunError::io("cannot start the model gateway")(err));
-        }
-    };
-    let (gateway, model_route) = gateway.unzip();
-    let inputs = Arc::new(TrialInputs {
-        // Dropped with the inputs, after the last trial: that stops it.
-        gateway,
-        model_route,
-        suite: suite.clone(),
-        agents: plan.agents.clone(),
-        endpoints: scripted.urls.clone(),
-        source,
-        provisioner: BackendProvisioner::new()
-            .with(Isolation::Session, SessionBackend)
-            .with_shared(Isolation::Worktree, worktree.clone())
-            // The same workspaces: the sandbox is in how the agent and verify commands run.
-            .with_shared(Isolation::Sandbox, worktree),
-        sandbox_hidden: sandbox_hidden(&suite, &root, &run_dir, &plan.request.cache),
-        expected: plan.expected.clone(),
-        discover_mutants: plan.discover_mutants,
-        record: plan.request.record,
-        replay: plan.request.replay.clone(),
-        environments,
-        preparations,
-    });
+/// Starts `to_run`'s trials as permits free up, not all at once, so memory stays flat in the
+/// number of trials; a harness failure is run again up to `--retries` times.
+fn schedule(
+    plan: &Plan,
+    inputs: Arc<TrialInputs>,
+    to_run: Vec<TrialSpec>,
+    run_dir: PathBuf,
+    cancel: CancellationToken,
+) -> mpsc::UnboundedReceiver<TrialEvent> {
     let semaphore = Arc::new(Semaphore::new(plan.request.jobs));
     let retries = plan.request.retries;
-    let (tx, mut rx) = mpsc::unbounded_channel::<TrialEvent>();
-    // Trials are started as permits free up, not all at once, so memory stays flat in the
-    // number of trials.
-    {
-        let (inputs, cancel, run_path) = (inputs.clone(), cancel.clone(), run_dir.to_owned());
-        let task_ids: Vec<String> = suite.tasks.iter().map(|t| t.id.clone()).collect();
-        let commits = commits.clone();
-        tokio::spawn(async move {
-            for spec in to_run {
-                let Ok(permit) = semaphore.clone().acquire_owned().await else {
-                    return;
-                };
-                if cancel.is_cancelled() {
+    let (tx, rx) = mpsc::unbounded_channel::<TrialEvent>();
+    tokio::spawn(async move {
+        for spec in to_run {
+            let Ok(permit) = semaphore.clone().acquire_owned().await else {
+                return;
+            };
+            if cancel.is_cancelled() {
+                return;
+            }
+            let task_id = &inputs.suite.tasks[spec.task].id;
+            let trial_dir = match fresh_trial_dir(&run_dir, task_id, &spec) {
+                Ok(dir) => dir,
+                Err(err) => {
+                    let _ = tx.send(TrialEvent::Finished(Box::new(Err(err))));
                     return;
                 }
-                let trial_dir = match fresh_trial_dir(&run_path, &task_ids[spec.task], &spec) {
-                    Ok(dir) => dir,
-                    Err(err) => {
-                        let _ = tx.send(TrialEvent::Finished(Box::new(Err(err))));
-                        return;
+            };
+            let name = format!("{task_id} / {} #{}", spec.agent, spec.trial);
+            let _ = tx.send(TrialEvent::Started(name));
+            let (inputs, tx, cancel) = (inputs.clone(), tx.clone(), cancel.clone());
+            tokio::spawn(async move {
+                let _permit = permit;
+                let commit = &inputs.commits[spec.task];
+                let mut record =
+                    trial::run_trial(&inputs, &spec, commit, &trial_dir, cancel.clone()).await;
+                for _ in 0..retries {
+                    if record.outcome != Outcome::InfraError || cancel.is_cancelled() {
+                        break;
                     }
-                };
-                let _ = tx.send(TrialEvent::Started(format!(
-                    "{} / {} #{}",
-                    task_ids[spec.task], spec.agent, spec.trial
-                )));
-                let (inputs, tx, cancel) = (inputs.clone(), tx.clone(), cancel.clone());
-                let commit = commits[spec.task].clone();
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    let mut record =
-                        trial::run_trial(&inputs, &spec, &commit, &trial_dir, cancel.clone()).await;
-                    for _ in 0..retries {
-                        if record.outcome != Outcome::InfraError || cancel.is_cancelled() {
-                            break;
-                        }
-                        // Only the last attempt's artifacts and record are kept.
-                        if std::fs::remove_dir_all(&trial_dir)
-                            .and_then(|()| std::fs::create_dir_all(&trial_dir))
-                            .is_err()
-                        {
-                            break;
-                        }
-                        record =
-                            trial::run_trial(&inputs, &spec, &commit, &trial_dir, cancel.clone())
-                                .await;
+                    // Only the last attempt's artifacts and record are kept.
+                    if std::fs::remove_dir_all(&trial_dir)
+                        .and_then(|()| std::fs::create_dir_all(&trial_dir))
+                        .is_err()
+                    {
+                        break;
                     }
-                    let _ = tx.send(TrialEvent::Finished(Box::new(Ok(record))));
-                });
-            }
-        });
-    }
-
-    let (mut trials, mut infra_errors) = (0, 0);
-    for (&task, &ms) in &inputs.environments.built_ms {
-        let entry = manifest.preparation.entry(suite.tasks[task].id.clone());
-        entry.or_default().environment_ms = Some(ms);
-    }
-    let mut prepared = |record: &crate::store::TrialRecord| {
-        if record.preparation_ms.is_some() {
-            let entry = manifest.preparation.entry(record.task.clone());
-            entry.or_default().add_trial(record);
+                    record =
+                        trial::run_trial(&inputs, &spec, commit, &trial_dir, cancel.clone()).await;
+                }
+                let _ = tx.send(TrialEvent::Finished(Box::new(Ok(record))));
+            });
         }
+    });
+    rx
+}
+
+/// What the run loop saw.
+struct Collected {
+    trials: usize,
+    infra_errors: usize,
+    /// A second interrupt killed everything.
+    forced: bool,
+}
+
+/// Appends each finished trial's record and tells the observer, until every trial ended; the
+/// first SIGINT or SIGTERM stops the run gracefully, a second kills everything.
+async fn collect(
+    mut rx: mpsc::UnboundedReceiver<TrialEvent>,
+    store: &mut RunDir,
+    manifest: &mut Manifest,
+    observer: &mut dyn RunObserver,
+    cancel: &CancellationToken,
+) -> Result<Collected, RunError> {
+    let mut collected = Collected {
+        trials: 0,
+        infra_errors: 0,
+        forced: false,
     };
-    for record in &done {
-        prepared(record);
-        observer.recorded(record);
-        trials += 1;
-        infra_errors += usize::from(record.outcome == Outcome::InfraError);
-    }
-    drop(done);
     let mut interrupts = 0;
-    let mut forced = false;
     let mut sigint =
         signal(SignalKind::interrupt()).map_err(RunError::io("cannot handle SIGINT"))?;
     let mut sigterm =
@@ -429,10 +551,10 @@ async fn carry_out(
                     Some(TrialEvent::Finished(record)) => (*record)?,
                 };
                 store.append(&record).map_err(RunError::io("cannot append to trials.jsonl"))?;
-                prepared(&record);
+                manifest.note_preparation(&record);
                 observer.trial_finished(&record);
-                trials += 1;
-                infra_errors += usize::from(record.outcome == Outcome::InfraError);
+                collected.trials += 1;
+                collected.infra_errors += usize::from(record.outcome == Outcome::InfraError);
             }
             _ = async { tokio::select! { _ = sigint.recv() => {}, _ = sigterm.recv() => {} } } => {
                 interrupts += 1;
@@ -442,18 +564,28 @@ async fn carry_out(
                 } else {
                     // A second interrupt: kill everything and return; the CLI exits 130.
                     crate::process::kill_all_live_groups();
-                    forced = true;
+                    collected.forced = true;
                     break;
                 }
             }
         }
     }
+    Ok(collected)
+}
 
-    scripted.stop().await;
+/// Removes what the run's trials left (its containers, its workspace root) and trims the
+/// template cache; returns what could not be removed.
+fn clean_up(
+    plan: &Plan,
+    runtime: &Option<Runtime>,
+    label: &str,
+    root: &Path,
+    forced: bool,
+) -> Vec<String> {
     let mut leftovers = Vec::new();
     // Each command removes its container; a forced stop can leave some running.
-    if let Some(runtime) = &runtime
-        && let Err(err) = runtime.remove_labelled(&label, false)
+    if let Some(runtime) = runtime
+        && let Err(err) = runtime.remove_labelled(label, false)
     {
         leftovers.push(format!(
             "the containers labelled {}={label} ({err}; `deltabench gc` retries)",
@@ -466,39 +598,23 @@ async fn carry_out(
             "{} (a forced stop leaves it to `deltabench gc`)",
             root.display()
         ));
-    } else if !plan.request.keep_workspaces
-        && let Err(err) = crate::workspace::remove_tree(&root)
+        return leftovers;
+    }
+    if !plan.request.keep_workspaces
+        && let Err(err) = crate::workspace::remove_tree(root)
     {
         leftovers.extend(err.left.iter().map(ToString::to_string));
     }
-    if !forced {
-        // The run's own templates are in use until `inputs` goes: they stay.
-        let max = plan.request.cache_max.unwrap_or(DEFAULT_CACHE_MAX);
-        if let Err(err) = trim_templates(&plan.request.cache, max, false) {
-            eprintln!(
-                "warning: cannot trim the templates in {} to {}: {err}",
-                plan.request.cache.display(),
-                bytesize::ByteSize::b(max).display().iec()
-            );
-        }
+    // The run's own templates are in use until the trial inputs go: they stay.
+    let max = plan.request.cache_max.unwrap_or(DEFAULT_CACHE_MAX);
+    if let Err(err) = trim_templates(&plan.request.cache, max, false) {
+        eprintln!(
+            "warning: cannot trim the templates in {} to {}: {err}",
+            plan.request.cache.display(),
+            bytesize::ByteSize::b(max).display().iec()
+        );
     }
-    drop(inputs);
-    // A root that could not be removed keeps its lease, so `gc` can finish the job later.
-    if leftovers.is_empty() {
-        lease.release();
-    }
-    manifest.finished_at = Some(now());
-    manifest.interrupted = cancel.is_cancelled() || trials < plan.trials.len();
-    store
-        .write_manifest(&manifest)
-        .map_err(RunError::io("cannot write the manifest"))?;
-    Ok(RunOutcome {
-        run_dir,
-        trials,
-        infra_errors,
-        interrupted: manifest.interrupted,
-        leftovers,
-    })
+    leftovers
 }
 
 /// The scripted model endpoints a run's agents asked for (`endpoint: scripted:PATH`): one
@@ -528,10 +644,7 @@ impl ScriptedEndpoints {
             if started.urls.contains_key(path) {
                 continue;
             }
-            let script = Script::load(path).map_err(|err| RunError::Config {
-                message: err.to_string(),
-                at: None,
-            })?;
+            let script = Script::load(path).map_err(|err| RunError::config(err.to_string()))?;
             let server = ScriptedServer::start(script, SocketAddr::from(([127, 0, 0, 1], 0)))
                 .await
                 .map_err(RunError::io("cannot start the scripted model endpoint"))?;
@@ -704,14 +817,9 @@ fn prepare(
 ) -> Result<(PreparedSource, Vec<String>), RunError> {
     std::fs::create_dir_all(root)
         .map_err(RunError::io(format!("cannot create {}", root.display())))?;
-    let mut source = prepare_source(&suite.repo, cache).map_err(|message| RunError::Config {
-        message: format!(
-            "repo {} ({}): {message}",
-            suite.repo.path.display(),
-            suite.repo.kind
-        ),
-        at: None,
-    })?;
+    let mut source = prepare_source(&suite.repo, cache).map_err(RunError::config_because(
+        format!("repo {} ({})", suite.repo.path.display(), suite.repo.kind),
+    ))?;
     let mut commits = vec![String::new(); suite.tasks.len()];
     let mut resolved: IndexMap<String, String> = IndexMap::new();
     for &i in tasks {
@@ -721,11 +829,9 @@ fn prepare(
             None => {
                 let commit = resolve_commit(&source.git_dir, &base.value).map_err(|message| {
                     RunError::Config {
-                        message: format!(
-                            "base '{}' of task '{}': {message}",
-                            base.value, suite.tasks[i].id
-                        ),
+                        context: format!("base '{}' of task '{}'", base.value, suite.tasks[i].id),
                         at: Some((suite.path.clone(), base.line, base.column)),
+                        source: Some(message.into()),
                     }
                 })?;
                 resolved.insert(base.value.clone(), commit.clone());

@@ -1,7 +1,7 @@
 //! Checks before a run is answered from a recording (`run --replay RUN_DIR`): the recording is
 //! a run of this suite, with these agents' configs, and holds every planned trial's model calls.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::store::{Manifest, layout};
 
@@ -11,31 +11,59 @@ use super::Plan;
 /// sends none of them anywhere.
 const REPLAY_FREE: [&str; 2] = ["endpoint", "api_key"];
 
-/// Why `recorded` cannot answer `plan`'s trials, as the message of an exit 2.
-pub fn check_replayable(recorded: &Path, plan: &Plan) -> Result<(), String> {
-    let shown = recorded.display();
-    let text = std::fs::read_to_string(recorded.join(layout::MANIFEST)).map_err(|e| {
-        format!(
-            "--replay {shown}: not a run directory (no readable {}: {e})",
-            layout::MANIFEST
-        )
-    })?;
-    let manifest: Manifest = serde_json::from_str(&text).map_err(|e| {
-        format!(
-            "--replay {shown}: its {} is unreadable: {e}",
-            layout::MANIFEST
-        )
-    })?;
+/// Why a recording cannot answer a plan's trials: the message of an exit 2.
+#[derive(Debug, thiserror::Error)]
+#[error("--replay {}: {why}", recorded.display())]
+pub struct ReplayError {
+    pub recorded: PathBuf,
+    pub why: NotReplayable,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NotReplayable {
+    #[error("not a run directory (no readable {manifest}: {0})", manifest = layout::MANIFEST)]
+    NotARun(std::io::Error),
+    #[error("its {manifest} is unreadable: {0}", manifest = layout::MANIFEST)]
+    Unreadable(serde_json::Error),
+    #[error("that run was not made with --record: it holds no model calls to answer from")]
+    NotRecorded,
+    #[error("it records suite '{recorded}', not '{planned}'")]
+    OtherSuite { recorded: String, planned: String },
+    #[error("it records no agent '{name}' (it has {})", has.join(", "))]
+    NoAgent { name: String, has: Vec<String> },
+    #[error(
+        "agent '{0}' is configured otherwise than in the recording (only `endpoint` and `api_key` may differ)"
+    )]
+    Reconfigured(String),
+    #[error("no recording of trial {task} / {agent} #{trial} ({} is missing)", file.display())]
+    Missing {
+        task: String,
+        agent: String,
+        trial: u32,
+        file: PathBuf,
+    },
+}
+
+/// Checks that `recorded` can answer `plan`'s trials.
+pub fn check_replayable(recorded: &Path, plan: &Plan) -> Result<(), ReplayError> {
+    check(recorded, plan).map_err(|why| ReplayError {
+        recorded: recorded.to_owned(),
+        why,
+    })
+}
+
+fn check(recorded: &Path, plan: &Plan) -> Result<(), NotReplayable> {
+    let text =
+        std::fs::read_to_string(recorded.join(layout::MANIFEST)).map_err(NotReplayable::NotARun)?;
+    let manifest: Manifest = serde_json::from_str(&text).map_err(NotReplayable::Unreadable)?;
     if !manifest.request.as_ref().is_some_and(|r| r.record) {
-        return Err(format!(
-            "--replay {shown}: that run was not made with --record: it holds no model calls to answer from"
-        ));
+        return Err(NotReplayable::NotRecorded);
     }
     if manifest.suite != plan.suite.name {
-        return Err(format!(
-            "--replay {shown}: it records suite '{}', not '{}'",
-            manifest.suite, plan.suite.name
-        ));
+        return Err(NotReplayable::OtherSuite {
+            recorded: manifest.suite,
+            planned: plan.suite.name.clone(),
+        });
     }
     let now = super::recorded_agent_configs(&plan.agents);
     for (name, spec) in &plan.agents {
@@ -43,15 +71,10 @@ pub fn check_replayable(recorded: &Path, plan: &Plan) -> Result<(), String> {
             continue;
         }
         let Some(then) = manifest.agents.get(name) else {
-            return Err(format!(
-                "--replay {shown}: it records no agent '{name}' (it has {})",
-                manifest
-                    .agents
-                    .keys()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            return Err(NotReplayable::NoAgent {
+                name: name.clone(),
+                has: manifest.agents.keys().cloned().collect(),
+            });
         };
         let strip = |config: &serde_json::Value| {
             let mut config = config.clone();
@@ -63,9 +86,7 @@ pub fn check_replayable(recorded: &Path, plan: &Plan) -> Result<(), String> {
             config
         };
         if strip(then) != strip(&now[name]) {
-            return Err(format!(
-                "--replay {shown}: agent '{name}' is configured otherwise than in the recording (only `endpoint` and `api_key` may differ)"
-            ));
+            return Err(NotReplayable::Reconfigured(name.clone()));
         }
     }
     for spec in &plan.trials {
@@ -76,12 +97,12 @@ pub fn check_replayable(recorded: &Path, plan: &Plan) -> Result<(), String> {
         let file =
             layout::trial_path(recorded, task, &spec.agent, spec.trial).join(layout::MODEL_CALLS);
         if !file.is_file() {
-            return Err(format!(
-                "--replay {shown}: no recording of trial {task} / {} #{} ({} is missing)",
-                spec.agent,
-                spec.trial,
-                file.display()
-            ));
+            return Err(NotReplayable::Missing {
+                task: task.clone(),
+                agent: spec.agent.clone(),
+                trial: spec.trial,
+                file,
+            });
         }
     }
     Ok(())

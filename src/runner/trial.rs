@@ -28,12 +28,14 @@ use crate::agent::{
 use crate::delta::{
     ContainerCapture, DiffStats, FreshWorkspace, MutationPlan, TaskProbe, commit_setup, mutate,
 };
+use crate::gateway::GatewayLease;
 use crate::lifecycle::{
-    BuildContext, FnCodingAgentFactory, Phase, RunCodingNode, RunNodeError, run_coding_node,
+    BuildContext, CodingAgentFactory, FnCodingAgentFactory, Lifecycle, NodeReport, Phase,
+    RunCodingNode, RunNodeError, run_coding_node,
 };
 use crate::metric::{
-    DeltaMetric, DeltaTokenMetric, ExitCodeMetric, GraderMetric, Metric, TestEvidence,
-    VerdictInput, verdict,
+    DeltaMetric, DeltaTokenMetric, ExitCodeMetric, GraderMetric, Metric, Reached, TestEvidence,
+    TrialFacts, VerdictInput, settle,
 };
 use crate::process::{self, CommandSpec};
 use crate::store::{TrialRecord, UsageRecord, VerifyRecord, layout, write_json_atomic};
@@ -58,6 +60,8 @@ pub struct TrialInputs {
     /// Root URLs of the run's scripted model endpoints, by script path.
     pub endpoints: HashMap<PathBuf, String>,
     pub source: PreparedSource,
+    /// Each task's base commit, by task index.
+    pub commits: Vec<String>,
     /// Shared by every trial, so backends can share their caches.
     pub provisioner: BackendProvisioner,
     /// Folders masked where an exposed tree of the sandbox covers them (the run's workspaces,
@@ -95,7 +99,9 @@ fn mutation_plan(inputs: &TrialInputs, task: &Task, agent: &AgentSpec) -> Option
         .then(|| MutationPlan::Check(mutate::sample(biting, task.mutants, mutate::fresh_seed())))
 }
 
-/// Runs one trial to a record. Never fails: what went wrong is in the record.
+/// Runs one trial to a record: wire the seam types, run the lifecycle, write its artifacts,
+/// settle (the one place its outcome is decided, [`settle`]), write the record. Never fails:
+/// what went wrong is in the record.
 pub async fn run_trial(
     inputs: &TrialInputs,
     spec: &TrialSpec,
@@ -103,26 +109,114 @@ pub async fn run_trial(
     dir: &Path,
     cancel: CancellationToken,
 ) -> TrialRecord {
-    let started_at = now();
     let started = Instant::now();
     let task = &inputs.suite.tasks[spec.task];
-    let unscored = |started_at| {
-        TrialRecord::unscored(
-            &task.id,
-            &spec.agent,
-            spec.trial,
-            task.metric.name(),
-            started_at,
-        )
-    };
+    let mut record =
+        TrialRecord::unscored(&task.id, &spec.agent, spec.trial, task.metric.name(), now());
     if let Some(why) = inputs.environments.failed.get(&spec.task) {
-        let mut record = unscored(started_at);
-        record.infra_error = Some(why.clone());
+        record.settle(settle(TrialFacts::broken(why.clone())));
         return record;
     }
-    let agent_spec = inputs.agents[&spec.agent].clone();
+    let trial = wire(inputs, spec, commit, dir);
+    let (ran, lifecycle, timed) = run(&trial, dir, &cancel).await;
+
+    record.phases = lifecycle
+        .steps
+        .iter()
+        .map(|(phase, us)| (format!("{phase:?}").to_lowercase(), *us))
+        .collect();
+    record.verify_network = trial.verify_network == Network::Host;
+    record.in_place = task.verify.in_place;
+    let mut result_json = serde_json::json!({ "lifecycle": lifecycle });
+    let mut result = None;
+    match &ran {
+        Ok(report) => {
+            observe(&mut record, inputs, &trial, report, dir);
+            result = Some(report.outcome.result.clone());
+            result_json["summary"] =
+                serde_json::to_value(&report.outcome.summary).unwrap_or_default();
+        }
+        Err(RunNodeError::Probe(probe)) => result = probe.result.as_deref().cloned(),
+        Err(_) => {}
+    }
+    if let Some(result) = &result {
+        describe_result(&mut record, result);
+        result_json["result"] = serde_json::to_value(result).unwrap_or_default();
+    }
+    super::gateway::record_usage(&mut record, trial.lease.as_deref());
+    let preparation = Duration::from_micros(lifecycle.micros(Phase::Prepare));
+    record.preparation_ms =
+        (lifecycle.count(Phase::Prepare) > 0).then_some(preparation.as_millis() as u64);
+    record.duration_ms = started.elapsed().saturating_sub(preparation).as_millis() as u64;
+
+    let counted = trial.lease.as_ref().map(|l| (l.calls(), l.usage()));
+    let agent = &inputs.agents[&spec.agent];
+    write_trajectory(
+        dir,
+        &TrajectoryInput {
+            agent: &spec.agent,
+            kind: AgentKind::from(agent).into(),
+            model: agent.as_harness().and_then(|(_, c)| c.model.as_deref()),
+            instruction: &task.instruction,
+            started_at: &record.started_at,
+            events: &timed,
+            result: result.as_ref(),
+            gateway: counted
+                .as_ref()
+                .map(|(calls, total)| Counted { calls, total }),
+        },
+    );
+    // A secret may remain on disk: the record says so rather than the run failing.
+    let unredacted = trial
+        .secrets
+        .redact_dir(dir)
+        .err()
+        .map(|e| format!("cannot redact secrets from {}: {e}", dir.display()));
+
+    let settled = settle(TrialFacts {
+        reached: match &ran {
+            Ok(report) => reached(&record, inputs, &trial, report),
+            Err(err) => Reached::Broken(err.to_string()),
+        },
+        // A replay that left its recording measured nothing the recording did.
+        replay_mismatch: trial
+            .lease
+            .as_ref()
+            .and_then(|l| l.stop().tripped())
+            .filter(|r| crate::agent::is_replay_mismatch(r)),
+        interrupted: cancel.is_cancelled() && record.status == Some(CodingStatus::Aborted),
+        unredacted,
+    });
+    record.settle(settled);
+    let record = redact(&trial.secrets, record);
+    result_json["record"] = serde_json::to_value(&record).unwrap_or_default();
+    let _ = write_json_atomic(
+        &dir.join(layout::RESULT),
+        &redact(&trial.secrets, result_json),
+    );
+    record
+}
+
+/// What a trial's steps share once wired.
+struct Wired<'a> {
+    task: &'a Task,
+    base: WorkspaceBase,
+    provisioner: SetupProvisioner,
+    factory: Box<dyn CodingAgentFactory + 'a>,
+    metric: Box<dyn Metric>,
+    lease: Option<Arc<GatewayLease>>,
+    protected: std::io::Result<Protected>,
+    secrets: Secrets,
+    history: &'a Path,
+    verify_network: Network,
+}
+
+/// The seam types of one trial: its workspace base and provisioner, the factory of its agent
+/// and the probe of its delta, its metric, its gateway lease, the paths it must not touch.
+fn wire<'a>(inputs: &'a TrialInputs, spec: &'a TrialSpec, commit: &str, dir: &Path) -> Wired<'a> {
+    let task = &inputs.suite.tasks[spec.task];
+    let agent_spec = &inputs.agents[&spec.agent];
     let (agent_env, api_key) = agent_spec.secrets();
-    let secrets = Secrets::of_trial(agent_env, api_key);
     let protected = Protected::for_task(
         task.protected.as_deref(),
         task.tests.as_ref(),
@@ -145,65 +239,16 @@ pub async fn run_trial(
         ),
     )
     .prepared_by(preparation.map(|p| p.clone() as Arc<dyn Prepare>));
-    // With an environment every command runs in a container, which is then the sandbox too:
-    // only the workspace, its home and the borrowed objects are mounted. A prepared setup's
-    // commands run in the image it was committed as.
-    let container = |home: &str| -> Option<ContainerPolicy> {
-        let policy = inputs
-            .environments
-            .policy(spec.task, task, dir.join(home), history)?;
-        Some(match preparation.and_then(|p| p.image()) {
-            Some(image) => policy.image(image),
-            None => policy,
-        })
-    };
-    let provisioner = SetupProvisioner {
+    let places = Places::of(inputs, spec, dir, history);
+    let setup = |log: &str, home: &str| SetupProvisioner {
         inner: inputs.provisioner.clone(),
         setup: task.setup.clone(),
         timeout: task.timeout,
-        log: dir.join(layout::SETUP_LOG),
+        log: dir.join(log),
         history: history.to_owned(),
-        container: container("home"),
+        container: places.container(home),
     };
-    // Where the agent and the verify command run, chosen here once; each gets a home of its
-    // own, kept with the trial's files.
-    let confinement = |home: &str| match container(home) {
-        Some(policy) => Confinement::Container(policy),
-        None if task.isolation == Isolation::Sandbox => Confinement::Sandbox(
-            SandboxPolicy::new(dir.join(home))
-                .hiding(inputs.sandbox_hidden.clone())
-                .borrowing_objects_of(history),
-        ),
-        None => Confinement::Host,
-    };
-    let verify_provisioner = SetupProvisioner {
-        inner: inputs.provisioner.clone(),
-        setup: task.setup.clone(),
-        timeout: task.timeout,
-        log: dir.join(layout::VERIFY_SETUP_LOG),
-        history: history.to_owned(),
-        container: container(layout::VERIFY_HOME),
-    };
-    // The gateway's route for `network: model`; under `delta: container` the agent's container
-    // is kept for the probe to read, and under `in_place` kept running for verify.
-    let agent_confinement = match confinement("home") {
-        Confinement::Container(policy) => {
-            let policy = match &inputs.model_route {
-                Some(route) => policy.model_route(route.clone()),
-                None => policy,
-            };
-            Confinement::Container(match task.environment.as_ref().map(|e| e.delta) {
-                _ if task.verify.in_place => policy.kept_live(),
-                Some(DeltaScope::Container) => policy.kept(),
-                _ => policy,
-            })
-        }
-        Confinement::Sandbox(policy) => Confinement::Sandbox(match &inputs.model_route {
-            Some(route) => policy.model_route(route.clone()),
-            None => policy,
-        }),
-        Confinement::Host => Confinement::Host,
-    };
+    let agent_confinement = places.agent();
     let in_place = agent_confinement.container().filter(|p| p.live).cloned();
     let container_delta = match (agent_confinement.container(), &protected) {
         (Some(policy), Ok(protected)) => policy.keep.as_ref().map(|name| ContainerCapture {
@@ -225,7 +270,7 @@ pub async fn run_trial(
         artifacts: Some(dir.to_owned()),
         // No network unless the task declares its tests need one (a host answering any
         // address fails tests).
-        confinement: match confinement(layout::VERIFY_HOME) {
+        confinement: match places.confinement(layout::VERIFY_HOME) {
             Confinement::Container(policy) => {
                 Confinement::Container(policy.network(verify_network))
             }
@@ -235,24 +280,19 @@ pub async fn run_trial(
         max_diff: inputs.suite.max_diff,
         // The verify command runs in a workspace of its own, never the agent's.
         fresh: FreshWorkspace {
-            provisioner: Arc::new(verify_provisioner),
+            provisioner: Arc::new(setup(layout::VERIFY_SETUP_LOG, layout::VERIFY_HOME)),
             base: WorkspaceBase::new(
                 history.to_owned(),
                 commit.to_owned(),
                 format!("{}--verify", base.name),
             )
             .prepared_by(base.prepare.clone()),
-            isolation: Isolation::Worktree.as_str().to_owned(),
+            isolation: Isolation::Worktree,
         },
-        mutation: mutation_plan(inputs, task, &agent_spec).filter(|_| in_place.is_none()),
+        mutation: mutation_plan(inputs, task, agent_spec).filter(|_| in_place.is_none()),
         container_delta,
         in_place,
     });
-    let (agent_name, scratch, solution) =
-        (spec.agent.clone(), dir.to_owned(), task.solution.clone());
-    let solution_script = task.solution_script.clone();
-    let timeout = task.timeout;
-    let endpoints = inputs.endpoints.clone();
     let tape = super::gateway::Taping {
         record: inputs.record.then(|| dir.join(layout::MODEL_CALLS)),
         replay: inputs.replay.as_deref().map(|run| {
@@ -261,114 +301,218 @@ pub async fn run_trial(
     };
     let lease = super::gateway::lease(
         inputs.gateway.as_ref(),
-        &agent_spec,
-        super::gateway::agent_network(task, &agent_spec),
-        &endpoints,
+        agent_spec,
+        super::gateway::agent_network(task, agent_spec),
+        &inputs.endpoints,
         tape,
     );
-    let through = lease.clone().map(|l| (l.url().to_owned(), l.stop(), l));
+    Wired {
+        task,
+        factory: agent_factory(inputs, spec, dir, agent_confinement, lease.clone(), probe),
+        provisioner: setup(layout::SETUP_LOG, "home"),
+        metric: metric_for(task, &inputs.suite, dir),
+        secrets: Secrets::of_trial(agent_env, api_key),
+        base,
+        lease,
+        protected,
+        history,
+        verify_network,
+    }
+}
+
+/// Where a trial's commands run: with an environment every command runs in a container,
+/// which is then the sandbox too (only the workspace, its home and the borrowed objects are
+/// mounted); a `sandbox` task's in bubblewrap; else on this machine. Chosen here once; each
+/// command gets a home of its own, kept with the trial's files.
+struct Places<'a> {
+    inputs: &'a TrialInputs,
+    task: &'a Task,
+    spec: &'a TrialSpec,
+    dir: &'a Path,
+    history: &'a Path,
+}
+
+impl<'a> Places<'a> {
+    fn of(inputs: &'a TrialInputs, spec: &'a TrialSpec, dir: &'a Path, history: &'a Path) -> Self {
+        let task = &inputs.suite.tasks[spec.task];
+        Self {
+            inputs,
+            task,
+            spec,
+            dir,
+            history,
+        }
+    }
+
+    /// The task's container, if it has an environment; a prepared setup's commands run in
+    /// the image it was committed as.
+    fn container(&self, home: &str) -> Option<ContainerPolicy> {
+        let policy = self.inputs.environments.policy(
+            self.spec.task,
+            self.task,
+            self.dir.join(home),
+            self.history,
+        )?;
+        let prepared = self.inputs.preparations.get(&self.spec.task);
+        Some(match prepared.and_then(|p| p.image()) {
+            Some(image) => policy.image(image),
+            None => policy,
+        })
+    }
+
+    fn confinement(&self, home: &str) -> Confinement {
+        match self.container(home) {
+            Some(policy) => Confinement::Container(policy),
+            None if self.task.isolation == Isolation::Sandbox => Confinement::Sandbox(
+                SandboxPolicy::new(self.dir.join(home))
+                    .hiding(self.inputs.sandbox_hidden.clone())
+                    .borrowing_objects_of(self.history),
+            ),
+            None => Confinement::Host,
+        }
+    }
+
+    /// The agent's: the gateway's route for `network: model`; under `delta: container` its
+    /// container is kept for the probe to read, and under `in_place` kept running for verify.
+    fn agent(&self) -> Confinement {
+        let route = self.inputs.model_route.clone();
+        match self.confinement("home") {
+            Confinement::Container(policy) => {
+                let policy = match route {
+                    Some(route) => policy.model_route(route),
+                    None => policy,
+                };
+                Confinement::Container(match self.task.environment.as_ref().map(|e| e.delta) {
+                    _ if self.task.verify.in_place => policy.kept_live(),
+                    Some(DeltaScope::Container) => policy.kept(),
+                    _ => policy,
+                })
+            }
+            Confinement::Sandbox(policy) => Confinement::Sandbox(match route {
+                Some(route) => policy.model_route(route),
+                None => policy,
+            }),
+            Confinement::Host => Confinement::Host,
+        }
+    }
+}
+
+/// The factory of the trial's agent, confined where [`Places::agent`] says, its model calls
+/// through the trial's gateway lease.
+fn agent_factory<'a>(
+    inputs: &'a TrialInputs,
+    spec: &TrialSpec,
+    dir: &Path,
+    confinement: Confinement,
+    lease: Option<Arc<GatewayLease>>,
+    probe: Arc<TaskProbe>,
+) -> Box<dyn CodingAgentFactory + 'a> {
+    let task = &inputs.suite.tasks[spec.task];
+    let agent_spec = &inputs.agents[&spec.agent];
+    let agent_name = spec.agent.clone();
+    let scratch = dir.to_owned();
     let trial_folder = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
-    let factory = FnCodingAgentFactory::new(
-        move |ctx: &BuildContext| -> Result<Arc<dyn CodingAgent>, anyhow::Error> {
-            let contain = |agent: CommandAgent| agent.confined(agent_confinement.clone());
-            Ok(match &agent_spec {
-                AgentSpec::Noop => Arc::new(NoopAgent::named(&agent_name)),
-                // A script solution runs as an agent would: in the task's container or
-                // sandbox, from a copy of its folder in the agent's home (the suite's folder
-                // is hidden there).
-                AgentSpec::Oracle if solution_script.is_some() => {
-                    let script = solution_script.clone().unwrap_or_default();
-                    let copy = scratch.join("home").join(".deltabench-solution");
-                    let folder = script.parent().unwrap_or(Path::new("/"));
-                    crate::support::copy_folder(folder, &copy).map_err(|e| {
-                        anyhow::anyhow!("cannot copy the solution script's folder: {e}")
-                    })?;
-                    let name = script.file_name().unwrap_or_default();
-                    let config = crate::agent::CommandAgentConfig {
-                        run: format!(
-                            "bash {}",
-                            crate::support::shell_quote(&copy.join(name).to_string_lossy())
-                        ),
-                        timeout,
-                        env: [(
-                            "DELTABENCH_SOLUTION".to_owned(),
-                            copy.to_string_lossy().into_owned(),
-                        )]
-                        .into(),
-                        network: None,
-                        gateway: false,
-                        endpoint: None,
-                        budget: None,
-                    };
-                    Arc::new(contain(CommandAgent::new(
-                        &agent_name,
-                        config,
-                        ctx.workspace.clone(),
-                        scratch.clone(),
-                    )))
-                }
-                AgentSpec::Oracle => Arc::new(OracleAgent::new(
-                    ctx.workspace.clone(),
-                    ctx.base.clone(),
-                    solution.clone(),
-                )),
-                AgentSpec::Mock(config) => Arc::new(
-                    MockAgent::new(config.clone())
-                        .named(&agent_name)
-                        .in_workspace(ctx.workspace.clone()),
-                ),
-                AgentSpec::Command(config) => {
-                    let mut agent = CommandAgent::new(
-                        &agent_name,
-                        config.clone(),
-                        ctx.workspace.clone(),
-                        scratch.clone(),
-                    );
-                    if let Some((url, stop, lease)) = &through {
-                        lease.start_clock();
-                        lease.set_places(places(&ctx.workspace, &trial_folder));
-                        agent = agent.through_gateway(url.clone(), stop.clone());
-                    }
-                    Arc::new(contain(agent))
-                }
-                spec => {
-                    let (kind, config) = spec.as_harness().expect("the other kinds are above");
-                    let program =
-                        find_program(kind, config.binary.as_deref()).map_err(anyhow::Error::msg)?;
-                    let endpoint = match &config.endpoint {
-                        Some(Endpoint::Url(url)) => Some(url.clone()),
-                        Some(Endpoint::Scripted(path)) => {
-                            Some(endpoints.get(path).cloned().ok_or_else(|| {
-                                anyhow::anyhow!("no endpoint was started for {}", path.display())
-                            })?)
-                        }
-                        None => None,
-                    };
-                    let mut agent = HarnessAgent::new(
-                        &agent_name,
-                        kind,
-                        config.clone(),
-                        program,
-                        ctx.workspace.clone(),
-                        scratch.clone(),
-                        endpoint,
-                    );
-                    if let Some((url, stop, lease)) = &through {
-                        lease.start_clock();
-                        lease.set_places(places(&ctx.workspace, &trial_folder));
-                        agent = agent.through_gateway(url.clone(), stop.clone());
-                    }
-                    Arc::new(agent.confined(agent_confinement.clone()))
-                }
-            })
-        },
-        probe,
-    );
-    let metric = metric_for(task, &inputs.suite, dir);
-    let mut events = match File::create(dir.join(layout::EVENTS)) {
-        Ok(file) => Some(BufWriter::new(file)),
-        Err(_) => None,
+    let through = lease.map(|l| (l.url().to_owned(), l.stop(), l));
+    let gateway = move |workspace: &Path| {
+        through.as_ref().map(|(url, stop, lease)| {
+            lease.start_clock();
+            lease.set_places(places(workspace, &trial_folder));
+            (url.clone(), stop.clone())
+        })
     };
+    let build = move |ctx: &BuildContext| -> Result<Arc<dyn CodingAgent>, anyhow::Error> {
+        let contain = |agent: CommandAgent| agent.confined(confinement.clone());
+        let command = |config: crate::agent::CommandAgentConfig| {
+            CommandAgent::new(&agent_name, config, ctx.workspace.clone(), scratch.clone())
+        };
+        Ok(match agent_spec {
+            AgentSpec::Noop => Arc::new(NoopAgent::named(&agent_name)),
+            // A script solution runs as an agent would: in the task's container or sandbox,
+            // from a copy of its folder in the agent's home (the suite's folder is hidden).
+            AgentSpec::Oracle if task.solution_script.is_some() => {
+                let script = task.solution_script.clone().unwrap_or_default();
+                let copy = scratch.join("home").join(".deltabench-solution");
+                let folder = script.parent().unwrap_or(Path::new("/"));
+                crate::support::copy_folder(folder, &copy).map_err(|e| {
+                    anyhow::anyhow!("cannot copy the solution script's folder: {e}")
+                })?;
+                let name = script.file_name().unwrap_or_default();
+                Arc::new(contain(command(crate::agent::CommandAgentConfig {
+                    run: format!(
+                        "bash {}",
+                        crate::support::shell_quote(&copy.join(name).to_string_lossy())
+                    ),
+                    timeout: task.timeout,
+                    env: [(
+                        "DELTABENCH_SOLUTION".to_owned(),
+                        copy.to_string_lossy().into_owned(),
+                    )]
+                    .into(),
+                    network: None,
+                    gateway: false,
+                    endpoint: None,
+                    budget: None,
+                })))
+            }
+            AgentSpec::Oracle => Arc::new(OracleAgent::new(
+                ctx.workspace.clone(),
+                ctx.base.clone(),
+                task.solution.clone(),
+            )),
+            AgentSpec::Mock(config) => Arc::new(
+                MockAgent::new(config.clone())
+                    .named(&agent_name)
+                    .in_workspace(ctx.workspace.clone()),
+            ),
+            AgentSpec::Command(config) => {
+                let mut agent = command(config.clone());
+                if let Some((url, stop)) = gateway(&ctx.workspace) {
+                    agent = agent.through_gateway(url, stop);
+                }
+                Arc::new(contain(agent))
+            }
+            spec => {
+                let (kind, config) = spec.as_harness().expect("the other kinds are above");
+                let program =
+                    find_program(kind, config.binary.as_deref()).map_err(anyhow::Error::msg)?;
+                let endpoint = match &config.endpoint {
+                    Some(Endpoint::Url(url)) => Some(url.clone()),
+                    Some(Endpoint::Scripted(path)) => {
+                        Some(inputs.endpoints.get(path).cloned().ok_or_else(|| {
+                            anyhow::anyhow!("no endpoint was started for {}", path.display())
+                        })?)
+                    }
+                    None => None,
+                };
+                let mut agent = HarnessAgent::new(
+                    &agent_name,
+                    kind,
+                    config.clone(),
+                    program,
+                    ctx.workspace.clone(),
+                    scratch.clone(),
+                    endpoint,
+                );
+                if let Some((url, stop)) = gateway(&ctx.workspace) {
+                    agent = agent.through_gateway(url, stop);
+                }
+                Arc::new(agent.confined(confinement.clone()))
+            }
+        })
+    };
+    Box::new(FnCodingAgentFactory::new(build, probe))
+}
+
+/// Runs the lifecycle, writing the event stream (`events.jsonl`, and `agent.log` for agents
+/// without output of their own) as it arrives.
+async fn run(
+    trial: &Wired<'_>,
+    dir: &Path,
+    cancel: &CancellationToken,
+) -> (Result<NodeReport, RunNodeError>, Lifecycle, Vec<TimedEvent>) {
+    let mut events = File::create(dir.join(layout::EVENTS))
+        .ok()
+        .map(BufWriter::new);
     let mut transcript: Vec<String> = Vec::new();
     let mut timed: Vec<TimedEvent> = Vec::new();
     let mut on_event = |event: &StreamEvent| {
@@ -383,11 +527,12 @@ pub async fn run_trial(
             let _ = writeln!(out, "{line}");
         }
     };
+    let task = trial.task;
     let (ran, lifecycle) = run_coding_node(RunCodingNode {
-        factory: &factory,
-        provisioner: &provisioner,
-        base: &base,
-        isolation: task.isolation.as_str(),
+        factory: trial.factory.as_ref(),
+        provisioner: &trial.provisioner,
+        base: &trial.base,
+        isolation: task.isolation,
         task: CodingTask {
             task: task.instruction.clone(),
             session_id: None,
@@ -395,7 +540,7 @@ pub async fn run_trial(
             deadline: task.timeout,
         },
         signal: Some(cancel.clone()),
-        metric: Some(metric.as_ref()),
+        metric: Some(trial.metric.as_ref()),
         on_event: Some(&mut on_event),
     })
     .await;
@@ -406,140 +551,105 @@ pub async fn run_trial(
         // In-process agents have no output of their own: their log is their event stream.
         let _ = std::fs::write(dir.join(layout::AGENT_LOG), transcript.join(""));
     }
-
-    let mut record = unscored(started_at);
-    record.phases = lifecycle
-        .steps
-        .iter()
-        .map(|(phase, us)| (format!("{phase:?}").to_lowercase(), *us))
-        .collect();
-    record.verify_network = verify_network == Network::Host;
-    record.in_place = task.verify.in_place;
-    let mut result_json = serde_json::json!({ "lifecycle": lifecycle });
-    match ran {
-        Ok(report) => {
-            let outcome = &report.outcome;
-            let delta = &outcome.delta;
-            record.diff = Some(DiffStats::from_patch(&delta.diff));
-            let verify = &delta.command_result;
-            if delta.rejected.is_none() {
-                record.verify = Some(VerifyRecord {
-                    exit_code: verify.exit_code,
-                    timed_out: verify.timed_out,
-                    duration_ms: verify.duration_ms,
-                });
-                let mut evidence = TestEvidence::of(verify);
-                if inputs.discover_mutants
-                    && let Some(report) = &delta.mutation
-                {
-                    evidence.mutants = report.biting.clone();
-                }
-                let _ = write_json_atomic(&dir.join(layout::TESTS), &evidence);
-            }
-            describe_result(&mut record, &outcome.result);
-            let sandbox_failed = outcome.result.output.metadata.contains_key(SANDBOX_FAILED);
-            match &protected {
-                _ if sandbox_failed => {
-                    // The harness's failure, not the agent's: unscored, and retried.
-                    record.infra_error = outcome.result.error.as_ref().map(|e| e.message.clone());
-                }
-                Ok(protected) => {
-                    record.tampered = protected.touched(&delta.diff, &|path| {
-                        file_versions(history, &base.commit, &delta.diff, path)
-                    });
-                    if let Some(container) = &delta.container {
-                        record.tampered.extend(container.tampered());
-                        record.container_changes = container_listing(container);
-                    }
-                    for path in &delta.changed_tests {
-                        if !record.tampered.contains(path) {
-                            record
-                                .tampered
-                                .push(format!("{path} (rewritten while verify ran)"));
-                        }
-                    }
-                    record.flags = crate::delta::flags::scan(&delta.diff);
-                    if let Some(report) = &delta.mutation {
-                        let _ = write_json_atomic(&dir.join(layout::MUTANTS), report);
-                    }
-                    let verdict = verdict(VerdictInput {
-                        delta,
-                        score: report.score,
-                        tampered: &record.tampered,
-                        tamper_fails: matches!(task.metric, MetricSpec::Delta),
-                        expected: inputs.expected.get(&task.id),
-                    });
-                    record.apply(&verdict);
-                    if matches!(task.metric, MetricSpec::Grader { .. }) {
-                        record.grader = grader_explanation(&dir.join(layout::GRADER_LOG));
-                    }
-                }
-                Err(e) => {
-                    record.infra_error =
-                        Some(format!("cannot list the hidden tests to protect them: {e}"));
-                }
-            }
-            result_json["result"] = serde_json::to_value(&outcome.result).unwrap_or_default();
-            result_json["summary"] = serde_json::to_value(&outcome.summary).unwrap_or_default();
-        }
-        Err(err) => {
-            if let RunNodeError::Probe(probe) = &err
-                && let Some(result) = &probe.result
-            {
-                describe_result(&mut record, result);
-                result_json["result"] = serde_json::to_value(result).unwrap_or_default();
-            }
-            record.infra_error = Some(err.to_string());
-        }
-    }
-    super::gateway::record_usage(&mut record, lease.as_deref());
-    // A replay that left its recording measured nothing the recording did: not scored.
-    if let Some(reason) = lease
-        .as_ref()
-        .and_then(|l| l.stop().tripped())
-        .filter(|r| crate::agent::is_replay_mismatch(r))
-    {
-        record.unscore(reason);
-    }
-    let preparation = Duration::from_micros(lifecycle.micros(Phase::Prepare));
-    record.preparation_ms =
-        (lifecycle.count(Phase::Prepare) > 0).then_some(preparation.as_millis() as u64);
-    record.duration_ms = started.elapsed().saturating_sub(preparation).as_millis() as u64;
-    if cancel.is_cancelled() && record.status == Some(CodingStatus::Aborted) {
-        record.mark_interrupted();
-    }
-    let result: Option<CodingResult> = result_json
-        .get("result")
-        .and_then(|r| serde_json::from_value(r.clone()).ok());
-    let counted = lease.as_ref().map(|l| (l.calls(), l.usage()));
-    let agent = &inputs.agents[&spec.agent];
-    write_trajectory(
-        dir,
-        &TrajectoryInput {
-            agent: &spec.agent,
-            kind: AgentKind::from(agent).into(),
-            model: agent.as_harness().and_then(|(_, c)| c.model.as_deref()),
-            instruction: &task.instruction,
-            started_at: &record.started_at,
-            events: &timed,
-            result: result.as_ref(),
-            gateway: counted
-                .as_ref()
-                .map(|(calls, total)| Counted { calls, total }),
-        },
-    );
-    let record = redact_record(&secrets, record);
-    result_json["record"] = serde_json::to_value(&record).unwrap_or_default();
-    let _ = write_json_atomic(&dir.join(layout::RESULT), &result_json);
-    if let Err(e) = secrets.redact_dir(dir) {
-        // A secret may remain on disk: the record says so rather than the run failing.
-        let mut record = record;
-        record.unscore(format!("cannot redact secrets from {}: {e}", dir.display()));
-        return record;
-    }
-    record
+    (ran, lifecycle, timed)
 }
 
+/// What the delta shows, into the record and the trial's files: the diff's size, the verify
+/// result and its evidence, the protected paths touched, the flags, the mutation report.
+fn observe(
+    record: &mut TrialRecord,
+    inputs: &TrialInputs,
+    trial: &Wired<'_>,
+    report: &NodeReport,
+    dir: &Path,
+) {
+    let delta = &report.outcome.delta;
+    record.diff = Some(DiffStats::from_patch(&delta.diff));
+    if delta.rejected.is_none() {
+        let verify = &delta.command_result;
+        record.verify = Some(VerifyRecord {
+            exit_code: verify.exit_code,
+            timed_out: verify.timed_out,
+            duration_ms: verify.duration_ms,
+        });
+        let mut evidence = TestEvidence::of(verify);
+        if inputs.discover_mutants
+            && let Some(report) = &delta.mutation
+        {
+            evidence.mutants = report.biting.clone();
+        }
+        let _ = write_json_atomic(&dir.join(layout::TESTS), &evidence);
+    }
+    let sandbox_failed = report
+        .outcome
+        .result
+        .output
+        .metadata
+        .contains_key(SANDBOX_FAILED);
+    let (false, Ok(protected)) = (sandbox_failed, &trial.protected) else {
+        return;
+    };
+    record.tampered = protected.touched(&delta.diff, &|path| {
+        file_versions(trial.history, &trial.base.commit, &delta.diff, path)
+    });
+    if let Some(container) = &delta.container {
+        record.tampered.extend(container.tampered());
+        record.container_changes = container_listing(container);
+    }
+    for path in &delta.changed_tests {
+        if !record.tampered.contains(path) {
+            record
+                .tampered
+                .push(format!("{path} (rewritten while verify ran)"));
+        }
+    }
+    record.flags = crate::delta::flags::scan(&delta.diff);
+    if let Some(report) = &delta.mutation {
+        let _ = write_json_atomic(&dir.join(layout::MUTANTS), report);
+    }
+    if matches!(trial.task.metric, MetricSpec::Grader { .. }) {
+        record.grader = grader_explanation(&dir.join(layout::GRADER_LOG));
+    }
+}
+
+/// Whether a lifecycle that ran reached a verdict: not when the sandbox failed (the harness's
+/// failure, not the agent's: unscored, and retried) or the hidden tests could not be listed.
+fn reached<'a>(
+    record: &'a TrialRecord,
+    inputs: &'a TrialInputs,
+    trial: &Wired<'_>,
+    report: &'a NodeReport,
+) -> Reached<'a> {
+    let outcome = &report.outcome;
+    if outcome.result.output.metadata.contains_key(SANDBOX_FAILED) {
+        let why = outcome.result.error.as_ref().map(|e| e.message.clone());
+        return Reached::Broken(why.unwrap_or_else(|| "the sandbox failed".to_owned()));
+    }
+    if let Err(e) = &trial.protected {
+        return Reached::Broken(format!("cannot list the hidden tests to protect them: {e}"));
+    }
+    Reached::Verdict(VerdictInput {
+        delta: &outcome.delta,
+        score: report.score.clone(),
+        tampered: &record.tampered,
+        tamper_fails: matches!(trial.task.metric, MetricSpec::Delta),
+        expected: inputs.expected.get(&trial.task.id),
+    })
+}
+
+/// `value` with every secret replaced, through its JSON text so no text field is missed.
+fn redact<T: serde::Serialize + serde::de::DeserializeOwned>(secrets: &Secrets, value: T) -> T {
+    if secrets.is_empty() {
+        return value;
+    }
+    let Ok(json) = serde_json::to_string(&value) else {
+        return value;
+    };
+    match secrets.redact(&json) {
+        std::borrow::Cow::Borrowed(_) => value,
+        std::borrow::Cow::Owned(redacted) => serde_json::from_str(&redacted).unwrap_or(value),
+    }
+}
 /// The most lines of a container's changes a record keeps.
 const CONTAINER_LINES: usize = 50;
 
@@ -604,20 +714,6 @@ fn file_versions(history: &Path, base: &str, patch: &str, path: &str) -> FileVer
         None => before.clone(),
     };
     Some((before, after))
-}
-
-/// The record with every secret replaced, through its JSON form so no text field is missed.
-fn redact_record(secrets: &Secrets, record: TrialRecord) -> TrialRecord {
-    if secrets.is_empty() {
-        return record;
-    }
-    let Ok(json) = serde_json::to_string(&record) else {
-        return record;
-    };
-    match secrets.redact(&json) {
-        std::borrow::Cow::Borrowed(_) => record,
-        std::borrow::Cow::Owned(redacted) => serde_json::from_str(&redacted).unwrap_or(record),
-    }
 }
 
 /// One human-readable line per event, for `agent.log`.
@@ -718,7 +814,7 @@ impl WorkspaceProvisioner for SetupProvisioner {
     fn provision<'a>(
         &'a self,
         base: &'a WorkspaceBase,
-        isolation: &'a str,
+        isolation: Isolation,
     ) -> BoxFuture<'a, Result<ProvisionedWorkspace, ProvisionError>> {
         Box::pin(async move {
             let mut workspace = self.inner.provision(base, isolation).await?;

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::{CodingError, CodingStatus};
 use crate::delta::DiffStats;
+use crate::metric::{Judgement, Settled};
 
 pub use lease::{FoundLease, HeldLease, Lease, Reaped, leases, reap, registered_caches};
 pub use merge::{MergeError, Merged, merge_runs};
@@ -34,6 +35,16 @@ pub enum Outcome {
     Invalid,
     /// Not scored: provisioning, the probe, or the harness failed.
     InfraError,
+}
+
+impl From<Judgement> for Outcome {
+    fn from(judgement: Judgement) -> Self {
+        match judgement {
+            Judgement::Pass => Self::Pass,
+            Judgement::Fail => Self::Fail,
+            Judgement::Invalid => Self::Invalid,
+        }
+    }
 }
 
 impl Outcome {
@@ -229,42 +240,32 @@ impl TrialRecord {
         }
     }
 
-    /// Sets the outcome, score and reason from the trial's verdict.
-    pub fn apply(&mut self, verdict: &crate::metric::Verdict) {
-        use crate::metric::Judgement;
-        self.outcome = match verdict.judgement {
-            Judgement::Pass => Outcome::Pass,
-            Judgement::Fail => Outcome::Fail,
-            Judgement::Invalid => Outcome::Invalid,
+    /// Records how the trial ended ([`crate::metric::settle`] decides it): the outcome, score,
+    /// reason and, when unscored, why.
+    pub fn settle(&mut self, settled: Settled) {
+        let (judgement, score, reason, why, interrupted) = match settled {
+            Settled::Scored(verdict) => (
+                Some(verdict.judgement),
+                Some(verdict.score),
+                verdict.reason,
+                None,
+                false,
+            ),
+            Settled::Unscored { why, interrupted } => (None, None, None, Some(why), interrupted),
         };
-        self.score = Some(verdict.score);
-        self.reason = verdict.reason.clone();
-        self.invalid = (verdict.judgement == Judgement::Invalid)
-            .then(|| verdict.reason.clone())
+        self.outcome = judgement.map_or(Outcome::InfraError, Outcome::from);
+        self.score = score;
+        self.invalid = (judgement == Some(Judgement::Invalid))
+            .then(|| reason.clone())
             .flatten();
+        self.reason = reason;
+        self.infra_error = why;
+        self.interrupted = interrupted;
     }
 
     /// Whether the trial passed: its outcome, never a second field.
     pub fn passed(&self) -> bool {
         self.outcome == Outcome::Pass
-    }
-
-    /// Takes back any verdict: the trial is not scored, for `why`.
-    pub fn unscore(&mut self, why: String) {
-        self.outcome = Outcome::InfraError;
-        self.score = None;
-        self.reason = None;
-        self.invalid = None;
-        self.infra_error = Some(why);
-    }
-
-    /// Marks a trial the run's interrupt cut short: unscored, to be run again by `resume`.
-    pub fn mark_interrupted(&mut self) {
-        self.interrupted = true;
-        self.unscore(
-            "interrupted: the run was stopped while this trial ran; `deltabench resume` runs it again"
-                .into(),
-        );
     }
 }
 
@@ -347,6 +348,16 @@ pub struct TaskPreparation {
     /// Making or checking the template its trials' workspaces are views of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_ms: Option<u64>,
+}
+
+impl Manifest {
+    /// Adds what `record` spent on its task's template, if anything.
+    pub fn note_preparation(&mut self, record: &TrialRecord) {
+        if record.preparation_ms.is_some() {
+            let entry = self.preparation.entry(record.task.clone());
+            entry.or_default().add_trial(record);
+        }
+    }
 }
 
 impl TaskPreparation {
@@ -698,7 +709,10 @@ mod tests {
         assert!(!read.passed());
         assert_eq!(serde_json::to_value(&read).unwrap()["passed"], false);
         let mut unscored = read;
-        unscored.unscore("the sandbox failed".into());
+        unscored.settle(Settled::Unscored {
+            why: "the sandbox failed".into(),
+            interrupted: false,
+        });
         let json = serde_json::to_value(&unscored).unwrap();
         assert_eq!(
             (&json["outcome"], &json["passed"]),

@@ -133,11 +133,10 @@ pub struct WorkspaceProvisionError {
     pub reason: String,
 }
 
-/// Why `provision` failed: a bad strategy, or the backend's own failure.
+/// Why `provision` failed: the backend's own failure (a strategy is an [`Isolation`], parsed
+/// where it is read, so an unknown one never reaches a provisioner).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ProvisionError {
-    #[error(transparent)]
-    UnknownStrategy(#[from] UnknownIsolationStrategyError),
     #[error(transparent)]
     Provision(#[from] WorkspaceProvisionError),
 }
@@ -280,7 +279,7 @@ pub trait WorkspaceProvisioner: Send + Sync {
     fn provision<'a>(
         &'a self,
         base: &'a WorkspaceBase,
-        isolation: &'a str,
+        isolation: Isolation,
     ) -> BoxFuture<'a, Result<ProvisionedWorkspace, ProvisionError>>;
 }
 
@@ -338,10 +337,9 @@ impl WorkspaceProvisioner for BackendProvisioner {
     fn provision<'a>(
         &'a self,
         base: &'a WorkspaceBase,
-        isolation: &'a str,
+        strategy: Isolation,
     ) -> BoxFuture<'a, Result<ProvisionedWorkspace, ProvisionError>> {
         Box::pin(async move {
-            let strategy: Isolation = isolation.parse()?;
             let Some(backend) = self.backend(strategy) else {
                 return Err(WorkspaceProvisionError {
                     isolation: strategy,

@@ -1376,7 +1376,7 @@ fn harbor_task_with_a_run_step_runs_in_its_built_image() {
 }
 
 #[test]
-fn harbor_unparseable_task_file_is_an_error_with_its_line() {
+fn harbor_unparseable_task_file_is_an_error_with_its_line_and_column() {
     let tmp = temp_dir();
     let source = fixtures().join("harbor-bad-toml");
     let output = import(
@@ -1385,7 +1385,7 @@ fn harbor_unparseable_task_file_is_an_error_with_its_line() {
     );
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(
-        stderr(&output).contains("broken/task.toml:2: unexpected '='"),
+        stderr(&output).contains("broken/task.toml:2:15: extra `=`"),
         "{}",
         stderr(&output)
     );
