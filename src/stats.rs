@@ -26,6 +26,12 @@ use serde::Serialize;
 
 use crate::store::{Outcome, TrialRecord};
 
+mod sequential;
+pub use sequential::{
+    SequentialDecision, SequentialSpec, SequentialState, SimResult, SimRow, SimSuite, fixed_trials,
+    paired_rounds, planned_fixed_trials, sequential, simulate, simulation_table,
+};
+
 /// Random sign assignments [`compare`] draws when enumerating them all is too much.
 const RESAMPLES: usize = 10_000;
 /// [`sign_flip`] enumerates sign assignments exactly (tasks with equal differences grouped, so
@@ -612,10 +618,11 @@ pub fn sign_flip(diffs: &[f64], confidence: f64, iterations: usize, seed: u64) -
     }
 }
 
-/// What a comparison concluded.
+/// What a comparison found (its `verdict` in the JSON): the input of the gate. Not a trial's
+/// [`crate::metric::Verdict`], the crate's one `Verdict`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Verdict {
+pub enum Finding {
     Regressed,
     Improved,
     Inconclusive,
@@ -695,7 +702,7 @@ pub struct Comparison {
     pub fixed_outright: Vec<String>,
     /// More tasks than this broken outright is a regression, whatever the tests say.
     pub max_broken: Option<usize>,
-    pub verdict: Verdict,
+    pub verdict: Finding,
     /// The smallest |diff| this many tasks detect with 80% power at `confidence`.
     pub mde: f64,
     pub confidence: f64,
@@ -825,11 +832,11 @@ pub fn compare(
     let significant = paired.p_value < alpha;
     let too_many_broken = max_broken.is_some_and(|max| broken_outright.len() > max);
     let verdict = if (significant && diff < 0.0) || !dropped.is_empty() || too_many_broken {
-        Verdict::Regressed
+        Finding::Regressed
     } else if (significant && diff > 0.0) || !gained.is_empty() {
-        Verdict::Improved
+        Finding::Improved
     } else {
-        Verdict::Inconclusive
+        Finding::Inconclusive
     };
 
     // MDE = (z_{1−α/2} + z_power)·sd/√tasks. An observed sd of 0 (identical or too few tasks)
@@ -1453,7 +1460,7 @@ mod tests {
         close(cmp.diff, -0.8, 1e-12);
         // Diffs: eight −1, two 0 → exact p = 2/2^8 = 0.0078125 < 0.05, interval [−1, −0.5].
         assert_eq!(cmp.p_value, 0.007_812_5);
-        assert_eq!(cmp.verdict, Verdict::Regressed);
+        assert_eq!(cmp.verdict, Finding::Regressed);
         close(cmp.interval.lo, -1.0, 1e-9);
         close(cmp.interval.hi, -0.5, 1e-9);
         // Within tasks 3/3 → 0/3 is p = 0.1 each, 1 after Holm over 10: no single task proves it.
@@ -1496,7 +1503,7 @@ mod tests {
             assert_eq!(cmp.dropped, ["t00"]);
             assert_eq!(cmp.broken_outright, ["t00"]);
             assert_eq!(cmp.flips.broken, ["t00", "t01"]);
-            assert_eq!(cmp.verdict, Verdict::Regressed);
+            assert_eq!(cmp.verdict, Finding::Regressed);
             close(cmp.candidate_interval.lo, 0.0, 0.2);
             assert!(cmp.candidate_interval.hi < 0.9, "{cmp:?}");
             let (failed, reason) = gate(&cmp, 0.0);
@@ -1523,10 +1530,10 @@ mod tests {
         let cmp = compare(&base, &candidate, 0.95, None, 1).unwrap();
         // One task from always to never, one only worse: neither test can tell on 10 tasks.
         assert_eq!(cmp.broken_outright, ["t03"]);
-        assert_eq!(cmp.verdict, Verdict::Inconclusive);
+        assert_eq!(cmp.verdict, Finding::Inconclusive);
         assert!(!gate(&cmp, 0.0).0);
         let cmp = compare(&base, &candidate, 0.95, Some(0), 1).unwrap();
-        assert_eq!(cmp.verdict, Verdict::Regressed);
+        assert_eq!(cmp.verdict, Finding::Regressed);
         let (failed, reason) = gate(&cmp, 0.5);
         assert!(failed, "a tolerance for drops does not cover --max-broken");
         assert_eq!(
@@ -1534,7 +1541,7 @@ mod tests {
             "1 task(s) went from always passing to never passing (t03 3/3 -> 0/3), more than --max-broken 0"
         );
         let cmp = compare(&base, &candidate, 0.95, Some(1), 1).unwrap();
-        assert_eq!(cmp.verdict, Verdict::Inconclusive);
+        assert_eq!(cmp.verdict, Finding::Inconclusive);
     }
 
     #[test]
@@ -1547,7 +1554,7 @@ mod tests {
         assert!(!cmp.within_tested());
         // b = 1, c = 0: 2·P(X ≤ 0) with X ~ Bin(1, ½) = 1.
         assert_eq!(cmp.p_value, 1.0);
-        assert_eq!(cmp.verdict, Verdict::Inconclusive);
+        assert_eq!(cmp.verdict, Finding::Inconclusive);
         close(cmp.diff, -0.1, 1e-12);
         close(cmp.interval.lo, -1.0 / 3.0, 1e-9);
         assert_eq!(cmp.interval.hi, 0.0);
@@ -1564,7 +1571,7 @@ mod tests {
         counts[3] = (0, 3);
         let cmp = compare(&base, &tasks(&counts), 0.95, None, 1).unwrap();
         assert_eq!(cmp.p_value, 1.0);
-        assert_eq!(cmp.verdict, Verdict::Inconclusive);
+        assert_eq!(cmp.verdict, Finding::Inconclusive);
     }
 
     #[test]
@@ -1573,7 +1580,7 @@ mod tests {
         let cmp = compare(&one, &one, 0.95, Some(0), 3).unwrap();
         assert_eq!(
             (cmp.test, cmp.p_value, cmp.verdict),
-            ("paired-permutation", 1.0, Verdict::Inconclusive)
+            ("paired-permutation", 1.0, Finding::Inconclusive)
         );
         assert_eq!(cmp.diff, 0.0);
         // Observed sd 0, so the floor 0.5/√1: MDE = (1.959964 + 0.841621)·0.5/√4 = 0.700396.
@@ -1581,7 +1588,7 @@ mod tests {
 
         let three = tasks(&[(3, 3), (1, 3), (0, 3), (2, 3)]);
         let cmp = compare(&three, &three, 0.95, Some(0), 3).unwrap();
-        assert_eq!((cmp.p_value, cmp.verdict), (1.0, Verdict::Inconclusive));
+        assert_eq!((cmp.p_value, cmp.verdict), (1.0, Finding::Inconclusive));
         assert!(cmp.per_task.iter().all(|t| t.p_value == 1.0));
         assert!(cmp.dropped.is_empty() && cmp.broken_outright.is_empty());
         // Four tasks: powerless at 95% (2/16 ≥ 0.05), so the span of the diffs and 0: the point 0.
@@ -1619,7 +1626,7 @@ mod tests {
         let cmp = compare(&base, &candidate, 0.95, None, 0).unwrap();
         // 12 fixed, 0 broken: 2·2^−12 = 0.000488.
         close(cmp.p_value, 2.0 / 4096.0, 1e-12);
-        assert_eq!(cmp.verdict, Verdict::Improved);
+        assert_eq!(cmp.verdict, Finding::Improved);
         assert_eq!(cmp.interval, Interval::point(1.0));
         let (failed, reason) = gate(&cmp, 0.0);
         assert!(!failed);
@@ -1641,7 +1648,7 @@ mod tests {
             0,
         )
         .unwrap();
-        assert_eq!(cmp.verdict, Verdict::Improved);
+        assert_eq!(cmp.verdict, Finding::Improved);
         assert_eq!(
             (cmp.gained.as_slice(), cmp.fixed_outright.as_slice()),
             (&["t00".to_owned()][..], &["t00".to_owned()][..])

@@ -280,6 +280,10 @@ pub(super) struct GateArgs {
     /// Confidence of the intervals and the tests.
     #[arg(long, value_name = "LEVEL", default_value_t = 0.95)]
     pub(super) confidence: f64,
+    /// Keep the tasks the suite's lock marks flaky (`validate --repeat`) in the gate; by
+    /// default they are reported apart and left out of it.
+    #[arg(long)]
+    pub(super) include_flaky: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -427,6 +431,8 @@ pub(super) struct RunArgs {
     pub(super) baseline: Option<PathBuf>,
     #[command(flatten)]
     pub(super) gate: GateArgs,
+    #[command(flatten, next_help_heading = "Stopping when the answer is known")]
+    pub(super) rounds: RoundArgs,
     /// Keep every model call that passes the gateway (request and answer, no key) in each
     /// trial's model-calls.jsonl, for --replay.
     #[arg(long, help_heading = "Record and replay")]
@@ -442,11 +448,35 @@ pub(super) struct RunArgs {
         long,
         value_name = "RUN_DIR",
         help_heading = "Retries and resuming",
-        conflicts_with_all = ["suite_path", "out", "shard", "shards", "baseline", "agent", "task", "tag", "trials", "keep_workspaces", "record", "replay"]
+        conflicts_with_all = ["suite_path", "out", "shard", "shards", "baseline", "agent", "task", "tag", "trials", "keep_workspaces", "record", "replay", "until_decided", "until_ci_width"]
     )]
     pub(super) resume: Option<PathBuf>,
     #[command(flatten, next_help_heading = "Retries and resuming")]
     pub(super) resume_options: ResumeOptions,
+}
+
+/// `run` in rounds: one more trial per task and agent each round, until the answer is known.
+#[derive(Debug, clap::Args)]
+pub(super) struct RoundArgs {
+    /// Run trials in rounds and stop as soon as the sequential gate decides: `regressed`
+    /// (exit 1), `not regressed` within --margin (exit 0), or `undecided` at --max-trials
+    /// (exit 3). Compares with --baseline's same agent, or else the run's first agent (the
+    /// baseline) with its second (the candidate). The test (a betting e-process on the paired
+    /// per-task differences, see docs/measurement.md) keeps each false claim under
+    /// 1 − --confidence however many rounds it looks at. Implies --gate.
+    #[arg(long, conflicts_with_all = ["trials", "until_ci_width"])]
+    pub(super) until_decided: bool,
+    /// Run trials in rounds until every agent's pass-rate interval (at --confidence) is at
+    /// most this wide, e.g. 0.1 for ±5 points, or --max-trials.
+    #[arg(long, value_name = "WIDTH", conflicts_with = "trials")]
+    pub(super) until_ci_width: Option<f64>,
+    /// Rounds at most (trials per task and agent) for --until-decided / --until-ci-width.
+    #[arg(long, value_name = "K", default_value_t = 20)]
+    pub(super) max_trials: u32,
+    /// --until-decided: `not regressed` means the candidate is not worse by this much (a
+    /// fraction in (0, 1): 0.1 is ten points).
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.1)]
+    pub(super) margin: f64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -459,6 +489,12 @@ pub(super) struct ValidateArgs {
     /// Times each check must hold (more catches flaky tasks).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub(super) trials: u32,
+    /// Run the reference and the base N times each, and record a task whose reference passes
+    /// fewer than N of N (and whose base never does) as flaky in the lock, with its count,
+    /// instead of failing it: `run`, `compare` and the gates then report it apart and leave it
+    /// out (`--include-flaky` keeps it).
+    #[arg(long, value_name = "N", conflicts_with = "trials")]
+    pub(super) repeat: Option<u32>,
     /// Check only this task (repeatable).
     #[arg(long = "task", value_name = "ID")]
     pub(super) task: Vec<String>,

@@ -17,6 +17,7 @@ mod prepare;
 mod report;
 mod reporter;
 mod resume;
+mod rounds;
 mod run;
 mod status;
 mod submit;

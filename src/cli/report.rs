@@ -69,6 +69,7 @@ pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
                 max_drop: 0.0,
                 max_broken: None,
                 confidence: args.confidence,
+                include_flaky: false,
             };
             let (text, _) = compare::against_baseline(&read_run_dir(path)?, &run, &gate)?;
             Some(report::Baseline {
@@ -102,9 +103,7 @@ pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
             }
             text
         }
-        ReportFormat::Csv => {
-            report::csv(&run.trials).map_err(|e| CliError::new(ErrorKind::Harness, e))?
-        }
+        ReportFormat::Csv => report::csv(&run).map_err(|e| CliError::new(ErrorKind::Harness, e))?,
         ReportFormat::Json => report::json(&run, &summaries, baseline.as_ref()),
         ReportFormat::Junit => {
             report::junit(&run, &summaries).map_err(|e| CliError::new(ErrorKind::Harness, e))?

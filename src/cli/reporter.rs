@@ -16,6 +16,8 @@ pub struct TerminalReporter {
     passed: usize,
     /// Resuming a run: the trials it had recorded already (progress counts on from there).
     resumed: Option<usize>,
+    /// A run in rounds: the round this reporter's part runs (its start line says so).
+    round: Option<u32>,
     /// Trials in flight, with when they started, in start order.
     running: Vec<(String, Instant)>,
     /// Said when the trials start: after the environments were made, so that an environment
@@ -34,6 +36,7 @@ impl TerminalReporter {
             done: 0,
             passed: 0,
             resumed: None,
+            round: None,
             running: Vec::new(),
             note: None,
             tally: crate::report::Tally::default(),
@@ -48,6 +51,12 @@ impl TerminalReporter {
     /// Says `note` once the trials start.
     pub fn noting(mut self, note: Option<String>) -> Self {
         self.note = note;
+        self
+    }
+
+    /// For round `round` of a run in rounds.
+    pub fn in_round(mut self, round: u32) -> Self {
+        self.round = Some(round);
         self
     }
 
@@ -131,8 +140,18 @@ impl RunObserver for TerminalReporter {
         self.total = plan.trials.len();
         let count =
             |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-        match self.resumed {
-            Some(recorded) => {
+        match (self.resumed, self.round) {
+            (Some(recorded), Some(round)) => {
+                self.done = recorded;
+                eprintln!(
+                    "round {round}: {recorded} of {} recorded, running {} (-j {}) into {}",
+                    count(self.total, "trial", "trials"),
+                    self.total.saturating_sub(recorded),
+                    plan.request.jobs,
+                    run_dir.display()
+                );
+            }
+            (Some(recorded), None) => {
                 self.done = recorded;
                 eprintln!(
                     "resuming: {recorded} of {} recorded, running {} (-j {}) into {}",
@@ -142,7 +161,7 @@ impl RunObserver for TerminalReporter {
                     run_dir.display()
                 );
             }
-            None => eprintln!(
+            (None, _) => eprintln!(
                 "running {} ({} x {} x {}, -j {}) into {}",
                 count(self.total, "trial", "trials"),
                 count(plan.tasks.len(), "task", "tasks"),

@@ -46,12 +46,19 @@ pub(super) async fn resume(
     for reaped in runner::reap_dead_leases(&request.cache, run_dir)? {
         eprintln!("reaped what the dead run left: {reaped}");
     }
-    let plan = runner::plan(Arc::new(suite), request)?;
+    let suite = Arc::new(suite);
+    let plan = runner::plan(suite.clone(), request)?;
     if let Err(err) = runner::check_resumable(&manifest, &plan) {
         if !(options.force && err.forcible()) {
             return Err(err.into());
         }
         eprintln!("warning: {err}; resuming anyway (--force)");
+    }
+    if plan.request.sequential.is_some() {
+        // A run in rounds goes on from the round it was in, then decides as it would have.
+        let round = plan.request.trials;
+        eprintln!("resuming the run in rounds at round {round}");
+        return super::rounds::run_rounds(suite, plan.request.clone(), run_dir, round, None).await;
     }
     // An interrupted trial is run again: it does not count as recorded.
     let recorded = stored.trials.iter().filter(|r| !r.interrupted).count();

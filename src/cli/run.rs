@@ -11,7 +11,7 @@ use super::exit::Exit;
 use super::reporter::TerminalReporter;
 use super::{
     CliError, ErrorKind, cache_dir, compare, default_jobs, load_suite, print_stdout, read_run_dir,
-    resume, workdir,
+    resume, rounds, workdir,
 };
 use crate::report;
 use crate::runner;
@@ -42,6 +42,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
     }
     let suite = load_suite(suite_path, &args.suite)?;
     let workdir = workdir(&args.suite)?;
+    let sequential = sequential(&args);
     let request = RunRequest {
         agents: args.agent,
         trials: args.trials,
@@ -63,6 +64,16 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         cache_max: args.suite.places.cache_max,
         record: args.record,
         replay: args.replay.clone(),
+        sequential,
+    };
+    let request = RunRequest {
+        // A run in rounds plans its first round.
+        trials: if request.sequential.is_some() {
+            1
+        } else {
+            request.trials
+        },
+        ..request
     };
     let plan = runner::plan(suite.clone(), request)?;
     if let Some(recorded) = &args.replay {
@@ -81,12 +92,17 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         }
     }
     let baseline = args.baseline.as_deref().map(read_run_dir).transpose()?;
+    rounds::check(&plan.request, &plan, baseline.as_ref())?;
     let out = out.unwrap_or_else(|| match shard {
         Some(shard) if matches!(args.shard, Some(ShardArg::Auto)) => {
             default_out(&suite.name).join(store::shards::dir_name(shard))
         }
         _ => default_out(&suite.name),
     });
+    if plan.request.sequential.is_some() {
+        let note = unvalidated_note(&plan);
+        return rounds::run_rounds(suite, plan.request.clone(), &out, 1, note).await;
+    }
     let mut reporter =
         TerminalReporter::new(std::io::stderr().is_terminal()).noting(unvalidated_note(&plan));
     let outcome = runner::execute(&plan, &out, &mut reporter, CancellationToken::new()).await?;
@@ -136,6 +152,31 @@ fn resolve_shard(args: &RunArgs) -> Result<(Option<store::Shard>, Option<PathBuf
             Ok((Some(shard), out))
         }
     }
+}
+
+/// The stopping rule of a run in rounds, when asked for.
+fn sequential(args: &RunArgs) -> Option<store::Sequential> {
+    let rule = if args.rounds.until_decided {
+        store::StoppingRule::Decided {
+            baseline: args
+                .baseline
+                .as_deref()
+                .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_owned())),
+            margin: args.rounds.margin,
+            max_drop: args.gate.max_drop,
+            confidence: args.gate.confidence,
+        }
+    } else {
+        store::StoppingRule::CiWidth {
+            width: args.rounds.until_ci_width?,
+            confidence: args.gate.confidence,
+        }
+    };
+    Some(store::Sequential {
+        rule,
+        max_trials: args.rounds.max_trials,
+        include_flaky: args.gate.include_flaky,
+    })
 }
 
 /// Which tasks run without validated evidence: their trials get the output checks only.

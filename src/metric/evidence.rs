@@ -167,9 +167,44 @@ pub fn contradiction(result: &CommandResult) -> Option<String> {
     }
 }
 
-/// `test tests::adds ... ok` (cargo test): a passed test's name.
-static CARGO_PASSED_NAME: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?m)^test (\S+) \.\.\. ok\s*$").unwrap());
+/// `FAILED tests/test_x.py::test_a - assert ...` and `ERROR ...` (pytest's short summary).
+static PYTEST_FAILED_NAME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^(?:FAILED|ERROR) ([^\s(]\S*)").unwrap());
+/// `FAIL: test_a (tests.test_x.XTest.test_a)`, or `(tests.test_x.XTest)` before Python 3.11.
+static UNITTEST_FAILED_NAME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^(?:FAIL|ERROR): (\S+) \(([^)\s]+)\)").unwrap());
+
+/// The failed test ids a runner's output names (pytest, unittest, `cargo test`), in order: what
+/// `validate` shows under a reference that fails, when the test hook saw none.
+pub fn failed_tests(output: &str) -> Vec<String> {
+    let mut names: Vec<String> = PYTEST_FAILED_NAME
+        .captures_iter(output)
+        .map(|c| c[1].to_owned())
+        .collect();
+    names.extend(UNITTEST_FAILED_NAME.captures_iter(output).map(|c| {
+        let (test, id) = (&c[1], &c[2]);
+        match id.ends_with(&format!(".{test}")) {
+            true => id.to_owned(),
+            false => format!("{id}.{test}"),
+        }
+    }));
+    names.extend(cargo_tests(output, "FAILED"));
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|name| seen.insert(name.clone()));
+    names
+}
+
+/// `test tests::adds ... ok` or `... FAILED` (cargo test): a test's name and outcome.
+static CARGO_TEST_LINE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^test (\S+) \.\.\. (ok|FAILED)\s*$").unwrap());
+
+/// The names of the `cargo test` tests whose line ends in `outcome` (`ok` or `FAILED`).
+fn cargo_tests<'a>(output: &'a str, outcome: &'a str) -> impl Iterator<Item = String> + 'a {
+    CARGO_TEST_LINE
+        .captures_iter(output)
+        .filter(move |c| &c[2] == outcome)
+        .map(|c| c[1].to_owned())
+}
 
 /// What a verify run shows of its tests: what `validate` records from the reference solution
 /// and what every trial must show again.
@@ -212,10 +247,8 @@ impl TestEvidence {
             None => {
                 let ran: u64 = found.iter().map(|(_, s)| s.ran).sum();
                 let failed: u64 = found.iter().map(|(_, s)| s.failed).sum();
-                let names = CARGO_PASSED_NAME
-                    .captures_iter(&result.output)
-                    .map(|c| c[1].to_owned())
-                    .collect::<std::collections::BTreeSet<_>>();
+                let names =
+                    cargo_tests(&result.output, "ok").collect::<std::collections::BTreeSet<_>>();
                 Self {
                     runners,
                     ran,
@@ -284,6 +317,31 @@ pub fn unclean_exit(result: &CommandResult) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_names_come_from_each_runners_output() {
+        let pytest = "FAILED tests/test_calc.py::test_add - assert 1 == 2\n\
+            ERROR tests/test_calc.py::test_io\n=== 1 failed, 1 error in 0.1s ===\n";
+        assert_eq!(
+            failed_tests(pytest),
+            [
+                "tests/test_calc.py::test_add",
+                "tests/test_calc.py::test_io"
+            ]
+        );
+        let unittest = "FAIL: test_add (tests.test_calc.CalcTest.test_add)\n\
+            ERROR: test_div (tests.test_calc.CalcTest)\nFAIL: test_add (tests.test_calc.CalcTest.test_add)\n";
+        assert_eq!(
+            failed_tests(unittest),
+            [
+                "tests.test_calc.CalcTest.test_add",
+                "tests.test_calc.CalcTest.test_div"
+            ]
+        );
+        let cargo = "test tests::adds ... FAILED\ntest tests::subtracts ... ok\n";
+        assert_eq!(failed_tests(cargo), ["tests::adds"]);
+        assert!(failed_tests("FAILED (failures=1)\nall good\n").is_empty());
+    }
 
     fn check(exit_code: i32, output: &str) -> Option<String> {
         contradiction(&CommandResult {

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::delta::EnvironmentDelta;
 use crate::process::{self, CommandSpec};
 
-pub use evidence::{TestEvidence, contradiction, unclean_exit};
+pub use evidence::{TestEvidence, contradiction, failed_tests, unclean_exit};
 pub use settle::{INTERRUPTED, Reached, Settled, TrialFacts, settle};
 pub use verdict::{Judgement, Verdict, VerdictInput, verdict};
 

@@ -12,7 +12,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::DateTime;
-use quick_junit::{NonSuccessKind, Report, SerializeError, TestCase, TestCaseStatus, TestSuite};
+use quick_junit::{
+    NonSuccessKind, Property, Report, SerializeError, TestCase, TestCaseStatus, TestSuite,
+};
 
 use super::AgentSummary;
 use crate::store::{Outcome, StoredRun, TrialRecord, layout};
@@ -32,6 +34,7 @@ pub fn junit(run: &StoredRun, summaries: &[AgentSummary]) -> Result<String, Seri
             report.set_time((finished - started).to_std().unwrap_or_default());
         }
     }
+    let flaky = super::flaky_tasks(run);
     for summary in summaries {
         let mut trials: Vec<&TrialRecord> = run
             .trials
@@ -44,7 +47,17 @@ pub fn junit(run: &StoredRun, summaries: &[AgentSummary]) -> Result<String, Seri
         suite.set_time(Duration::from_millis(
             trials.iter().map(|r| r.duration_ms).sum(),
         ));
-        suite.add_test_cases(trials.into_iter().map(|r| test_case(run, r)));
+        suite.add_test_cases(trials.into_iter().map(|r| {
+            let mut case = test_case(run, r);
+            // A flaky task's trial says as much about the task as the agent: marked for CI.
+            if let Some(f) = flaky.get(&r.task) {
+                case.add_property(Property::new(
+                    "flaky_task",
+                    format!("reference passed {} of {}", f.passed, f.runs),
+                ));
+            }
+            case
+        }));
         report.add_test_suite(suite);
     }
     report.to_string()

@@ -326,6 +326,42 @@ fn agents_of(summaries: &[AgentSummary]) -> Vec<String> {
     summaries.iter().map(|s| s.agent.clone()).collect()
 }
 
+/// The tasks of `run` its suite's lock marks flaky (`validate --repeat`), by task: read from
+/// the lock beside the suite file the run names, as it is now.
+pub fn flaky_tasks(run: &StoredRun) -> std::collections::BTreeMap<String, crate::suite::FlakyTask> {
+    let path = crate::suite::lock_path_of(std::path::Path::new(&run.manifest.suite_path));
+    let Ok(Some(lock)) = crate::suite::SuiteLock::read_at(&path) else {
+        return Default::default();
+    };
+    lock.flaky
+        .into_iter()
+        .filter(|(task, _)| {
+            run.manifest.tasks.contains(task) || run.trials.iter().any(|r| &r.task == task)
+        })
+        .collect()
+}
+
+/// `t3 (reference passed 5 of 10)`, joined.
+pub fn flaky_list(flaky: &std::collections::BTreeMap<String, crate::suite::FlakyTask>) -> String {
+    flaky
+        .iter()
+        .map(|(task, f)| format!("{task} (reference passed {} of {})", f.passed, f.runs))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The report's line on flaky tasks; empty when there are none.
+fn flaky_line(run: &StoredRun, bullet: &str) -> String {
+    let flaky = flaky_tasks(run);
+    if flaky.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n{bullet}Flaky tasks (the lock's `validate --repeat`; their trials say as much about the task as the agent, and gates leave them out unless --include-flaky): {}\n",
+        flaky_list(&flaky)
+    )
+}
+
 /// The terminal report: the summary table, then the per-task table.
 pub fn text(run: &StoredRun, summaries: &[AgentSummary]) -> String {
     let agents = agents_of(summaries);
@@ -335,6 +371,7 @@ pub fn text(run: &StoredRun, summaries: &[AgentSummary]) -> String {
         per_task_table(&per_task(run, &agents), &agents)
     );
     out.push_str(&preparation_lines(run, ""));
+    out.push_str(&flaky_line(run, ""));
     let explained = graded_not_passed(run);
     if !explained.is_empty() {
         let _ = writeln!(out, "\n{GRADER_NOTE}:");
@@ -437,6 +474,7 @@ pub fn markdown(run: &StoredRun, summaries: &[AgentSummary]) -> String {
         per_task_markdown(&per_task(run, &agents), &agents)
     );
     out.push_str(&preparation_lines(run, "- "));
+    out.push_str(&flaky_line(run, "**Note**: "));
     trial_notes(
         &mut out,
         run,
@@ -495,7 +533,9 @@ fn capitalized(text: &str) -> String {
 }
 
 /// One CSV row per trial.
-pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
+pub fn csv(run: &StoredRun) -> Result<String, csv::Error> {
+    let records = &run.trials;
+    let flaky = flaky_tasks(run);
     let mut writer = csv::Writer::from_writer(Vec::new());
     writer.write_record([
         "task",
@@ -522,6 +562,7 @@ pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
         "verify_network",
         "in_place",
         "preparation_ms",
+        "flaky_task",
     ])?;
     let opt = |v: Option<String>| v.unwrap_or_default();
     for r in records {
@@ -554,6 +595,7 @@ pub fn csv(records: &[TrialRecord]) -> Result<String, csv::Error> {
             r.verify_network.to_string(),
             r.in_place.to_string(),
             opt(r.preparation_ms.map(|ms| ms.to_string())),
+            flaky.contains_key(&r.task).to_string(),
         ])?;
     }
     let bytes = writer.into_inner().map_err(|e| e.into_error())?;
@@ -599,6 +641,10 @@ pub fn json(run: &StoredRun, summaries: &[AgentSummary], baseline: Option<&Basel
     });
     if !run.manifest.preparation.is_empty() {
         value["preparation"] = serde_json::json!(run.manifest.preparation);
+    }
+    let flaky = flaky_tasks(run);
+    if !flaky.is_empty() {
+        value["flaky_tasks"] = serde_json::json!(flaky);
     }
     if let Some(baseline) = baseline {
         value["baseline"] = serde_json::json!({

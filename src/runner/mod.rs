@@ -18,6 +18,7 @@ mod plan;
 mod prepare;
 mod replay;
 mod resume;
+pub mod soundness;
 mod trial;
 
 use environments::Environments;
@@ -215,6 +216,9 @@ pub async fn resume(
     manifest.finished_at = None;
     manifest.jobs = plan.request.jobs;
     manifest.request = Some(plan.request.clone());
+    // A run in rounds (cli/rounds.rs) resumes with one more trial per task each round.
+    manifest.trials_per_task = plan.request.trials;
+    manifest.planned_trials = plan.trials.len();
     carry_out(plan, store, manifest, stored.trials, observer, cancel).await
 }
 

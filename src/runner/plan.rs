@@ -51,6 +51,8 @@ pub struct Plan {
     pub request: RunRequest,
     /// What `validate` saw each task's reference solution show (the suite's lock file).
     pub expected: HashMap<String, TestEvidence>,
+    /// The planned tasks the lock marks flaky (`validate --repeat`), with their counts.
+    pub flaky: std::collections::BTreeMap<String, crate::suite::FlakyTask>,
     /// `validate`: the reference's trials find which mutants of the hidden tests bite.
     pub discover_mutants: bool,
 }
@@ -215,11 +217,23 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
         )
     })?;
     let expected = lock
+        .as_ref()
         .map(|lock| {
             suite
                 .tasks
                 .iter()
                 .filter_map(|task| Some((task.id.clone(), lock.expected(task)?.clone())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let flaky = lock
+        .map(|lock| {
+            tasks
+                .iter()
+                .filter_map(|&i| {
+                    let task = &suite.tasks[i];
+                    Some((task.id.clone(), lock.flaky(task)?.clone()))
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -231,6 +245,7 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
         unsharded_trials,
         request,
         expected,
+        flaky,
         discover_mutants: false,
     })
 }

@@ -23,7 +23,7 @@ use crate::metric::{Judgement, Settled};
 
 pub use lease::{FoundLease, HeldLease, Lease, Reaped, leases, reap, registered_caches};
 pub use merge::{Gathered, MergeError, Merged, gather, merge_runs};
-pub use request::{RunRequest, Shard, ShardParseError};
+pub use request::{RunRequest, Sequential, Shard, ShardParseError, StoppingRule};
 
 /// A trial's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -37,6 +37,38 @@ pub struct RunRequest {
     /// Answer each gateway trial's model calls from this run's recording (`run --replay`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<PathBuf>,
+    /// `run --until-decided` / `--until-ci-width`: trials run in rounds, `trials` being the
+    /// rounds begun, until the stopping rule holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequential: Option<Sequential>,
+}
+
+/// A run in rounds: one more trial per task and agent each round, until the rule is met or
+/// `max_trials` rounds ran. Recorded, so `resume` goes on from the last round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sequential {
+    pub rule: StoppingRule,
+    /// Rounds at most: trials per task and agent.
+    pub max_trials: u32,
+    /// Leave the lock's flaky tasks in the gate.
+    #[serde(default)]
+    pub include_flaky: bool,
+}
+
+/// When a run in rounds stops.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum StoppingRule {
+    /// The sequential gate decided: `regressed` or `not regressed` within `margin`. Against the
+    /// baseline run's same agent, or (no baseline) the run's first agent against its second.
+    Decided {
+        baseline: Option<PathBuf>,
+        margin: f64,
+        max_drop: f64,
+        confidence: f64,
+    },
+    /// Every agent's pass-rate interval is at most `width` wide.
+    CiWidth { width: f64, confidence: f64 },
 }
 
 /// Slice `index` (1-based) of `total` of a plan: the trials whose key hashes to it.

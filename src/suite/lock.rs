@@ -19,6 +19,18 @@ const VERSION: u32 = 1;
 pub struct SuiteLock {
     pub version: u32,
     pub tasks: BTreeMap<String, LockedTask>,
+    /// Tasks whose reference did not pass every time under `validate --repeat N`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub flaky: BTreeMap<String, FlakyTask>,
+}
+
+/// A task whose reference solution passed `passed` of `runs` verify runs: its trials say as
+/// much about the task as about the agent, so gates leave it out by default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlakyTask {
+    pub digest: String,
+    pub passed: u32,
+    pub runs: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,12 +61,16 @@ pub enum LockError {
 
 /// Where a suite's lock file lives.
 pub fn lock_path(suite: &Suite) -> PathBuf {
-    let stem = suite
-        .path
+    lock_path_of(&suite.path)
+}
+
+/// The lock file beside the suite file at `suite_path`.
+pub fn lock_path_of(suite_path: &std::path::Path) -> PathBuf {
+    let stem = suite_path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "suite".into());
-    suite.path.with_file_name(format!("{stem}.lock.json"))
+    suite_path.with_file_name(format!("{stem}.lock.json"))
 }
 
 /// What a task's validation depends on.
@@ -82,7 +98,12 @@ pub fn task_digest(task: &Task) -> String {
 impl SuiteLock {
     /// The suite's lock, or `None` when it was never validated.
     pub fn read(suite: &Suite) -> Result<Option<Self>, LockError> {
-        let path = lock_path(suite);
+        Self::read_at(&lock_path(suite))
+    }
+
+    /// The lock file at `path`, or `None` when there is none.
+    pub fn read_at(path: &std::path::Path) -> Result<Option<Self>, LockError> {
+        let path = path.to_owned();
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -110,6 +131,28 @@ impl SuiteLock {
             .get(&task.id)
             .filter(|locked| locked.digest == task_digest(task))
             .map(|locked| &locked.tests)
+    }
+
+    /// The flaky record of `task`, when its digest still holds.
+    pub fn flaky(&self, task: &Task) -> Option<&FlakyTask> {
+        self.flaky
+            .get(&task.id)
+            .filter(|flaky| flaky.digest == task_digest(task))
+    }
+
+    /// Marks `task` flaky (`passed` of `runs`), or clears the mark when `passed == runs`;
+    /// returns whether the lock changed.
+    pub fn mark_flaky(&mut self, task: &Task, passed: u32, runs: u32) -> bool {
+        self.version = VERSION;
+        if passed >= runs {
+            return self.flaky.remove(&task.id).is_some();
+        }
+        let entry = FlakyTask {
+            digest: task_digest(task),
+            passed,
+            runs,
+        };
+        self.flaky.insert(task.id.clone(), entry.clone()) != Some(entry)
     }
 
     /// Records what `task`'s reference showed; returns false when that is already recorded (the

@@ -22,7 +22,9 @@ mod types;
 pub use agents::BUILTIN_AGENTS;
 pub use diagnostics::SuiteError;
 pub use load::{hash_tree, load, suite_file};
-pub use lock::{LockError, SuiteLock, lock_path, task_digest, unvalidated};
+pub use lock::{
+    FlakyTask, LockError, SuiteLock, lock_path, lock_path_of, task_digest, unvalidated,
+};
 pub use matrix::MATRIX_FACTORS;
 pub use raw::{RawAgent, RawAgentsFile, RawSuite};
 pub use types::{

@@ -109,7 +109,10 @@ fn leading_name(text: &str) -> Option<&str> {
 }
 
 fn crate_paths(line: &str) -> Vec<&str> {
-    crate_paths_in(line).into_iter().map(|(_, name)| name).collect()
+    crate_paths_in(line)
+        .into_iter()
+        .map(|(_, name)| name)
+        .collect()
 }
 
 #[test]
@@ -167,9 +170,14 @@ fn the_checker_sees_uses_paths_and_skips_comments() {
     assert!(crate_paths("//! see [`crate::lifecycle`]").is_empty());
     assert!(crate_paths("    foo(); // crate::runner does this").is_empty());
     assert!(crate_paths("    $crate::delta::x").is_empty());
-    assert_eq!(crate_paths("use crate::{import, store};"), ["import", "store"]);
     assert_eq!(
-        crate_paths_in("use crate::{\n    self,\n    cli::{a, b},\n    // crate::x\n    report::y,\n};"),
+        crate_paths("use crate::{import, store};"),
+        ["import", "store"]
+    );
+    assert_eq!(
+        crate_paths_in(
+            "use crate::{\n    self,\n    cli::{a, b},\n    // crate::x\n    report::y,\n};"
+        ),
         [(2, "cli"), (4, "report")]
     );
 }

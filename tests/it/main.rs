@@ -30,6 +30,7 @@ mod reports;
 mod sandbox;
 mod sandbox_reach;
 mod seam;
+mod sequential;
 mod shard;
 mod suite_errors;
 mod swebench;

@@ -170,6 +170,14 @@ struct Compared {
     candidate: Side,
     comparison: Comparison,
     gate: Gate,
+    flaky: FlakyPart,
+}
+
+/// The tasks either run's suite lock marks flaky, and whether they were counted.
+#[derive(Debug, Serialize)]
+struct FlakyPart {
+    tasks: std::collections::BTreeMap<String, crate::suite::FlakyTask>,
+    counted: bool,
 }
 
 fn decide(cmp: &Comparison, args: &GateArgs, unscored: usize) -> Gate {
@@ -205,8 +213,21 @@ fn compared(
     (candidate_run, candidate_agent): (&StoredRun, &str),
     gate: &GateArgs,
 ) -> Option<Compared> {
-    let base = stats::outcomes_of(&base_run.trials, base_agent);
-    let candidate = stats::outcomes_of(&candidate_run.trials, candidate_agent);
+    let mut tasks = crate::report::flaky_tasks(base_run);
+    tasks.extend(crate::report::flaky_tasks(candidate_run));
+    let flaky = FlakyPart {
+        tasks,
+        counted: gate.include_flaky,
+    };
+    let kept = |run: &StoredRun, agent: &str| {
+        let mut outcomes = stats::outcomes_of(&run.trials, agent);
+        if !flaky.counted {
+            outcomes.retain(|o| !flaky.tasks.contains_key(&o.task));
+        }
+        outcomes
+    };
+    let base = kept(base_run, base_agent);
+    let candidate = kept(candidate_run, candidate_agent);
     let comparison = stats::compare(&base, &candidate, gate.confidence, gate.max_broken, SEED)?;
     let baseline = Side::new(base_run, base_agent, candidate_run, gate.confidence);
     let candidate = Side::new(candidate_run, candidate_agent, base_run, gate.confidence);
@@ -220,6 +241,7 @@ fn compared(
         candidate,
         comparison,
         gate,
+        flaky,
     })
 }
 
@@ -271,6 +293,35 @@ pub(super) fn compare(args: CompareArgs) -> Result<Exit, CliError> {
     };
     print_stdout(&text);
     Ok(outcome.gate.decision.exit())
+}
+
+/// The comparison of a run in rounds, without the fixed-sample gate (its p-values do not hold
+/// under optional stopping; the sequential gate decides): `None` when nothing is shared.
+pub(super) fn plain_text(
+    (base_run, base_agent): (&StoredRun, &str),
+    (run, agent): (&StoredRun, &str),
+    same_run: bool,
+    confidence: f64,
+    include_flaky: bool,
+) -> Option<String> {
+    let gate = GateArgs {
+        gate: false,
+        max_drop: 0.0,
+        max_broken: None,
+        confidence,
+        include_flaky,
+    };
+    let outcome = compared((base_run, base_agent), (run, agent), &gate)?;
+    let base_label = if same_run {
+        format!("'{base_agent}' (this run)")
+    } else {
+        format!("'{base_agent}' ({})", outcome.baseline.run)
+    };
+    Some(render::text(
+        &base_label,
+        &format!("'{agent}' (this run)"),
+        &outcome,
+    ))
 }
 
 /// Compares every agent of `current` with the same agent in `baseline` (or the two runs' only

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::{Compared, Decision};
-use crate::stats::{self, Comparison, TaskComparison, Verdict};
+use crate::stats::{self, Comparison, Finding, TaskComparison};
 
 fn pct(v: f64) -> String {
     format!("{:.1}%", v * 100.0)
@@ -94,7 +94,7 @@ fn verdict_text(cmp: &Comparison) -> String {
     let within = |tasks: &[String]| format!("within tasks: {}", tasks.join(", "));
     let mut why = Vec::new();
     match cmp.verdict {
-        Verdict::Regressed => {
+        Finding::Regressed => {
             if cmp.paired_drop() {
                 why.push(format!("across tasks, {}", stats::p_text(cmp.p_value)));
             }
@@ -113,7 +113,7 @@ fn verdict_text(cmp: &Comparison) -> String {
             }
             format!("regressed ({})", why.join("; "))
         }
-        Verdict::Improved => {
+        Finding::Improved => {
             if cmp.paired_gain() {
                 why.push(format!("across tasks, {}", stats::p_text(cmp.p_value)));
             }
@@ -122,7 +122,7 @@ fn verdict_text(cmp: &Comparison) -> String {
             }
             format!("improved ({})", why.join("; "))
         }
-        Verdict::Inconclusive => format!(
+        Finding::Inconclusive => format!(
             "inconclusive (with {} tasks, the smallest difference this comparison can reliably detect is {:.1} points)",
             cmp.tasks,
             cmp.mde * 100.0
@@ -282,11 +282,30 @@ pub(super) fn text(base: &str, candidate: &str, outcome: &Compared) -> String {
     if let Some(unscored) = unscored_text(outcome) {
         let _ = writeln!(out, "unscored: {unscored}");
     }
+    if let Some(flaky) = flaky_text(outcome) {
+        let _ = writeln!(out, "flaky: {flaky}");
+    }
     let _ = writeln!(out, "verdict: {}", verdict_text(cmp));
     if let Some(reason) = &outcome.gate.reason {
         let _ = writeln!(out, "gate: {}: {reason}", gate_label(outcome.gate.decision));
     }
     out
+}
+
+/// The lock's flaky tasks, apart: whether the comparison and the gate counted them.
+fn flaky_text(outcome: &Compared) -> Option<String> {
+    if outcome.flaky.tasks.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} {}",
+        crate::report::flaky_list(&outcome.flaky.tasks),
+        if outcome.flaky.counted {
+            "counted (--include-flaky)"
+        } else {
+            "left out of the comparison and the gate (the lock's `validate --repeat`; --include-flaky keeps them)"
+        }
+    ))
 }
 
 /// The comparison for a CI summary: rates, changed tasks as a table, verdict, gate.
@@ -370,6 +389,9 @@ pub(super) fn markdown(outcome: &Compared) -> String {
             cmp.tasks - changed.len(),
             cmp.tasks
         );
+    }
+    if let Some(flaky) = flaky_text(outcome) {
+        let _ = writeln!(out, "\n**Flaky tasks**: {flaky}");
     }
     let _ = writeln!(out, "\n**Verdict**: {}", verdict_text(cmp));
     if let Some(reason) = &outcome.gate.reason {

@@ -1,8 +1,6 @@
 //! `deltabench validate`: run noop and oracle on each task in a scratch run, judge each task from
-//! what its trials left, and record what the reference showed in the suite's lock file.
-
-mod evidence;
-mod judge;
+//! what its trials left (`runner::soundness`), and record what the reference showed in the
+//! suite's lock file.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -16,11 +14,10 @@ use super::exit::Exit;
 use super::reporter::TerminalReporter;
 use super::{CliError, ErrorKind, cache_dir, default_jobs, load_suite, print_stdout, workdir};
 use crate::runner;
+use crate::runner::soundness::{Trial, Unsound, judge, reference_evidence};
 use crate::store;
 use crate::store::RunRequest;
 use crate::suite::{self, AgentSpec};
-use evidence::{Trial, reference_evidence};
-use judge::{Unsound, judge};
 
 pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
     let mut loaded = (*load_suite(&args.suite_path, &args.suite)?).clone();
@@ -34,7 +31,7 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
     let workdir = workdir(&args.suite)?;
     let request = RunRequest {
         agents: vec!["noop".into(), "oracle".into()],
-        trials: args.trials,
+        trials: args.repeat.unwrap_or(args.trials),
         jobs: args.suite.jobs.unwrap_or_else(default_jobs),
         tasks: args.task.clone(),
         tags: Vec::new(),
@@ -47,6 +44,7 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
         cache_max: args.suite.places.cache_max,
         record: false,
         replay: None,
+        sequential: None,
     };
     let mut plan = runner::plan(Arc::new(loaded), request)?;
     // The reference is measured afresh, not held to what an earlier validate recorded.
@@ -73,7 +71,7 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
         }
     };
 
-    let mut bad = 0;
+    let (mut bad, mut flaky) = (0, 0);
     let mut lock = suite::SuiteLock::read(&plan.suite)
         .ok()
         .flatten()
@@ -98,12 +96,35 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
             judge(&noop, &oracle)
         };
         match verdict {
+            Some(Unsound {
+                flaky: Some((passed, runs)),
+                ..
+            }) if args.repeat.is_some() => {
+                flaky += 1;
+                print_stdout(&format!(
+                    "FLAKY {}: the reference passed {passed} of {runs} times (the base never): recorded as flaky in the lock; run, compare and the gates report it apart and leave it out (--include-flaky keeps it)\n",
+                    task.id
+                ));
+                changed += usize::from(lock.mark_flaky(task, passed, runs));
+                // What the passing references showed, so its passes are still held to it.
+                let passing: Vec<Trial> = oracle
+                    .iter()
+                    .filter(|t| t.record.passed())
+                    .map(|t| Trial::read(&run_dir, t.record))
+                    .collect();
+                if let Some(evidence) = reference_evidence(&passing) {
+                    changed += usize::from(lock.record(task, evidence, runner::now()));
+                }
+            }
             Some(unsound) => {
                 bad += 1;
                 print_stdout(&unsound.render(&task.id));
             }
             None => {
                 print_stdout(&format!("ok   {}\n", task.id));
+                if let Some(runs) = args.repeat {
+                    changed += usize::from(lock.mark_flaky(task, runs, runs));
+                }
                 print_stdout(&mutation_warnings(task, &oracle));
                 if let Some(evidence) = reference_evidence(&oracle) {
                     changed += usize::from(lock.record(task, evidence, runner::now()));
@@ -147,10 +168,17 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
         print_stdout(&format!("{bad} of {total} tasks are unsound\n"));
         Ok(Exit::VerdictFailed)
     } else {
-        print_stdout(&format!(
-            "all {total} tasks are sound ({} trial(s) each way)\n",
-            args.trials
-        ));
+        let each = args.repeat.unwrap_or(args.trials);
+        if flaky > 0 {
+            print_stdout(&format!(
+                "{} of {total} tasks are sound and {flaky} flaky ({each} trial(s) each way)\n",
+                total - flaky
+            ));
+        } else {
+            print_stdout(&format!(
+                "all {total} tasks are sound ({each} trial(s) each way)\n"
+            ));
+        }
         Ok(Exit::Ok)
     }
 }

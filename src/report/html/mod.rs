@@ -84,6 +84,15 @@ pub fn html(
             run.manifest.planned_trials
         );
     }
+    let flaky = super::flaky_tasks(run);
+    if !flaky.is_empty() {
+        let _ = writeln!(
+            out,
+            "<p class=\"banner\" id=\"flaky\">Flaky tasks (the lock's <code>validate --repeat</code>; \
+             gates leave them out unless --include-flaky): {}</p>",
+            esc(&super::flaky_list(&flaky))
+        );
+    }
     out.push_str("</header>\n<main>\n<div class=\"grid\">\n");
     let has_cost = data
         .agents

@@ -1,30 +1,36 @@
 //! Whether a task is sound, from what its noop and oracle trials left: the first reason it is
-//! not, with the evidence shown under its `BAD` line.
+//! not, with the evidence shown under its `BAD` line. `validate` runs the trials; this judges.
 
-use super::evidence::{Trial, name_list};
+mod evidence;
+
 use crate::store::{Outcome, layout};
+pub use evidence::{Trial, name_list, reference_evidence};
 
 /// Why a task is unsound, with what shows it.
-pub(super) struct Unsound<'a> {
+pub struct Unsound<'a> {
     reason: String,
     /// Lines shown under the reason (the tests that failed or passed).
     details: Vec<String>,
     /// The trial whose verify output is shown.
     shown: Option<&'a Trial<'a>>,
+    /// The reference passed this many of this many times, and the base never: flaky, not
+    /// wrong.
+    pub flaky: Option<(u32, u32)>,
 }
 
 impl<'a> Unsound<'a> {
-    pub(super) fn new(reason: impl Into<String>, shown: Option<&'a Trial<'a>>) -> Self {
+    pub fn new(reason: impl Into<String>, shown: Option<&'a Trial<'a>>) -> Self {
         Self {
             reason: reason.into(),
             details: Vec::new(),
             shown,
+            flaky: None,
         }
     }
 }
 
 /// Why a task is unsound, from its noop and oracle trials and what their folders hold.
-pub(super) fn judge<'a>(noop: &'a [Trial<'a>], oracle: &'a [Trial<'a>]) -> Option<Unsound<'a>> {
+pub fn judge<'a>(noop: &'a [Trial<'a>], oracle: &'a [Trial<'a>]) -> Option<Unsound<'a>> {
     if let Some(t) = noop
         .iter()
         .chain(oracle)
@@ -118,21 +124,25 @@ pub(super) fn judge<'a>(noop: &'a [Trial<'a>], oracle: &'a [Trial<'a>]) -> Optio
             .first()
             .copied()
             .or_else(|| oracle.iter().find(|t| !t.record.passed()));
-        return Some(Unsound::new(
+        let mut unsound = Unsound::new(
             format!(
                 "flaky: base passed {} of {n} times, reference passed {reference_passes} of {} times",
                 base_passes.len(),
                 oracle.len()
             ),
             odd,
-        ));
+        );
+        if base_passes.is_empty() {
+            unsound.flaky = Some((reference_passes as u32, oracle.len() as u32));
+        }
+        return Some(unsound);
     }
     None
 }
 
 impl Unsound<'_> {
     /// The task's `BAD` line and the evidence under it.
-    pub(super) fn render(&self, task: &str) -> String {
+    pub fn render(&self, task: &str) -> String {
         let mut text = format!("BAD  {task}: {}\n", self.reason);
         for line in &self.details {
             text.push_str(&format!("       {line}\n"));

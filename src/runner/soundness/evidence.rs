@@ -2,13 +2,9 @@
 //! report): the evidence shown under a bad task, so the reason reads without a rerun, and what the
 //! reference showed, for the suite's lock.
 
-use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
-
-use regex::Regex;
-
 use crate::metric::TestEvidence;
 use crate::store::{TrialRecord, layout};
+use std::path::{Path, PathBuf};
 
 /// Lines of `verify.log` shown under a bad task: enough for an assertion and its summary.
 pub(super) const TAIL_LINES: usize = 10;
@@ -18,7 +14,7 @@ const SHOWN_NAMES: usize = 5;
 const MAX_LINE_CHARS: usize = 200;
 
 /// One trial of a task, with what its folder holds.
-pub(super) struct Trial<'a> {
+pub struct Trial<'a> {
     pub record: &'a TrialRecord,
     pub dir: PathBuf,
     /// `tests.json`: absent when verify did not run.
@@ -64,7 +60,7 @@ impl<'a> Trial<'a> {
             return hooked.into_iter().collect();
         }
         std::fs::read(self.dir.join(layout::VERIFY_LOG))
-            .map(|bytes| failed_in_output(&String::from_utf8_lossy(&bytes)))
+            .map(|bytes| crate::metric::failed_tests(&String::from_utf8_lossy(&bytes)))
             .unwrap_or_default()
     }
 
@@ -106,7 +102,7 @@ impl<'a> Trial<'a> {
 
 /// What every oracle trial's verify run showed (its `tests.json`): the least of them, so a trial
 /// is held only to what the reference always shows. None when a trial has no `tests.json`.
-pub(super) fn reference_evidence(oracle: &[Trial]) -> Option<TestEvidence> {
+pub fn reference_evidence(oracle: &[Trial]) -> Option<TestEvidence> {
     let mut least: Option<TestEvidence> = None;
     for trial in oracle {
         let seen = trial.tests.clone()?;
@@ -126,7 +122,7 @@ pub(super) fn reference_evidence(oracle: &[Trial]) -> Option<TestEvidence> {
 }
 
 /// `a, b, c (+2 more)`.
-pub(super) fn name_list(names: &[String]) -> String {
+pub fn name_list(names: &[String]) -> String {
     let shown: Vec<&str> = names.iter().take(SHOWN_NAMES).map(String::as_str).collect();
     match names.len() - shown.len() {
         0 => shown.join(", "),
@@ -134,63 +130,9 @@ pub(super) fn name_list(names: &[String]) -> String {
     }
 }
 
-/// `FAILED tests/test_x.py::test_a - assert ...` and `ERROR ...` (pytest's short summary).
-static PYTEST_FAILED: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?m)^(?:FAILED|ERROR) ([^\s(]\S*)").unwrap());
-/// `FAIL: test_a (tests.test_x.XTest.test_a)`, or `(tests.test_x.XTest)` before Python 3.11.
-static UNITTEST_FAILED: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?m)^(?:FAIL|ERROR): (\S+) \(([^)\s]+)\)").unwrap());
-/// `test tests::adds ... FAILED` (cargo test).
-static CARGO_FAILED: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?m)^test (\S+) \.\.\. FAILED\s*$").unwrap());
-
-/// The failed test ids a runner's output names (pytest, unittest, `cargo test`), in order.
-pub(super) fn failed_in_output(output: &str) -> Vec<String> {
-    let mut names: Vec<String> = PYTEST_FAILED
-        .captures_iter(output)
-        .map(|c| c[1].to_owned())
-        .collect();
-    names.extend(UNITTEST_FAILED.captures_iter(output).map(|c| {
-        let (test, id) = (&c[1], &c[2]);
-        match id.ends_with(&format!(".{test}")) {
-            true => id.to_owned(),
-            false => format!("{id}.{test}"),
-        }
-    }));
-    names.extend(CARGO_FAILED.captures_iter(output).map(|c| c[1].to_owned()));
-    let mut seen = std::collections::HashSet::new();
-    names.retain(|name| seen.insert(name.clone()));
-    names
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn failed_names_come_from_each_runners_output() {
-        let pytest = "FAILED tests/test_calc.py::test_add - assert 1 == 2\n\
-            ERROR tests/test_calc.py::test_io\n=== 1 failed, 1 error in 0.1s ===\n";
-        assert_eq!(
-            failed_in_output(pytest),
-            [
-                "tests/test_calc.py::test_add",
-                "tests/test_calc.py::test_io"
-            ]
-        );
-        let unittest = "FAIL: test_add (tests.test_calc.CalcTest.test_add)\n\
-            ERROR: test_div (tests.test_calc.CalcTest)\nFAIL: test_add (tests.test_calc.CalcTest.test_add)\n";
-        assert_eq!(
-            failed_in_output(unittest),
-            [
-                "tests.test_calc.CalcTest.test_add",
-                "tests.test_calc.CalcTest.test_div"
-            ]
-        );
-        let cargo = "test tests::adds ... FAILED\ntest tests::subtracts ... ok\n";
-        assert_eq!(failed_in_output(cargo), ["tests::adds"]);
-        assert!(failed_in_output("FAILED (failures=1)\nall good\n").is_empty());
-    }
 
     #[test]
     fn long_name_lists_are_cut() {

@@ -1,0 +1,349 @@
+//! `run --until-decided` and `run --until-ci-width`: trials in rounds above the runner. Round r
+//! plans r trials per task and agent and runs the ones the run directory does not hold yet
+//! (round 1 through `runner::execute`, later ones through `runner::resume`), then reads the run
+//! directory and applies the stopping rule. A killed run resumes at its last round.
+
+use std::collections::BTreeSet;
+use std::io::IsTerminal;
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::exit::Exit;
+use super::reporter::TerminalReporter;
+use super::run::finish_run;
+use super::{CliError, compare, read_run_dir};
+use crate::runner;
+use crate::stats::{self, SequentialDecision, SequentialSpec};
+use crate::store::{RunRequest, StoppingRule, StoredRun};
+use crate::suite::Suite;
+
+/// Checks a run in rounds before anything runs: the margin, the cap, what is compared.
+pub(super) fn check(
+    request: &RunRequest,
+    plan: &runner::Plan,
+    baseline: Option<&StoredRun>,
+) -> Result<(), CliError> {
+    let Some(sequential) = &request.sequential else {
+        return Ok(());
+    };
+    if let Some(shard) = request.shard {
+        // Each round's decision reads every task's trial of that round; a shard holds a hashed
+        // slice of them, and shards do not talk to each other between rounds.
+        return Err(CliError::usage(format!(
+            "--shard {shard} cannot run in rounds: the sequential gate decides after each round on every task's trials, and a shard holds only its slice"
+        ))
+        .hint("run the rounds unsharded (they stop early), or shard a run with a fixed --trials and gate the merged run with `compare --gate`"));
+    }
+    if sequential.max_trials == 0 {
+        return Err(CliError::usage("--max-trials must be at least 1"));
+    }
+    match &sequential.rule {
+        StoppingRule::Decided { margin, .. } => {
+            if !(*margin > 0.0 && *margin < 1.0) {
+                return Err(CliError::usage(format!(
+                    "--margin {margin} is out of range: use a fraction in (0, 1), e.g. 0.1 for ten points"
+                )));
+            }
+            match baseline {
+                Some(baseline) if baseline.manifest.suite != plan.suite.name => {
+                    return Err(CliError::usage(format!(
+                        "{} is a run of suite '{}', and this run is of suite '{}': only runs of the same suite can be compared",
+                        baseline.path.display(),
+                        baseline.manifest.suite,
+                        plan.suite.name
+                    )));
+                }
+                Some(_) if plan.agents.len() == 1 => {}
+                Some(_) => {
+                    return Err(CliError::usage(format!(
+                        "--until-decided with --baseline gates one agent, and this run has {}",
+                        plan.agents.len()
+                    ))
+                    .hint("pick it with --agent NAME"));
+                }
+                None if plan.agents.len() == 2 => {}
+                None => {
+                    return Err(CliError::usage(format!(
+                        "--until-decided compares two sides, and this run has {} agent(s) and no --baseline",
+                        plan.agents.len()
+                    ))
+                    .hint("give --baseline RUN_DIR, or two agents (--agent BASE --agent CANDIDATE)"));
+                }
+            }
+        }
+        StoppingRule::CiWidth { width, .. } => {
+            if !(*width > 0.0 && *width <= 1.0) {
+                return Err(CliError::usage(format!(
+                    "--until-ci-width {width} is out of range: use a width in (0, 1], e.g. 0.1"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs rounds from `round` (1 for a new run; the recorded one when resuming) until the rule
+/// holds or the cap; prints the summary and the rule's outcome.
+pub(super) async fn run_rounds(
+    suite: Arc<Suite>,
+    mut request: RunRequest,
+    out: &Path,
+    mut round: u32,
+    note: Option<String>,
+) -> Result<Exit, CliError> {
+    let sequential = request.sequential.clone().expect("a run in rounds");
+    let baseline = match &sequential.rule {
+        StoppingRule::Decided {
+            baseline: Some(path),
+            ..
+        } => Some(read_run_dir(path)?),
+        _ => None,
+    };
+    let cap = cap(sequential.max_trials, baseline.as_ref(), out);
+    let mut note = note;
+    loop {
+        request.trials = round;
+        let plan = runner::plan(suite.clone(), request.clone())?;
+        let fresh = !out.join(crate::store::layout::MANIFEST).exists();
+        let (outcome, reporter) = if fresh {
+            let mut reporter =
+                TerminalReporter::new(std::io::stderr().is_terminal()).noting(note.take());
+            let outcome =
+                runner::execute(&plan, out, &mut reporter, CancellationToken::new()).await?;
+            (outcome, reporter)
+        } else {
+            let recorded = read_run_dir(out)?
+                .trials
+                .iter()
+                .filter(|r| !r.interrupted)
+                .count();
+            let mut reporter = TerminalReporter::new(std::io::stderr().is_terminal())
+                .resuming(recorded)
+                .in_round(round);
+            let outcome =
+                runner::resume(&plan, out, &mut reporter, CancellationToken::new()).await?;
+            (outcome, reporter)
+        };
+        let mut reporter = reporter;
+        reporter.finish();
+        if outcome.interrupted {
+            return finish_run(&plan, &outcome, reporter.tally(), None);
+        }
+        let run = read_run_dir(out)?;
+        let verdict = judge(
+            &run,
+            baseline.as_ref(),
+            &sequential.rule,
+            round,
+            sequential.include_flaky,
+            &plan,
+        )?;
+        if verdict.decided || round >= cap {
+            let exit = finish_run(&plan, &outcome, reporter.tally(), None)?;
+            super::print_stdout(&verdict.text);
+            return Ok(match verdict.exit {
+                Exit::Ok => exit,
+                other => other,
+            });
+        }
+        eprintln!("round {round} of at most {cap}: {}", verdict.status);
+        round += 1;
+    }
+}
+
+/// The rounds at most: --max-trials, and no more than the baseline run's trials per task (round
+/// r pairs with the baseline's trial r).
+fn cap(max_trials: u32, baseline: Option<&StoredRun>, out: &Path) -> u32 {
+    let Some(baseline) = baseline else {
+        return max_trials;
+    };
+    let held = baseline.manifest.trials_per_task;
+    if held < max_trials {
+        eprintln!(
+            "note: the baseline {} holds {held} trial(s) per task; round r is paired with its trial r, so {} stops after {held} round(s)",
+            baseline.path.display(),
+            out.display()
+        );
+    }
+    held.min(max_trials)
+}
+
+struct Judged {
+    decided: bool,
+    /// The exit the rule asks for (`Ok` leaves the run's own exit).
+    exit: Exit,
+    /// For the progress line.
+    status: String,
+    /// The closing lines.
+    text: String,
+}
+
+/// The lock's flaky tasks the gate leaves out, unless told to keep them.
+fn left_out(plan: &runner::Plan, include_flaky: bool) -> BTreeSet<String> {
+    if include_flaky {
+        return BTreeSet::new();
+    }
+    plan.flaky.keys().cloned().collect()
+}
+
+fn judge(
+    run: &StoredRun,
+    baseline: Option<&StoredRun>,
+    rule: &StoppingRule,
+    round: u32,
+    include_flaky: bool,
+    plan: &runner::Plan,
+) -> Result<Judged, CliError> {
+    match rule {
+        StoppingRule::CiWidth { width, confidence } => {
+            let mut widest = 0.0f64;
+            let mut lines = Vec::new();
+            for agent in plan.agents.keys() {
+                let outcomes = stats::outcomes_of(&run.trials, agent);
+                let w = stats::pass_rate(&outcomes, *confidence)
+                    .map_or(1.0, |r| r.interval.hi - r.interval.lo);
+                widest = widest.max(w);
+                lines.push(format!("'{agent}' {:.1} points", w * 100.0));
+            }
+            let decided = widest <= *width;
+            let status = format!("interval widths {}", lines.join(", "));
+            let text = format!(
+                "\nstopping rule: {} after {round} trial(s) per task: {status} (target {:.1})\n",
+                if decided {
+                    "met"
+                } else {
+                    "NOT met (the --max-trials cap)"
+                },
+                width * 100.0
+            );
+            Ok(Judged {
+                decided,
+                exit: if decided { Exit::Ok } else { Exit::Unscored },
+                status,
+                text,
+            })
+        }
+        StoppingRule::Decided {
+            margin,
+            max_drop,
+            confidence,
+            ..
+        } => {
+            let (base_run, base_agent, candidate_agent) = match baseline {
+                Some(base) => {
+                    let agent = plan.agents.keys().next().cloned().unwrap_or_default();
+                    let base_agent = if base.manifest.agents.contains_key(&agent) {
+                        agent.clone()
+                    } else {
+                        compare::agents_of(base)
+                            .into_iter()
+                            .next()
+                            .unwrap_or_default()
+                    };
+                    (base, base_agent, agent)
+                }
+                None => {
+                    let mut agents = plan.agents.keys().cloned();
+                    let base = agents.next().unwrap_or_default();
+                    (run, base, agents.next().unwrap_or_default())
+                }
+            };
+            let skip = left_out(plan, include_flaky);
+            let rounds = stats::paired_rounds(
+                (&base_run.trials, &base_agent),
+                (&run.trials, &candidate_agent),
+                round,
+                &skip,
+            );
+            let spec = SequentialSpec {
+                alpha: 1.0 - confidence,
+                max_drop: *max_drop,
+                margin: *margin,
+            };
+            let state = stats::sequential(&rounds, spec);
+            let threshold = 1.0 / spec.alpha;
+            let used = state.rounds;
+            let candidate_trials: usize = rounds.iter().take(used).map(Vec::len).sum();
+            let base = stats::outcomes_of(&base_run.trials, &base_agent);
+            let candidate = stats::outcomes_of(&run.trials, &candidate_agent);
+            let keep = |o: &Vec<stats::TaskOutcome>| -> Vec<stats::TaskOutcome> {
+                o.iter()
+                    .filter(|t| !skip.contains(&t.task))
+                    .cloned()
+                    .collect()
+            };
+            let fixed = stats::planned_fixed_trials(
+                &keep(&base),
+                &keep(&candidate),
+                spec.alpha,
+                0.8,
+                *margin,
+            );
+            let (decided, exit, what) = match state.decision {
+                SequentialDecision::Regressed => (
+                    true,
+                    Exit::VerdictFailed,
+                    format!(
+                        "regressed after round {used} (evidence {:.1} against no regression reached 1/alpha = {threshold:.0})",
+                        state.regression_evidence
+                    ),
+                ),
+                SequentialDecision::NotRegressed => (
+                    true,
+                    Exit::Ok,
+                    format!(
+                        "not regressed by {:.1} points or more after round {used} (evidence {:.1} against such a regression reached 1/alpha = {threshold:.0})",
+                        margin * 100.0,
+                        state.no_regression_evidence
+                    ),
+                ),
+                SequentialDecision::Undecided => (
+                    false,
+                    Exit::Unscored,
+                    format!(
+                        "undecided after {round} round(s) (evidence {:.1} for a regression, {:.1} against one of {:.1} points; either must reach {threshold:.0})",
+                        state.regression_evidence,
+                        state.no_regression_evidence,
+                        margin * 100.0
+                    ),
+                ),
+            };
+            let mut text = String::from("\n");
+            if let Some(cmp) = compare::plain_text(
+                (base_run, &base_agent),
+                (run, &candidate_agent),
+                baseline.is_none(),
+                *confidence,
+                include_flaky,
+            ) {
+                text.push_str(&cmp);
+                text.push('\n');
+            }
+            text.push_str(&format!(
+                "sequential gate ('{candidate_agent}' against '{base_agent}', e-process at {}%, valid at every round): {}{}\n",
+                (confidence * 1000.0).round() / 10.0,
+                if decided { "" } else { "UNDECIDED at the cap: " },
+                what
+            ));
+            text.push_str(&format!(
+                "trials used: {used} per task and side ({candidate_trials} paired trials); a fixed design (`plan`, 80% power to find a drop of {:.1} points) would ask for {} per task\n",
+                margin * 100.0,
+                fixed.map_or("-".into(), |n| n.to_string())
+            ));
+            if !skip.is_empty() {
+                text.push_str(&format!(
+                    "flaky tasks left out of the gate (the lock's `validate --repeat`; --include-flaky keeps them): {}\n",
+                    skip.iter().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+            Ok(Judged {
+                decided: decided || round as usize > rounds.len(),
+                exit,
+                status: what,
+                text,
+            })
+        }
+    }
+}

@@ -1,0 +1,521 @@
+//! `run --until-decided` and `--until-ci-width`: runs in rounds that stop when the answer is
+//! known, through the real binary on a generated suite.
+
+use std::path::Path;
+
+use crate::common::{deltabench, one_file_repo, stderr, stdout, write_suite};
+
+/// Ten tasks; `all` and `same` pass every one (by writing `done`), `nine` breaks t9.
+fn ten_task_suite(root: &Path, name: &str) {
+    let mut yaml = format!("name: {name}\nrepo: repo\nagents:\n");
+    for (agent, passes) in [
+        ("all", "*"),
+        ("same", "*"),
+        ("nine", "t0|t1|t2|t3|t4|t5|t6|t7|t8"),
+    ] {
+        yaml.push_str(&format!(
+            "  {agent}: {{kind: command, run: 'case \"$DELTABENCH_INSTRUCTION\" in {passes}) touch done;; esac'}}\n"
+        ));
+    }
+    yaml.push_str("tasks:\n");
+    for i in 0..10 {
+        yaml.push_str(&format!(
+            "  - {{id: t{i}, instruction: t{i}, verify: \"test -f done\"}}\n"
+        ));
+    }
+    write_suite(root, &yaml);
+}
+
+fn run(root: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let work = root.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let output = deltabench(root)
+        .args(["run", "suite.yaml", "-j", "2", "--workdir"])
+        .arg(&work)
+        .args(args)
+        .output()
+        .unwrap();
+    (output.status.code(), stdout(&output), stderr(&output))
+}
+
+/// The lines from the comparison on (the summary table carries timings).
+fn closing(root: &Path, text: &str) -> String {
+    let start = text.find("\ncandidate ").map_or(0, |i| i + 1);
+    text[start..].replace(&root.display().to_string(), "[TMP]")
+}
+
+#[test]
+fn a_broken_task_is_a_regression_before_the_cap_and_the_same_agent_is_not() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    ten_task_suite(root, "paired");
+    let (code, _, err) = run(root, &["--agent", "all", "--trials", "10", "--out", "base"]);
+    assert_eq!(code, Some(0), "{err}");
+
+    let (code, out, err) = run(
+        root,
+        &[
+            "--agent",
+            "nine",
+            "--until-decided",
+            "--max-trials",
+            "10",
+            "--baseline",
+            "base",
+            "--out",
+            "broken",
+        ],
+    );
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("round 1 of at most 10: undecided"), "{err}");
+    insta::assert_snapshot!("sequential_regressed", closing(root, &out));
+    let trials = crate::common::trials(&root.join("broken"));
+    assert!(
+        trials.len() < 100,
+        "stopped before the cap: {}",
+        trials.len()
+    );
+
+    let (code, out, err) = run(
+        root,
+        &[
+            "--agent",
+            "same",
+            "--until-decided",
+            "--max-trials",
+            "10",
+            "--baseline",
+            "base",
+            "--out",
+            "same",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    insta::assert_snapshot!("sequential_not_regressed", closing(root, &out));
+
+    // Two agents of one run, in rounds side by side.
+    let (code, out, err) = run(
+        root,
+        &[
+            "--agent",
+            "all",
+            "--agent",
+            "nine",
+            "--until-decided",
+            "--max-trials",
+            "10",
+            "--out",
+            "pair",
+        ],
+    );
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("sequential gate ('nine' against 'all'"),
+        "{out}"
+    );
+    assert!(out.contains(": regressed after round"), "{out}");
+
+    // Too few rounds to decide: undecided at the cap, exit 3.
+    let (code, out, err) = run(
+        root,
+        &[
+            "--agent",
+            "all",
+            "--agent",
+            "nine",
+            "--until-decided",
+            "--max-trials",
+            "2",
+            "--out",
+            "short",
+        ],
+    );
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(out.contains("UNDECIDED at the cap"), "{out}");
+}
+
+#[test]
+fn bad_sequential_input_is_a_usage_error_before_anything_runs() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    ten_task_suite(root, "paired");
+    let (code, _, err) = run(root, &["--agent", "all", "--out", "base"]);
+    assert_eq!(code, Some(0), "{err}");
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &[
+                "--agent",
+                "all",
+                "--agent",
+                "nine",
+                "--until-decided",
+                "--baseline",
+                "base",
+            ],
+            "--until-decided with --baseline gates one agent, and this run has 2",
+        ),
+        (
+            &[
+                "--agent",
+                "all",
+                "--agent",
+                "nine",
+                "--until-decided",
+                "--shard",
+                "1/2",
+            ],
+            "--shard 1/2 cannot run in rounds",
+        ),
+        (
+            &["--agent", "all", "--until-decided"],
+            "--until-decided compares two sides, and this run has 1 agent(s) and no --baseline",
+        ),
+        (
+            &[
+                "--agent",
+                "all",
+                "--agent",
+                "nine",
+                "--until-decided",
+                "--margin",
+                "0",
+            ],
+            "--margin 0 is out of range: use a fraction in (0, 1)",
+        ),
+        (
+            &[
+                "--agent",
+                "all",
+                "--agent",
+                "nine",
+                "--until-decided",
+                "--margin",
+                "1",
+            ],
+            "--margin 1 is out of range",
+        ),
+        (
+            &["--agent", "all", "--until-ci-width", "0"],
+            "--until-ci-width 0 is out of range",
+        ),
+    ];
+    for (args, message) in cases {
+        let mut args = args.to_vec();
+        args.extend(["--out", "refused"]);
+        let (code, out, err) = run(root, &args);
+        assert_eq!(code, Some(2), "{args:?}: {out}{err}");
+        assert!(err.contains(message), "{args:?}: {err}");
+        assert!(!root.join("refused").exists(), "{args:?} ran something");
+    }
+    // A baseline of another suite.
+    let other = one_file_repo();
+    ten_task_suite(other.path(), "another");
+    let base = root.join("base");
+    let (code, out, err) = run(
+        other.path(),
+        &[
+            "--agent",
+            "all",
+            "--until-decided",
+            "--baseline",
+            base.to_str().unwrap(),
+            "--out",
+            "refused",
+        ],
+    );
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(
+        err.contains("is a run of suite 'paired', and this run is of suite 'another'"),
+        "{err}"
+    );
+    assert!(!other.path().join("refused").exists());
+}
+
+#[test]
+fn until_ci_width_stops_when_the_interval_is_narrow() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    ten_task_suite(root, "paired");
+    let (code, out, err) = run(
+        root,
+        &[
+            "--agent",
+            "all",
+            "--until-ci-width",
+            "0.2",
+            "--max-trials",
+            "8",
+            "--out",
+            "ci",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("stopping rule: met after 2 trial(s) per task"),
+        "{out}"
+    );
+    assert_eq!(crate::common::trials(&root.join("ci")).len(), 20);
+    // Unreachable within the cap: exit 3, said.
+    let (code, out, err) = run(
+        root,
+        &[
+            "--agent",
+            "nine",
+            "--until-ci-width",
+            "0.01",
+            "--max-trials",
+            "2",
+            "--out",
+            "wide",
+        ],
+    );
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(out.contains("NOT met (the --max-trials cap)"), "{out}");
+}
+
+/// Five tasks with a reference solution (`fix/done`); `coin`'s verify passes on a coin flip from
+/// /dev/urandom once `done` is there. `all` writes `done` everywhere, `four` only in t0..t3 (so
+/// it differs from `all` on the flaky task alone).
+fn coin_suite(root: &Path) {
+    crate::common::git_repo(root, &[("README", "x\n")]);
+    crate::common::write_files(root, &[("fix/done", "")]);
+    let mut yaml = String::from("name: coin\nrepo: repo\nagents:\n");
+    for (agent, passes) in [("all", "*"), ("four", "t0|t1|t2|t3")] {
+        yaml.push_str(&format!(
+            "  {agent}: {{kind: command, run: 'case \"$DELTABENCH_INSTRUCTION\" in {passes}) touch done;; esac'}}\n"
+        ));
+    }
+    yaml.push_str("tasks:\n");
+    for i in 0..4 {
+        yaml.push_str(&format!(
+            "  - {{id: t{i}, instruction: t{i}, verify: \"test -f done\", solution: fix/}}\n"
+        ));
+    }
+    yaml.push_str("  - {id: coin, instruction: coin, verify: \"test -f done && test $(od -An -N1 -tu1 /dev/urandom) -lt 128\", solution: fix/}\n");
+    write_suite(root, &yaml);
+}
+
+#[test]
+fn a_task_whose_reference_passes_half_the_time_is_flaky_and_left_out_of_the_gate() {
+    let tmp = crate::common::temp_dir();
+    let root = tmp.path();
+    coin_suite(root);
+    std::fs::create_dir_all(root.join("work")).unwrap();
+    let validate = || {
+        let output = deltabench(root)
+            .args([
+                "validate",
+                "suite.yaml",
+                "--repeat",
+                "10",
+                "-j",
+                "2",
+                "--workdir",
+            ])
+            .arg(root.join("work"))
+            .output()
+            .unwrap();
+        (output.status.code(), stdout(&output), stderr(&output))
+    };
+    let (mut code, mut out, mut err) = validate();
+    // A fair coin gives 0 or 10 heads of 10 once in 512 validates: flip again then.
+    if !out.contains("FLAKY coin") {
+        (code, out, err) = validate();
+    }
+    assert_eq!(code, Some(0), "{out}{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("FLAKY coin: the reference passed "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.contains(" of 10 times (the base never): recorded as flaky in the lock"),
+        "{line}"
+    );
+    assert!(
+        out.contains("ok   t0") && out.contains("4 of 5 tasks are sound and 1 flaky"),
+        "{out}"
+    );
+    let lock: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("suite.lock.json")).unwrap())
+            .unwrap();
+    let passed = lock["flaky"]["coin"]["passed"].as_u64().unwrap();
+    assert!((1..10).contains(&passed), "{lock}");
+    assert_eq!(lock["flaky"]["coin"]["runs"], 10);
+    let marked = format!("coin (reference passed {passed} of 10)");
+
+    // The fixed gate: the coin task is reported apart and left out.
+    let (code, _, err) = run(root, &["--agent", "all", "--trials", "6", "--out", "base"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = run(
+        root,
+        &[
+            "--agent",
+            "all",
+            "--trials",
+            "3",
+            "--baseline",
+            "base",
+            "--gate",
+            "--out",
+            "same",
+        ],
+    );
+    assert!(code == Some(0), "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "flaky: {marked} left out of the comparison and the gate"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("4 shared tasks"), "{out}");
+    let (_, out, _) = run(
+        root,
+        &[
+            "--agent",
+            "all",
+            "--trials",
+            "3",
+            "--baseline",
+            "base",
+            "--gate",
+            "--include-flaky",
+            "--out",
+            "counted",
+        ],
+    );
+    assert!(
+        out.contains(&format!("flaky: {marked} counted (--include-flaky)")),
+        "{out}"
+    );
+    assert!(out.contains("5 shared tasks"), "{out}");
+
+    // The sequential gate leaves it out too: `four` differs from `all` on the coin alone.
+    let (code, out, err) = run(
+        root,
+        &[
+            "--agent",
+            "all",
+            "--agent",
+            "four",
+            "--until-decided",
+            "--margin",
+            "0.3",
+            "--max-trials",
+            "6",
+            "--out",
+            "rounds",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains(": not regressed by 30.0 points or more"),
+        "{out}"
+    );
+    assert!(
+        out.contains("flaky tasks left out of the gate (the lock's `validate --repeat`; --include-flaky keeps them): coin"),
+        "{out}"
+    );
+
+    // Every report format marks it.
+    for (format, mark) in [
+        (
+            "table",
+            "Flaky tasks (the lock's `validate --repeat`".to_owned(),
+        ),
+        ("markdown", "**Note**: Flaky tasks".to_owned()),
+        ("json", "\"flaky_tasks\"".to_owned()),
+        ("csv", ",flaky_task".to_owned()),
+        ("junit", "name=\"flaky_task\"".to_owned()),
+        ("html", "id=\"flaky\"".to_owned()),
+    ] {
+        let output = deltabench(root)
+            .args(["report", "same", "--format", format])
+            .output()
+            .unwrap();
+        let text = stdout(&output);
+        assert!(text.contains(&mark), "{format}: {text}");
+        if format != "csv" && format != "junit" && format != "json" {
+            assert!(text.contains(&marked), "{format}: {text}");
+        }
+    }
+}
+
+/// Records in `out`'s trials.jsonl.
+fn records_in(out: &Path) -> usize {
+    std::fs::read_to_string(out.join("trials.jsonl"))
+        .map(|text| text.matches('\n').count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_killed_run_in_rounds_resumes_at_its_last_round_and_decides() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    ten_task_suite(root, "paired");
+    let work = root.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let out = root.join("rounds");
+    let mut child = deltabench(root)
+        .args([
+            "run",
+            "suite.yaml",
+            "--agent",
+            "all",
+            "--agent",
+            "nine",
+            "--until-decided",
+            "--max-trials",
+            "10",
+            "-j",
+            "1",
+            "--out",
+        ])
+        .arg(&out)
+        .arg("--workdir")
+        .arg(&work)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Two rounds of 20 trials, and some of the third.
+    let started = std::time::Instant::now();
+    while records_in(&out) < 45 {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+        assert!(started.elapsed().as_secs() < 120, "no progress");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed_at = records_in(&out);
+    assert!(killed_at < 120, "killed too late: {killed_at}");
+
+    let resumed = deltabench(root).arg("resume").arg(&out).output().unwrap();
+    let (text, err) = (stdout(&resumed), stderr(&resumed));
+    assert_eq!(resumed.status.code(), Some(1), "{text}{err}");
+    assert!(
+        err.contains("resuming the run in rounds at round 3"),
+        "{err}"
+    );
+    assert!(
+        text.contains("sequential gate ('nine' against 'all', e-process at 95%, valid at every round): regressed after round 6"),
+        "the same decision as an unbroken run: {text}"
+    );
+    // Each (task, agent, trial) recorded once, rounds 1..=6 only.
+    let records = crate::common::trials(&out);
+    let mut keys: Vec<(String, String, u64)> = records
+        .iter()
+        .filter(|r| r["interrupted"] != true)
+        .map(|r| {
+            (
+                r["task"].as_str().unwrap().to_owned(),
+                r["agent"].as_str().unwrap().to_owned(),
+                r["trial"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let n = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!((keys.len(), n), (120, 120), "{killed_at} before the kill");
+    assert!(keys.iter().all(|k| (1..=6).contains(&k.2)));
+}
