@@ -7,6 +7,7 @@ mod args;
 mod compare;
 mod error;
 pub mod exit;
+mod finish;
 mod gc;
 mod import;
 mod init;

@@ -8,8 +8,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::ResumeOptions;
 use super::exit::Exit;
+use super::finish::finish_run;
 use super::reporter::TerminalReporter;
-use super::run::finish_run;
 use super::{CliError, read_run_dir};
 use crate::runner;
 use crate::suite;

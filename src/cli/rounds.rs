@@ -11,8 +11,8 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::exit::Exit;
+use super::finish::finish_run;
 use super::reporter::TerminalReporter;
-use super::run::finish_run;
 use super::{CliError, compare, read_run_dir};
 use crate::runner;
 use crate::stats::{self, SequentialDecision, SequentialSpec};

@@ -6,14 +6,12 @@ use std::path::{Path, PathBuf};
 
 use tokio_util::sync::CancellationToken;
 
-use super::args::{GateArgs, RunArgs, ShardArg};
+use super::args::{RunArgs, ShardArg};
 use super::exit::Exit;
 use super::reporter::TerminalReporter;
 use super::{
-    CliError, ErrorKind, cache_dir, compare, default_jobs, load_suite, print_stdout, read_run_dir,
-    resume, rounds, workdir,
+    CliError, ErrorKind, cache_dir, default_jobs, load_suite, read_run_dir, resume, rounds, workdir,
 };
-use crate::report;
 use crate::runner;
 use crate::store;
 use crate::store::RunRequest;
@@ -107,7 +105,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         TerminalReporter::new(std::io::stderr().is_terminal()).noting(unvalidated_note(&plan));
     let outcome = runner::execute(&plan, &out, &mut reporter, CancellationToken::new()).await?;
     reporter.finish();
-    finish_run(
+    super::finish::finish_run(
         &plan,
         &outcome,
         reporter.tally(),
@@ -200,52 +198,6 @@ fn unvalidated_note(plan: &runner::Plan) -> Option<String> {
         },
         plan.suite.path.display()
     ))
-}
-
-/// Prints the summary of a finished (or interrupted) run and returns its exit code.
-pub(super) fn finish_run(
-    plan: &runner::Plan,
-    outcome: &runner::RunOutcome,
-    tally: &report::Tally,
-    baseline: Option<(&store::StoredRun, &GateArgs)>,
-) -> Result<Exit, CliError> {
-    let agents: Vec<String> = plan.agents.keys().cloned().collect();
-    let summaries = tally.summaries(&agents);
-    print_stdout(&format!(
-        "{}\nrun directory: {}\n",
-        report::table(&summaries),
-        outcome.run_dir.display()
-    ));
-    for leftover in &outcome.leftovers {
-        eprintln!("warning: could not clean up {leftover}");
-    }
-    let gate = match baseline {
-        Some((baseline, gate)) => {
-            let current = read_run_dir(&outcome.run_dir)?;
-            let (text, exit) = compare::against_baseline(baseline, &current, gate)?;
-            print_stdout(&format!("\n{text}"));
-            exit
-        }
-        None => Exit::Ok,
-    };
-    let infra = outcome.infra_errors;
-    if outcome.interrupted {
-        eprintln!(
-            "interrupted: {} of {} trials recorded",
-            outcome.trials,
-            plan.trials.len()
-        );
-        return Ok(Exit::Interrupted);
-    }
-    // A regression among the scored trials is a verdict, whatever else could not be scored.
-    if gate == Exit::VerdictFailed {
-        return Ok(Exit::VerdictFailed);
-    }
-    if infra > 0 {
-        eprintln!("{infra} trial(s) could not be scored (infra_error); see trials.jsonl");
-        return Ok(Exit::Unscored);
-    }
-    Ok(gate)
 }
 
 fn default_out(suite: &str) -> PathBuf {

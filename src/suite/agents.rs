@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::diagnostics::{Source, SuiteError};
-use super::load::resolve_command;
+use super::names::resolve_command;
 use super::raw::{RawAgent, RawBudget, loc};
 use super::types::{AgentKind, AgentSpec};
 use crate::agent::harness::{Endpoint, HarnessConfig, HarnessKind};

@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 
 use super::diagnostics::{Source, SuiteError};
 use super::matrix::add_agents;
+use super::names::{is_safe_name, resolve_command};
 use super::raw::{
     RawAgent, RawAgentsFile, RawDefaults, RawEnvironment, RawMetric, RawSuite, RawTask, RawVerify,
     loc,
@@ -17,7 +18,7 @@ use super::raw::{
 use super::types::{AgentSpec, DEFAULT_MAX_DIFF, Located, MetricKind, MetricSpec, Suite, Task};
 use crate::agent::harness::Endpoint;
 use crate::delta::VerifySpec;
-use crate::support::{parse_duration, shell_quote};
+use crate::support::parse_duration;
 use crate::workspace::{
     DEFAULT_WORKDIR, DeltaScope, Environment, ImageSource, Isolation, Network, Overlay, RepoKind,
     RepoSource,
@@ -26,15 +27,6 @@ use strum::VariantNames as _;
 
 /// The default grader timeout.
 const GRADER_TIMEOUT: Duration = Duration::from_secs(60);
-
-pub(super) fn is_safe_name(name: &str) -> bool {
-    !name.is_empty()
-        && name != "."
-        && name != ".."
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-}
 
 /// Finds the suite file: `path` itself, or `suite.yaml` / `suite.yml` inside it.
 pub fn suite_file(path: &Path) -> Result<PathBuf, SuiteError> {
@@ -275,36 +267,6 @@ fn repo_source(source: &Source, repo: &Spanned<String>) -> Result<RepoSource, Su
         RepoKind::PlainDir
     };
     Ok(RepoSource { path, kind })
-}
-
-/// Makes a leading `./x` or `../x` in a command line absolute, relative to the defining file:
-/// the command runs in the workspace, not next to the suite.
-pub(super) fn resolve_command(
-    source: &Source,
-    run: &Spanned<String>,
-) -> Result<String, SuiteError> {
-    let line = run.value.trim();
-    if line.is_empty() {
-        return Err(source.at(run, "`run` is empty"));
-    }
-    let (first, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
-    if !(first.starts_with("./") || first.starts_with("../")) {
-        return Ok(line.to_owned());
-    }
-    let path = source.dir.join(first);
-    if !path.is_file() {
-        return Err(source.at(
-            run,
-            format!("agent script '{first}' does not exist ({})", path.display()),
-        ));
-    }
-    let path = path.canonicalize().unwrap_or(path);
-    let quoted = shell_quote(&path.to_string_lossy());
-    Ok(if rest.is_empty() {
-        quoted
-    } else {
-        format!("{quoted} {rest}")
-    })
 }
 
 fn task(

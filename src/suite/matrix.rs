@@ -5,7 +5,7 @@ use serde_saphyr::Spanned;
 
 use super::agents::agent_spec;
 use super::diagnostics::{Source, SuiteError};
-use super::load::is_safe_name;
+use super::names::is_safe_name;
 use super::raw::{self, RawAgent};
 use super::types::{AgentSpec, AgentVariant};
 

@@ -16,6 +16,7 @@ mod diagnostics;
 mod load;
 mod lock;
 mod matrix;
+mod names;
 mod raw;
 mod types;
 

@@ -1,0 +1,52 @@
+//! The end of `run`, `resume` and a run in rounds: the summary, the gate, the exit code.
+
+use super::args::GateArgs;
+use super::exit::Exit;
+use super::{CliError, compare, print_stdout, read_run_dir};
+use crate::{report, runner, store};
+
+/// Prints the summary of a finished (or interrupted) run and returns its exit code.
+pub(super) fn finish_run(
+    plan: &runner::Plan,
+    outcome: &runner::RunOutcome,
+    tally: &report::Tally,
+    baseline: Option<(&store::StoredRun, &GateArgs)>,
+) -> Result<Exit, CliError> {
+    let agents: Vec<String> = plan.agents.keys().cloned().collect();
+    let summaries = tally.summaries(&agents);
+    print_stdout(&format!(
+        "{}\nrun directory: {}\n",
+        report::table(&summaries),
+        outcome.run_dir.display()
+    ));
+    for leftover in &outcome.leftovers {
+        eprintln!("warning: could not clean up {leftover}");
+    }
+    let gate = match baseline {
+        Some((baseline, gate)) => {
+            let current = read_run_dir(&outcome.run_dir)?;
+            let (text, exit) = compare::against_baseline(baseline, &current, gate)?;
+            print_stdout(&format!("\n{text}"));
+            exit
+        }
+        None => Exit::Ok,
+    };
+    let infra = outcome.infra_errors;
+    if outcome.interrupted {
+        eprintln!(
+            "interrupted: {} of {} trials recorded",
+            outcome.trials,
+            plan.trials.len()
+        );
+        return Ok(Exit::Interrupted);
+    }
+    // A regression among the scored trials is a verdict, whatever else could not be scored.
+    if gate == Exit::VerdictFailed {
+        return Ok(Exit::VerdictFailed);
+    }
+    if infra > 0 {
+        eprintln!("{infra} trial(s) could not be scored (infra_error); see trials.jsonl");
+        return Ok(Exit::Unscored);
+    }
+    Ok(gate)
+}
