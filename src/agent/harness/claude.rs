@@ -292,6 +292,15 @@ impl StreamParser for ClaudeParser {
     }
 }
 
+/// Claude Code needs nothing beside its stream.
+pub struct Adapter;
+
+impl super::adapter::CliAdapter for Adapter {
+    fn begin(&self, _: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
+        super::adapter::Plain::boxed(ClaudeParser::new())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

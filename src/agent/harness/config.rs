@@ -62,6 +62,18 @@ impl HarnessKind {
         Self::ALL.iter().copied().find(|k| k.as_str() == kind)
     }
 
+    /// The kind's quirks around its output ([`super::adapter`]).
+    pub fn adapter(self) -> &'static dyn super::adapter::CliAdapter {
+        match self {
+            Self::ClaudeCode => &super::claude::Adapter,
+            Self::Codex => &super::codex::Adapter,
+            Self::GeminiCli => &super::gemini::Adapter,
+            Self::Opencode => &super::opencode::Adapter,
+            Self::MiniSweAgent => &super::mini_swe::Adapter,
+            Self::Aider => &super::aider::Adapter,
+        }
+    }
+
     /// The executable's name.
     pub fn program(self) -> &'static str {
         match self {

@@ -24,6 +24,7 @@
 //! - `modified_files` lists the paths of write/edit tool calls that succeeded, as the CLI wrote
 //!   them (often absolute); [`ParsedRun::relative_to`] makes them workspace-relative.
 
+pub mod adapter;
 mod agent;
 pub mod aider;
 pub mod claude;
