@@ -28,6 +28,7 @@ pub use record::Tape;
 pub use server::{Gateway, GatewayLease, TrialSetup, Upstream};
 
 use crate::agent::Budget;
+use crate::agent::harness::cli::CliDialect;
 use crate::agent::harness::{Endpoint, HarnessConfig, HarnessKind, is_loopback};
 
 /// The provider a real CLI talks to when the agent names no endpoint, when the gateway can
@@ -44,6 +45,11 @@ pub fn default_provider(kind: HarnessKind, config: &HarnessConfig) -> Option<Pro
             _ => Some(Provider::OpenAi),
         },
         HarnessKind::Opencode => None,
+        HarnessKind::Cli => config.cli.as_ref().map(|cli| match cli.dialect {
+            CliDialect::Anthropic => Provider::Anthropic,
+            CliDialect::Openai => Provider::OpenAi,
+            CliDialect::Gemini => Provider::Google,
+        }),
     }
 }
 
@@ -75,7 +81,7 @@ pub fn upstream_for(
                 if is_loopback(url) {
                     None
                 } else {
-                    env_key(kind.key_env())
+                    env_key(config.key_env(kind))
                 }
             });
             Some(Upstream::single(url, key))

@@ -74,6 +74,7 @@ pub enum AgentSpec {
     #[serde(rename = "mini-swe-agent")]
     MiniSweAgent(HarnessConfig),
     Aider(HarnessConfig),
+    Cli(HarnessConfig),
 }
 
 impl AgentSpec {
@@ -86,6 +87,7 @@ impl AgentSpec {
             HarnessKind::Opencode => Self::Opencode(config),
             HarnessKind::MiniSweAgent => Self::MiniSweAgent(config),
             HarnessKind::Aider => Self::Aider(config),
+            HarnessKind::Cli => Self::Cli(config),
         }
     }
 
@@ -98,6 +100,7 @@ impl AgentSpec {
             Self::Opencode(c) => (HarnessKind::Opencode, c),
             Self::MiniSweAgent(c) => (HarnessKind::MiniSweAgent, c),
             Self::Aider(c) => (HarnessKind::Aider, c),
+            Self::Cli(c) => (HarnessKind::Cli, c),
             Self::Noop | Self::Oracle | Self::Mock(_) | Self::Command(_) => return None,
         })
     }

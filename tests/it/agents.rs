@@ -96,6 +96,7 @@ pub fn cli(kind: HarnessKind) -> Cli {
         ),
         // One exchange: aider applies the edit block and stops.
         HarnessKind::Aider => fake(&["args: [--edit-format, diff]"], 1, 0.0033),
+        HarnessKind::Cli => panic!("`kind: cli` is a definition: tests/it/agents_cli.rs"),
     }
 }
 

@@ -201,7 +201,7 @@ impl HarnessAgent {
         }
         match &self.endpoint {
             Some(url) if is_loopback(url) => Some(DUMMY_API_KEY.to_owned()),
-            _ => std::env::var(self.kind.key_env()).ok(),
+            _ => std::env::var(self.config.key_env(self.kind)).ok(),
         }
     }
 
@@ -282,14 +282,14 @@ impl HarnessAgent {
         })
         .await;
 
-        let mut cli = kind.adapter().begin(&RunStart {
+        let mut cli = self.config.adapter(kind).begin(&RunStart {
             home: &home,
             workspace: &self.workspace,
             resume: resume.as_deref(),
             trajectory: inv.trajectory.as_deref(),
         });
         let mut watch = Watch {
-            enforced_turns: (kind.turn_limit() == TurnLimit::Enforced)
+            enforced_turns: (self.config.turn_limit(kind) == TurnLimit::Enforced)
                 .then_some(self.config.max_turns)
                 .flatten(),
             tool_calls: 0,
@@ -503,6 +503,7 @@ impl CodingAgent for HarnessAgent {
             HarnessKind::Opencode => "opencode, run headless (opencode run --format json).",
             HarnessKind::MiniSweAgent => "mini-swe-agent, run headless (mini -y).",
             HarnessKind::Aider => "aider, run headless (aider --message).",
+            HarnessKind::Cli => "a CLI run from its definition in the agents file (kind: cli).",
         }
     }
 

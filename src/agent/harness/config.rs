@@ -37,6 +37,8 @@ pub enum HarnessKind {
     Opencode,
     MiniSweAgent,
     Aider,
+    /// Any other CLI, described in the agents file ([`super::cli`]).
+    Cli,
 }
 
 /// How a kind bounds the number of turns `max_turns` asks for.
@@ -51,7 +53,15 @@ pub enum TurnLimit {
 }
 
 impl HarnessKind {
-    pub const ALL: &[HarnessKind] = <Self as strum::VariantArray>::VARIANTS;
+    /// The built-in CLIs: every kind but [`Self::Cli`], which is a definition, not a CLI.
+    pub const ALL: &[HarnessKind] = &[
+        Self::ClaudeCode,
+        Self::Codex,
+        Self::GeminiCli,
+        Self::Opencode,
+        Self::MiniSweAgent,
+        Self::Aider,
+    ];
 
     /// The `kind:` value in an agents file.
     pub fn as_str(self) -> &'static str {
@@ -59,7 +69,10 @@ impl HarnessKind {
     }
 
     pub fn parse(kind: &str) -> Option<Self> {
-        Self::ALL.iter().copied().find(|k| k.as_str() == kind)
+        <Self as strum::VariantArray>::VARIANTS
+            .iter()
+            .copied()
+            .find(|k| k.as_str() == kind)
     }
 
     /// The kind's quirks around its output ([`super::adapter`]).
@@ -71,6 +84,8 @@ impl HarnessKind {
             Self::Opencode => &super::opencode::Adapter,
             Self::MiniSweAgent => &super::mini_swe::Adapter,
             Self::Aider => &super::aider::Adapter,
+            // A definition is its own adapter: see `HarnessConfig::adapter`.
+            Self::Cli => &super::cli::NO_DEFINITION,
         }
     }
 
@@ -83,6 +98,7 @@ impl HarnessKind {
             Self::Opencode => "opencode",
             Self::MiniSweAgent => "mini",
             Self::Aider => "aider",
+            Self::Cli => "the agent's `command:`",
         }
     }
 
@@ -95,6 +111,7 @@ impl HarnessKind {
             Self::Opencode => "npm install -g opencode-ai@1.18.33",
             Self::MiniSweAgent => "pip install mini-swe-agent==2.4.6",
             Self::Aider => "pip install aider-chat==0.86.2",
+            Self::Cli => "install the CLI its `command:` names",
         }
     }
 
@@ -121,21 +138,22 @@ impl HarnessKind {
             Self::Codex => &["danger-full-access", "workspace-write", "read-only"],
             Self::GeminiCli => &["yolo", "auto_edit", "default", "plan"],
             Self::Opencode => &["allow", "ask", "deny"],
-            Self::MiniSweAgent | Self::Aider => &[],
+            Self::MiniSweAgent | Self::Aider | Self::Cli => &[],
         }
     }
 
     pub fn turn_limit(self) -> TurnLimit {
         match self {
             Self::ClaudeCode | Self::GeminiCli | Self::MiniSweAgent => TurnLimit::Native,
-            Self::Codex | Self::Opencode => TurnLimit::Enforced,
+            // A definition passing `{max_turns}` has a native limit: `HarnessConfig::turn_limit`.
+            Self::Codex | Self::Opencode | Self::Cli => TurnLimit::Enforced,
             Self::Aider => TurnLimit::Unsupported,
         }
     }
 
     /// Whether `append_system_prompt` has somewhere to go.
     pub fn appends_system_prompt(self) -> bool {
-        !matches!(self, Self::MiniSweAgent)
+        !matches!(self, Self::MiniSweAgent | Self::Cli)
     }
 
     /// The environment variable the CLI reads its API key from when talking to its own
@@ -144,7 +162,9 @@ impl HarnessKind {
         match self {
             Self::ClaudeCode => "ANTHROPIC_API_KEY",
             Self::GeminiCli => "GEMINI_API_KEY",
-            Self::Codex | Self::Opencode | Self::MiniSweAgent | Self::Aider => "OPENAI_API_KEY",
+            Self::Codex | Self::Opencode | Self::MiniSweAgent | Self::Aider | Self::Cli => {
+                "OPENAI_API_KEY"
+            }
         }
     }
 
@@ -233,6 +253,8 @@ impl HarnessKind {
                     "deltabench keeps the histories in the trial folder",
                 ),
             ],
+            // Its whole command line is the agent's own template.
+            Self::Cli => &[],
         }
     }
 
@@ -250,9 +272,13 @@ impl HarnessKind {
     /// The agents-file keys this kind accepts.
     pub fn keys(self) -> Vec<&'static str> {
         let mut keys = vec![
-            "model", "args", "env", "binary", "endpoint", "api_key", "timeout", "network", "price",
-            "budget",
+            "model", "args", "env", "endpoint", "api_key", "timeout", "network", "price", "budget",
         ];
+        if self == Self::Cli {
+            keys.extend(["command", "dialect", "output"]);
+        } else {
+            keys.push("binary");
+        }
         if self.turn_limit() != TurnLimit::Unsupported {
             keys.push("max_turns");
         }
@@ -336,9 +362,36 @@ pub struct HarnessConfig {
     /// Limits on the trial's model use, enforced at the gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// `kind: cli`: the command line template, dialect and output parser.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cli: Option<super::cli::CliDefinition>,
 }
 
 impl HarnessConfig {
+    /// The adapter that reads this agent's runs: its definition's for `kind: cli`.
+    pub fn adapter(&self, kind: HarnessKind) -> &dyn super::adapter::CliAdapter {
+        match &self.cli {
+            Some(definition) => definition,
+            None => kind.adapter(),
+        }
+    }
+
+    /// How `max_turns` is bounded: a definition passing `{max_turns}` to its CLI is native.
+    pub fn turn_limit(&self, kind: HarnessKind) -> TurnLimit {
+        match &self.cli {
+            Some(definition) if definition.native_turn_limit() => TurnLimit::Native,
+            _ => kind.turn_limit(),
+        }
+    }
+
+    /// The variable the API key is read from: the dialect's for `kind: cli`.
+    pub fn key_env(&self, kind: HarnessKind) -> &'static str {
+        match &self.cli {
+            Some(definition) => definition.dialect.key_env(),
+            None => kind.key_env(),
+        }
+    }
+
     /// The permission mode in force: the configured one or the kind's default.
     pub fn permission_mode(&self, kind: HarnessKind) -> Option<&str> {
         self.permission_mode

@@ -86,6 +86,13 @@ pub fn invocation(kind: HarnessKind, config: &HarnessConfig, run: &RunPaths) -> 
         HarnessKind::Opencode => opencode(config, run, &mut inv),
         HarnessKind::MiniSweAgent => mini_swe(config, run, &mut inv),
         HarnessKind::Aider => aider(config, run, &mut inv),
+        HarnessKind::Cli => {
+            if let Some(definition) = &config.cli {
+                super::cli::invocation(definition, config, run, &mut inv);
+            }
+            // The template is the whole command line, the environment filled in above.
+            return inv;
+        }
     }
     inv.args.extend(config.args.iter().cloned());
     if matches!(
@@ -128,7 +135,7 @@ fn base_env(home: &Path) -> Vec<(String, String)> {
     env
 }
 
-fn set_env(env: &mut Vec<(String, String)>, key: &str, value: &str) {
+pub(super) fn set_env(env: &mut Vec<(String, String)>, key: &str, value: &str) {
     env.retain(|(k, _)| k != key);
     env.push((key.to_owned(), value.to_owned()));
 }

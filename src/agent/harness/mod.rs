@@ -28,6 +28,7 @@ pub mod adapter;
 mod agent;
 pub mod aider;
 pub mod claude;
+pub mod cli;
 pub mod codex;
 pub mod config;
 pub mod gemini;
