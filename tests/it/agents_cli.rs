@@ -286,3 +286,67 @@ fn bad_cli_definitions_exit_2_with_the_location() {
         assert_eq!(output.status.code(), Some(2), "{name}");
     }
 }
+
+/// `deltabench agents` on a tool dir holding the pinned Claude Code, an older Codex and the
+/// pinned aider in a virtualenv: each kind's pin, and what is installed, where.
+#[test]
+fn agents_lists_the_pins_and_what_is_installed() {
+    let cli = Cli::new();
+    let tools = cli.path("tools");
+    let npm = tools.join("npm/node_modules");
+    let launcher = |path: &Path| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, "#!/bin/sh\n").unwrap();
+        std::process::Command::new("chmod")
+            .arg("+x")
+            .arg(path)
+            .status()
+            .unwrap();
+    };
+    for (package, program, version) in [
+        ("@anthropic-ai/claude-code", "claude", "2.1.197"),
+        ("@openai/codex", "codex", "0.170.2"),
+    ] {
+        std::fs::create_dir_all(npm.join(package)).unwrap();
+        std::fs::write(
+            npm.join(package).join("package.json"),
+            format!("{{\"name\":\"{package}\",\"version\":\"{version}\"}}"),
+        )
+        .unwrap();
+        launcher(&npm.join(".bin").join(program));
+    }
+    let venv = tools.join("venv");
+    std::fs::create_dir_all(venv.join("lib/python3.11/site-packages/aider_chat-0.86.2.dist-info"))
+        .unwrap();
+    std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    launcher(&venv.join("bin/aider"));
+    let mut command = cli.command(&["agents"]);
+    command
+        .env("DELTABENCH_AGENT_TOOLS", &tools)
+        .env("PATH", "/usr/bin:/bin");
+    let output = deltabench_snapshot!(cli, "agents", &mut command);
+    assert_eq!(output.status.code(), Some(0));
+}
+
+/// The pins `deltabench agents` shows are the ones `.ci/install-agents` installs.
+#[test]
+fn install_agents_installs_every_pinned_version() {
+    let script =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/install-agents"))
+            .unwrap();
+    for &kind in HarnessKind::ALL {
+        let package = kind.package().unwrap();
+        let pin = match package.registry {
+            deltabench::agent::harness::Registry::Npm => {
+                format!("{}@{}", package.name, package.version)
+            }
+            deltabench::agent::harness::Registry::PyPi => {
+                format!("{}=={}", package.name, package.version)
+            }
+        };
+        assert!(
+            script.contains(&pin),
+            "{kind}: .ci/install-agents lacks {pin}"
+        );
+    }
+}

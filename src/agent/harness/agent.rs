@@ -91,6 +91,46 @@ pub fn find_program(kind: HarnessKind, binary: Option<&Path>) -> Result<PathBuf,
     ))
 }
 
+/// The version of `kind`'s package that `program` belongs to, read from the installation it is
+/// part of (`node_modules/PKG/package.json`, a virtualenv's `PKG-VERSION.dist-info`); `None`
+/// when it belongs to neither.
+pub fn installed_version(kind: HarnessKind, program: &Path) -> Option<String> {
+    let package = kind.package()?;
+    let real = program.canonicalize().ok();
+    let candidates = std::iter::once(program).chain(real.as_deref());
+    for path in candidates {
+        for dir in path.ancestors() {
+            if dir.file_name().is_some_and(|n| n == "node_modules") {
+                let manifest = dir.join(package.name).join("package.json");
+                if let Some(version) = std::fs::read_to_string(manifest)
+                    .ok()
+                    .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+                    .and_then(|json| json.get("version")?.as_str().map(str::to_owned))
+                {
+                    return Some(version);
+                }
+            }
+            if dir.join("pyvenv.cfg").is_file() {
+                let prefix = format!("{}-", package.name.replace('-', "_"));
+                let libs = std::fs::read_dir(dir.join("lib")).into_iter().flatten();
+                for lib in libs.flatten() {
+                    let site = lib.path().join("site-packages");
+                    for entry in std::fs::read_dir(site).into_iter().flatten().flatten() {
+                        let name = entry.file_name().to_string_lossy().into_owned();
+                        if let Some(version) = name
+                            .strip_prefix(&prefix)
+                            .and_then(|rest| rest.strip_suffix(".dist-info"))
+                        {
+                            return Some(version.to_owned());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)

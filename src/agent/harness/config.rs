@@ -41,6 +41,21 @@ pub enum HarnessKind {
     Cli,
 }
 
+/// Where a CLI's package comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registry {
+    Npm,
+    PyPi,
+}
+
+/// A CLI's pinned package.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Package {
+    pub registry: Registry,
+    pub name: &'static str,
+    pub version: &'static str,
+}
+
 /// How a kind bounds the number of turns `max_turns` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TurnLimit {
@@ -102,16 +117,39 @@ impl HarnessKind {
         }
     }
 
+    /// The package that ships the CLI at the version deltabench was checked against (the pins
+    /// `.ci/install-agents` installs); `None` for `cli`.
+    pub fn package(self) -> Option<Package> {
+        let (registry, name, version) = match self {
+            Self::ClaudeCode => (Registry::Npm, "@anthropic-ai/claude-code", "2.1.197"),
+            Self::Codex => (Registry::Npm, "@openai/codex", "0.171.0"),
+            Self::GeminiCli => (Registry::Npm, "@google/gemini-cli", "0.61.0"),
+            Self::Opencode => (Registry::Npm, "opencode-ai", "1.18.33"),
+            Self::MiniSweAgent => (Registry::PyPi, "mini-swe-agent", "2.4.6"),
+            Self::Aider => (Registry::PyPi, "aider-chat", "0.86.2"),
+            Self::Cli => return None,
+        };
+        Some(Package {
+            registry,
+            name,
+            version,
+        })
+    }
+
     /// How to install the version deltabench was checked against.
-    pub fn install_hint(self) -> &'static str {
-        match self {
-            Self::ClaudeCode => "npm install -g @anthropic-ai/claude-code@2.1.197",
-            Self::Codex => "npm install -g @openai/codex@0.171.0",
-            Self::GeminiCli => "npm install -g @google/gemini-cli@0.61.0",
-            Self::Opencode => "npm install -g opencode-ai@1.18.33",
-            Self::MiniSweAgent => "pip install mini-swe-agent==2.4.6",
-            Self::Aider => "pip install aider-chat==0.86.2",
-            Self::Cli => "install the CLI its `command:` names",
+    pub fn install_hint(self) -> String {
+        match self.package() {
+            Some(Package {
+                registry: Registry::Npm,
+                name,
+                version,
+            }) => format!("npm install -g {name}@{version}"),
+            Some(Package {
+                registry: Registry::PyPi,
+                name,
+                version,
+            }) => format!("pip install {name}=={version}"),
+            None => "install the CLI its `command:` names".to_owned(),
         }
     }
 
