@@ -205,6 +205,7 @@ pub(super) fn apply_default_budget(agents: &mut IndexMap<String, AgentSpec>, def
             | AgentSpec::Opencode(config)
             | AgentSpec::MiniSweAgent(config)
             | AgentSpec::Aider(config)
+            | AgentSpec::QwenCode(config)
             | AgentSpec::Cli(config) => &mut config.budget,
             AgentSpec::Noop | AgentSpec::Oracle | AgentSpec::Mock(_) => continue,
         };

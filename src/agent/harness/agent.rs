@@ -543,6 +543,7 @@ impl CodingAgent for HarnessAgent {
             HarnessKind::Opencode => "opencode, run headless (opencode run --format json).",
             HarnessKind::MiniSweAgent => "mini-swe-agent, run headless (mini -y).",
             HarnessKind::Aider => "aider, run headless (aider --message).",
+            HarnessKind::QwenCode => "Qwen Code, run headless (qwen --output-format stream-json).",
             HarnessKind::Cli => "a CLI run from its definition in the agents file (kind: cli).",
         }
     }

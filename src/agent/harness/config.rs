@@ -37,6 +37,7 @@ pub enum HarnessKind {
     Opencode,
     MiniSweAgent,
     Aider,
+    QwenCode,
     /// Any other CLI, described in the agents file ([`super::cli`]).
     Cli,
 }
@@ -76,6 +77,7 @@ impl HarnessKind {
         Self::Opencode,
         Self::MiniSweAgent,
         Self::Aider,
+        Self::QwenCode,
     ];
 
     /// The `kind:` value in an agents file.
@@ -99,6 +101,7 @@ impl HarnessKind {
             Self::Opencode => &super::opencode::Adapter,
             Self::MiniSweAgent => &super::mini_swe::Adapter,
             Self::Aider => &super::aider::Adapter,
+            Self::QwenCode => &super::qwen::Adapter,
             // A definition is its own adapter: see `HarnessConfig::adapter`.
             Self::Cli => &super::cli::NO_DEFINITION,
         }
@@ -113,6 +116,7 @@ impl HarnessKind {
             Self::Opencode => "opencode",
             Self::MiniSweAgent => "mini",
             Self::Aider => "aider",
+            Self::QwenCode => "qwen",
             Self::Cli => "the agent's `command:`",
         }
     }
@@ -127,6 +131,7 @@ impl HarnessKind {
             Self::Opencode => (Registry::Npm, "opencode-ai", "1.18.33"),
             Self::MiniSweAgent => (Registry::PyPi, "mini-swe-agent", "2.4.6"),
             Self::Aider => (Registry::PyPi, "aider-chat", "0.86.2"),
+            Self::QwenCode => (Registry::Npm, "@qwen-code/qwen-code", "0.24.4"),
             Self::Cli => return None,
         };
         Some(Package {
@@ -157,7 +162,7 @@ impl HarnessKind {
     pub fn can_resume(self) -> bool {
         matches!(
             self,
-            Self::ClaudeCode | Self::Codex | Self::GeminiCli | Self::Opencode
+            Self::ClaudeCode | Self::Codex | Self::GeminiCli | Self::Opencode | Self::QwenCode
         )
     }
 
@@ -176,13 +181,16 @@ impl HarnessKind {
             Self::Codex => &["danger-full-access", "workspace-write", "read-only"],
             Self::GeminiCli => &["yolo", "auto_edit", "default", "plan"],
             Self::Opencode => &["allow", "ask", "deny"],
+            Self::QwenCode => &["yolo", "auto-edit", "default", "plan", "auto"],
             Self::MiniSweAgent | Self::Aider | Self::Cli => &[],
         }
     }
 
     pub fn turn_limit(self) -> TurnLimit {
         match self {
-            Self::ClaudeCode | Self::GeminiCli | Self::MiniSweAgent => TurnLimit::Native,
+            Self::ClaudeCode | Self::GeminiCli | Self::MiniSweAgent | Self::QwenCode => {
+                TurnLimit::Native
+            }
             // A definition passing `{max_turns}` has a native limit: `HarnessConfig::turn_limit`.
             Self::Codex | Self::Opencode | Self::Cli => TurnLimit::Enforced,
             Self::Aider => TurnLimit::Unsupported,
@@ -200,9 +208,12 @@ impl HarnessKind {
         match self {
             Self::ClaudeCode => "ANTHROPIC_API_KEY",
             Self::GeminiCli => "GEMINI_API_KEY",
-            Self::Codex | Self::Opencode | Self::MiniSweAgent | Self::Aider | Self::Cli => {
-                "OPENAI_API_KEY"
-            }
+            Self::Codex
+            | Self::Opencode
+            | Self::MiniSweAgent
+            | Self::Aider
+            | Self::QwenCode
+            | Self::Cli => "OPENAI_API_KEY",
         }
     }
 
@@ -290,6 +301,29 @@ impl HarnessKind {
                     "--llm-history-file",
                     "deltabench keeps the histories in the trial folder",
                 ),
+            ],
+            Self::QwenCode => &[
+                ("-p", PROMPT),
+                ("--prompt", PROMPT),
+                ("-i", PROMPT),
+                ("--prompt-interactive", PROMPT),
+                ("-o", STREAM),
+                ("--output-format", STREAM),
+                ("--session-id", SESSION),
+                ("-r", SESSION),
+                ("--resume", SESSION),
+                ("-c", SESSION),
+                ("--continue", SESSION),
+                ("-m", "use `model:`"),
+                ("--model", "use `model:`"),
+                ("--approval-mode", "use `permission_mode:`"),
+                ("-y", "use `permission_mode:`"),
+                ("--yolo", "use `permission_mode:`"),
+                ("--max-session-turns", "use `max_turns:`"),
+                ("--append-system-prompt", "use `append_system_prompt:`"),
+                ("--auth-type", "deltabench points it at the endpoint"),
+                ("--openai-base-url", "deltabench points it at the endpoint"),
+                ("--openai-api-key", "use `api_key:`"),
             ],
             // Its whole command line is the agent's own template.
             Self::Cli => &[],

@@ -36,6 +36,7 @@ pub mod invocation;
 pub mod mini_swe;
 pub mod opencode;
 pub mod pricing;
+pub mod qwen;
 
 use std::path::Path;
 
@@ -55,6 +56,7 @@ pub use gemini::GeminiParser;
 pub use mini_swe::MiniSweParser;
 pub use opencode::OpencodeParser;
 pub use pricing::Price;
+pub use qwen::QwenParser;
 
 /// Turns one CLI's stdout, line by line, into [`StreamEvent`]s and a final [`ParsedRun`].
 pub trait StreamParser {
