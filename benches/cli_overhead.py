@@ -71,6 +71,13 @@ def direct(kind, url):
             env.update(CODEX_HOME=codex_home, K="fake")
             cmd = [os.path.join(BINS, "codex"), "exec", "--json", TASK]
         elif kind == "qwen-code":
+            # The settings the adapter writes: no telemetry, usage statistics or update checks.
+            os.makedirs(os.path.join(home, ".qwen"))
+            with open(os.path.join(home, ".qwen", "settings.json"), "w") as f:
+                json.dump({"privacy": {"usageStatisticsEnabled": False},
+                           "telemetry": {"enabled": False},
+                           "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+                           "security": {"folderTrust": {"enabled": False}}}, f)
             env.update(OPENAI_BASE_URL=f"{url}/v1", OPENAI_API_KEY="fake",
                        QWEN_CODE_SUPPRESS_YOLO_WARNING="1")
             cmd = [os.path.join(BINS, "qwen"), "--prompt=" + TASK, "--auth-type", "openai",
