@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """What deltabench adds to a real agent CLI's run. Prints medians and ratios measured side by side.
 
-    python3 benches/cli_overhead.py [N]     # N runs per arm (default 5)
+    python3 benches/cli_overhead.py [N] [KIND...]   # N runs per arm (default 5); all kinds by default
 
-For each installed CLI of claude-code, codex and gemini-cli: the same task (write hello.txt,
+For each installed CLI of claude-code, codex, gemini-cli and qwen-code: the same task (write hello.txt,
 show it, finish: three scripted model calls) run N times
 
   direct      the CLI by hand as recipes do it: a fresh git repo and HOME on tmpfs, `env -i`,
@@ -25,8 +25,12 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "deltabench")
+TARGET = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
+BIN = os.path.join(TARGET, "release", "deltabench")
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+ONLY = set(sys.argv[2:])
+KINDS = (("claude-code", "claude"), ("codex", "codex"), ("gemini-cli", "gemini"),
+         ("qwen-code", "qwen"))
 TMP = "/dev/shm" if os.path.isdir("/dev/shm") else None
 TOOLS = os.environ.get("DELTABENCH_AGENT_TOOLS") or os.path.expanduser("~/.cache/deltabench/agents")
 BINS = os.path.join(TOOLS, "npm", "node_modules", ".bin")
@@ -66,6 +70,19 @@ def direct(kind, url):
                         f'base_url = "{url}/v1"\nenv_key = "K"\nwire_api = "responses"\n')
             env.update(CODEX_HOME=codex_home, K="fake")
             cmd = [os.path.join(BINS, "codex"), "exec", "--json", TASK]
+        elif kind == "qwen-code":
+            # The settings the adapter writes: no telemetry, usage statistics or update checks.
+            os.makedirs(os.path.join(home, ".qwen"))
+            with open(os.path.join(home, ".qwen", "settings.json"), "w") as f:
+                json.dump({"privacy": {"usageStatisticsEnabled": False},
+                           "telemetry": {"enabled": False},
+                           "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+                           "security": {"folderTrust": {"enabled": False}}}, f)
+            env.update(OPENAI_BASE_URL=f"{url}/v1", OPENAI_API_KEY="fake",
+                       QWEN_CODE_SUPPRESS_YOLO_WARNING="1")
+            cmd = [os.path.join(BINS, "qwen"), "--prompt=" + TASK, "--auth-type", "openai",
+                   "--output-format", "stream-json", "--approval-mode", "yolo", "--model",
+                   "scripted-model"]
         else:
             gemini = os.path.join(home, ".gemini")
             os.makedirs(gemini)
@@ -109,7 +126,9 @@ def main():
         url = server.stdout.readline().split()[-1]
         print(f"{N} runs per arm; medians in seconds\n")
         print(f"{'cli':<12} {'direct':>8} {'trial':>8} {'agent':>8} {'trial/direct':>13}")
-        for kind, program in (("claude-code", "claude"), ("codex", "codex"), ("gemini-cli", "gemini")):
+        for kind, program in KINDS:
+            if ONLY and kind not in ONLY:
+                continue
             if not os.path.exists(os.path.join(BINS, program)):
                 print(f"{kind:<12} not installed (bash .ci/install-agents)")
                 continue

@@ -76,6 +76,14 @@ pub(super) enum Command {
     ///
     /// DIR is the folder the shards share (`submit --out`, `run --shard auto --out`).
     Status(StatusArgs),
+    /// List the built-in agent CLIs, their pinned versions, and whether each is installed here.
+    ///
+    /// The pinned version is the one each adapter was checked against; an installed CLI is
+    /// shown with its path and its own version. deltabench looks for a CLI on PATH, then in $DELTABENCH_AGENT_TOOLS (default
+    /// ~/.cache/deltabench/agents, which `bash .ci/install-agents` fills with the pinned
+    /// versions). Any other CLI runs as `kind: cli`, described in the agents file
+    /// (docs/agents.md). Exit 0 whatever is installed.
+    Agents,
     /// Compare a candidate with a baseline, task by task, and say whether it regressed.
     ///
     /// Either two run directories (BASE CANDIDATE; `--agent` picks the agent when a run holds

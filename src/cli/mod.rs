@@ -3,6 +3,7 @@
 //! `args` holds what clap parses, `error` the error a command ends with, `exit` the exit codes;
 //! each command has a file of its own.
 
+mod agents;
 mod args;
 mod compare;
 mod error;
@@ -106,6 +107,10 @@ async fn dispatch(cli: Cli) -> Result<Exit, CliError> {
         Command::Schema => {
             let schema = serde_json::to_string_pretty(&suite::json_schema()).unwrap_or_default();
             print_stdout(&format!("{schema}\n"));
+            Ok(Exit::Ok)
+        }
+        Command::Agents => {
+            print_stdout(&agents::list());
             Ok(Exit::Ok)
         }
         Command::Compare(args) => compare::compare(args),

@@ -28,6 +28,7 @@ pub use record::Tape;
 pub use server::{Gateway, GatewayLease, TrialSetup, Upstream};
 
 use crate::agent::Budget;
+use crate::agent::harness::cli::CliDialect;
 use crate::agent::harness::{Endpoint, HarnessConfig, HarnessKind, is_loopback};
 
 /// The provider a real CLI talks to when the agent names no endpoint, when the gateway can
@@ -38,12 +39,20 @@ pub fn default_provider(kind: HarnessKind, config: &HarnessConfig) -> Option<Pro
     match kind {
         HarnessKind::ClaudeCode => Some(Provider::Anthropic),
         HarnessKind::GeminiCli => Some(Provider::Google),
-        HarnessKind::Codex => config.model.as_ref().map(|_| Provider::OpenAi),
+        // Without a model, Qwen Code uses its own OAuth backend, which the gateway cannot be.
+        HarnessKind::Codex | HarnessKind::QwenCode => {
+            config.model.as_ref().map(|_| Provider::OpenAi)
+        }
         HarnessKind::MiniSweAgent | HarnessKind::Aider => match config.model.as_deref() {
             Some(model) if model.contains('/') && !model.starts_with("openai/") => None,
             _ => Some(Provider::OpenAi),
         },
         HarnessKind::Opencode => None,
+        HarnessKind::Cli => config.cli.as_ref().map(|cli| match cli.dialect {
+            CliDialect::Anthropic => Provider::Anthropic,
+            CliDialect::Openai => Provider::OpenAi,
+            CliDialect::Gemini => Provider::Google,
+        }),
     }
 }
 
@@ -75,7 +84,7 @@ pub fn upstream_for(
                 if is_loopback(url) {
                     None
                 } else {
-                    env_key(kind.key_env())
+                    env_key(config.key_env(kind))
                 }
             });
             Some(Upstream::single(url, key))

@@ -296,7 +296,7 @@ fn check_cli_agents(
             Some(Endpoint::Url(url)) if is_loopback(url) => Some(url.clone()),
             _ => None,
         };
-        let key_env = kind.key_env();
+        let key_env = config.key_env(kind);
         // opencode's own providers each read their own variable: nothing to check for them.
         let needs_key = local.is_none()
             && config.api_key.is_none()

@@ -6,6 +6,9 @@ use super::diagnostics::{Source, SuiteError};
 use super::names::resolve_command;
 use super::raw::{RawAgent, RawBudget, loc};
 use super::types::{AgentKind, AgentSpec};
+use crate::agent::harness::cli::{
+    CliDefinition, CliDialect, OutputParser, PLACEHOLDERS, placeholders,
+};
 use crate::agent::harness::{Endpoint, HarnessConfig, HarnessKind};
 use crate::agent::{Budget, CommandAgentConfig, MockConfig};
 use crate::workspace::Network;
@@ -201,7 +204,9 @@ pub(super) fn apply_default_budget(agents: &mut IndexMap<String, AgentSpec>, def
             | AgentSpec::GeminiCli(config)
             | AgentSpec::Opencode(config)
             | AgentSpec::MiniSweAgent(config)
-            | AgentSpec::Aider(config) => &mut config.budget,
+            | AgentSpec::Aider(config)
+            | AgentSpec::QwenCode(config)
+            | AgentSpec::Cli(config) => &mut config.budget,
             AgentSpec::Noop | AgentSpec::Oracle | AgentSpec::Mock(_) => continue,
         };
         *slot = Some(slot.unwrap_or_default().or(defaults));
@@ -247,6 +252,145 @@ fn agent_endpoint(source: &Source, agent: &RawAgent) -> Result<Option<Endpoint>,
         .transpose()
 }
 
+/// The definition of a `kind: cli` agent: `command`, `dialect` and `output` set, a known
+/// parser, and a template naming only placeholders that exist and that the agent sets.
+fn cli_definition(
+    source: &Source,
+    name: &str,
+    agent: &RawAgent,
+    config: &HarnessConfig,
+) -> Result<CliDefinition, SuiteError> {
+    let needs = |key: &str, what: &str| {
+        source.at(
+            &agent.kind,
+            format!("agent '{name}' of kind 'cli' needs `{key}:` ({what})"),
+        )
+    };
+    if agent.command.is_none() {
+        return Err(needs(
+            "command",
+            "the executable, a path relative to this file or a name on PATH",
+        ));
+    }
+    let Some(dialect) = &agent.dialect else {
+        return Err(needs(
+            "dialect",
+            "the API it speaks, which points it at the endpoint: anthropic, openai or gemini",
+        ));
+    };
+    let dialect = dialect.value.parse::<CliDialect>().map_err(|_| {
+        source.at(
+            dialect,
+            format!(
+                "unknown dialect '{}' for agent '{name}'. Valid dialects: {}",
+                dialect.value,
+                CliDialect::VARIANTS.join(", ")
+            ),
+        )
+    })?;
+    let Some(output) = &agent.output else {
+        return Err(needs(
+            "output",
+            "how its stdout is read, e.g. `output: {parser: text}`",
+        ));
+    };
+    let output = &output.value;
+    let parser = output.parser.value.parse::<OutputParser>().map_err(|_| {
+        source.at(
+            &output.parser,
+            format!(
+                "unknown output parser '{}' for agent '{name}'. Valid parsers: {}",
+                output.parser.value,
+                OutputParser::VARIANTS.join(", ")
+            ),
+        )
+    })?;
+    let fields = [
+        ("result", &output.result),
+        ("session_id", &output.session_id),
+        ("usage", &output.usage),
+    ];
+    if parser != OutputParser::JsonLines
+        && let Some((key, Some(at))) = fields.iter().find(|(_, at)| at.is_some())
+    {
+        return Err(source.at(
+            at,
+            format!(
+                "`output.{key}` applies to the json-lines parser only: the {} parser knows where its CLI puts it",
+                output.parser.value
+            ),
+        ));
+    }
+    let Some(args) = &agent.args else {
+        return Err(needs(
+            "args",
+            "the arguments, with `{instruction}` where the task goes",
+        ));
+    };
+    let set = |placeholder: &str| match placeholder {
+        "model" => config.model.is_some(),
+        "max_turns" => config.max_turns.is_some(),
+        _ => true,
+    };
+    for arg in &args.value {
+        for (_, placeholder) in placeholders(&arg.value) {
+            if !PLACEHOLDERS.contains(&placeholder.as_str()) {
+                return Err(source.at(
+                    arg,
+                    format!(
+                        "unknown placeholder {{{placeholder}}} in the args of agent '{name}'. Valid placeholders: {}",
+                        PLACEHOLDERS.map(|p| format!("{{{p}}}")).join(", ")
+                    ),
+                ));
+            }
+            if !set(&placeholder) {
+                return Err(source.at(
+                    arg,
+                    format!(
+                        "the args of agent '{name}' use {{{placeholder}}}, which it does not set: add `{placeholder}:` to the agent"
+                    ),
+                ));
+            }
+        }
+    }
+    if !args.value.iter().any(|arg| {
+        placeholders(&arg.value)
+            .iter()
+            .any(|(_, p)| p == "instruction")
+    }) {
+        return Err(source.at(
+            args,
+            format!(
+                "the args of agent '{name}' never pass the task: put `{{instruction}}` where the CLI takes its prompt"
+            ),
+        ));
+    }
+    for (key, value) in config.env.iter() {
+        if let Some((_, bad)) = placeholders(value)
+            .into_iter()
+            .find(|(_, p)| !PLACEHOLDERS.contains(&p.as_str()))
+        {
+            return Err(source.at(
+                &agent.kind,
+                format!(
+                    "unknown placeholder {{{bad}}} in `env.{key}` of agent '{name}'. Valid placeholders: {}",
+                    PLACEHOLDERS.map(|p| format!("{{{p}}}")).join(", ")
+                ),
+            ));
+        }
+    }
+    let path =
+        |field: &Option<serde_saphyr::Spanned<String>>| field.as_ref().map(|f| f.value.clone());
+    Ok(CliDefinition {
+        args: args.value.iter().map(|a| a.value.clone()).collect(),
+        dialect,
+        parser,
+        result: path(&output.result),
+        session_id: path(&output.session_id),
+        usage: path(&output.usage),
+    })
+}
+
 /// Validates a real CLI agent: only the keys its kind supports, a known permission mode, a
 /// parseable endpoint whose script exists.
 fn harness_spec(
@@ -289,8 +433,9 @@ fn harness_spec(
         && let Some((arg, (flag, instead))) = args
             .value
             .iter()
-            .find_map(|arg| Some((arg, kind.reserved_flag(arg)?)))
+            .find_map(|arg| Some((arg, kind.reserved_flag(&arg.value)?)))
     {
+        let arg = &arg.value;
         return Err(source.at(
             args,
             format!(
@@ -316,6 +461,7 @@ fn harness_spec(
     let binary = agent
         .binary
         .as_ref()
+        .or(agent.command.as_ref())
         .map(|binary| {
             let path = PathBuf::from(&binary.value);
             let path = if binary.value.starts_with("./") || binary.value.starts_with("../") {
@@ -325,10 +471,15 @@ fn harness_spec(
             };
             // A name is looked up on PATH when the run starts; a path must be there now.
             if path.components().count() > 1 && !path.is_file() {
+                let key = if kind == HarnessKind::Cli {
+                    "command"
+                } else {
+                    "binary"
+                };
                 return Err(source.at(
                     binary,
                     format!(
-                        "`binary: {}`: {} is not a file",
+                        "`{key}: {}`: {} is not a file",
                         binary.value,
                         path.display()
                     ),
@@ -345,7 +496,7 @@ fn harness_spec(
         args: agent
             .args
             .as_ref()
-            .map(|a| a.value.clone())
+            .map(|a| a.value.iter().map(|arg| arg.value.clone()).collect())
             .unwrap_or_default(),
         env: agent.env.clone().unwrap_or_default(),
         binary,
@@ -359,7 +510,16 @@ fn harness_spec(
         network: agent_network(source, agent)?,
         price: agent.price,
         budget: agent_budget(source, agent)?,
+        cli: None,
     };
+    let mut config = config;
+    if kind == HarnessKind::Cli {
+        let definition = cli_definition(source, name, agent, &config)?;
+        // The template is the command line: `args` is not appended again.
+        config.args.clear();
+        config.cli = Some(definition);
+    }
+    let config = config;
     let model_network = agent
         .network
         .as_ref()

@@ -65,8 +65,9 @@ pub struct RawAgentsFile {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawAgent {
-    /// `noop`, `oracle`, `mock`, `command`, or a real CLI: `claude-code`, `codex`, `gemini-cli`,
-    /// `opencode`, `mini-swe-agent`, `aider`.
+    /// `noop`, `oracle`, `mock`, `command`, a real CLI: `claude-code`, `codex`, `gemini-cli`,
+    /// `opencode`, `mini-swe-agent`, `aider`, or `cli` (any other CLI, described by `command`,
+    /// `args`, `dialect` and `output`).
     #[schemars(with = "String")]
     pub kind: Spanned<String>,
     /// command: the shell command line; a leading `./` or `../` path is relative to this file.
@@ -103,10 +104,25 @@ pub struct RawAgent {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub append_system_prompt: Option<Spanned<String>>,
-    /// Real CLI kinds: extra command-line arguments.
+    /// Real CLI kinds: extra command-line arguments. cli: the whole argument list, a template
+    /// with `{instruction}`, `{model}`, `{max_turns}`, `{workspace}`, `{home}`, `{session}`,
+    /// `{endpoint}` and `{api_key}`.
     #[serde(default)]
     #[schemars(with = "Option<Vec<String>>")]
-    pub args: Option<Spanned<Vec<String>>>,
+    pub args: Option<Spanned<Vec<Spanned<String>>>>,
+    /// cli: the executable (a path relative to this file, or a name on PATH).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub command: Option<Spanned<String>>,
+    /// cli: the API the CLI speaks, which sets the variables pointing it at the endpoint:
+    /// `anthropic`, `openai` or `gemini`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub dialect: Option<Spanned<String>>,
+    /// cli: how its stdout is read.
+    #[serde(default)]
+    #[schemars(with = "Option<RawCliOutput>")]
+    pub output: Option<Spanned<RawCliOutput>>,
     /// Real CLI kinds: the executable (a path relative to this file, or a name on PATH).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
@@ -197,6 +213,13 @@ impl RawAgent {
         );
         add("args", self.args.is_some(), self.args.as_ref().map(loc));
         add("binary", self.binary.is_some(), at(&self.binary));
+        add("command", self.command.is_some(), at(&self.command));
+        add("dialect", self.dialect.is_some(), at(&self.dialect));
+        add(
+            "output",
+            self.output.is_some(),
+            self.output.as_ref().map(loc),
+        );
         add("endpoint", self.endpoint.is_some(), at(&self.endpoint));
         add("api_key", self.api_key.is_some(), None);
         add("price", self.price.is_some(), None);
@@ -212,6 +235,28 @@ impl RawAgent {
         );
         keys
     }
+}
+
+/// A `kind: cli` agent's `output:`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCliOutput {
+    /// `stream-json` (Claude Code's), `gemini-stream-json`, `codex-json`, `opencode-json`,
+    /// `json-lines` (the CLI's own shape, read at the fields below), `text` or `aider-text`.
+    #[schemars(with = "String")]
+    pub parser: Spanned<String>,
+    /// json-lines: the dotted path of the final answer in a line (`result`, `data.text`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub result: Option<Spanned<String>>,
+    /// json-lines: the dotted path of the session id.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub session_id: Option<Spanned<String>>,
+    /// json-lines: the dotted path of the token counts (`input_tokens`/`prompt_tokens`, ...).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub usage: Option<Spanned<String>>,
 }
 
 /// An agent's `budget:`; each value is checked to be above zero when the agent is built.

@@ -74,6 +74,9 @@ pub enum AgentSpec {
     #[serde(rename = "mini-swe-agent")]
     MiniSweAgent(HarnessConfig),
     Aider(HarnessConfig),
+    #[serde(rename = "qwen-code")]
+    QwenCode(HarnessConfig),
+    Cli(HarnessConfig),
 }
 
 impl AgentSpec {
@@ -86,6 +89,8 @@ impl AgentSpec {
             HarnessKind::Opencode => Self::Opencode(config),
             HarnessKind::MiniSweAgent => Self::MiniSweAgent(config),
             HarnessKind::Aider => Self::Aider(config),
+            HarnessKind::QwenCode => Self::QwenCode(config),
+            HarnessKind::Cli => Self::Cli(config),
         }
     }
 
@@ -98,6 +103,8 @@ impl AgentSpec {
             Self::Opencode(c) => (HarnessKind::Opencode, c),
             Self::MiniSweAgent(c) => (HarnessKind::MiniSweAgent, c),
             Self::Aider(c) => (HarnessKind::Aider, c),
+            Self::QwenCode(c) => (HarnessKind::QwenCode, c),
+            Self::Cli(c) => (HarnessKind::Cli, c),
             Self::Noop | Self::Oracle | Self::Mock(_) | Self::Command(_) => return None,
         })
     }

@@ -96,6 +96,8 @@ pub fn cli(kind: HarnessKind) -> Cli {
         ),
         // One exchange: aider applies the edit block and stops.
         HarnessKind::Aider => fake(&["args: [--edit-format, diff]"], 1, 0.0033),
+        HarnessKind::QwenCode => fake(&[], 3, 0.0099),
+        HarnessKind::Cli => panic!("`kind: cli` is a definition: tests/it/agents_cli.rs"),
     }
 }
 
@@ -498,6 +500,31 @@ cli_tests! {
     opencode: HarnessKind::Opencode, 429, ErrorCode::RateLimited, Some(2.0);
     mini_swe_agent: HarnessKind::MiniSweAgent, 400, ErrorCode::SdkError, None;
     aider: HarnessKind::Aider, 400, ErrorCode::SdkError, None;
+    qwen_code: HarnessKind::QwenCode, 400, ErrorCode::SdkError, None;
+}
+
+#[test]
+fn qwen_code_stops_at_its_budget() {
+    stops_at_its_budget(HarnessKind::QwenCode);
+}
+
+#[test]
+fn qwen_code_stops_at_max_turns() {
+    stops_at_max_turns(HarnessKind::QwenCode);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn qwen_code_resumes_its_session() {
+    resumes(HarnessKind::QwenCode).await;
+}
+
+/// In the sandbox with `network: model` written out: the gateway is the only address it has.
+#[test]
+fn qwen_code_runs_inside_the_sandbox_with_network_model() {
+    if !crate::common::have_bwrap("qwen_code_runs_inside_the_sandbox_with_network_model") {
+        return;
+    }
+    runs_inside_the_sandbox_with(HarnessKind::QwenCode, "\n    network: model");
 }
 
 #[test]
@@ -590,9 +617,19 @@ async fn resumes(kind: HarnessKind) {
             .any(|r| r["body"].to_string().contains("hello from the script")),
         "no request of the resumed run carried the earlier tool output"
     );
-    // Only this run's call counts, even where the CLI reports thread totals (Codex).
+    // Only this run's calls count, even where the CLI reports session totals (Codex, Qwen
+    // Code). Against this script Qwen Code's resumed run makes two model calls, the others one.
+    let calls = match kind {
+        HarnessKind::QwenCode => resumed.len() as u64,
+        _ => 1,
+    };
     let usage = second.usage.expect("usage");
-    assert_eq!((usage.input_tokens, usage.output_tokens), (1000, 20));
+    assert_eq!(
+        (usage.input_tokens, usage.output_tokens),
+        (1000 * calls, 20 * calls),
+        "{} model requests: {resumed:#?}",
+        resumed.len()
+    );
     server.stop().await;
 }
 
@@ -748,10 +785,15 @@ async fn aborting_a_real_cli_mid_tool_call_kills_its_tree() {
 /// Python too), and reaches its model through the gateway with nothing else on the network
 /// (`network: model`, the default for an agent whose calls pass the gateway).
 fn runs_inside_the_sandbox(kind: HarnessKind) {
+    runs_inside_the_sandbox_with(kind, "");
+}
+
+/// [`runs_inside_the_sandbox`] with more agent keys (`extra`).
+fn runs_inside_the_sandbox_with(kind: HarnessKind, extra: &str) {
     if !installed(kind) {
         return;
     }
-    let tmp = suite(kind, WRITE_SHOW_DONE, "");
+    let tmp = suite(kind, WRITE_SHOW_DONE, extra);
     let path = tmp.path().join("suite.yaml");
     let yaml = std::fs::read_to_string(&path).unwrap();
     std::fs::write(
@@ -943,7 +985,7 @@ fn the_smoke_suite_passes_with_every_cli() {
         .unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let records = trials(&tmp.path().join("out"));
-    assert_eq!(records.len(), 6);
+    assert_eq!(records.len(), HarnessKind::ALL.len());
     for record in &records {
         assert_eq!(record["outcome"], "pass", "{record:#}");
     }

@@ -1,6 +1,7 @@
 //! One integration-test binary (one link instead of many), as in jj and uv.
 
 mod agents;
+mod agents_cli;
 mod assertions;
 mod cli;
 mod cluster;

@@ -14,13 +14,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::ParsedRun;
+use super::adapter::{Finished, RunStart};
 use super::config::{HarnessConfig, HarnessKind, TurnLimit};
 use super::invocation::{DUMMY_API_KEY, Invocation, RunPaths, invocation};
 use super::pricing::{self, price_table};
-use super::{
-    AiderParser, ClaudeParser, CodexParser, GeminiParser, MiniSweParser, OpencodeParser, ParsedRun,
-    StreamParser,
-};
 use crate::agent::builtin::command::{confined_spec, confinement_failure};
 use crate::agent::{
     BudgetStop, CodingAgent, CodingError, CodingHandle, CodingOutput, CodingResult, CodingStatus,
@@ -32,10 +30,8 @@ use crate::workspace::{Confinement, ContainerPolicy, ImageNeed};
 /// The CLI's wall-clock limit when neither the agent nor the task sets one: a CLI that waits
 /// forever on an unreachable API must not hold the run forever.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
-/// How often mini-swe-agent's trajectory file is re-read while it runs.
+/// How often a CLI's side output (mini-swe-agent's trajectory file) is re-read while it runs.
 const TRAJECTORY_POLL: Duration = Duration::from_millis(500);
-/// Where Codex thread totals are kept between runs (its usage is cumulative per thread).
-const CODEX_USAGE_FILE: &str = ".codex/deltabench-thread-usage.json";
 
 /// Where the CLIs are found when `binary:` is not set and they are not on PATH:
 /// `$DELTABENCH_AGENT_TOOLS`, else `~/.cache/deltabench/agents` (what `.ci/install-agents` fills).
@@ -93,6 +89,46 @@ pub fn find_program(kind: HarnessKind, binary: Option<&Path>) -> Result<PathBuf,
             .unwrap_or_default(),
         kind.install_hint(),
     ))
+}
+
+/// The version of `kind`'s package that `program` belongs to, read from the installation it is
+/// part of (`node_modules/PKG/package.json`, a virtualenv's `PKG-VERSION.dist-info`); `None`
+/// when it belongs to neither.
+pub fn installed_version(kind: HarnessKind, program: &Path) -> Option<String> {
+    let package = kind.package()?;
+    let real = program.canonicalize().ok();
+    let candidates = std::iter::once(program).chain(real.as_deref());
+    for path in candidates {
+        for dir in path.ancestors() {
+            if dir.file_name().is_some_and(|n| n == "node_modules") {
+                let manifest = dir.join(package.name).join("package.json");
+                if let Some(version) = std::fs::read_to_string(manifest)
+                    .ok()
+                    .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+                    .and_then(|json| json.get("version")?.as_str().map(str::to_owned))
+                {
+                    return Some(version);
+                }
+            }
+            if dir.join("pyvenv.cfg").is_file() {
+                let prefix = format!("{}-", package.name.replace('-', "_"));
+                let libs = std::fs::read_dir(dir.join("lib")).into_iter().flatten();
+                for lib in libs.flatten() {
+                    let site = lib.path().join("site-packages");
+                    for entry in std::fs::read_dir(site).into_iter().flatten().flatten() {
+                        let name = entry.file_name().to_string_lossy().into_owned();
+                        if let Some(version) = name
+                            .strip_prefix(&prefix)
+                            .and_then(|rest| rest.strip_suffix(".dist-info"))
+                        {
+                            return Some(version.to_owned());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    None
 }
 
 fn is_executable(path: &Path) -> bool {
@@ -205,7 +241,7 @@ impl HarnessAgent {
         }
         match &self.endpoint {
             Some(url) if is_loopback(url) => Some(DUMMY_API_KEY.to_owned()),
-            _ => std::env::var(self.kind.key_env()).ok(),
+            _ => std::env::var(self.config.key_env(self.kind)).ok(),
         }
     }
 
@@ -246,7 +282,6 @@ impl HarnessAgent {
                 CodingError::new(ErrorCode::SdkError, err),
             );
         }
-        let aider_caches_before = aider_caches(&self.workspace);
         let (lines_tx, mut lines) = mpsc::unbounded_channel();
         let mut spec = CommandSpec::argv(
             std::iter::once(self.program.clone().into_os_string())
@@ -287,20 +322,14 @@ impl HarnessAgent {
         })
         .await;
 
-        let codex_usage = home.join(CODEX_USAGE_FILE);
-        let mut parser = match kind {
-            HarnessKind::ClaudeCode => Parser::Claude(ClaudeParser::new()),
-            HarnessKind::Codex => Parser::Codex(match &resume {
-                Some(id) => CodexParser::resuming(thread_usage(&codex_usage, id)),
-                None => CodexParser::new(),
-            }),
-            HarnessKind::GeminiCli => Parser::Gemini(GeminiParser::new()),
-            HarnessKind::Opencode => Parser::Opencode(OpencodeParser::new()),
-            HarnessKind::MiniSweAgent => Parser::Mini(MiniSweParser::new()),
-            HarnessKind::Aider => Parser::Aider(AiderParser::new()),
-        };
+        let mut cli = self.config.adapter(kind).begin(&RunStart {
+            home: &home,
+            workspace: &self.workspace,
+            resume: resume.as_deref(),
+            trajectory: inv.trajectory.as_deref(),
+        });
         let mut watch = Watch {
-            enforced_turns: (kind.turn_limit() == TurnLimit::Enforced)
+            enforced_turns: (self.config.turn_limit(kind) == TurnLimit::Enforced)
                 .then_some(self.config.max_turns)
                 .flatten(),
             tool_calls: 0,
@@ -324,20 +353,20 @@ impl HarnessAgent {
                     ctx.emit(crate::agent::stop_event(&reason)).await;
                 }
                 Some(line) = lines.recv() => {
-                    let events = parser.line(&line);
+                    let events = cli.line(&line);
                     watch.emit_all(&ctx, events).await;
                 }
-                _ = poll.tick(), if inv.trajectory.is_some() => {
-                    let events = read_trajectory(&mut parser, inv.trajectory.as_deref());
+                _ = poll.tick() => {
+                    let events = cli.poll();
                     watch.emit_all(&ctx, events).await;
                 }
             }
         };
         while let Ok(line) = lines.try_recv() {
-            let events = parser.line(&line);
+            let events = cli.line(&line);
             watch.emit_all(&ctx, events).await;
         }
-        let events = read_trajectory(&mut parser, inv.trajectory.as_deref());
+        let events = cli.poll();
         watch.emit_all(&ctx, events).await;
 
         let ended = match ended {
@@ -366,31 +395,27 @@ impl HarnessAgent {
         if let Some(failed) = confinement_failure(&self.confinement, &fallback_session, &ended) {
             return failed;
         }
-        if kind == HarnessKind::Aider {
-            self.remove_aider_caches(&aider_caches_before);
-        }
-        let cumulative = parser.codex_cumulative();
-        let parsed = parser
-            .finish(ended.exit_code, &ended.output.text())
-            .relative_to(match self.confinement.container() {
-                // The CLI saw the workspace at the workdir.
-                Some(policy) => &policy.workdir,
-                None => &self.workspace,
-            });
+        let local_price = cli.echoes_local_price();
+        let Finished { parsed, after } = cli.finish(ended.exit_code, &ended.output.text());
+        let parsed = parsed.relative_to(match self.confinement.container() {
+            // The CLI saw the workspace at the workdir.
+            Some(policy) => &policy.workdir,
+            None => &self.workspace,
+        });
         let session = parsed
             .session_id
             .clone()
             .or(resume)
             .unwrap_or(fallback_session);
-        if let Some(total) = cumulative {
-            save_thread_usage(&codex_usage, &session, total);
+        if let Some(after) = after {
+            after(&session);
         }
 
         let model = inv.model.clone().or(watch.model.clone());
         let usage = parsed
             .usage
             .clone()
-            .map(|usage| self.priced(usage, model.as_deref()));
+            .map(|usage| self.priced(usage, model.as_deref(), local_price));
         if let Some(usage) = &usage
             && usage.cost_usd.is_none()
         {
@@ -494,23 +519,9 @@ impl HarnessAgent {
         Ok(())
     }
 
-    /// Removes the repo-map caches aider left in the workspace root: the harness's files, not
-    /// the agent's change (the diff would count them otherwise).
-    fn remove_aider_caches(&self, before: &[PathBuf]) {
-        for cache in aider_caches(&self.workspace) {
-            if !before.contains(&cache) {
-                let _ = std::fs::remove_dir_all(&cache).or_else(|_| std::fs::remove_file(&cache));
-            }
-        }
-    }
-
     /// Prices `usage` when the CLI reported no cost (or only echoed a zero price from the local
     /// config deltabench wrote).
-    fn priced(&self, mut usage: Usage, model: Option<&str>) -> Usage {
-        let local_price = matches!(
-            self.kind,
-            HarnessKind::Opencode | HarnessKind::MiniSweAgent | HarnessKind::Aider
-        );
+    fn priced(&self, mut usage: Usage, model: Option<&str>, local_price: bool) -> Usage {
         if local_price && usage.cost_usd == Some(0.0) {
             usage.cost_usd = None;
         }
@@ -532,6 +543,8 @@ impl CodingAgent for HarnessAgent {
             HarnessKind::Opencode => "opencode, run headless (opencode run --format json).",
             HarnessKind::MiniSweAgent => "mini-swe-agent, run headless (mini -y).",
             HarnessKind::Aider => "aider, run headless (aider --message).",
+            HarnessKind::QwenCode => "Qwen Code, run headless (qwen --output-format stream-json).",
+            HarnessKind::Cli => "a CLI run from its definition in the agents file (kind: cli).",
         }
     }
 
@@ -589,91 +602,6 @@ impl Watch {
             }
             ctx.emit(event).await;
         }
-    }
-}
-
-/// The six parsers behind one type (their `finish` takes `self`, so no trait object).
-enum Parser {
-    Claude(ClaudeParser),
-    Codex(CodexParser),
-    Gemini(GeminiParser),
-    Opencode(OpencodeParser),
-    Mini(MiniSweParser),
-    Aider(AiderParser),
-}
-
-impl Parser {
-    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        match self {
-            Self::Claude(p) => p.line(line),
-            Self::Codex(p) => p.line(line),
-            Self::Gemini(p) => p.line(line),
-            Self::Opencode(p) => p.line(line),
-            Self::Mini(p) => p.line(line),
-            Self::Aider(p) => p.line(line),
-        }
-    }
-
-    fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
-        match self {
-            Self::Claude(p) => p.finish(exit_code, stderr_tail),
-            Self::Codex(p) => p.finish(exit_code, stderr_tail),
-            Self::Gemini(p) => p.finish(exit_code, stderr_tail),
-            Self::Opencode(p) => p.finish(exit_code, stderr_tail),
-            Self::Mini(p) => p.finish(exit_code, stderr_tail),
-            Self::Aider(p) => p.finish(exit_code, stderr_tail),
-        }
-    }
-
-    fn codex_cumulative(&self) -> Option<Usage> {
-        match self {
-            Self::Codex(p) => p.cumulative_usage().cloned(),
-            _ => None,
-        }
-    }
-}
-
-/// aider's repo-map caches (`.aider.tags.cache.v4`, …) in the workspace root.
-fn aider_caches(workspace: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(workspace)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with(".aider.tags.cache")
-        })
-        .map(|e| e.path())
-        .collect()
-}
-
-fn read_trajectory(parser: &mut Parser, path: Option<&Path>) -> Vec<StreamEvent> {
-    match (parser, path) {
-        (Parser::Mini(mini), Some(path)) => match std::fs::read_to_string(path) {
-            Ok(text) if !text.trim().is_empty() => mini.trajectory(&text),
-            _ => Vec::new(),
-        },
-        _ => Vec::new(),
-    }
-}
-
-fn thread_usage(file: &Path, thread: &str) -> Usage {
-    std::fs::read_to_string(file)
-        .ok()
-        .and_then(|text| serde_json::from_str::<BTreeMap<String, Usage>>(&text).ok())
-        .and_then(|mut all| all.remove(thread))
-        .unwrap_or_default()
-}
-
-fn save_thread_usage(file: &Path, thread: &str, total: Usage) {
-    let mut all: BTreeMap<String, Usage> = std::fs::read_to_string(file)
-        .ok()
-        .and_then(|text| serde_json::from_str(&text).ok())
-        .unwrap_or_default();
-    all.insert(thread.to_owned(), total);
-    if let Ok(text) = serde_json::to_string_pretty(&all) {
-        let _ = std::fs::write(file, text);
     }
 }
 
@@ -955,20 +883,5 @@ mod tests {
             "{needs:?}"
         );
         assert!(needs[0].hint.contains("at /usr/bin"), "{needs:?}");
-    }
-
-    #[test]
-    fn codex_thread_totals_survive_between_runs() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("usage.json");
-        assert_eq!(thread_usage(&file, "t"), Usage::default());
-        let total = Usage {
-            input_tokens: 3300,
-            output_tokens: 63,
-            ..Usage::default()
-        };
-        save_thread_usage(&file, "t", total.clone());
-        save_thread_usage(&file, "u", Usage::default());
-        assert_eq!(thread_usage(&file, "t"), total);
     }
 }

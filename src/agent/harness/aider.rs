@@ -209,6 +209,64 @@ impl StreamParser for AiderParser {
     }
 }
 
+/// aider leaves repo-map caches (`.aider.tags.cache.v4`, ...) in the workspace root: the
+/// harness's files, not the agent's change, so the ones a run created are removed after it.
+pub struct Adapter;
+
+impl super::adapter::CliAdapter for Adapter {
+    fn begin(&self, run: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
+        Box::new(AiderRun {
+            parser: AiderParser::new(),
+            workspace: run.workspace.to_owned(),
+            caches_before: repo_map_caches(run.workspace),
+        })
+    }
+}
+
+struct AiderRun {
+    parser: AiderParser,
+    workspace: std::path::PathBuf,
+    caches_before: Vec<std::path::PathBuf>,
+}
+
+impl super::adapter::CliRun for AiderRun {
+    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
+        self.parser.line(line)
+    }
+
+    fn finish(
+        self: Box<Self>,
+        exit_code: Option<i32>,
+        stderr_tail: &str,
+    ) -> super::adapter::Finished {
+        for cache in repo_map_caches(&self.workspace) {
+            if !self.caches_before.contains(&cache) {
+                let _ = std::fs::remove_dir_all(&cache).or_else(|_| std::fs::remove_file(&cache));
+            }
+        }
+        self.parser.finish(exit_code, stderr_tail).into()
+    }
+
+    fn echoes_local_price(&self) -> bool {
+        true
+    }
+}
+
+/// aider's repo-map caches in the workspace root.
+fn repo_map_caches(workspace: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(workspace)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".aider.tags.cache")
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

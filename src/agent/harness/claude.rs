@@ -23,8 +23,12 @@ const WRITE_TOOLS: [(&str, &str); 4] = [
     ("NotebookEdit", "notebook_path"),
 ];
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ClaudeParser {
+    /// The CLI's name in messages, and the tools whose calls write the file their input names:
+    /// Qwen Code prints the same stream with its own tool names.
+    cli: &'static str,
+    write_tools: &'static [(&'static str, &'static str)],
     session_id: Option<String>,
     /// Tool name and, for write tools, the path, by tool_use id.
     tools: HashMap<String, (String, Option<String>)>,
@@ -37,9 +41,38 @@ pub struct ClaudeParser {
     result: Option<Value>,
 }
 
+impl Default for ClaudeParser {
+    fn default() -> Self {
+        Self::speaking_for("claude", &WRITE_TOOLS)
+    }
+}
+
 impl ClaudeParser {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The parser of another CLI that prints Claude Code's stream-json.
+    pub fn speaking_for(
+        cli: &'static str,
+        write_tools: &'static [(&'static str, &'static str)],
+    ) -> Self {
+        Self {
+            cli,
+            write_tools,
+            session_id: None,
+            tools: HashMap::new(),
+            modified_files: Vec::new(),
+            messages: HashSet::new(),
+            last_text: None,
+            last_retry_delay: None,
+            result: None,
+        }
+    }
+
+    /// Whether the stream had its final `result` line.
+    pub fn has_result(&self) -> bool {
+        self.result.is_some()
     }
 
     fn assistant(&mut self, value: &Value) -> Vec<StreamEvent> {
@@ -78,7 +111,8 @@ impl ClaudeParser {
                     let id = str_field(&block, "id").map(str::to_owned);
                     let name = str_field(&block, "name").unwrap_or_default().to_owned();
                     let args = block.get("input").cloned().unwrap_or(Value::Null);
-                    let path = WRITE_TOOLS
+                    let path = self
+                        .write_tools
                         .iter()
                         .find(|(tool, _)| *tool == name)
                         .and_then(|(_, key)| str_field(&args, key))
@@ -281,7 +315,7 @@ impl StreamParser for ClaudeParser {
                     ..ParsedRun::completed()
                 }
             }
-            None => ParsedRun::failed(exit_failure("claude", exit_code, stderr_tail)),
+            None => ParsedRun::failed(exit_failure(self.cli, exit_code, stderr_tail)),
         };
         if run.status == CodingStatus::Completed && run.text.is_none() {
             run.text = self.last_text;
@@ -289,6 +323,15 @@ impl StreamParser for ClaudeParser {
         run.session_id = self.session_id;
         run.modified_files = self.modified_files;
         run
+    }
+}
+
+/// Claude Code needs nothing beside its stream.
+pub struct Adapter;
+
+impl super::adapter::CliAdapter for Adapter {
+    fn begin(&self, _: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
+        super::adapter::Plain::boxed(ClaudeParser::new())
     }
 }
 

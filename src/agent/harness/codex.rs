@@ -300,6 +300,51 @@ impl StreamParser for CodexParser {
     }
 }
 
+/// Where Codex thread totals are kept between runs (its usage is cumulative per thread).
+const THREAD_USAGE_FILE: &str = ".codex/deltabench-thread-usage.json";
+
+/// Codex reports usage cumulative over a resumed thread: the run starts from the thread's
+/// saved total, and saves the new one once the thread id is known.
+pub struct Adapter;
+
+impl super::adapter::CliAdapter for Adapter {
+    fn begin(&self, run: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
+        let file = run.home.join(THREAD_USAGE_FILE);
+        let parser = match run.resume {
+            Some(id) => CodexParser::resuming(super::adapter::saved_usage(&file, id)),
+            None => CodexParser::new(),
+        };
+        Box::new(CodexRun { parser, file })
+    }
+}
+
+struct CodexRun {
+    parser: CodexParser,
+    file: std::path::PathBuf,
+}
+
+impl super::adapter::CliRun for CodexRun {
+    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
+        self.parser.line(line)
+    }
+
+    fn finish(
+        self: Box<Self>,
+        exit_code: Option<i32>,
+        stderr_tail: &str,
+    ) -> super::adapter::Finished {
+        let cumulative = self.parser.cumulative_usage().cloned();
+        let parsed = self.parser.finish(exit_code, stderr_tail);
+        let file = self.file;
+        super::adapter::Finished {
+            parsed,
+            after: cumulative.map(|total| -> super::adapter::AfterSession {
+                Box::new(move |session| super::adapter::save_usage(&file, session, total))
+            }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

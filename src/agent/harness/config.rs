@@ -37,6 +37,24 @@ pub enum HarnessKind {
     Opencode,
     MiniSweAgent,
     Aider,
+    QwenCode,
+    /// Any other CLI, described in the agents file ([`super::cli`]).
+    Cli,
+}
+
+/// Where a CLI's package comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registry {
+    Npm,
+    PyPi,
+}
+
+/// A CLI's pinned package.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Package {
+    pub registry: Registry,
+    pub name: &'static str,
+    pub version: &'static str,
 }
 
 /// How a kind bounds the number of turns `max_turns` asks for.
@@ -51,7 +69,16 @@ pub enum TurnLimit {
 }
 
 impl HarnessKind {
-    pub const ALL: &[HarnessKind] = <Self as strum::VariantArray>::VARIANTS;
+    /// The built-in CLIs: every kind but [`Self::Cli`], which is a definition, not a CLI.
+    pub const ALL: &[HarnessKind] = &[
+        Self::ClaudeCode,
+        Self::Codex,
+        Self::GeminiCli,
+        Self::Opencode,
+        Self::MiniSweAgent,
+        Self::Aider,
+        Self::QwenCode,
+    ];
 
     /// The `kind:` value in an agents file.
     pub fn as_str(self) -> &'static str {
@@ -59,7 +86,25 @@ impl HarnessKind {
     }
 
     pub fn parse(kind: &str) -> Option<Self> {
-        Self::ALL.iter().copied().find(|k| k.as_str() == kind)
+        <Self as strum::VariantArray>::VARIANTS
+            .iter()
+            .copied()
+            .find(|k| k.as_str() == kind)
+    }
+
+    /// The kind's quirks around its output ([`super::adapter`]).
+    pub fn adapter(self) -> &'static dyn super::adapter::CliAdapter {
+        match self {
+            Self::ClaudeCode => &super::claude::Adapter,
+            Self::Codex => &super::codex::Adapter,
+            Self::GeminiCli => &super::gemini::Adapter,
+            Self::Opencode => &super::opencode::Adapter,
+            Self::MiniSweAgent => &super::mini_swe::Adapter,
+            Self::Aider => &super::aider::Adapter,
+            Self::QwenCode => &super::qwen::Adapter,
+            // A definition is its own adapter: see `HarnessConfig::adapter`.
+            Self::Cli => &super::cli::NO_DEFINITION,
+        }
     }
 
     /// The executable's name.
@@ -71,18 +116,45 @@ impl HarnessKind {
             Self::Opencode => "opencode",
             Self::MiniSweAgent => "mini",
             Self::Aider => "aider",
+            Self::QwenCode => "qwen",
+            Self::Cli => "the agent's `command:`",
         }
     }
 
+    /// The package that ships the CLI at the version deltabench was checked against (the pins
+    /// `.ci/install-agents` installs); `None` for `cli`.
+    pub fn package(self) -> Option<Package> {
+        let (registry, name, version) = match self {
+            Self::ClaudeCode => (Registry::Npm, "@anthropic-ai/claude-code", "2.1.197"),
+            Self::Codex => (Registry::Npm, "@openai/codex", "0.171.0"),
+            Self::GeminiCli => (Registry::Npm, "@google/gemini-cli", "0.61.0"),
+            Self::Opencode => (Registry::Npm, "opencode-ai", "1.18.33"),
+            Self::MiniSweAgent => (Registry::PyPi, "mini-swe-agent", "2.4.6"),
+            Self::Aider => (Registry::PyPi, "aider-chat", "0.86.2"),
+            Self::QwenCode => (Registry::Npm, "@qwen-code/qwen-code", "0.24.4"),
+            Self::Cli => return None,
+        };
+        Some(Package {
+            registry,
+            name,
+            version,
+        })
+    }
+
     /// How to install the version deltabench was checked against.
-    pub fn install_hint(self) -> &'static str {
-        match self {
-            Self::ClaudeCode => "npm install -g @anthropic-ai/claude-code@2.1.197",
-            Self::Codex => "npm install -g @openai/codex@0.171.0",
-            Self::GeminiCli => "npm install -g @google/gemini-cli@0.61.0",
-            Self::Opencode => "npm install -g opencode-ai@1.18.33",
-            Self::MiniSweAgent => "pip install mini-swe-agent==2.4.6",
-            Self::Aider => "pip install aider-chat==0.86.2",
+    pub fn install_hint(self) -> String {
+        match self.package() {
+            Some(Package {
+                registry: Registry::Npm,
+                name,
+                version,
+            }) => format!("npm install -g {name}@{version}"),
+            Some(Package {
+                registry: Registry::PyPi,
+                name,
+                version,
+            }) => format!("pip install {name}=={version}"),
+            None => "install the CLI its `command:` names".to_owned(),
         }
     }
 
@@ -90,7 +162,7 @@ impl HarnessKind {
     pub fn can_resume(self) -> bool {
         matches!(
             self,
-            Self::ClaudeCode | Self::Codex | Self::GeminiCli | Self::Opencode
+            Self::ClaudeCode | Self::Codex | Self::GeminiCli | Self::Opencode | Self::QwenCode
         )
     }
 
@@ -109,21 +181,25 @@ impl HarnessKind {
             Self::Codex => &["danger-full-access", "workspace-write", "read-only"],
             Self::GeminiCli => &["yolo", "auto_edit", "default", "plan"],
             Self::Opencode => &["allow", "ask", "deny"],
-            Self::MiniSweAgent | Self::Aider => &[],
+            Self::QwenCode => &["yolo", "auto-edit", "default", "plan", "auto"],
+            Self::MiniSweAgent | Self::Aider | Self::Cli => &[],
         }
     }
 
     pub fn turn_limit(self) -> TurnLimit {
         match self {
-            Self::ClaudeCode | Self::GeminiCli | Self::MiniSweAgent => TurnLimit::Native,
-            Self::Codex | Self::Opencode => TurnLimit::Enforced,
+            Self::ClaudeCode | Self::GeminiCli | Self::MiniSweAgent | Self::QwenCode => {
+                TurnLimit::Native
+            }
+            // A definition passing `{max_turns}` has a native limit: `HarnessConfig::turn_limit`.
+            Self::Codex | Self::Opencode | Self::Cli => TurnLimit::Enforced,
             Self::Aider => TurnLimit::Unsupported,
         }
     }
 
     /// Whether `append_system_prompt` has somewhere to go.
     pub fn appends_system_prompt(self) -> bool {
-        !matches!(self, Self::MiniSweAgent)
+        !matches!(self, Self::MiniSweAgent | Self::Cli)
     }
 
     /// The environment variable the CLI reads its API key from when talking to its own
@@ -132,7 +208,12 @@ impl HarnessKind {
         match self {
             Self::ClaudeCode => "ANTHROPIC_API_KEY",
             Self::GeminiCli => "GEMINI_API_KEY",
-            Self::Codex | Self::Opencode | Self::MiniSweAgent | Self::Aider => "OPENAI_API_KEY",
+            Self::Codex
+            | Self::Opencode
+            | Self::MiniSweAgent
+            | Self::Aider
+            | Self::QwenCode
+            | Self::Cli => "OPENAI_API_KEY",
         }
     }
 
@@ -221,6 +302,31 @@ impl HarnessKind {
                     "deltabench keeps the histories in the trial folder",
                 ),
             ],
+            Self::QwenCode => &[
+                ("-p", PROMPT),
+                ("--prompt", PROMPT),
+                ("-i", PROMPT),
+                ("--prompt-interactive", PROMPT),
+                ("-o", STREAM),
+                ("--output-format", STREAM),
+                ("--session-id", SESSION),
+                ("-r", SESSION),
+                ("--resume", SESSION),
+                ("-c", SESSION),
+                ("--continue", SESSION),
+                ("-m", "use `model:`"),
+                ("--model", "use `model:`"),
+                ("--approval-mode", "use `permission_mode:`"),
+                ("-y", "use `permission_mode:`"),
+                ("--yolo", "use `permission_mode:`"),
+                ("--max-session-turns", "use `max_turns:`"),
+                ("--append-system-prompt", "use `append_system_prompt:`"),
+                ("--auth-type", "deltabench points it at the endpoint"),
+                ("--openai-base-url", "deltabench points it at the endpoint"),
+                ("--openai-api-key", "use `api_key:`"),
+            ],
+            // Its whole command line is the agent's own template.
+            Self::Cli => &[],
         }
     }
 
@@ -238,9 +344,13 @@ impl HarnessKind {
     /// The agents-file keys this kind accepts.
     pub fn keys(self) -> Vec<&'static str> {
         let mut keys = vec![
-            "model", "args", "env", "binary", "endpoint", "api_key", "timeout", "network", "price",
-            "budget",
+            "model", "args", "env", "endpoint", "api_key", "timeout", "network", "price", "budget",
         ];
+        if self == Self::Cli {
+            keys.extend(["command", "dialect", "output"]);
+        } else {
+            keys.push("binary");
+        }
         if self.turn_limit() != TurnLimit::Unsupported {
             keys.push("max_turns");
         }
@@ -324,9 +434,36 @@ pub struct HarnessConfig {
     /// Limits on the trial's model use, enforced at the gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// `kind: cli`: the command line template, dialect and output parser.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cli: Option<super::cli::CliDefinition>,
 }
 
 impl HarnessConfig {
+    /// The adapter that reads this agent's runs: its definition's for `kind: cli`.
+    pub fn adapter(&self, kind: HarnessKind) -> &dyn super::adapter::CliAdapter {
+        match &self.cli {
+            Some(definition) => definition,
+            None => kind.adapter(),
+        }
+    }
+
+    /// How `max_turns` is bounded: a definition passing `{max_turns}` to its CLI is native.
+    pub fn turn_limit(&self, kind: HarnessKind) -> TurnLimit {
+        match &self.cli {
+            Some(definition) if definition.native_turn_limit() => TurnLimit::Native,
+            _ => kind.turn_limit(),
+        }
+    }
+
+    /// The variable the API key is read from: the dialect's for `kind: cli`.
+    pub fn key_env(&self, kind: HarnessKind) -> &'static str {
+        match &self.cli {
+            Some(definition) => definition.dialect.key_env(),
+            None => kind.key_env(),
+        }
+    }
+
     /// The permission mode in force: the configured one or the kind's default.
     pub fn permission_mode(&self, kind: HarnessKind) -> Option<&str> {
         self.permission_mode

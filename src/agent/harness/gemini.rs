@@ -240,6 +240,15 @@ impl StreamParser for GeminiParser {
     }
 }
 
+/// Gemini CLI needs nothing beside its stream.
+pub struct Adapter;
+
+impl super::adapter::CliAdapter for Adapter {
+    fn begin(&self, _: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
+        super::adapter::Plain::boxed(GeminiParser::new())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -86,6 +86,14 @@ pub fn invocation(kind: HarnessKind, config: &HarnessConfig, run: &RunPaths) -> 
         HarnessKind::Opencode => opencode(config, run, &mut inv),
         HarnessKind::MiniSweAgent => mini_swe(config, run, &mut inv),
         HarnessKind::Aider => aider(config, run, &mut inv),
+        HarnessKind::QwenCode => qwen(config, run, &mut inv),
+        HarnessKind::Cli => {
+            if let Some(definition) = &config.cli {
+                super::cli::invocation(definition, config, run, &mut inv);
+            }
+            // The template is the whole command line, the environment filled in above.
+            return inv;
+        }
     }
     inv.args.extend(config.args.iter().cloned());
     if matches!(
@@ -128,7 +136,7 @@ fn base_env(home: &Path) -> Vec<(String, String)> {
     env
 }
 
-fn set_env(env: &mut Vec<(String, String)>, key: &str, value: &str) {
+pub(super) fn set_env(env: &mut Vec<(String, String)>, key: &str, value: &str) {
     env.retain(|(k, _)| k != key);
     env.push((key.to_owned(), value.to_owned()));
 }
@@ -270,6 +278,50 @@ fn gemini(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
     }
     if let Some(id) = run.resume {
         push(args, &["-r", id]);
+    }
+}
+
+fn qwen(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+    let settings = json!({
+        "privacy": {"usageStatisticsEnabled": false},
+        "telemetry": {"enabled": false},
+        "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
+        "security": {"folderTrust": {"enabled": false}},
+    });
+    inv.files.push((
+        run.home.join(".qwen/settings.json"),
+        serde_json::to_string_pretty(&settings).expect("settings serialize"),
+    ));
+    set_env(&mut inv.env, "QWEN_CODE_SUPPRESS_YOLO_WARNING", "1");
+    if let Some(url) = run.endpoint {
+        set_env(&mut inv.env, "OPENAI_BASE_URL", &format!("{url}/v1"));
+    }
+    if let Some(key) = run.api_key {
+        set_env(&mut inv.env, "OPENAI_API_KEY", key);
+    }
+    let args = &mut inv.args;
+    // Its positional prompt is not read after `--` (it then waits for stdin); `--prompt=` keeps
+    // a task starting with `-` a value.
+    args.push(format!("--prompt={}", run.task));
+    push(
+        args,
+        &["--auth-type", "openai", "--output-format", "stream-json"],
+    );
+    if let Some(mode) = config.permission_mode(HarnessKind::QwenCode) {
+        push(args, &["--approval-mode", mode]);
+    }
+    if let Some(model) = &config.model {
+        push(args, &["--model", model]);
+    }
+    if let Some(turns) = config.max_turns {
+        push(args, &["--max-session-turns", &turns.to_string()]);
+    }
+    if let Some(prompt) = &config.append_system_prompt {
+        push(args, &["--append-system-prompt", prompt]);
+    }
+    match run.resume {
+        Some(id) => push(args, &["--resume", id]),
+        None => push(args, &["--session-id", run.new_session]),
     }
 }
 

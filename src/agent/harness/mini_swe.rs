@@ -190,6 +190,49 @@ impl StreamParser for MiniSweParser {
     }
 }
 
+/// mini-swe-agent's machine-readable output is its trajectory file, re-read while it runs; it
+/// prices with litellm from the config deltabench writes.
+pub struct Adapter;
+
+impl super::adapter::CliAdapter for Adapter {
+    fn begin(&self, run: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
+        Box::new(MiniRun {
+            parser: MiniSweParser::new(),
+            trajectory: run.trajectory.map(std::path::Path::to_owned),
+        })
+    }
+}
+
+struct MiniRun {
+    parser: MiniSweParser,
+    trajectory: Option<std::path::PathBuf>,
+}
+
+impl super::adapter::CliRun for MiniRun {
+    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
+        self.parser.line(line)
+    }
+
+    fn poll(&mut self) -> Vec<StreamEvent> {
+        match self.trajectory.as_deref().map(std::fs::read_to_string) {
+            Some(Ok(text)) if !text.trim().is_empty() => self.parser.trajectory(&text),
+            _ => Vec::new(),
+        }
+    }
+
+    fn finish(
+        self: Box<Self>,
+        exit_code: Option<i32>,
+        stderr_tail: &str,
+    ) -> super::adapter::Finished {
+        self.parser.finish(exit_code, stderr_tail).into()
+    }
+
+    fn echoes_local_price(&self) -> bool {
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

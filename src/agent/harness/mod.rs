@@ -24,9 +24,11 @@
 //! - `modified_files` lists the paths of write/edit tool calls that succeeded, as the CLI wrote
 //!   them (often absolute); [`ParsedRun::relative_to`] makes them workspace-relative.
 
+pub mod adapter;
 mod agent;
 pub mod aider;
 pub mod claude;
+pub mod cli;
 pub mod codex;
 pub mod config;
 pub mod gemini;
@@ -34,6 +36,7 @@ pub mod invocation;
 pub mod mini_swe;
 pub mod opencode;
 pub mod pricing;
+pub mod qwen;
 
 use std::path::Path;
 
@@ -42,17 +45,18 @@ use serde_json::Value;
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
 
 pub use agent::{
-    HarnessAgent, agent_tool_dir, container_mounts, find_program, image_needs, is_loopback,
-    mountable_in_container,
+    HarnessAgent, agent_tool_dir, container_mounts, find_program, image_needs, installed_version,
+    is_loopback, mountable_in_container,
 };
 pub use aider::AiderParser;
 pub use claude::ClaudeParser;
 pub use codex::CodexParser;
-pub use config::{Endpoint, HarnessConfig, HarnessKind, TurnLimit};
+pub use config::{Endpoint, HarnessConfig, HarnessKind, Package, Registry, TurnLimit};
 pub use gemini::GeminiParser;
 pub use mini_swe::MiniSweParser;
 pub use opencode::OpencodeParser;
 pub use pricing::Price;
+pub use qwen::QwenParser;
 
 /// Turns one CLI's stdout, line by line, into [`StreamEvent`]s and a final [`ParsedRun`].
 pub trait StreamParser {

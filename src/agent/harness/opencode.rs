@@ -199,6 +199,15 @@ impl StreamParser for OpencodeParser {
     }
 }
 
+/// opencode prices from the config deltabench writes (zero), so its cost is estimated instead.
+pub struct Adapter;
+
+impl super::adapter::CliAdapter for Adapter {
+    fn begin(&self, _: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
+        super::adapter::Plain::locally_priced(OpencodeParser::new())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

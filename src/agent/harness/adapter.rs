@@ -1,0 +1,147 @@
+//! The seam between the generic run loop ([`super::HarnessAgent`]) and one CLI: each harness's
+//! module implements [`CliAdapter::begin`], which returns the [`CliRun`] that reads the CLI's
+//! output and does whatever that CLI needs around it (Codex's per-thread usage, aider's
+//! repo-map caches, mini-swe-agent's trajectory file). The run loop knows no CLI by name.
+
+use std::path::Path;
+
+use super::{ParsedRun, StreamParser};
+use crate::agent::{StreamEvent, Usage};
+
+/// What a run's [`CliRun`] may need to know when it starts.
+#[derive(Debug, Clone, Copy)]
+pub struct RunStart<'a> {
+    /// The CLI's private HOME (kept between runs, so a resumed session finds its files).
+    pub home: &'a Path,
+    pub workspace: &'a Path,
+    /// The session being continued, if any.
+    pub resume: Option<&'a str>,
+    /// The file the CLI writes its trajectory to, when it writes one ([`super::invocation`]).
+    pub trajectory: Option<&'a Path>,
+}
+
+/// One harness's quirks, behind one method.
+pub trait CliAdapter: Send + Sync {
+    /// Starts reading one run of the CLI (called just before it is spawned).
+    fn begin(&self, run: &RunStart<'_>) -> Box<dyn CliRun>;
+}
+
+/// One run of a CLI as the run loop sees it: lines in, events out, a verdict at the end.
+pub trait CliRun: Send {
+    /// One line of stdout, without its newline.
+    fn line(&mut self, line: &str) -> Vec<StreamEvent>;
+
+    /// Events from what the CLI writes beside its stdout (polled while it runs, and once after).
+    fn poll(&mut self) -> Vec<StreamEvent> {
+        Vec::new()
+    }
+
+    /// The verdict once the CLI has exited; also cleans up what the CLI left that is not the
+    /// agent's change.
+    fn finish(self: Box<Self>, exit_code: Option<i32>, stderr_tail: &str) -> Finished;
+
+    /// Whether a zero cost the CLI reports only echoes the zero price of the local config
+    /// deltabench wrote (so deltabench prices the usage itself).
+    fn echoes_local_price(&self) -> bool {
+        false
+    }
+}
+
+/// Work left for when the run's session id is known.
+pub type AfterSession = Box<dyn FnOnce(&str) + Send>;
+
+/// What [`CliRun::finish`] returns: the parsed run, and what to do once its session is known.
+pub struct Finished {
+    pub parsed: ParsedRun,
+    /// Called with the run's session id (Codex keeps its thread's cumulative usage).
+    pub after: Option<AfterSession>,
+}
+
+impl From<ParsedRun> for Finished {
+    fn from(parsed: ParsedRun) -> Self {
+        Self {
+            parsed,
+            after: None,
+        }
+    }
+}
+
+/// A CLI whose stdout parser is all it needs.
+pub struct Plain<P> {
+    parser: P,
+    local_price: bool,
+}
+
+impl<P: StreamParser + Send + 'static> Plain<P> {
+    pub fn boxed(parser: P) -> Box<dyn CliRun> {
+        Box::new(Self {
+            parser,
+            local_price: false,
+        })
+    }
+
+    /// A CLI that prices from the config deltabench wrote (zero), so its cost is not its own.
+    pub fn locally_priced(parser: P) -> Box<dyn CliRun> {
+        Box::new(Self {
+            parser,
+            local_price: true,
+        })
+    }
+}
+
+impl<P: StreamParser + Send + 'static> CliRun for Plain<P> {
+    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
+        self.parser.line(line)
+    }
+
+    fn finish(self: Box<Self>, exit_code: Option<i32>, stderr_tail: &str) -> Finished {
+        self.parser.finish(exit_code, stderr_tail).into()
+    }
+
+    fn echoes_local_price(&self) -> bool {
+        self.local_price
+    }
+}
+
+/// Usage kept per session in a JSON file (`{session: usage}`), for CLIs whose reported usage
+/// is cumulative across a resumed session.
+pub(super) fn saved_usage(file: &Path, session: &str) -> Usage {
+    std::fs::read_to_string(file)
+        .ok()
+        .and_then(|text| {
+            serde_json::from_str::<std::collections::BTreeMap<String, Usage>>(&text).ok()
+        })
+        .and_then(|mut all| all.remove(session))
+        .unwrap_or_default()
+}
+
+pub(super) fn save_usage(file: &Path, session: &str, total: Usage) {
+    let mut all: std::collections::BTreeMap<String, Usage> = std::fs::read_to_string(file)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default();
+    all.insert(session.to_owned(), total);
+    if let Ok(text) = serde_json::to_string_pretty(&all) {
+        let _ = std::fs::write(file, text);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_totals_survive_between_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("usage.json");
+        assert_eq!(saved_usage(&file, "t"), Usage::default());
+        let total = Usage {
+            input_tokens: 3300,
+            output_tokens: 63,
+            ..Usage::default()
+        };
+        save_usage(&file, "t", total.clone());
+        save_usage(&file, "u", Usage::default());
+        assert_eq!(saved_usage(&file, "t"), total);
+    }
+}

@@ -1,0 +1,175 @@
+//! Qwen Code: `qwen --output-format stream-json ... -- PROMPT`.
+//!
+//! Its stream-json is Claude Code's (`system/init`, `assistant` and `user` lines of content
+//! blocks, a final `result`), read by [`ClaudeParser`] with Qwen's own write tools. Observed
+//! differences: the `result` has `usage` but no cost (deltabench estimates it), and a run that
+//! reaches `--max-session-turns` prints no `result` and exits 53.
+
+use super::{ClaudeParser, ParsedRun, StreamParser};
+use crate::agent::{CodingStatus, StreamEvent};
+
+/// Tools whose successful call wrote the file named by their input.
+const WRITE_TOOLS: [(&str, &str); 2] = [("write_file", "file_path"), ("edit", "file_path")];
+
+/// The exit code of a run stopped by `--max-session-turns` (as Gemini CLI's, which it forks).
+const MAX_TURNS_EXIT: i32 = 53;
+
+#[derive(Debug)]
+pub struct QwenParser {
+    inner: ClaudeParser,
+}
+
+impl Default for QwenParser {
+    fn default() -> Self {
+        Self {
+            inner: ClaudeParser::speaking_for("qwen", &WRITE_TOOLS),
+        }
+    }
+}
+
+impl QwenParser {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl StreamParser for QwenParser {
+    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
+        self.inner.line(line)
+    }
+
+    fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
+        let turns_out = !self.inner.has_result()
+            && (exit_code == Some(MAX_TURNS_EXIT)
+                || stderr_tail.contains("Reached max session turns"));
+        let mut run = self.inner.finish(exit_code, stderr_tail);
+        if turns_out {
+            run.status = CodingStatus::MaxTurns;
+            run.error = None;
+        }
+        run
+    }
+}
+
+/// Where session totals are kept between runs: a resumed session's `result.usage` counts the
+/// earlier runs too (observed), so a run's own usage is the difference.
+const SESSION_USAGE_FILE: &str = ".qwen/deltabench-session-usage.json";
+
+/// Qwen Code's usage is cumulative over a resumed session: the run subtracts the session's
+/// saved total and saves the new one.
+pub struct Adapter;
+
+impl super::adapter::CliAdapter for Adapter {
+    fn begin(&self, run: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
+        let file = run.home.join(SESSION_USAGE_FILE);
+        let before = run
+            .resume
+            .map(|id| super::adapter::saved_usage(&file, id))
+            .unwrap_or_default();
+        Box::new(QwenRun {
+            parser: QwenParser::new(),
+            file,
+            before,
+        })
+    }
+}
+
+struct QwenRun {
+    parser: QwenParser,
+    file: std::path::PathBuf,
+    before: crate::agent::Usage,
+}
+
+impl super::adapter::CliRun for QwenRun {
+    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
+        self.parser.line(line)
+    }
+
+    fn finish(
+        self: Box<Self>,
+        exit_code: Option<i32>,
+        stderr_tail: &str,
+    ) -> super::adapter::Finished {
+        let mut parsed = self.parser.finish(exit_code, stderr_tail);
+        let Some(total) = parsed.usage.clone() else {
+            return parsed.into();
+        };
+        let before = self.before;
+        parsed.usage = Some(crate::agent::Usage {
+            input_tokens: total.input_tokens.saturating_sub(before.input_tokens),
+            output_tokens: total.output_tokens.saturating_sub(before.output_tokens),
+            cache_read_tokens: total
+                .cache_read_tokens
+                .saturating_sub(before.cache_read_tokens),
+            cache_write_tokens: total
+                .cache_write_tokens
+                .saturating_sub(before.cache_write_tokens),
+            ..total.clone()
+        });
+        let file = self.file;
+        super::adapter::Finished {
+            parsed,
+            after: Some(Box::new(move |session| {
+                super::adapter::save_usage(&file, session, total)
+            })),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, feed};
+
+    /// Lines as Qwen Code 0.24.4 printed them against the scripted endpoint (trimmed).
+    const BASIC: &str = r#"{"type":"system","subtype":"init","session_id":"41c6867e","cwd":"/ws","model":"fake-model","permission_mode":"yolo"}
+{"type":"stream_event","session_id":"41c6867e","event":{"type":"goal_state"}}
+{"type":"assistant","session_id":"41c6867e","message":{"id":"m1","model":"fake-model","content":[{"type":"tool_use","id":"call_1","name":"write_file","input":{"content":"hi\n","file_path":"/ws/hello.txt"}}],"usage":{"input_tokens":1000,"output_tokens":20}}}
+{"type":"user","session_id":"41c6867e","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","is_error":false,"content":"Successfully created"}]}}
+{"type":"assistant","session_id":"41c6867e","message":{"id":"m2","model":"fake-model","content":[{"type":"text","text":"Done."}]}}
+{"type":"result","subtype":"success","session_id":"41c6867e","is_error":false,"num_turns":2,"result":"Done.","usage":{"input_tokens":2000,"output_tokens":40,"cache_read_input_tokens":0,"total_tokens":2040}}"#;
+
+    #[test]
+    fn reads_the_claude_shaped_stream_with_qwens_tools() {
+        let mut parser = QwenParser::new();
+        let events = feed(&mut parser, BASIC);
+        assert_call_then_result(&events, "write_file");
+        let run = parser
+            .finish(Some(0), "")
+            .relative_to(std::path::Path::new("/ws"));
+        assert_eq!(run.status, CodingStatus::Completed);
+        assert_eq!(run.session_id.as_deref(), Some("41c6867e"));
+        assert_eq!(run.modified_files, ["hello.txt"]);
+        let usage = run.usage.unwrap();
+        assert_eq!((usage.input_tokens, usage.output_tokens), (2000, 40));
+        assert_eq!(usage.cost_usd, None);
+        assert_eq!(run.text.as_deref(), Some("Done."));
+    }
+
+    #[test]
+    fn exit_53_without_a_result_is_the_turn_limit() {
+        let mut parser = QwenParser::new();
+        feed(
+            &mut parser,
+            BASIC
+                .lines()
+                .take(4)
+                .collect::<Vec<_>>()
+                .join("\n")
+                .as_str(),
+        );
+        let run = parser.finish(Some(53), "Reached max session turns for this session.");
+        assert_eq!(run.status, CodingStatus::MaxTurns);
+        assert_eq!(run.error, None);
+        let failed = QwenParser::new().finish(Some(1), "boom");
+        assert_eq!(failed.status, CodingStatus::Error);
+        assert!(
+            failed
+                .error
+                .unwrap()
+                .message
+                .contains("qwen exited with code 1")
+        );
+        assert_survives_garbage(QwenParser::new(), "{\"type\":\"assist");
+    }
+}
