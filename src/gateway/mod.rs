@@ -24,7 +24,7 @@ mod server;
 mod stream;
 
 pub use dialect::{Dialect, MAX_BODY, Meter, Provider};
-pub use record::Tape;
+pub use record::{ReplayMismatch, Tape, TapeError};
 pub use server::{Gateway, GatewayLease, TrialSetup, Upstream};
 
 use crate::agent::Budget;

@@ -8,6 +8,7 @@ mod clone;
 mod confinement;
 mod container;
 mod digest;
+mod error;
 mod git;
 mod model_route;
 mod overlay;
@@ -33,10 +34,12 @@ pub use container::{
     FsChangeKind, ImageNeed, ImageSource, Limits, RUN_LABEL, RUNTIME_VAR, Runtime, RuntimeKind,
     container_started, tail,
 };
+pub use error::{GitError, HistoryStep, PrepareError, TreeError};
 pub use git::{git_command, harness_signature, resolve_commit};
 pub use model_route::{ModelRoute, SANDBOX_SOCKET_DIR, forward_then_exec};
 pub use overlay::{
-    EntryKind, Overlay, OverlayError, PatchedFile, apply_overlay, patched_files, write_entry,
+    EntryKind, Overlay, OverlayError, PatchError, PatchedFile, apply_overlay, patched_files,
+    write_entry,
 };
 pub use overlayfs::{EvictedTemplate, MADE, OverlayBackend, evict_templates, overlay_changes};
 pub use remove::{LeftBehind, RemoveError, mounts_below, remove_tree, unmount_below};
