@@ -25,7 +25,7 @@ mod stream;
 
 pub use dialect::{Dialect, MAX_BODY, Meter, Provider};
 pub use record::{ReplayMismatch, Tape, TapeError};
-pub use server::{Gateway, GatewayLease, TrialSetup, Upstream};
+pub use server::{Gateway, GatewayError, GatewayLease, TrialSetup, Upstream};
 
 use crate::agent::Budget;
 use crate::agent::harness::{Endpoint, HarnessConfig, HarnessKind, is_loopback};

@@ -216,6 +216,28 @@ struct Shared {
     direct: reqwest::Client,
 }
 
+/// Why the run's gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The loopback port or the Unix socket (or its folder) could not be had.
+    #[error(transparent)]
+    Listen(#[from] std::io::Error),
+    /// The HTTP client that forwards to the upstreams could not be built (TLS setup).
+    #[error(transparent)]
+    Client(#[from] reqwest::Error),
+}
+
+/// For callers that still return `io::Result` (the runner's gateway start): to be removed once
+/// they carry [`GatewayError`].
+impl From<GatewayError> for std::io::Error {
+    fn from(err: GatewayError) -> Self {
+        match err {
+            GatewayError::Listen(err) => err,
+            GatewayError::Client(err) => std::io::Error::other(err),
+        }
+    }
+}
+
 /// The run's gateway, serving from the current tokio runtime on 127.0.0.1.
 pub struct Gateway {
     addr: SocketAddr,
@@ -230,14 +252,14 @@ pub struct Gateway {
 
 impl Gateway {
     /// Binds any free loopback port and starts serving.
-    pub async fn start() -> std::io::Result<Gateway> {
+    pub async fn start() -> Result<Gateway, GatewayError> {
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         let addr = listener.local_addr()?;
         let listener = crate::model::without_delay(listener);
         let build = |proxied: bool| {
             let builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(30));
             let builder = if proxied { builder } else { builder.no_proxy() };
-            builder.build().map_err(std::io::Error::other)
+            builder.build()
         };
         let shared = Arc::new(Shared {
             trials: Mutex::new(HashMap::new()),
