@@ -31,8 +31,8 @@ pub use clone::CloneBackend;
 pub use confinement::Confinement;
 pub use container::{
     ContainerError, ContainerPolicy, DEFAULT_WORKDIR, DeltaScope, Environment, FsChange,
-    FsChangeKind, ImageNeed, ImageSource, Limits, RUN_LABEL, RUNTIME_VAR, Runtime, RuntimeKind,
-    container_started, tail,
+    FsChangeKind, ImageNeed, ImageSource, Limits, RUN_LABEL, RUNTIME_VAR, RemoveContainersError,
+    Runtime, RuntimeKind, container_started, tail,
 };
 pub use error::{GitError, HistoryStep, PrepareError, TreeError};
 pub use git::{git_command, harness_signature, resolve_commit};
