@@ -202,12 +202,19 @@ impl std::str::FromStr for ShardArg {
     }
 }
 
-fn parse_size(value: &str) -> Result<u64, String> {
+/// A size clap's `--cache-max` cannot read; bytesize says why only as text.
+#[derive(Debug, thiserror::Error)]
+#[error("{reason} (a size such as 20GiB, 500MB or 1000000)")]
+struct SizeError {
+    reason: String,
+}
+
+fn parse_size(value: &str) -> Result<u64, SizeError> {
     value
         .trim()
         .parse::<bytesize::ByteSize>()
         .map(|size| size.as_u64())
-        .map_err(|e| format!("{e} (a size such as 20GiB, 500MB or 1000000)"))
+        .map_err(|reason| SizeError { reason })
 }
 
 impl Places {
@@ -362,14 +369,21 @@ pub(super) struct SuiteArgs {
     pub(super) base_images: Vec<(String, String)>,
 }
 
-fn base_image(text: &str) -> Result<(String, String), String> {
+/// A `--base-image` that is not `FROM=IMAGE`.
+#[derive(Debug, thiserror::Error)]
+#[error("'{text}': give FROM=IMAGE, e.g. ubuntu:24.04=localhost/my-ubuntu:24.04")]
+struct BaseImageError {
+    text: String,
+}
+
+fn base_image(text: &str) -> Result<(String, String), BaseImageError> {
     match text.split_once('=') {
         Some((from, image)) if !from.trim().is_empty() && !image.trim().is_empty() => {
             Ok((from.trim().to_owned(), image.trim().to_owned()))
         }
-        _ => Err(format!(
-            "'{text}': give FROM=IMAGE, e.g. ubuntu:24.04=localhost/my-ubuntu:24.04"
-        )),
+        _ => Err(BaseImageError {
+            text: text.to_owned(),
+        }),
     }
 }
 

@@ -205,9 +205,10 @@ impl From<RunError> for CliError {
                 let cause = source.map_or_else(String::new, |source| format!(": {source}"));
                 Self::usage(format!("{place}{context}{cause}"))
             }
-            RunError::Io { .. } | RunError::Reopen { .. } | RunError::Task { .. } => {
-                Self::new(ErrorKind::Harness, err)
-            }
+            RunError::Io { .. }
+            | RunError::Reopen { .. }
+            | RunError::Task { .. }
+            | RunError::Gateway { .. } => Self::new(ErrorKind::Harness, err),
         }
     }
 }

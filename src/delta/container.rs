@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::workspace::{FsChange, FsChangeKind, Runtime};
+use crate::workspace::{ContainerError, FsChange, FsChangeKind, Runtime};
 
 /// The archive of the changed files carried into verify, in the artifacts folder.
 pub const CONTAINER_DELTA: &str = "container-delta.tar";
@@ -107,13 +107,41 @@ pub struct Captured {
     pub rejected: Option<String>,
 }
 
+/// Why the agent's container's delta could not be listed or carried into a verify image.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// The runtime could not list, inspect or export the container.
+    #[error(transparent)]
+    Runtime(#[from] ContainerError),
+    #[error("cannot save {CONTAINER_CHANGES}: {source}")]
+    Save {
+        #[source]
+        source: std::io::Error,
+    },
+    /// No scratch folder for the archive of the changes.
+    #[error("{source}")]
+    Scratch {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot lay the container's changes into a new container: {source}")]
+    Apply {
+        #[source]
+        source: ContainerError,
+    },
+}
+
 /// Names the images made (the run label keeps runs apart).
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
 impl ContainerCapture {
     /// Reads the agent's container's delta, records it in `artifacts`, builds the verify image
     /// and removes the container. Blocking. An agent that ran no container changed nothing.
-    pub fn capture(&self, artifacts: Option<&Path>, max_diff: u64) -> Result<Captured, String> {
+    pub fn capture(
+        &self,
+        artifacts: Option<&Path>,
+        max_diff: u64,
+    ) -> Result<Captured, CaptureError> {
         if !self.runtime.container_exists(&self.container) {
             return Ok(Captured {
                 delta: ContainerDelta::default(),
@@ -128,24 +156,21 @@ impl ContainerCapture {
 
     /// Lists what the agent changed in its container, into `artifacts` too, without reading
     /// the files: for a verify command that runs in that same container (`in_place`).
-    pub fn list(&self, artifacts: Option<&Path>) -> Result<ContainerDelta, String> {
+    pub fn list(&self, artifacts: Option<&Path>) -> Result<ContainerDelta, CaptureError> {
         if !self.runtime.container_exists(&self.container) {
             return Ok(ContainerDelta::default());
         }
         let delta = self.listed()?;
         if let Some(dir) = artifacts {
             std::fs::write(dir.join(CONTAINER_CHANGES), delta.listing())
-                .map_err(|e| format!("cannot save {CONTAINER_CHANGES}: {e}"))?;
+                .map_err(|source| CaptureError::Save { source })?;
         }
         Ok(delta)
     }
 
-    fn listed(&self) -> Result<ContainerDelta, String> {
-        let listed = self.runtime.diff(&self.container).map_err(|e| e.0)?;
-        let mounts = self
-            .runtime
-            .mount_targets(&self.container)
-            .map_err(|e| e.0)?;
+    fn listed(&self) -> Result<ContainerDelta, CaptureError> {
+        let listed = self.runtime.diff(&self.container)?;
+        let mounts = self.runtime.mount_targets(&self.container)?;
         let changes: Vec<ContainerChange> = listed
             .into_iter()
             .filter(|change| !harness_path(change, &mounts))
@@ -157,7 +182,11 @@ impl ContainerCapture {
         Ok(ContainerDelta { changes, bytes: 0 })
     }
 
-    fn read_and_apply(&self, artifacts: Option<&Path>, max_diff: u64) -> Result<Captured, String> {
+    fn read_and_apply(
+        &self,
+        artifacts: Option<&Path>,
+        max_diff: u64,
+    ) -> Result<Captured, CaptureError> {
         let mut delta = self.list(artifacts)?;
         let applied = |kind: fn(FsChangeKind) -> bool| -> Vec<String> {
             delta
@@ -183,16 +212,13 @@ impl ContainerCapture {
         let archive = match artifacts {
             Some(dir) => dir.join(CONTAINER_DELTA),
             None => {
-                scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
+                scratch = tempfile::tempdir().map_err(|source| CaptureError::Scratch { source })?;
                 scratch.path().join(CONTAINER_DELTA)
             }
         };
-        let packed = self
-            .runtime
-            .export(&self.container, |stream| {
-                pack(stream, &archive, &written, max_diff)
-            })
-            .map_err(|e| e.0)?;
+        let packed = self.runtime.export(&self.container, |stream| {
+            pack(stream, &archive, &written, max_diff)
+        })?;
         delta.bytes = packed.bytes;
         if packed.over {
             return Ok(Captured {
@@ -217,12 +243,7 @@ impl ContainerCapture {
                 &archive,
                 &tag,
             )
-            .map_err(|e| {
-                format!(
-                    "cannot lay the container's changes into a new container: {}",
-                    e.0
-                )
-            })?;
+            .map_err(|source| CaptureError::Apply { source })?;
         Ok(Captured {
             delta,
             image: Some(tag),

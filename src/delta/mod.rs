@@ -23,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::CodingResult;
 
 pub use container::{
-    CONTAINER_CHANGES, CONTAINER_DELTA, ContainerCapture, ContainerChange, ContainerDelta,
-    ProtectedPath,
+    CONTAINER_CHANGES, CONTAINER_DELTA, CaptureError, ContainerCapture, ContainerChange,
+    ContainerDelta, ProtectedPath,
 };
 pub use diff::{DiffStats, changed_paths, commit_setup, patch_bytes};
 pub use mutate::{BitingMutant, DEFAULT_MUTANTS, Mutant, MutationReport};

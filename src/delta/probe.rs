@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::channel::Channel;
 use super::container::ContainerCapture;
-use super::mutate::{self, BitingMutant, Listing, Mutant, MutationReport};
+use super::mutate::{self, BitingMutant, Listing, Mutant, MutateError, MutationReport};
 use super::snapshot::{EntryKind, FileChange, Snapshot, SnapshotError, snapshot};
 use super::{
     CommandResult, DeltaProbe, EnvironmentDelta, ProbeContext, ProbeError, ProbeErrorKind,
@@ -67,7 +67,7 @@ enum Step<'a> {
 /// One verify run's result, with what it did to the hidden tests.
 struct Verified {
     result: CommandResult,
-    listing: Option<Result<Listing, String>>,
+    listing: Option<Result<Listing, MutateError>>,
     applied: Vec<Mutant>,
     notes: Vec<String>,
     /// Hidden test files whose content changed while the command ran.
@@ -433,7 +433,7 @@ impl TaskProbe {
             None => return Ok(None),
             Some(Err(why)) => {
                 return Ok(Some(MutationReport {
-                    notes: vec![why.clone()],
+                    notes: vec![format!("no mutants: {why}")],
                     ..MutationReport::default()
                 }));
             }
@@ -552,8 +552,7 @@ impl TaskProbe {
                     .map_err(|e| ProbeError::new(ProbeErrorKind::HiddenTests, e.to_string()))?,
                 None => Vec::new(),
             };
-            let listing = listing_wanted
-                .then(|| mutate::list(&dir, &written).map_err(|e| format!("no mutants: {e}")));
+            let listing = listing_wanted.then(|| mutate::list(&dir, &written));
             let (applied, notes) = mutate::apply(&dir, &mutants);
             // Read-only, and hashed: a hidden test the command rewrites (a build script, a
             // plugin) is caught after it ran.
@@ -709,7 +708,7 @@ impl TestHook {
 
 /// What was laid over the verify workspace before the command ran.
 struct Laid {
-    listing: Option<Result<Listing, String>>,
+    listing: Option<Result<Listing, MutateError>>,
     applied: Vec<Mutant>,
     notes: Vec<String>,
     hashes: Vec<(String, Option<[u8; 32]>)>,

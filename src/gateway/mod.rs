@@ -24,8 +24,8 @@ mod server;
 mod stream;
 
 pub use dialect::{Dialect, MAX_BODY, Meter, Provider};
-pub use record::Tape;
-pub use server::{Gateway, GatewayLease, TrialSetup, Upstream};
+pub use record::{ReplayMismatch, Tape, TapeError};
+pub use server::{Gateway, GatewayError, GatewayLease, TrialSetup, Upstream};
 
 use crate::agent::Budget;
 use crate::agent::harness::cli::CliDialect;

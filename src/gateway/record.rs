@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
@@ -276,6 +276,66 @@ impl Exchange {
     }
 }
 
+/// Why a recording could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TapeError {
+    #[error("cannot read the recording {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} line {line}: not a recorded call: {source}", path.display())]
+    Line {
+        path: PathBuf,
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Why a request during replay gets no recorded answer: each message starts with
+/// [`REPLAY_MISMATCH`], which is how a trial's record tells a replay stop from other failures.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayMismatch {
+    #[error("{REPLAY_MISMATCH}the recording is unreadable")]
+    Unreadable,
+    #[error("{REPLAY_MISMATCH}request {n} does not match the recording: it holds no request")]
+    Empty { n: usize },
+    #[error(
+        "{REPLAY_MISMATCH}request {n} ({method} {path}) matches no recorded request; nearest is {nearest}, which differs at {differences}"
+    )]
+    NoMatch {
+        n: usize,
+        method: String,
+        path: String,
+        nearest: Box<Nearest>,
+        /// The first few differing places, joined by `; `.
+        differences: String,
+    },
+}
+
+/// The recorded request a mismatched one is compared with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nearest {
+    pub n: usize,
+    pub total: usize,
+    pub method: String,
+    pub path: String,
+}
+
+impl std::fmt::Display for Nearest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            n,
+            total,
+            method,
+            path,
+        } = self;
+        write!(f, "recorded request {n} of {total} ({method} {path})")
+    }
+}
+
 /// A trial's recording, answered from in order.
 #[derive(Debug, Default)]
 pub struct Tape {
@@ -285,22 +345,23 @@ pub struct Tape {
 
 impl Tape {
     /// Reads a trial's recording.
-    pub fn load(path: &Path) -> Result<Tape, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read the recording {}: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<Tape, TapeError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TapeError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         let mut calls = Vec::new();
         for (i, line) in text
             .lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
         {
-            let exchange: Exchange = serde_json::from_str(line).map_err(|e| {
-                format!(
-                    "{} line {}: not a recorded call: {e}",
-                    path.display(),
-                    i + 1
-                )
-            })?;
+            let exchange: Exchange =
+                serde_json::from_str(line).map_err(|source| TapeError::Line {
+                    path: path.to_owned(),
+                    line: i + 1,
+                    source,
+                })?;
             calls.push((exchange, false));
         }
         calls.sort_by_key(|(e, _)| e.n);
@@ -313,9 +374,9 @@ impl Tape {
     /// the `n`th recorded request when it is the same, else the first unused one that is (calls
     /// made in parallel may arrive in another order). Otherwise why not: the nearest recorded
     /// request (the `n`th, else the last) and what differs.
-    pub fn answer(&self, n: usize, key: &Value) -> Result<Exchange, String> {
+    pub fn answer(&self, n: usize, key: &Value) -> Result<Exchange, ReplayMismatch> {
         let Ok(mut calls) = self.calls.lock() else {
-            return Err(format!("{REPLAY_MISMATCH}the recording is unreadable"));
+            return Err(ReplayMismatch::Unreadable);
         };
         let same = |(e, used): &(Exchange, bool)| !used && e.key() == *key;
         let found = calls
@@ -329,20 +390,21 @@ impl Tape {
         }
         let total = calls.len();
         let Some((nearest, _)) = calls.get(n.wrapping_sub(1)).or(calls.last()) else {
-            return Err(format!(
-                "{REPLAY_MISMATCH}request {n} does not match the recording: it holds no request"
-            ));
+            return Err(ReplayMismatch::Empty { n });
         };
         let what = differences(&nearest.key(), key, 5);
-        Err(format!(
-            "{REPLAY_MISMATCH}request {n} ({} {}) matches no recorded request; nearest is recorded request {} of {total} ({} {}), which differs at {}",
-            key["method"].as_str().unwrap_or(""),
-            key["path"].as_str().unwrap_or(""),
-            nearest.n,
-            nearest.method,
-            nearest.path,
-            what.join("; ")
-        ))
+        Err(ReplayMismatch::NoMatch {
+            n,
+            method: key["method"].as_str().unwrap_or("").to_owned(),
+            path: key["path"].as_str().unwrap_or("").to_owned(),
+            nearest: Box::new(Nearest {
+                n: nearest.n,
+                total,
+                method: nearest.method.clone(),
+                path: nearest.path.clone(),
+            }),
+            differences: what.join("; "),
+        })
     }
 }
 
@@ -429,7 +491,8 @@ mod tests {
         );
         let err = tape
             .answer(3, &key(json!({"messages": ["a", "c"]})))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("request 3"), "{err}");
         assert!(err.contains("recorded request 2 of 2"), "{err}");
         assert!(err.contains("/body/messages/1: \"b\" != \"c\""), "{err}");

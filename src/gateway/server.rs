@@ -107,11 +107,27 @@ struct Totals {
     calls: Vec<ModelCall>,
 }
 
+/// Why the gateway refuses a model call before forwarding it: the trial's budget.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Refusal {
+    /// A thread panicked holding the trial's totals.
+    #[error("poisoned")]
+    Poisoned,
+    /// A limit is reached; the reason names it.
+    #[error("{0}")]
+    OverBudget(String),
+    #[error(
+        "deltabench budget: a `cost_usd` budget cannot be kept, since no price is known for \
+         model '{model}' (set the agent's `price:`)"
+    )]
+    Unpriced { model: String },
+}
+
 impl Account {
     /// Counts a model call about to be forwarded (its number among the trial's calls), or says
     /// why the budget refuses it.
-    fn admit(&self) -> Result<usize, String> {
-        let mut totals = self.usage.lock().map_err(|_| "poisoned".to_owned())?;
+    fn admit(&self) -> Result<usize, Refusal> {
+        let mut totals = self.usage.lock().map_err(|_| Refusal::Poisoned)?;
         let u = &totals.usage;
         let spent = Spent {
             tokens: u.input_tokens + u.output_tokens + u.cache_read_tokens + u.cache_write_tokens,
@@ -120,14 +136,16 @@ impl Account {
             wall: self.started.lock().map_or(Duration::ZERO, |t| t.elapsed()),
         };
         if let Some(why) = over_budget(&self.setup.budget, &spent) {
-            return Err(why);
+            return Err(Refusal::OverBudget(why));
         }
         if self.setup.budget.cost_usd.is_some() && totals.unpriced {
-            return Err(format!(
-                "deltabench budget: a `cost_usd` budget cannot be kept, since no price is known for \
-                 model '{}' (set the agent's `price:`)",
-                totals.unpriced_model.as_deref().unwrap_or("unnamed")
-            ));
+            return Err(Refusal::Unpriced {
+                model: totals
+                    .unpriced_model
+                    .as_deref()
+                    .unwrap_or("unnamed")
+                    .to_owned(),
+            });
         }
         totals.usage.model_calls += 1;
         totals.calls.push(ModelCall {
@@ -198,6 +216,17 @@ struct Shared {
     direct: reqwest::Client,
 }
 
+/// Why the run's gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The loopback port or the Unix socket (or its folder) could not be had.
+    #[error(transparent)]
+    Listen(#[from] std::io::Error),
+    /// The HTTP client that forwards to the upstreams could not be built (TLS setup).
+    #[error(transparent)]
+    Client(#[from] reqwest::Error),
+}
+
 /// The run's gateway, serving from the current tokio runtime on 127.0.0.1.
 pub struct Gateway {
     addr: SocketAddr,
@@ -212,14 +241,14 @@ pub struct Gateway {
 
 impl Gateway {
     /// Binds any free loopback port and starts serving.
-    pub async fn start() -> std::io::Result<Gateway> {
+    pub async fn start() -> Result<Gateway, GatewayError> {
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         let addr = listener.local_addr()?;
         let listener = crate::model::without_delay(listener);
         let build = |proxied: bool| {
             let builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(30));
             let builder = if proxied { builder } else { builder.no_proxy() };
-            builder.build().map_err(std::io::Error::other)
+            builder.build()
         };
         let shared = Arc::new(Shared {
             trials: Mutex::new(HashMap::new()),
@@ -495,6 +524,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         Some(dialect) => match account.admit() {
             Ok(index) => Some(index),
             Err(why) => {
+                let why = why.to_string();
                 account.setup.stop.trip(why.clone());
                 let (status, body) = dialect.refusal(&why);
                 return json_response(status, &body);
@@ -537,6 +567,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         return match tape.answer(n, &key) {
             Ok(recorded) => replayed(&account, call.zip(dialect), model, n, recorded, &places),
             Err(why) => {
+                let why = why.to_string();
                 account.setup.stop.trip(why.clone());
                 let (status, body) = match dialect {
                     Some(dialect) => dialect.refusal(&why),

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::docker::{self, ContainerPaths, SOLUTION_DIR, StageError, TESTS_DIR};
 use super::write::{SuiteFile, TaskEntry, write_file};
-use super::{Format, Ids, ImportError, ImportOptions, Imported, seconds};
+use super::{Format, Ids, ImportError, ImportOptions, Imported, Skip, seconds};
 use crate::process::{self, CommandSpec};
 
 const GRADER: &str = include_str!("../../graders/reward.py");
@@ -180,7 +180,7 @@ pub async fn import(
         match docker::stage(&env, &task.context, &app, &HARNESS) {
             Ok(()) => {}
             Err(StageError::Unsupported(reason)) => {
-                imported.skip(&task.name, reason);
+                imported.skip(&task.name, Skip::from(reason));
                 continue;
             }
             Err(StageError::Io { path, source }) => return Err(ImportError::Read { path, source }),
@@ -549,7 +549,7 @@ const TASK_YAML_READ: [&str; 12] = [
 
 /// The task's environment, or why it cannot be imported. A compose file or Dockerfile that
 /// cannot be read is an error, like any task file.
-fn environment(task: &ContainerTask) -> Result<Result<docker::Environment, String>, ImportError> {
+fn environment(task: &ContainerTask) -> Result<Result<docker::Environment, Skip>, ImportError> {
     for name in ["docker-compose.yaml", "docker-compose.yml"] {
         let path = task.context.join(name);
         if !path.is_file() {
@@ -558,16 +558,17 @@ fn environment(task: &ContainerTask) -> Result<Result<docker::Environment, Strin
         let compose: Compose =
             serde_saphyr::from_str(&read_text(&path)?).map_err(|e| ImportError::yaml(&path, &e))?;
         if compose.services.len() > 1 {
-            let names: Vec<&String> = compose.services.keys().collect();
-            return Ok(Err(format!(
-                "needs several containers ({name} starts {names:?})"
-            )));
+            return Ok(Err(Skip::Containers {
+                file: name,
+                services: compose.services.keys().cloned().collect(),
+            }));
         }
     }
-    Ok(match &task.dockerfile {
+    let parsed = match &task.dockerfile {
         Some(path) => docker::parse_dockerfile(&read_text(path)?),
         None => docker::parse_dockerfile(""),
-    })
+    };
+    Ok(parsed.map_err(Skip::from))
 }
 
 /// Copies the task's Dockerfile and build context to `environments/<id>/` (harness files left
@@ -583,7 +584,7 @@ fn copy_environment(
     let skip: &[&str] = if task.context_is_task { &HARNESS } else { &[] };
     docker::copy_tree(&task.context, &staging.join(&dir), skip).map_err(|err| match err {
         StageError::Io { path, source } => ImportError::Read { path, source },
-        StageError::Unsupported(message) => ImportError::Usage(message),
+        StageError::Unsupported(message) => ImportError::Usage(message.to_string()),
     })?;
     let text = std::fs::read(dockerfile).map_err(|source| ImportError::Read {
         path: dockerfile.to_owned(),

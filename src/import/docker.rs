@@ -63,18 +63,31 @@ pub struct CopyStep {
     pub line: String,
 }
 
+/// Why a Dockerfile cannot be imported as files: the task needs a real image build.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DockerfileError {
+    /// An instruction the importer cannot lay out; `line` is shortened for the message.
+    #[error("cannot import its Dockerfile: {line} ({why})")]
+    Unsupported { line: String, why: String },
+    #[error("works in / (WORKDIR /): the workspace root cannot stand for the whole filesystem")]
+    RootWorkdir,
+}
+
 /// Why an environment cannot be laid out as files.
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
-    /// The task needs a real image build; the text is the skip reason.
-    #[error("{0}")]
-    Unsupported(String),
+    /// The task needs a real image build: a skip reason.
+    #[error(transparent)]
+    Unsupported(#[from] DockerfileError),
     #[error("cannot copy {}: {source}", path.display())]
     Io { path: PathBuf, source: io::Error },
 }
 
-fn unsupported(line: &str, why: &str) -> String {
-    format!("cannot import its Dockerfile: {} ({why})", shorten(line))
+fn unsupported(line: &str, why: &str) -> DockerfileError {
+    DockerfileError::Unsupported {
+        line: shorten(line),
+        why: why.to_owned(),
+    }
 }
 
 fn shorten(line: &str) -> String {
@@ -87,7 +100,7 @@ fn shorten(line: &str) -> String {
 }
 
 /// Reads a Dockerfile; `Err` is the skip reason when it cannot be imported.
-pub fn parse_dockerfile(text: &str) -> Result<Environment, String> {
+pub fn parse_dockerfile(text: &str) -> Result<Environment, DockerfileError> {
     let mut workdir: Option<String> = None;
     let mut copies = Vec::new();
     // ADD and COPY --from: built, never staged, so never into the working directory.
@@ -144,10 +157,7 @@ pub fn parse_dockerfile(text: &str) -> Result<Environment, String> {
     }
     let workdir = workdir.unwrap_or_else(|| DEFAULT_WORKDIR.to_owned());
     if workdir == "/" {
-        return Err(
-            "works in / (WORKDIR /): the workspace root cannot stand for the whole filesystem"
-                .into(),
-        );
+        return Err(DockerfileError::RootWorkdir);
     }
     if let Some(step) = unstaged
         .iter()
@@ -300,7 +310,7 @@ fn instructions(text: &str) -> Vec<String> {
 
 /// One COPY or ADD, and whether its sources are in the build context (not `--from` a stage or
 /// an image).
-fn copy_step(line: &str, rest: &str, workdir: &str) -> Result<(CopyStep, bool), String> {
+fn copy_step(line: &str, rest: &str, workdir: &str) -> Result<(CopyStep, bool), DockerfileError> {
     let mut words: Vec<String> = if rest.starts_with('[') {
         serde_json::from_str(rest).map_err(|_| unsupported(line, "unreadable JSON form"))?
     } else {
@@ -703,7 +713,9 @@ mod tests {
         assert_eq!(env.copies[0].sources, ["src/"]);
         assert_eq!(env.copies[0].dest, "/app/src/");
         assert_eq!(env.copies[1].sources, ["my file.txt"]);
-        let open = parse_dockerfile("FROM a\nCOPY \"src/ /app/\n").unwrap_err();
+        let open = parse_dockerfile("FROM a\nCOPY \"src/ /app/\n")
+            .unwrap_err()
+            .to_string();
         assert!(open.contains("an unclosed quote"), "{open}");
     }
 
@@ -716,7 +728,7 @@ mod tests {
             ("FROM a\nWORKDIR $HOME\n", "a variable"),
             ("FROM a\nWORKDIR /\n", "WORKDIR /"),
         ] {
-            let reason = parse_dockerfile(text).unwrap_err();
+            let reason = parse_dockerfile(text).unwrap_err().to_string();
             assert!(reason.contains(why), "{text:?}: {reason}");
         }
     }

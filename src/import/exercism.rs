@@ -309,7 +309,7 @@ fn safe_relative(path: &str) -> bool {
 fn write_exercise(exercise: &Exercise, id: &str, staging: &Path) -> Result<TaskEntry, ImportError> {
     let stage_err = |err: StageError| match err {
         StageError::Io { path, source } => ImportError::Write { path, source },
-        StageError::Unsupported(message) => ImportError::Usage(message),
+        StageError::Unsupported(message) => ImportError::Usage(message.to_string()),
     };
     let stub = staging.join("repo").join(id);
     copy_tree(&exercise.dir, &stub, &[".meta", ".docs", ".exercism"]).map_err(stage_err)?;

@@ -113,6 +113,57 @@ pub struct Skipped {
     pub reason: String,
 }
 
+/// Why one source task is left out of the suite (it is listed as skipped, with this text): the
+/// import goes on with the others.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Skip {
+    /// Its Dockerfile needs a real image build.
+    #[error(transparent)]
+    Dockerfile(#[from] docker::DockerfileError),
+    #[error("needs several containers ({file} starts {services:?})")]
+    Containers {
+        file: &'static str,
+        services: Vec<String>,
+    },
+    #[error(
+        "base commit {commit} is not in {} (fetch it, or clone with full history)",
+        clone.display()
+    )]
+    MissingBase { commit: String, clone: PathBuf },
+    /// The row's test patch or fix does not apply to its base commit.
+    #[error("the {what} does not apply to base commit {commit}: {source}")]
+    PatchDoesNotApply {
+        what: &'static str,
+        commit: String,
+        #[source]
+        source: std::sync::Arc<crate::workspace::PatchError>,
+    },
+    #[error("the official spec of {repo} {version} has no test command")]
+    NoOfficialTestCommand { repo: String, version: String },
+    #[error(
+        "no official image: the SWE-bench harness has no spec for {repo}{}; give its test command in an --env file",
+        match version {
+            Some(version) => format!(" version {version}"),
+            None => " (no version)".to_owned(),
+        }
+    )]
+    NoOfficialImage {
+        repo: String,
+        version: Option<String>,
+    },
+    #[error(
+        "no test command for {repo}: the base has neither Cargo.toml nor a Python project file; give one in an --env file"
+    )]
+    NoTestCommand { repo: String },
+    #[error("cannot write the official environment of {repo} {version}: {source}")]
+    OfficialEnvironment {
+        repo: String,
+        version: String,
+        #[source]
+        source: swebench_env::EnvironmentError,
+    },
+}
+
 /// An import that cannot go on.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
@@ -191,10 +242,10 @@ struct Imported {
 }
 
 impl Imported {
-    fn skip(&mut self, task: impl Into<String>, reason: impl Into<String>) {
+    fn skip(&mut self, task: impl Into<String>, reason: impl fmt::Display) {
         self.skipped.push(Skipped {
             task: task.into(),
-            reason: reason.into(),
+            reason: reason.to_string(),
         });
     }
 }

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::swebench_env;
 use super::write::{SuiteFile, TaskEntry, write_file};
-use super::{Ids, ImportError, ImportOptions, Imported};
+use super::{Ids, ImportError, ImportOptions, Imported, Skip};
 use crate::process::{self, CommandSpec};
 use crate::support::shell_quote;
 
@@ -213,7 +213,7 @@ struct Place<'a> {
 
 /// The environments written into one suite's folder, per version: the Dockerfile's path
 /// relative to the suite file, or why it could not be written.
-type Environments = HashMap<String, Result<String, String>>;
+type Environments = HashMap<String, Result<String, Skip>>;
 
 /// How long the verify command may take in an official environment: it installs the package
 /// again before the tests (a compiled one builds its extensions).
@@ -226,18 +226,17 @@ fn task(
     env: &IndexMap<String, EnvEntry>,
     environments: &mut Environments,
     ids: &mut Ids,
-) -> Result<Result<TaskEntry, String>, ImportError> {
+) -> Result<Result<TaskEntry, Skip>, ImportError> {
     let (git, clone, dir) = (place.git, place.clone, place.dir);
     let Some(tree) = git
         .revparse_single(&format!("{}^{{tree}}", instance.base_commit))
         .ok()
         .and_then(|object| object.into_tree().ok())
     else {
-        return Ok(Err(format!(
-            "base commit {} is not in {} (fetch it, or clone with full history)",
-            instance.base_commit,
-            clone.display()
-        )));
+        return Ok(Err(Skip::MissingBase {
+            commit: instance.base_commit.clone(),
+            clone: clone.to_owned(),
+        }));
     };
     // Checked as the run applies them (each to the base), so a bad row is skipped here.
     for (what, patch) in [
@@ -245,10 +244,11 @@ fn task(
         ("fix", &instance.patch),
     ] {
         if let Err(why) = crate::workspace::patched_files(git, &tree, patch.as_bytes()) {
-            return Ok(Err(format!(
-                "the {what} does not apply to base commit {}: {why}",
-                instance.base_commit
-            )));
+            return Ok(Err(Skip::PatchDoesNotApply {
+                what,
+                commit: instance.base_commit.clone(),
+                source: why.into(),
+            }));
         }
     }
     let entry = env_entry(instance, env);
@@ -264,11 +264,10 @@ fn task(
             let Some(verify) =
                 swebench_env::verify_command(spec, &instance.repo, &instance.test_patch)
             else {
-                return Ok(Err(format!(
-                    "the official spec of {} {} has no test command",
-                    instance.repo,
-                    instance.version.as_deref().unwrap_or_default()
-                )));
+                return Ok(Err(Skip::NoOfficialTestCommand {
+                    repo: instance.repo.clone(),
+                    version: instance.version.clone().unwrap_or_default(),
+                }));
             };
             let environment = if place.images {
                 ("image", swebench_env::image_name(&instance.name))
@@ -289,14 +288,10 @@ fn task(
             (settings, verify, vec![environment, workdir])
         }
         None if place.images && entry.is_none() => {
-            let version = match &instance.version {
-                Some(version) => format!(" version {version}"),
-                None => " (no version)".to_owned(),
-            };
-            return Ok(Err(format!(
-                "no official image: the SWE-bench harness has no spec for {}{version}; give its test command in an --env file",
-                instance.repo
-            )));
+            return Ok(Err(Skip::NoOfficialImage {
+                repo: instance.repo.clone(),
+                version: instance.version.clone(),
+            }));
         }
         None => match test_settings(instance, &tree, entry) {
             Ok(settings) => {
@@ -361,7 +356,7 @@ fn official_dockerfile(
     spec: &OfficialSpec,
     place: &Place,
     environments: &mut Environments,
-) -> Result<Result<String, String>, ImportError> {
+) -> Result<Result<String, Skip>, ImportError> {
     let version = instance.version.clone().unwrap_or_default();
     if let Some(known) = environments.get(&version) {
         return Ok(known.clone());
@@ -377,10 +372,10 @@ fn official_dockerfile(
         .ok()
         .and_then(|object| object.into_tree().ok());
     let files = match tree {
-        None => Err(format!(
-            "the environment setup commit {commit} is not in {}",
-            place.clone.display()
-        )),
+        None => Err(swebench_env::EnvironmentError::MissingCommit {
+            commit: commit.to_owned(),
+            clone: place.clone.to_owned(),
+        }),
         Some(tree) => {
             swebench_env::dockerfile(&instance.repo, &version, spec, commit, place.git, &tree)
         }
@@ -397,10 +392,11 @@ fn official_dockerfile(
             }
             Ok(format!("{folder}/Dockerfile"))
         }
-        Err(why) => Err(format!(
-            "cannot write the official environment of {} {version}: {why}",
-            instance.repo
-        )),
+        Err(source) => Err(Skip::OfficialEnvironment {
+            repo: instance.repo.clone(),
+            version: version.clone(),
+            source,
+        }),
     };
     environments.insert(version, result.clone());
     Ok(result)
@@ -412,7 +408,7 @@ fn test_settings(
     instance: &Instance,
     tree: &git2::Tree,
     entry: Option<&EnvEntry>,
-) -> Result<TestSettings, String> {
+) -> Result<TestSettings, Skip> {
     let entry = entry.cloned().unwrap_or_default();
     let rust = tree.get_name("Cargo.toml").is_some();
     let python = ["setup.py", "pyproject.toml", "setup.cfg"]
@@ -436,10 +432,9 @@ fn test_settings(
         .or(official.as_deref())
         .or(default_command)
     else {
-        return Err(format!(
-            "no test command for {}: the base has neither Cargo.toml nor a Python project file; give one in an --env file",
-            instance.repo
-        ));
+        return Err(Skip::NoTestCommand {
+            repo: instance.repo.clone(),
+        });
     };
     let timeout = match &entry.timeout {
         // Checked when the --env file was read.

@@ -66,6 +66,25 @@ fn edits_repository(line: &str) -> bool {
     line.starts_with("sed ") || line.starts_with("grep ")
 }
 
+/// Why the official environment of a repository's version cannot be written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvironmentError {
+    #[error("the official spec of {repo} {version} names no Python version")]
+    NoPython { repo: String, version: String },
+    #[error("the environment setup commit {commit} is not in {}", clone.display())]
+    MissingCommit {
+        commit: String,
+        clone: std::path::PathBuf,
+    },
+    /// None of the paths the harness reads the file from is at the commit.
+    #[error("no {what} at commit {commit} (looked for {})", looked_for.join(", "))]
+    NoFile {
+        what: &'static str,
+        commit: String,
+        looked_for: Vec<String>,
+    },
+}
+
 /// The files of one generated environment, relative to its folder.
 pub type EnvironmentFiles = Vec<(&'static str, String)>;
 
@@ -80,11 +99,12 @@ pub fn dockerfile(
     commit: &str,
     git: &git2::Repository,
     tree: &git2::Tree,
-) -> Result<EnvironmentFiles, String> {
+) -> Result<EnvironmentFiles, EnvironmentError> {
     let Some(python) = &spec.python else {
-        return Err(format!(
-            "the official spec of {repo} {version} names no Python version"
-        ));
+        return Err(EnvironmentError::NoPython {
+            repo: repo.to_owned(),
+            version: version.to_owned(),
+        });
     };
     let mut env = vec![
         "#!/bin/bash".to_owned(),
@@ -214,18 +234,17 @@ fn first_file_or_why<'a>(
     git: &git2::Repository,
     tree: &git2::Tree,
     paths: Option<&'a Vec<String>>,
-    what: &str,
+    what: &'static str,
     commit: &str,
-) -> Result<(&'a str, String), String> {
+) -> Result<(&'a str, String), EnvironmentError> {
     let paths = paths.map_or(&[][..], Vec::as_slice);
     paths
         .iter()
         .find_map(|path| Some((path.as_str(), read(git, tree, path)?)))
-        .ok_or_else(|| {
-            format!(
-                "no {what} at commit {commit} (looked for {})",
-                paths.join(", ")
-            )
+        .ok_or_else(|| EnvironmentError::NoFile {
+            what,
+            commit: commit.to_owned(),
+            looked_for: paths.to_vec(),
         })
 }
 
@@ -243,7 +262,7 @@ fn requirements(
     git: &git2::Repository,
     tree: &git2::Tree,
     commit: &str,
-) -> Result<String, String> {
+) -> Result<String, EnvironmentError> {
     let (path, text) = first_file_or_why(
         git,
         tree,
@@ -284,7 +303,7 @@ fn environment_yml(
     git: &git2::Repository,
     tree: &git2::Tree,
     commit: &str,
-) -> Result<String, String> {
+) -> Result<String, EnvironmentError> {
     let (_, text) = first_file_or_why(
         git,
         tree,

@@ -387,8 +387,13 @@ impl TryFrom<RawScript> for Script {
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> Result<Script, String> {
-        Script::parse(text, Path::new("s.yaml")).map_err(|e| e.to_string())
+    fn parse(text: &str) -> Result<Script, ScriptError> {
+        Script::parse(text, Path::new("s.yaml"))
+    }
+
+    /// The message of the error `text` is refused with.
+    fn refusal(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
     }
 
     #[test]
@@ -444,22 +449,22 @@ mod tests {
 
     #[test]
     fn errors_name_the_place_and_the_valid_set() {
-        let err = parse("steps:\n  - write: {path: a, content: b}\n    shell: ls\n").unwrap_err();
+        let err = refusal("steps:\n  - write: {path: a, content: b}\n    shell: ls\n");
         assert!(
             err.starts_with("s.yaml:3:12: step 0: a step takes at most one action"),
             "{err}"
         );
-        let err = parse("steps:\n  - error: {status: 200}\n").unwrap_err();
+        let err = refusal("steps:\n  - error: {status: 200}\n");
         assert!(err.starts_with("s.yaml:2:21:"), "{err}");
         assert!(err.contains("400..=599"), "{err}");
-        let err = parse("steps:\n  - txt: hi\n").unwrap_err();
+        let err = refusal("steps:\n  - txt: hi\n");
         assert!(err.starts_with("s.yaml:2:"), "{err}");
         assert!(err.contains("txt") && err.contains("text"), "{err}");
-        let err = parse("stepz: []\n").unwrap_err();
+        let err = refusal("stepz: []\n");
         assert!(err.contains("stepz") && err.contains("steps"), "{err}");
-        let err = parse("steps:\n  - {}\n").unwrap_err();
+        let err = refusal("steps:\n  - {}\n");
         assert!(err.contains("step 0 is empty"), "{err}");
-        let err = parse("split: 0\nsteps: []\n").unwrap_err();
+        let err = refusal("split: 0\nsteps: []\n");
         assert!(err.starts_with("s.yaml:1:8: `split` is 0"), "{err}");
     }
 

@@ -68,10 +68,7 @@ fn test_case(run: &StoredRun, record: &TrialRecord) -> TestCase {
         Outcome::Pass => TestCaseStatus::success(),
         Outcome::Fail => {
             let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
-            let text = match verify_log_tail(run, record) {
-                Ok(tail) => tail,
-                Err(why) => why,
-            };
+            let text = verify_log_tail(run, record).unwrap_or_else(|why| why.to_string());
             status
                 .set_message(xml_safe(&failure_message(record)))
                 .set_type("fail")
@@ -89,7 +86,7 @@ fn test_case(run: &StoredRun, record: &TrialRecord) -> TestCase {
                 .set_message(xml_safe(&format!("invalid: {why}")))
                 .set_type("invalid")
                 .set_description(xml_safe(
-                    &verify_log_tail(run, record).unwrap_or_else(|e| e),
+                    &verify_log_tail(run, record).unwrap_or_else(|why| why.to_string()),
                 ));
             status
         }
@@ -163,12 +160,35 @@ pub(super) fn relative(run: &StoredRun, path: &Path) -> String {
         .to_string()
 }
 
-/// The last `LOG_TAIL_LINES` lines of the trial's `verify.log`, or a sentence saying why not.
-pub(super) fn verify_log_tail(run: &StoredRun, record: &TrialRecord) -> Result<String, String> {
+/// Why a trial's `verify.log` is not shown: a note in its place, naming it run-relative.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum LogUnreadable {
+    #[error("({path} is missing)")]
+    Missing {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("(cannot read {path}: {source})")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The last `LOG_TAIL_LINES` lines of the trial's `verify.log`, or why not.
+pub(super) fn verify_log_tail(
+    run: &StoredRun,
+    record: &TrialRecord,
+) -> Result<String, LogUnreadable> {
     let path = layout::record_path(&run.path, record).join(layout::VERIFY_LOG);
-    let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!("({} is missing)", relative(run, &path)),
-        _ => format!("(cannot read {}: {e})", relative(run, &path)),
+    let bytes = std::fs::read(&path).map_err(|source| {
+        let path = relative(run, &path);
+        match source.kind() {
+            std::io::ErrorKind::NotFound => LogUnreadable::Missing { path, source },
+            _ => LogUnreadable::Read { path, source },
+        }
     })?;
     let text = String::from_utf8_lossy(&bytes);
     let lines: Vec<&str> = text.lines().collect();

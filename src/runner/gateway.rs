@@ -15,6 +15,8 @@ use crate::store::{TrialRecord, UsageRecord, UsageSource};
 use crate::suite::{AgentSpec, Task};
 use crate::workspace::{Isolation, ModelRoute, Network};
 
+use super::RunError;
+
 /// Whether `spec`'s model calls pass the gateway.
 pub(crate) fn uses_gateway(spec: &AgentSpec) -> bool {
     match spec {
@@ -31,15 +33,18 @@ pub(crate) fn uses_gateway(spec: &AgentSpec) -> bool {
 /// `deltabench`'s `main` does).
 pub(crate) async fn start(
     agents: &IndexMap<String, AgentSpec>,
-) -> std::io::Result<Option<(Arc<Gateway>, ModelRoute)>> {
+) -> Result<Option<(Arc<Gateway>, ModelRoute)>, RunError> {
     if !agents.values().any(uses_gateway) {
         return Ok(None);
     }
-    let gateway = Gateway::start().await?;
+    let gateway = Gateway::start()
+        .await
+        .map_err(|source| RunError::Gateway { source })?;
     let route = ModelRoute {
         socket: gateway.socket().to_owned(),
         port: gateway.port(),
-        forwarder: std::env::current_exe()?,
+        forwarder: std::env::current_exe()
+            .map_err(RunError::io("cannot find deltabench's own executable"))?,
     };
     Ok(Some((Arc::new(gateway), route)))
 }

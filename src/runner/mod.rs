@@ -87,6 +87,11 @@ pub enum RunError {
         #[source]
         source: Box<crate::store::ReadRunError>,
     },
+    #[error("cannot start the model gateway")]
+    Gateway {
+        #[source]
+        source: crate::gateway::GatewayError,
+    },
     /// A blocking step of the run's preparation panicked or was cancelled.
     #[error("{context}")]
     Task {
@@ -282,9 +287,7 @@ async fn carry_out(
         .cloned()
         .collect();
     let scripted = ScriptedEndpoints::start(&plan.agents).await?;
-    let gateway = gateway::start(&plan.agents)
-        .await
-        .map_err(RunError::io("cannot start the model gateway"))?;
+    let gateway = gateway::start(&plan.agents).await?;
     let (gateway, model_route) = gateway.unzip();
     let inputs = Arc::new(TrialInputs {
         // Dropped with the inputs, after the last trial: that stops it.

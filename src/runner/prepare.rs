@@ -16,8 +16,8 @@ use crate::delta::commit_setup;
 use crate::process::{self, CommandSpec};
 use crate::store::layout;
 use crate::workspace::{
-    ContainerPolicy, EvictedTemplate, MADE, Prepare, Runtime, container_started, evict_templates,
-    tail,
+    ContainerPolicy, EvictedTemplate, MADE, Prepare, PrepareError, Runtime, container_started,
+    evict_templates, tail,
 };
 
 /// What the cache may hold in templates after a run, unless told otherwise.
@@ -166,10 +166,14 @@ impl Prepare for SetupPreparation {
         &self.key
     }
 
-    fn prepare(&self, tree: &Path, dir: &Path) -> Result<String, String> {
+    fn prepare(&self, tree: &Path, dir: &Path) -> Result<String, PrepareError> {
         self.run_setup(tree, dir)?;
-        commit_setup(tree, &self.history)
-            .map_err(|e| format!("cannot record the tree after setup: {}", e.message()))
+        commit_setup(tree, &self.history).map_err(|e| {
+            PrepareError::from(format!(
+                "cannot record the tree after setup: {}",
+                e.message()
+            ))
+        })
     }
 
     fn intact(&self, base: &str) -> bool {

@@ -195,7 +195,7 @@ fn reap_locked(found: &FoundLease, dry_run: bool) -> Vec<Reaped> {
             Ok(ids) => done.extend(ids.into_iter().map(Reaped::Container)),
             Err(error) => done.push(Reaped::Failed {
                 what: format!("the containers labelled {}", found.id()),
-                error,
+                error: error.to_string(),
             }),
         }
     }

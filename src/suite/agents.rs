@@ -175,7 +175,7 @@ pub(super) fn budget(source: &Source, raw: &RawBudget) -> Result<Budget, SuiteEr
         .as_ref()
         .map(|v| {
             crate::support::parse_duration(&v.value)
-                .map_err(|why| bad("wall", v.value.clone(), &why, loc(v)))
+                .map_err(|why| bad("wall", v.value.clone(), &why.to_string(), loc(v)))
         })
         .transpose()?;
     Ok(Budget {

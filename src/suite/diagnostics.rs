@@ -87,7 +87,7 @@ impl Source<'_> {
     }
 
     pub fn duration(&self, spanned: &Spanned<String>) -> Result<Duration, SuiteError> {
-        parse_duration(&spanned.value).map_err(|message| self.at(spanned, message))
+        parse_duration(&spanned.value).map_err(|message| self.at(spanned, message.to_string()))
     }
 
     pub fn parse<T: for<'de> serde::Deserialize<'de>>(&self) -> Result<T, SuiteError> {

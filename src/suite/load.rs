@@ -605,7 +605,7 @@ fn verify_spec(source: &Source, v: &Spanned<RawVerify>) -> Result<VerifySpec, Su
         .value
         .timeout
         .as_deref()
-        .map(|t| parse_duration(t).map_err(|message| source.at(v, message)))
+        .map(|t| parse_duration(t).map_err(|message| source.at(v, message.to_string())))
         .transpose()?;
     Ok(VerifySpec {
         run: v.value.run.clone(),
@@ -647,7 +647,9 @@ fn metric_spec(source: &Source, m: &Spanned<RawMetric>) -> Result<MetricSpec, Su
                 timeout: Some(
                     timeout
                         .as_deref()
-                        .map(|t| parse_duration(t).map_err(|message| source.at(m, message)))
+                        .map(|t| {
+                            parse_duration(t).map_err(|message| source.at(m, message.to_string()))
+                        })
                         .transpose()?
                         .unwrap_or(GRADER_TIMEOUT),
                 ),

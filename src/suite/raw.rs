@@ -513,11 +513,14 @@ enum MetricSchema {
     },
 }
 
+/// String keys to string values.
+type StringMap = BTreeMap<String, String>;
+
 /// Reads a map of string keys to string values, rejecting keys outside `allowed`.
 fn string_map<'de, A: MapAccess<'de>>(
     mut map: A,
     allowed: &'static [&'static str],
-) -> Result<BTreeMap<String, String>, A::Error> {
+) -> Result<StringMap, A::Error> {
     let mut fields = BTreeMap::new();
     while let Some(key) = map.next_key::<String>()? {
         if !allowed.contains(&key.as_str()) {

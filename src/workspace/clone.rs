@@ -9,6 +9,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use super::error::TreeError;
 use super::git::run_git;
 use super::remove::remove_tree;
 use super::{
@@ -59,7 +60,7 @@ impl WorkspaceBackend for CloneBackend {
         let made = make_clone(&base.repo, &path, &base.commit);
         if let Err(reason) = made {
             let _ = remove_tree(&path);
-            return Err(fail(reason));
+            return Err(fail(reason.to_string()));
         }
         let dispose_path = path.clone();
         if self.keep {
@@ -87,19 +88,19 @@ impl WorkspaceBackend for CloneBackend {
 /// new repository whose alternates file names the source's object store, then a checkout. That
 /// saves the clone's processes (upload-pack, the remote, the refs it writes): a new base
 /// commit's template is on its first trial's path.
-pub(super) fn make_clone(source: &Path, path: &Path, commit: &str) -> Result<(), String> {
+pub(super) fn make_clone(source: &Path, path: &Path, commit: &str) -> Result<(), TreeError> {
     let objects = objects_of(source)?;
-    git2::Repository::init(path).map_err(|err| {
-        format!(
-            "cannot create a repository in {}: {}",
-            path.display(),
-            err.message()
-        )
+    git2::Repository::init(path).map_err(|source| TreeError::Init {
+        path: path.to_owned(),
+        source,
     })?;
     let alternates = path.join(".git/objects/info/alternates");
     fs::create_dir_all(path.join(".git/objects/info"))
         .and_then(|()| fs::write(&alternates, format!("{}\n", objects.display())))
-        .map_err(|err| format!("cannot write {}: {err}", alternates.display()))?;
+        .map_err(|source| TreeError::Write {
+            path: alternates,
+            source,
+        })?;
     run_git(path, &["checkout", "--quiet", "--detach", commit])?;
     // The checkout wrote a reflog entry; history beyond HEAD must stay out of reach.
     let _ = fs::remove_dir_all(path.join(".git/logs"));
@@ -107,13 +108,15 @@ pub(super) fn make_clone(source: &Path, path: &Path, commit: &str) -> Result<(),
 }
 
 /// The object store of the repository `source` (bare or not), as an absolute path.
-pub(super) fn objects_of(source: &Path) -> Result<PathBuf, String> {
+pub(super) fn objects_of(source: &Path) -> Result<PathBuf, TreeError> {
     let objects = match source.join(".git/objects") {
         nested if nested.is_dir() => nested,
         _ => source.join("objects"),
     };
-    std::path::absolute(&objects)
-        .map_err(|err| format!("cannot resolve {}: {err}", objects.display()))
+    std::path::absolute(&objects).map_err(|source| TreeError::Resolve {
+        path: objects.clone(),
+        source,
+    })
 }
 
 /// The object store a clone made by [`make_clone`] at `path` borrows from.

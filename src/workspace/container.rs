@@ -85,6 +85,20 @@ pub struct Runtime {
     pub kind: RuntimeKind,
 }
 
+/// Why a run's containers could not be listed or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoveContainersError {
+    #[error("cannot start {}: {source}", program.display())]
+    Spawn {
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The runtime refused; the last lines it wrote.
+    #[error("{stderr}")]
+    Failed { stderr: String },
+}
+
 /// Why containers cannot run, or an image cannot be had: a configuration problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -531,15 +545,26 @@ impl Runtime {
 
     /// Removes every container labelled with run `label` (with `dry_run`, only lists them).
     /// Returns the ids removed.
-    pub fn remove_labelled(&self, label: &str, dry_run: bool) -> Result<Vec<String>, String> {
+    pub fn remove_labelled(
+        &self,
+        label: &str,
+        dry_run: bool,
+    ) -> Result<Vec<String>, RemoveContainersError> {
+        let spawn = |source| RemoveContainersError::Spawn {
+            program: self.program.clone(),
+            source,
+        };
+        let failed = |stderr: &[u8]| RemoveContainersError::Failed {
+            stderr: tail(&String::from_utf8_lossy(stderr), 3),
+        };
         let out = self
             .command()
             .args(["ps", "-a", "-q", "--filter"])
             .arg(format!("label={RUN_LABEL}={label}"))
             .output()
-            .map_err(|e| format!("cannot start {}: {e}", self.program.display()))?;
+            .map_err(spawn)?;
         if !out.status.success() {
-            return Err(tail(&String::from_utf8_lossy(&out.stderr), 3));
+            return Err(failed(&out.stderr));
         }
         let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
             .split_whitespace()
@@ -553,9 +578,9 @@ impl Runtime {
             .args(["rm", "-f", "-t", "0"])
             .args(&ids)
             .output()
-            .map_err(|e| format!("cannot start {}: {e}", self.program.display()))?;
+            .map_err(spawn)?;
         if !out.status.success() {
-            return Err(tail(&String::from_utf8_lossy(&out.stderr), 3));
+            return Err(failed(&out.stderr));
         }
         Ok(ids)
     }

@@ -6,6 +6,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use super::error::GitError;
+
 /// A `git` command with the harness's safety settings.
 pub fn git_command(cwd: &Path) -> Command {
     let mut command = Command::new("git");
@@ -30,31 +32,36 @@ pub fn git_command(cwd: &Path) -> Command {
 }
 
 /// Runs git and returns its stdout, or its stderr as the error.
-pub fn run_git(cwd: &Path, args: &[&str]) -> Result<String, String> {
+pub fn run_git(cwd: &Path, args: &[&str]) -> Result<String, GitError> {
     let output = git_command(cwd)
         .args(args)
         .output()
-        .map_err(|err| format!("cannot run git: {err}"))?;
+        .map_err(|source| GitError::Spawn { source })?;
     if output.status.success() {
         Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
     } else {
-        Err(format!(
-            "`git {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
+        Err(GitError::Failed {
+            args: args.join(" "),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        })
     }
 }
 
 /// Resolves `commitish` in `repo` to a full commit id.
-pub fn resolve_commit(repo: &Path, commitish: &str) -> Result<String, String> {
-    let repository = git2::Repository::open(repo).map_err(|err| err.message().to_owned())?;
+pub fn resolve_commit(repo: &Path, commitish: &str) -> Result<String, GitError> {
+    let repository = git2::Repository::open(repo).map_err(|source| GitError::Open { source })?;
     let object = repository
         .revparse_single(commitish)
-        .map_err(|err| format!("no commit '{commitish}': {}", err.message()))?;
+        .map_err(|source| GitError::NoCommit {
+            commitish: commitish.to_owned(),
+            source,
+        })?;
     let commit = object
         .peel_to_commit()
-        .map_err(|err| format!("'{commitish}' is not a commit: {}", err.message()))?;
+        .map_err(|source| GitError::NotACommit {
+            commitish: commitish.to_owned(),
+            source,
+        })?;
     Ok(commit.id().to_string())
 }
 

@@ -8,6 +8,7 @@ mod clone;
 mod confinement;
 mod container;
 mod digest;
+mod error;
 mod git;
 mod model_route;
 mod overlay;
@@ -30,13 +31,15 @@ pub use clone::CloneBackend;
 pub use confinement::Confinement;
 pub use container::{
     ContainerError, ContainerPolicy, DEFAULT_WORKDIR, DeltaScope, Environment, FsChange,
-    FsChangeKind, ImageNeed, ImageSource, Limits, RUN_LABEL, RUNTIME_VAR, Runtime, RuntimeKind,
-    container_started, tail,
+    FsChangeKind, ImageNeed, ImageSource, Limits, RUN_LABEL, RUNTIME_VAR, RemoveContainersError,
+    Runtime, RuntimeKind, container_started, tail,
 };
+pub use error::{GitError, HistoryStep, PrepareError, TreeError};
 pub use git::{git_command, harness_signature, resolve_commit};
 pub use model_route::{ModelRoute, SANDBOX_SOCKET_DIR, forward_then_exec};
 pub use overlay::{
-    EntryKind, Overlay, OverlayError, PatchedFile, apply_overlay, patched_files, write_entry,
+    EntryKind, Overlay, OverlayError, PatchError, PatchedFile, apply_overlay, patched_files,
+    write_entry,
 };
 pub use overlayfs::{EvictedTemplate, MADE, OverlayBackend, evict_templates, overlay_changes};
 pub use remove::{LeftBehind, RemoveError, mounts_below, remove_tree, unmount_below};
@@ -178,7 +181,7 @@ pub trait Prepare: Send + Sync + fmt::Debug {
     fn key(&self) -> &str;
     /// Prepares the checkout at `tree`, writing its logs to `dir`; returns the commit the
     /// workspaces start from. Blocking.
-    fn prepare(&self, tree: &Path, dir: &Path) -> Result<String, String>;
+    fn prepare(&self, tree: &Path, dir: &Path) -> Result<String, PrepareError>;
     /// Whether what an earlier `prepare` made (outside the tree, e.g. an image) is still there
     /// for workspaces to start from `base`.
     fn intact(&self, base: &str) -> bool;

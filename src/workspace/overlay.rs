@@ -77,6 +77,44 @@ pub enum OverlayError {
     Escape { path: PathBuf },
 }
 
+/// Why a patch does not apply to a tree (see [`patched_files`]).
+#[derive(Debug, thiserror::Error)]
+pub enum PatchError {
+    #[error("not a patch: {}", source.message())]
+    NotAPatch {
+        #[source]
+        source: git2::Error,
+    },
+    #[error("a deletion with no hunk of a file that is not empty")]
+    NonEmptyDeletion,
+    /// libgit2 could not apply it, or read what it applied.
+    #[error("{}", source.message())]
+    Apply {
+        #[source]
+        source: git2::Error,
+    },
+    #[error("{}: {}", path.display(), source.message())]
+    Blob {
+        path: PathBuf,
+        #[source]
+        source: git2::Error,
+    },
+    /// The scratch repository `git apply` runs in could not be made.
+    #[error("cannot prepare `git apply`: {}", source.message())]
+    ScratchRepo {
+        #[source]
+        source: git2::Error,
+    },
+    #[error("cannot prepare `git apply`: {source}")]
+    ScratchFile {
+        #[source]
+        source: io::Error,
+    },
+    /// `git apply` refused it; its reasons, one per line of its stderr, joined by `; `.
+    #[error("{reasons}")]
+    Rejected { reasons: String },
+}
+
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> OverlayError + '_ {
     move |source| OverlayError::Io {
         path: path.to_owned(),
@@ -197,7 +235,7 @@ pub fn patched_files(
     repo: &Repository,
     tree: &git2::Tree,
     patch: &[u8],
-) -> Result<Vec<PatchedFile>, String> {
+) -> Result<Vec<PatchedFile>, PatchError> {
     match libgit2_apply(repo, tree, patch) {
         Ok(files) => Ok(files),
         Err(libgit2_says) => git_apply(repo, tree, patch).unwrap_or(Err(libgit2_says)),
@@ -209,10 +247,10 @@ fn libgit2_apply(
     repo: &Repository,
     tree: &git2::Tree,
     patch: &[u8],
-) -> Result<Vec<PatchedFile>, String> {
+) -> Result<Vec<PatchedFile>, PatchError> {
     let rewritten = with_empty_contents(patch);
     let readable = rewritten.as_ref().map_or(patch, |(bytes, _)| bytes);
-    let diff = Diff::from_buffer(readable).map_err(|e| format!("not a patch: {}", e.message()))?;
+    let diff = Diff::from_buffer(readable).map_err(|source| PatchError::NotAPatch { source })?;
     for &ordinal in rewritten.iter().flat_map(|(_, deletions)| deletions) {
         let path = diff.get_delta(ordinal).and_then(|d| d.old_file().path());
         let empty = path
@@ -220,12 +258,12 @@ fn libgit2_apply(
             .and_then(|entry| repo.find_blob(entry.id()).ok())
             .is_some_and(|blob| blob.size() == 0);
         if !empty {
-            return Err("a deletion with no hunk of a file that is not empty".into());
+            return Err(PatchError::NonEmptyDeletion);
         }
     }
     let index = repo
         .apply_to_tree(tree, &diff, None)
-        .map_err(|e| e.message().to_owned())?;
+        .map_err(|source| PatchError::Apply { source })?;
     let mut paths = Vec::new();
     for delta in diff.deltas() {
         paths.extend(delta.old_file().path().map(Path::to_owned));
@@ -313,7 +351,7 @@ fn read_entry(
     repo: &Repository,
     path: PathBuf,
     entry: Option<(Oid, u32)>,
-) -> Result<Option<PatchedFile>, String> {
+) -> Result<Option<PatchedFile>, PatchError> {
     let Some((id, mode)) = entry else {
         return Ok(Some(PatchedFile {
             path,
@@ -323,9 +361,10 @@ fn read_entry(
     let Some(kind) = EntryKind::of_mode(mode as i32) else {
         return Ok(None);
     };
-    let blob = repo
-        .find_blob(id)
-        .map_err(|e| format!("{}: {}", path.display(), e.message()))?;
+    let blob = repo.find_blob(id).map_err(|source| PatchError::Blob {
+        path: path.clone(),
+        source,
+    })?;
     Ok(Some(PatchedFile {
         path,
         content: Some((blob.content().to_vec(), kind)),
@@ -337,30 +376,31 @@ fn git_apply(
     repo: &Repository,
     tree: &git2::Tree,
     patch: &[u8],
-) -> Option<Result<Vec<PatchedFile>, String>> {
+) -> Option<Result<Vec<PatchedFile>, PatchError>> {
     let scratch = tempfile::Builder::new()
         .prefix("deltabench-patch-")
         .tempdir()
         .ok()?;
     let dir = scratch.path();
-    let prepared = (|| -> Result<Repository, String> {
-        let msg = |e: git2::Error| e.message().to_owned();
+    let prepared = (|| {
+        let msg = |source: git2::Error| PatchError::ScratchRepo { source };
+        let file = |source: io::Error| PatchError::ScratchFile { source };
         let scratch_repo = Repository::init_bare(dir).map_err(msg)?;
         let objects = repo.commondir().join("objects");
         fs::write(
             dir.join("objects/info/alternates"),
             format!("{}\n", objects.display()),
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(file)?;
         let mut index = git2::Index::open(&dir.join("index")).map_err(msg)?;
         index.read_tree(tree).map_err(msg)?;
         index.write().map_err(msg)?;
-        fs::write(dir.join("patch.diff"), patch).map_err(|e| e.to_string())?;
+        fs::write(dir.join("patch.diff"), patch).map_err(file)?;
         Ok(scratch_repo)
     })();
     let scratch_repo = match prepared {
         Ok(scratch_repo) => scratch_repo,
-        Err(why) => return Some(Err(format!("cannot prepare `git apply`: {why}"))),
+        Err(why) => return Some(Err(why)),
     };
     let output = super::git_command(dir)
         .args(["--git-dir=.", "apply", "--cached", "patch.diff"])
@@ -375,7 +415,9 @@ fn git_apply(
             .map(|line| line.trim().trim_start_matches("error: "))
             .filter(|line| !line.is_empty())
             .collect();
-        return Some(Err(reasons.join("; ")));
+        return Some(Err(PatchError::Rejected {
+            reasons: reasons.join("; "),
+        }));
     }
     Some(changes_in_index(
         &scratch_repo,
@@ -389,8 +431,8 @@ fn changes_in_index(
     repo: &Repository,
     base: Oid,
     index_path: &Path,
-) -> Result<Vec<PatchedFile>, String> {
-    let msg = |e: git2::Error| e.message().to_owned();
+) -> Result<Vec<PatchedFile>, PatchError> {
+    let msg = |source: git2::Error| PatchError::Apply { source };
     let index = git2::Index::open(index_path).map_err(msg)?;
     let tree = repo.find_tree(base).map_err(msg)?;
     let diff = repo

@@ -33,6 +33,7 @@ use sha2::{Digest, Sha256};
 
 use super::clone::{CloneBackend, borrowed_objects, make_clone, objects_of};
 use super::digest::{Entry, KnownBlobs, first_difference, record_tree};
+use super::error::{PrepareError, TreeError};
 use super::git::run_git;
 use super::remove::remove_tree;
 use super::{
@@ -153,7 +154,7 @@ pub struct OverlayBackend {
     /// This run's full templates a layer may lie on, in the order they were checked or built.
     bases: Mutex<Vec<Candidate>>,
     /// Templates whose preparation failed in this run, with the reason.
-    failed: Mutex<HashMap<PathBuf, String>>,
+    failed: Mutex<HashMap<PathBuf, PrepareError>>,
     /// The in-use locks of the templates this run uses.
     in_use: Mutex<Vec<(PathBuf, Flock<fs::File>)>>,
 }
@@ -178,15 +179,18 @@ impl OverlayBackend {
 
     /// Whether this process can mount an overlay with its upper dir under `dir`: root (or
     /// CAP_SYS_ADMIN) and a kernel with overlayfs. The reason when not.
-    pub fn probe(dir: &Path) -> Result<(), String> {
-        fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    pub fn probe(dir: &Path) -> Result<(), TreeError> {
+        fs::create_dir_all(dir).map_err(create(dir))?;
         let scratch = tempfile::Builder::new()
             .prefix(".overlay-probe-")
             .tempdir_in(dir)
-            .map_err(|e| format!("cannot create a probe folder in {}: {e}", dir.display()))?;
+            .map_err(|source| TreeError::Staging {
+                path: dir.to_owned(),
+                source,
+            })?;
         let parts = ["lower", "upper", "work", "merged"].map(|p| scratch.path().join(p));
         for part in &parts {
-            fs::create_dir(part).map_err(|e| e.to_string())?;
+            fs::create_dir(part).map_err(|source| TreeError::Io { source })?;
         }
         mount_overlay(&parts[..1], &parts[1], &parts[2], &parts[3])?;
         let _ = umount2(&parts[3], MntFlags::MNT_DETACH);
@@ -213,27 +217,31 @@ impl OverlayBackend {
 
     /// Runs `f` holding the lock of the template folder `dir`: in this process, and across the
     /// processes that share the cache.
-    fn with_lock<T>(&self, dir: &Path, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    fn with_lock<T>(
+        &self,
+        dir: &Path,
+        f: impl FnOnce() -> Result<T, TreeError>,
+    ) -> Result<T, TreeError> {
         let lock = {
-            let mut building = self.building.lock().map_err(|e| e.to_string())?;
+            let mut building = self.building.lock()?;
             building.entry(dir.to_owned()).or_default().clone()
         };
-        let _held = lock.lock().map_err(|e| e.to_string())?;
-        fs::create_dir_all(&self.templates)
-            .map_err(|e| format!("cannot create {}: {e}", self.templates.display()))?;
-        let lock_file = fs::File::create(dir.with_extension("lock")).map_err(|e| e.to_string())?;
-        let _flock =
-            Flock::lock(lock_file, FlockArg::LockExclusive).map_err(|(_, e)| e.to_string())?;
+        let _held = lock.lock()?;
+        fs::create_dir_all(&self.templates).map_err(create(&self.templates))?;
+        let lock_file = fs::File::create(dir.with_extension("lock"))
+            .map_err(|source| TreeError::Io { source })?;
+        let _flock = Flock::lock(lock_file, FlockArg::LockExclusive)
+            .map_err(|(_, source)| TreeError::Lock { source })?;
         f()
     }
 
     /// The template of `base` (built, checked or rebuilt as needed).
-    fn template_for(&self, base: &WorkspaceBase, dir: &Path) -> Result<Ready, String> {
+    fn template_for(&self, base: &WorkspaceBase, dir: &Path) -> Result<Ready, TreeError> {
         let dir = dir.to_owned();
         self.with_lock(&dir, || {
             // A preparation that failed once in this run fails the same way for every trial.
             if let Some(reason) = self.failed.lock().ok().and_then(|f| f.get(&dir).cloned()) {
-                return Err(reason);
+                return Err(reason.into());
             }
             self.hold_in_use(&dir)?;
             if let Some(ready) = self.checked_ready(&dir) {
@@ -331,10 +339,10 @@ impl OverlayBackend {
 
     /// Builds the template of `base` in `dir`: a layer over one of this run's full templates
     /// when the commit is close to one, a full checkout otherwise (or when the layer fails).
-    fn build(&self, base: &WorkspaceBase, dir: &Path) -> Result<Ready, String> {
-        let fresh = || -> Result<(), String> {
-            remove_tree(dir).map_err(|e| e.to_string())?;
-            fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
+    fn build(&self, base: &WorkspaceBase, dir: &Path) -> Result<Ready, TreeError> {
+        let fresh = || -> Result<(), TreeError> {
+            remove_tree(dir)?;
+            fs::create_dir_all(dir).map_err(create(dir))
         };
         fresh()?;
         if base.prepare.is_none()
@@ -355,15 +363,13 @@ impl OverlayBackend {
                     if let Ok(mut failed) = self.failed.lock() {
                         failed.insert(dir.to_owned(), reason.clone());
                     }
-                    return Err(reason);
+                    return Err(reason.into());
                 }
             },
             None => None,
         };
-        let known = settle_index(&tree, true)
-            .map_err(|e| format!("cannot settle the index of {}: {e}", tree.display()))?;
-        let (entries, bytes) = record_tree(&tree, &known)
-            .map_err(|e| format!("cannot read back {}: {e}", tree.display()))?;
+        let known = settle_index(&tree, true).map_err(settle(&tree))?;
+        let (entries, bytes) = record_tree(&tree, &known).map_err(read_back(&tree))?;
         let record = ContentRecord {
             format: RECORD_FORMAT,
             commit: base.commit.clone(),
@@ -430,11 +436,10 @@ impl OverlayBackend {
         under: &Candidate,
         base: &WorkspaceBase,
         dir: &Path,
-    ) -> Result<Ready, String> {
+    ) -> Result<Ready, TreeError> {
         let [tree, work, merged] = ["tree", "work", "merged"].map(|p| dir.join(p));
         for part in [&tree, &work, &merged] {
-            fs::create_dir_all(part)
-                .map_err(|e| format!("cannot create {}: {e}", part.display()))?;
+            fs::create_dir_all(part).map_err(create(part))?;
         }
         let objects = objects_of(&base.repo)?;
         let lower = under.dir.join("tree");
@@ -442,22 +447,24 @@ impl OverlayBackend {
             // Another run may have rebuilt it since this run checked it.
             let current = self.checked_ready(&under.dir).and_then(|r| r.build);
             if current.as_deref() != Some(under.build.as_str()) {
-                return Err("the template under it was rebuilt".to_owned());
+                return Err(TreeError::Rebuilt);
             }
             mount_overlay(std::slice::from_ref(&lower), &tree, &work, &merged)?;
             let made = checkout_layer(&merged, &lower, &objects, &under.commit, &base.commit);
             let unmounted = umount2(&merged, MntFlags::empty())
                 .or_else(|_| umount2(&merged, MntFlags::MNT_DETACH))
-                .map_err(|e| format!("cannot unmount {}: {e}", merged.display()));
+                .map_err(|source| TreeError::Unmount {
+                    path: merged.clone(),
+                    source,
+                });
             let known = made?;
             unmounted?;
             Ok(known)
         })?;
-        remove_tree(&work).map_err(|e| e.to_string())?;
+        remove_tree(&work)?;
         let _ = fs::remove_dir(&merged);
         strip_overlay_marks(&tree)?;
-        let (entries, bytes) = record_tree(&tree, &known)
-            .map_err(|e| format!("cannot read back {}: {e}", tree.display()))?;
+        let (entries, bytes) = record_tree(&tree, &known).map_err(read_back(&tree))?;
         let dir_name = under
             .dir
             .file_name()
@@ -487,13 +494,15 @@ impl OverlayBackend {
 
     /// Holds a shared lock on the template's in-use file until the backend is dropped, so
     /// `gc --cache-max` never evicts a template a running trial's overlay reads from.
-    fn hold_in_use(&self, dir: &Path) -> Result<(), String> {
-        let mut held = self.in_use.lock().map_err(|e| e.to_string())?;
+    fn hold_in_use(&self, dir: &Path) -> Result<(), TreeError> {
+        let mut held = self.in_use.lock()?;
         if held.iter().any(|(path, _)| path == dir) {
             return Ok(());
         }
-        let file = fs::File::create(dir.with_extension(IN_USE)).map_err(|e| e.to_string())?;
-        let flock = Flock::lock(file, FlockArg::LockShared).map_err(|(_, e)| e.to_string())?;
+        let file = fs::File::create(dir.with_extension(IN_USE))
+            .map_err(|source| TreeError::Io { source })?;
+        let flock = Flock::lock(file, FlockArg::LockShared)
+            .map_err(|(_, source)| TreeError::Lock { source })?;
         held.push((dir.to_owned(), flock));
         Ok(())
     }
@@ -530,12 +539,44 @@ impl OverlayBackend {
     }
 }
 
+/// `TreeError::Create` of `path`, for `map_err`.
+fn create(path: &Path) -> impl FnOnce(std::io::Error) -> TreeError + '_ {
+    move |source| TreeError::Create {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// `TreeError::Access` of `path`, for `map_err`.
+fn access(path: &Path) -> impl FnOnce(std::io::Error) -> TreeError + '_ {
+    move |source| TreeError::Access {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// `TreeError::ReadBack` of `path`, for `map_err`.
+fn read_back(path: &Path) -> impl FnOnce(std::io::Error) -> TreeError + '_ {
+    move |source| TreeError::ReadBack {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// `TreeError::Settle` of `path`, for `map_err`.
+fn settle(path: &Path) -> impl FnOnce(TreeError) -> TreeError + '_ {
+    move |source| TreeError::Settle {
+        path: path.to_owned(),
+        source: Box::new(source),
+    }
+}
+
 /// Writes a finished template's record, then marks it ready, and notes its size.
-fn write_record(dir: &Path, record: &ContentRecord, bytes: u64) -> Result<(), String> {
-    let json = serde_json::to_vec(record).map_err(|e| e.to_string())?;
+fn write_record(dir: &Path, record: &ContentRecord, bytes: u64) -> Result<(), TreeError> {
+    let json = serde_json::to_vec(record).map_err(|source| TreeError::Record { source })?;
     let bytes = bytes + json.len() as u64;
-    fs::write(dir.join(RECORD), json).map_err(|e| e.to_string())?;
-    fs::write(dir.join(READY), &record.commit).map_err(|e| e.to_string())?;
+    fs::write(dir.join(RECORD), json).map_err(|source| TreeError::Io { source })?;
+    fs::write(dir.join(READY), &record.commit).map_err(|source| TreeError::Io { source })?;
     // Read-only from now on: its size is counted once, not at every eviction.
     let _ = fs::write(dir.join(SIZE), bytes.to_string());
     Ok(())
@@ -555,11 +596,13 @@ fn checkout_layer(
     objects: &Path,
     from: &str,
     commit: &str,
-) -> Result<KnownBlobs, String> {
+) -> Result<KnownBlobs, TreeError> {
     let alternates = merged.join(".git/objects/info/alternates");
     let write = |text: String| {
-        fs::write(&alternates, text)
-            .map_err(|e| format!("cannot write {}: {e}", alternates.display()))
+        fs::write(&alternates, text).map_err(|source| TreeError::Write {
+            path: alternates.clone(),
+            source,
+        })
     };
     let under = fs::read_to_string(lower.join(".git/objects/info/alternates")).unwrap_or_default();
     write(format!("{}\n{under}", objects.display()))?;
@@ -567,24 +610,25 @@ fn checkout_layer(
     // A detached HEAD, as the checkout of a full template leaves it (and no reflog); only the
     // commit's own history.
     let head = merged.join(".git/HEAD");
-    fs::write(&head, format!("{commit}\n"))
-        .map_err(|e| format!("cannot write {}: {e}", head.display()))?;
+    fs::write(&head, format!("{commit}\n")).map_err(|source| TreeError::Write {
+        path: head.clone(),
+        source,
+    })?;
     write(format!("{}\n", objects.display()))?;
-    settle_index(merged, false)
-        .map_err(|e| format!("cannot settle the index of {}: {e}", merged.display()))
+    settle_index(merged, false).map_err(settle(merged))
 }
 
 /// Removes the extended attributes overlayfs left on a layer's copied-up folders and files
 /// (`trusted.overlay.origin`, `impure`...) but the one it is read with as a lower layer:
 /// `opaque`, a folder that hides the template's. Whiteouts are device files, kept as they are.
-fn strip_overlay_marks(tree: &Path) -> Result<(), String> {
+fn strip_overlay_marks(tree: &Path) -> Result<(), TreeError> {
     use std::os::unix::ffi::OsStrExt;
     let mut stack = vec![tree.to_owned()];
     while let Some(path) = stack.pop() {
-        let meta = fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let meta = fs::symlink_metadata(&path).map_err(access(&path))?;
         if meta.is_dir() {
-            for entry in fs::read_dir(&path).map_err(|e| format!("{}: {e}", path.display()))? {
-                stack.push(entry.map_err(|e| e.to_string())?.path());
+            for entry in fs::read_dir(&path).map_err(access(&path))? {
+                stack.push(entry.map_err(|source| TreeError::Io { source })?.path());
             }
         }
         let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
@@ -605,12 +649,11 @@ fn strip_overlay_marks(tree: &Path) -> Result<(), String> {
                 };
                 // SAFETY: both are NUL-terminated strings.
                 if unsafe { libc::lremovexattr(c_path.as_ptr(), c_name.as_ptr()) } != 0 {
-                    return Err(format!(
-                        "cannot remove {} from {}: {}",
-                        String::from_utf8_lossy(name),
-                        path.display(),
-                        std::io::Error::last_os_error()
-                    ));
+                    return Err(TreeError::Xattr {
+                        name: String::from_utf8_lossy(name).into_owned(),
+                        path,
+                        source: std::io::Error::last_os_error(),
+                    });
                 }
             }
         }
@@ -638,7 +681,7 @@ impl WorkspaceBackend for OverlayBackend {
         let template = self.template_for(base, &kept_at).map_err(|e| {
             fail(match base.prepare {
                 // The preparation's reason says what failed and where its log is.
-                Some(_) => e,
+                Some(_) => e.to_string(),
                 None => format!("cannot build the template: {e}"),
             })
         })?;
@@ -656,7 +699,7 @@ impl WorkspaceBackend for OverlayBackend {
         }
         if let Err(reason) = mount_over_templates(&template.layers, &dir, &upper, &work, &merged) {
             let _ = remove_tree(&dir);
-            return Err(fail(reason));
+            return Err(fail(reason.to_string()));
         }
         let keep = self.keep;
         let workspace = ProvisionedWorkspace::new(
@@ -739,19 +782,19 @@ fn is_opaque(dir: &Path) -> bool {
 /// into the index, which is then written after it, so every entry is strictly older. Returns
 /// the blob of each tracked file (`all`) or of each file it settled (a layer's, the files its
 /// checkout wrote), for the template's record.
-fn settle_index(tree: &Path, all: bool) -> Result<KnownBlobs, String> {
+fn settle_index(tree: &Path, all: bool) -> Result<KnownBlobs, TreeError> {
     use nix::sys::stat::{UtimensatFlags, utimensat};
     use nix::sys::time::TimeSpec;
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
 
-    let msg = |e: git2::Error| e.message().to_owned();
+    let msg = |source: git2::Error| TreeError::Repo { source };
     let repo = git2::Repository::open(tree).map_err(msg)?;
     let mut index = repo.index().map_err(msg)?;
     let odb = repo.odb().map_err(msg)?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_err(|e| e.to_string())?
+        .map_err(|source| TreeError::Clock { source })?
         .as_secs() as i64;
     let past = now - 2;
     let mut known = KnownBlobs::new();
@@ -773,7 +816,7 @@ fn settle_index(tree: &Path, all: bool) -> Result<KnownBlobs, String> {
         return Ok(known);
     }
     let mtime = TimeSpec::new(past, 0);
-    let settle = |entries: &mut [git2::IndexEntry]| -> Result<(), String> {
+    let settle = |entries: &mut [git2::IndexEntry]| -> Result<(), TreeError> {
         for entry in entries {
             let path = tree.join(std::ffi::OsStr::from_bytes(&entry.path));
             utimensat(
@@ -783,9 +826,11 @@ fn settle_index(tree: &Path, all: bool) -> Result<KnownBlobs, String> {
                 &mtime,
                 UtimensatFlags::NoFollowSymlink,
             )
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-            let meta =
-                fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|source| TreeError::Stamp {
+                path: path.clone(),
+                source,
+            })?;
+            let meta = fs::symlink_metadata(&path).map_err(access(&path))?;
             // The index keeps the low 32 bits of each field, as git does.
             entry.ctime = git2::IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32);
             entry.mtime = git2::IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32);
@@ -809,7 +854,7 @@ fn settle_index(tree: &Path, all: bool) -> Result<KnownBlobs, String> {
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect::<Result<Vec<()>, String>>()
+            .collect::<Result<Vec<()>, TreeError>>()
     })?;
     for entry in &settled {
         index.add(entry).map_err(msg)?;
@@ -846,7 +891,7 @@ fn mount_over_templates(
     upper: &Path,
     work: &Path,
     merged: &Path,
-) -> Result<(), String> {
+) -> Result<(), TreeError> {
     let lowers: Vec<PathBuf> = (0..layers.len())
         .map(|i| match i {
             0 => dir.join("lower"),
@@ -862,7 +907,7 @@ fn mount_over_templates(
     };
     for (i, (template, lower)) in layers.iter().zip(&lowers).enumerate() {
         let bound = fs::create_dir_all(lower)
-            .map_err(|e| format!("cannot create {}: {e}", lower.display()))
+            .map_err(create(lower))
             .and_then(|()| bind_read_only(template, lower));
         if let Err(reason) = bound {
             detach(&lowers[..i]);
@@ -876,14 +921,14 @@ fn mount_over_templates(
 }
 
 /// A bind of `template` on `lower`, read-only when the kernel allows it.
-fn bind_read_only(template: &Path, lower: &Path) -> Result<(), String> {
+fn bind_read_only(template: &Path, lower: &Path) -> Result<(), TreeError> {
     let bind = |flags: MsFlags| {
-        mount(Some(template), lower, None::<&str>, flags, None::<&str>).map_err(|e| {
-            format!(
-                "cannot bind {} on {}: {e}",
-                template.display(),
-                lower.display()
-            )
+        mount(Some(template), lower, None::<&str>, flags, None::<&str>).map_err(|source| {
+            TreeError::Bind {
+                template: template.to_owned(),
+                lower: lower.to_owned(),
+                source,
+            }
         })
     };
     bind(MsFlags::MS_BIND)?;
@@ -927,7 +972,7 @@ fn mount_overlay(
     upper: &Path,
     work: &Path,
     merged: &Path,
-) -> Result<(), String> {
+) -> Result<(), TreeError> {
     let lowers: Vec<String> = lowers.iter().map(|l| l.display().to_string()).collect();
     let options = format!(
         "lowerdir={},upperdir={},workdir={}",
@@ -942,7 +987,10 @@ fn mount_overlay(
         MsFlags::empty(),
         Some(options.as_str()),
     )
-    .map_err(|e| format!("cannot mount an overlay on {}: {e}", merged.display()))
+    .map_err(|source| TreeError::Mount {
+        path: merged.to_owned(),
+        source,
+    })
 }
 
 /// A cached template `gc --cache-max` removed (or would remove, on a dry run).

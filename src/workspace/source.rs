@@ -23,6 +23,7 @@ use git2::{IndexAddOption, Repository};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::error::{HistoryStep, TreeError};
 use super::git::{git_command, run_git};
 
 /// What kind of repository `repo:` names.
@@ -77,7 +78,7 @@ impl PreparedSource {
         &mut self,
         commits: impl IntoIterator<Item = &'a str>,
         cache: &Path,
-    ) -> Result<(), String> {
+    ) -> Result<(), TreeError> {
         let mut wanted: Vec<&str> = commits
             .into_iter()
             .filter(|commit| !self.histories.contains_key(*commit))
@@ -88,8 +89,10 @@ impl PreparedSource {
             return Ok(());
         }
         // Absolute: workspaces clone from it with another working directory.
-        let cache = std::path::absolute(cache)
-            .map_err(|e| format!("cannot resolve {}: {e}", cache.display()))?;
+        let cache = std::path::absolute(cache).map_err(|source| TreeError::Resolve {
+            path: cache.to_owned(),
+            source,
+        })?;
         let planned = plan_histories(&self.git_dir, &wanted, &cache);
         let (whole, borrowing): (Vec<_>, Vec<_>) =
             planned.into_iter().partition(|(_, base)| base.is_none());
@@ -211,7 +214,7 @@ fn build_histories<'a>(
     source: &Path,
     planned: &[(&'a str, Option<String>)],
     cache: &Path,
-) -> Result<Vec<(&'a str, PathBuf)>, String> {
+) -> Result<Vec<(&'a str, PathBuf)>, TreeError> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let built = std::thread::scope(|scope| {
@@ -235,7 +238,7 @@ fn build_histories<'a>(
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect::<Result<Vec<_>, String>>()
+            .collect::<Result<Vec<_>, TreeError>>()
     })?;
     Ok(built.into_iter().flatten().collect())
 }
@@ -244,71 +247,78 @@ fn build_histories<'a>(
 /// A commit id fixes its whole history, so the commit alone names it. With `base` (an ancestor
 /// with a whole history in `cache`), it holds what `base` lacks and borrows the rest from it.
 fn history_repo(
-    source: &Path,
+    source_repo: &Path,
     commit: &str,
     base: Option<&str>,
     cache: &Path,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, TreeError> {
     let target = cache.join(format!("history-{commit}.git"));
     if target.exists() {
         return Ok(target);
     }
     let scratch = scratch_dir(cache)?;
     let staged = scratch.path().join("history.git");
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        format!(
-            "cannot copy the history of {commit} out of {}: {what}: {e}",
-            source.display()
-        )
+    let io = |step: HistoryStep| {
+        move |source: std::io::Error| TreeError::HistoryIo {
+            commit: commit.to_owned(),
+            repo: source_repo.to_owned(),
+            step,
+            source,
+        }
     };
-    Repository::init_bare(&staged).map_err(|e| fail("git init", &e.message()))?;
+    let tool = |step: HistoryStep, stderr: &[u8]| TreeError::HistoryTool {
+        commit: commit.to_owned(),
+        repo: source_repo.to_owned(),
+        step,
+        stderr: String::from_utf8_lossy(stderr).trim().to_owned(),
+    };
+    Repository::init_bare(&staged).map_err(|source| TreeError::HistoryRepo {
+        commit: commit.to_owned(),
+        repo: source_repo.to_owned(),
+        step: HistoryStep::Init,
+        source,
+    })?;
     if let Some(base) = base {
         let alternates = staged.join("objects/info/alternates");
         let objects = cache.join(format!("history-{base}.git/objects"));
         std::fs::create_dir_all(staged.join("objects/info"))
             .and_then(|()| std::fs::write(&alternates, format!("{}\n", objects.display())))
-            .map_err(|e| fail("alternates", &e))?;
+            .map_err(io(HistoryStep::Alternates))?;
     }
-    let mut pack = git_command(source)
+    let mut pack = git_command(source_repo)
         .args(["pack-objects", "--revs", "--stdout", "--quiet"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| fail("git pack-objects", &e))?;
+        .map_err(io(HistoryStep::PackObjects))?;
     let mut revs = pack.stdin.take().expect("piped stdin");
     let wanted = match base {
         Some(base) => format!("{commit}\n^{base}\n"),
         None => format!("{commit}\n"),
     };
     revs.write_all(wanted.as_bytes())
-        .map_err(|e| fail("git pack-objects", &e))?;
+        .map_err(io(HistoryStep::PackObjects))?;
     drop(revs);
     let pack_out = pack.stdout.take().expect("piped stdout");
     let index = git_command(&staged)
         .args(["index-pack", "--stdin"])
         .stdin(Stdio::from(pack_out))
         .output()
-        .map_err(|e| fail("git index-pack", &e))?;
+        .map_err(io(HistoryStep::IndexPack))?;
     let packed = pack
         .wait_with_output()
-        .map_err(|e| fail("git pack-objects", &e))?;
+        .map_err(io(HistoryStep::PackObjects))?;
     if !packed.status.success() {
-        return Err(fail(
-            "git pack-objects",
-            &String::from_utf8_lossy(&packed.stderr).trim(),
-        ));
+        return Err(tool(HistoryStep::PackObjects, &packed.stderr));
     }
     if !index.status.success() {
-        return Err(fail(
-            "git index-pack",
-            &String::from_utf8_lossy(&index.stderr).trim(),
-        ));
+        return Err(tool(HistoryStep::IndexPack, &index.stderr));
     }
     // One branch at the commit, checked out: as `update-ref` and `symbolic-ref` would leave it.
     std::fs::write(staged.join("refs/heads/base"), format!("{commit}\n"))
         .and_then(|()| std::fs::write(staged.join("HEAD"), "ref: refs/heads/base\n"))
-        .map_err(|e| fail("refs", &e))?;
+        .map_err(io(HistoryStep::Refs))?;
     publish(&staged, &target)?;
     Ok(target)
 }
@@ -316,7 +326,7 @@ fn history_repo(
 /// Makes `repo` clonable. A bundle or a plain directory becomes a bare repo in `cache`, named by
 /// its content (the bundle's sha256, the snapshot's commit id), so later runs and workspace
 /// templates that borrow its objects find it again.
-pub fn prepare_source(repo: &RepoSource, cache: &Path) -> Result<PreparedSource, String> {
+pub fn prepare_source(repo: &RepoSource, cache: &Path) -> Result<PreparedSource, TreeError> {
     let bare = |git_dir: PathBuf| PreparedSource {
         git_dir,
         work_tree: None,
@@ -330,7 +340,7 @@ pub fn prepare_source(repo: &RepoSource, cache: &Path) -> Result<PreparedSource,
         }),
         RepoKind::Bare => Ok(bare(repo.path.clone())),
         RepoKind::Bundle => {
-            let bytes = std::fs::read(&repo.path).map_err(|e| e.to_string())?;
+            let bytes = std::fs::read(&repo.path).map_err(|source| TreeError::Io { source })?;
             let target = cache.join(format!("bundle-{:x}.git", Sha256::digest(&bytes)));
             if !target.exists() {
                 let scratch = scratch_dir(cache)?;
@@ -352,8 +362,11 @@ pub fn prepare_source(repo: &RepoSource, cache: &Path) -> Result<PreparedSource,
         RepoKind::PlainDir => {
             let scratch = scratch_dir(cache)?;
             let staged = scratch.path().join("source.git");
-            let commit = snapshot_dir(&repo.path, &staged)
-                .map_err(|e| format!("cannot snapshot {}: {}", repo.path.display(), e.message()))?;
+            let commit =
+                snapshot_dir(&repo.path, &staged).map_err(|source| TreeError::Snapshot {
+                    path: repo.path.clone(),
+                    source,
+                })?;
             let target = cache.join(format!("plain-{commit}.git"));
             if !target.exists() {
                 publish(&staged, &target)?;
@@ -363,24 +376,29 @@ pub fn prepare_source(repo: &RepoSource, cache: &Path) -> Result<PreparedSource,
     }
 }
 
-fn scratch_dir(cache: &Path) -> Result<tempfile::TempDir, String> {
-    std::fs::create_dir_all(cache)
-        .map_err(|e| format!("cannot create {}: {e}", cache.display()))?;
+fn scratch_dir(cache: &Path) -> Result<tempfile::TempDir, TreeError> {
+    std::fs::create_dir_all(cache).map_err(|source| TreeError::Create {
+        path: cache.to_owned(),
+        source,
+    })?;
     tempfile::Builder::new()
         .prefix(".staging-")
         .tempdir_in(cache)
-        .map_err(|e| format!("cannot create a staging folder in {}: {e}", cache.display()))
+        .map_err(|source| TreeError::Staging {
+            path: cache.to_owned(),
+            source,
+        })
 }
 
 /// Moves a finished repo into place; a concurrent run that got there first wins.
-fn publish(staged: &Path, target: &Path) -> Result<(), String> {
+fn publish(staged: &Path, target: &Path) -> Result<(), TreeError> {
     match std::fs::rename(staged, target) {
         Ok(()) => Ok(()),
         Err(_) if target.exists() => Ok(()),
-        Err(e) => Err(format!(
-            "cannot move the prepared repo to {}: {e}",
-            target.display()
-        )),
+        Err(source) => Err(TreeError::Publish {
+            target: target.to_owned(),
+            source,
+        }),
     }
 }
 

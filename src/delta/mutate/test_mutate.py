@@ -392,7 +392,7 @@ RUST_SRC = _src(r'''
 
         #[test]
         #[should_panic(expected = "boom")]
-        pub(crate) fn labelled<'a>() -> Result<(), String> {
+        pub(crate) fn labelled<'a>() -> Result<(), Box<dyn Error>> {
             'outer: loop { break 'outer; }
             assert!(helper_ok(), "not ok: {}", 1);
             Ok(())

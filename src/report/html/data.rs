@@ -161,7 +161,7 @@ fn trial_data<'a>(run: &StoredRun, record: &'a TrialRecord) -> TrialData<'a> {
         },
         Err(why) => Artifact {
             text: None,
-            note: Some(why),
+            note: Some(why.to_string()),
         },
     };
     TrialData {
