@@ -48,7 +48,7 @@ pub(super) fn prepare(args: PrepareArgs) -> Result<Exit, CliError> {
             Err(why) => format!(
                 "FAILED  {} ({tasks}):\n  {}\n",
                 report.image,
-                why.replace('\n', "\n  ")
+                why.to_string().replace('\n', "\n  ")
             ),
         };
         print_stdout(&line);

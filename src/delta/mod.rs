@@ -20,8 +20,6 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::CodingResult;
-
 pub use container::{
     CONTAINER_CHANGES, CONTAINER_DELTA, CaptureError, ContainerCapture, ContainerChange,
     ContainerDelta, ProtectedPath,
@@ -105,7 +103,6 @@ pub struct ProbeContext<'a> {
 pub trait DeltaProbe: Send + Sync {
     fn probe<'a>(
         &'a self,
-        result: &'a CodingResult,
         ctx: &'a ProbeContext<'a>,
     ) -> BoxFuture<'a, Result<EnvironmentDelta, ProbeError>>;
 }
@@ -116,8 +113,6 @@ pub trait DeltaProbe: Send + Sync {
 pub struct ProbeError {
     pub kind: ProbeErrorKind,
     pub message: String,
-    /// The agent's result, kept so the failure record still says what the agent did.
-    pub result: Option<Box<CodingResult>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,12 +137,6 @@ impl ProbeError {
         Self {
             kind,
             message: message.into(),
-            result: None,
         }
-    }
-
-    pub fn with_result(mut self, result: CodingResult) -> Self {
-        self.result = Some(Box::new(result));
-        self
     }
 }

@@ -23,7 +23,6 @@ use super::{
     CommandResult, DeltaProbe, EnvironmentDelta, ProbeContext, ProbeError, ProbeErrorKind,
     TestReport,
 };
-use crate::agent::CodingResult;
 use crate::process::{self, CommandSpec};
 use crate::workspace::{
     Confinement, ContainerPolicy, Isolation, Overlay, WorkspaceBase, WorkspaceProvisioner,
@@ -123,7 +122,6 @@ const HOOK_PYTEST: &str = include_str!("hook/deltabench_pytest.py");
 impl DeltaProbe for TaskProbe {
     fn probe<'a>(
         &'a self,
-        _result: &'a CodingResult,
         ctx: &'a ProbeContext<'a>,
     ) -> BoxFuture<'a, Result<EnvironmentDelta, ProbeError>> {
         Box::pin(async move {

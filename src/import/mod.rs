@@ -17,6 +17,7 @@ mod docker;
 mod exercism;
 mod swebench;
 mod swebench_env;
+mod swebench_official;
 mod write;
 
 use std::collections::HashSet;

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use super::swebench::{OFFICIAL, OfficialSpec, test_directives};
+use super::swebench_official::{OFFICIAL, OfficialSpec, test_directives};
 use crate::support::shell_quote;
 
 /// Where the images keep the repository, and so where the workspace is mounted.

@@ -102,7 +102,10 @@ impl CodingNode {
     }
 
     /// Runs the agent, then probes the workspace. The task's own signal wins over the node's.
-    pub async fn run(&self, task: impl Into<CodingTask>) -> Result<CodingNodeOutcome, ProbeError> {
+    pub async fn run(
+        &self,
+        task: impl Into<CodingTask>,
+    ) -> Result<CodingNodeOutcome, NodeProbeError> {
         self.run_observed(task.into(), &mut |_| {}, &mut Lifecycle::default())
             .await
     }
@@ -112,7 +115,7 @@ impl CodingNode {
         mut task: CodingTask,
         on_event: &mut (dyn FnMut(&StreamEvent) + Send),
         lifecycle: &mut Lifecycle,
-    ) -> Result<CodingNodeOutcome, ProbeError> {
+    ) -> Result<CodingNodeOutcome, NodeProbeError> {
         if task.signal.is_none() {
             task.signal = self.signal.clone();
         }
@@ -137,9 +140,12 @@ impl CodingNode {
             signal: signal.as_ref(),
             changes: self.changes.as_deref(),
         };
-        let delta = self.probe.probe(&result, &ctx).await;
+        let delta = self.probe.probe(&ctx).await;
         lifecycle.record(Phase::Probe, started.elapsed());
-        let delta = delta.map_err(|err| err.with_result(result.clone()))?;
+        let delta = delta.map_err(|error| NodeProbeError {
+            error,
+            result: Box::new(result.clone()),
+        })?;
         Ok(CodingNodeOutcome {
             workspace: self.workspace.clone(),
             task: text,
@@ -213,6 +219,15 @@ pub struct NodeReport {
     pub score: Score,
 }
 
+/// The probe failed after the agent ran: why, and the agent's result, kept so the failure
+/// record still says what the agent did.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct NodeProbeError {
+    pub error: ProbeError,
+    pub result: Box<CodingResult>,
+}
+
 /// Why a lifecycle produced no score. The workspace is disposed in every case but `Provision`.
 #[derive(Debug, thiserror::Error)]
 pub enum RunNodeError {
@@ -224,7 +239,7 @@ pub enum RunNodeError {
     #[error("the agent panicked: {0}")]
     AgentPanicked(String),
     #[error(transparent)]
-    Probe(#[from] ProbeError),
+    Probe(#[from] NodeProbeError),
     #[error(transparent)]
     Metric(#[from] MetricError),
 }

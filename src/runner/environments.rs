@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use indexmap::IndexMap;
 use sha2::{Digest, Sha256};
@@ -82,6 +83,38 @@ pub fn built_tag(dockerfile: &Path, context: &Path) -> String {
     format!("localhost/deltabench-env:{}", &hex[..16])
 }
 
+/// Why a task's image cannot be used: that task's trials are not scored, the others run.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ImageError {
+    /// The Dockerfile, or its copy with the suite's base images, cannot be read or written.
+    #[error("cannot {action} {}: {source}", path.display())]
+    File {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("image {image} is not in the local store (it is never pulled): build or load it")]
+    NotInStore { image: String },
+    /// The runtime's build failed, as it said; offline, with how to build once elsewhere.
+    #[error("{}", with_network_hint(.message))]
+    Build { message: String },
+    /// The runtime could not start the image, as it said.
+    #[error("{message}")]
+    Start { message: String },
+}
+
+impl ImageError {
+    fn file(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.to_owned();
+        move |source| Self::File {
+            action,
+            path,
+            source: Arc::new(source),
+        }
+    }
+}
+
 /// One image of a suite's environments, as [`build_images`] left it.
 #[derive(Debug, Clone)]
 pub struct ImageReport {
@@ -89,7 +122,7 @@ pub struct ImageReport {
     /// The tasks that run in it.
     pub tasks: Vec<String>,
     /// `Ok(true)` built now, `Ok(false)` already there; `Err` why it cannot be used.
-    pub outcome: Result<bool, String>,
+    pub outcome: Result<bool, ImageError>,
     pub duration: std::time::Duration,
 }
 
@@ -138,12 +171,11 @@ pub fn dockerfile_to_build(
     path: &Path,
     base_images: &IndexMap<String, String>,
     cache: &Path,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, ImageError> {
     if base_images.is_empty() {
         return Ok(path.to_owned());
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(ImageError::file("read", path))?;
     let mut replaced = false;
     let lines: Vec<String> = text
         .lines()
@@ -176,7 +208,7 @@ pub fn dockerfile_to_build(
     let copy = dir.join(format!("{:x}.Dockerfile", Sha256::digest(text.as_bytes())));
     std::fs::create_dir_all(&dir)
         .and_then(|()| std::fs::write(&copy, text))
-        .map_err(|e| format!("cannot write {}: {e}", copy.display()))?;
+        .map_err(ImageError::file("write", &copy))?;
     Ok(copy)
 }
 
@@ -189,7 +221,7 @@ fn image_of(
     source: &ImageSource,
     suite: &Suite,
     cache: &Path,
-) -> Result<(String, ToBuild), (String, String)> {
+) -> Result<(String, ToBuild), (String, ImageError)> {
     match source {
         ImageSource::Image(name) => Ok((name.clone(), None)),
         ImageSource::Dockerfile { path, context } => {
@@ -209,7 +241,7 @@ fn made(
     dockerfile: Option<&(PathBuf, PathBuf)>,
     cache: &Path,
     building: &mut dyn FnMut(&str),
-) -> Result<bool, String> {
+) -> Result<bool, ImageError> {
     if runtime.image_exists(image) {
         return Ok(false);
     }
@@ -219,11 +251,11 @@ fn made(
             runtime
                 .build(path, context, image, &build_log(cache, image))
                 .map(|()| true)
-                .map_err(|e| with_network_hint(e.0))
+                .map_err(|ContainerError(message)| ImageError::Build { message })
         }
-        None => Err(format!(
-            "image {image} is not in the local store (it is never pulled): build or load it"
-        )),
+        None => Err(ImageError::NotInStore {
+            image: image.to_owned(),
+        }),
     }
 }
 
@@ -235,7 +267,7 @@ fn build_log(cache: &Path, tag: &str) -> PathBuf {
 
 /// A build that failed for want of the network says so, and how to build once where there is
 /// one.
-fn with_network_hint(message: String) -> String {
+fn with_network_hint(message: &str) -> String {
     const OFFLINE: [&str; 9] = [
         "Temporary failure in name resolution",
         "Could not resolve",
@@ -252,7 +284,7 @@ fn with_network_hint(message: String) -> String {
             "{message}\nthis environment needs the network to build, once: run `deltabench prepare SUITE` where there is network (or build its FROM image here); runs after that use the built image offline"
         )
     } else {
-        message
+        message.to_owned()
     }
 }
 
@@ -274,9 +306,9 @@ pub fn prepare(
         .map_err(|ContainerError(message)| RunError::config(message))?;
     let (mut images, mut ids, mut failed) = (HashMap::new(), HashMap::new(), HashMap::new());
     // Each Dockerfile built, and each image started, once per run.
-    let mut built: HashMap<String, Result<Option<u64>, String>> = HashMap::new();
+    let mut built: HashMap<String, Result<Option<u64>, ImageError>> = HashMap::new();
     let mut built_ms = HashMap::new();
-    let mut started: HashMap<String, Result<(), String>> = HashMap::new();
+    let mut started: HashMap<String, Result<(), ImageError>> = HashMap::new();
     for &i in tasks {
         let task = &suite.tasks[i];
         let Some(environment) = &task.environment else {
@@ -305,16 +337,17 @@ pub fn prepare(
         };
         let image = match ready {
             Ok(image) => image,
-            Err(message) => {
-                fail(&message);
+            Err(why) => {
+                fail(&why.to_string());
                 continue;
             }
         };
-        if let Err(message) = started
-            .entry(image.clone())
-            .or_insert_with(|| runtime.preflight(&image, label).map_err(|e| e.0))
-        {
-            fail(message);
+        if let Err(message) = started.entry(image.clone()).or_insert_with(|| {
+            runtime
+                .preflight(&image, label)
+                .map_err(|ContainerError(message)| ImageError::Start { message })
+        }) {
+            fail(&message.to_string());
             continue;
         }
         if let Some(id) = runtime.image_id(&image) {

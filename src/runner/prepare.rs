@@ -98,7 +98,7 @@ impl SetupPreparation {
         self.container.as_ref().map(|(_, image)| image.as_str())
     }
 
-    fn run_setup(&self, tree: &Path, dir: &Path) -> Result<(), String> {
+    fn run_setup(&self, tree: &Path, dir: &Path) -> Result<(), PrepareError> {
         let log = dir.join(layout::SETUP_LOG);
         let mut spec = CommandSpec::shell(&self.setup, tree)
             .timeout(self.timeout)
@@ -106,15 +106,15 @@ impl SetupPreparation {
         let kept = format!("deltabench-prepare-{}", &self.key[..16]);
         if let Some((policy, _)) = &self.container {
             let policy = policy.clone().home(dir.join("home"));
-            spec = policy
-                .wrap_kept(tree, spec, &kept)
-                .map_err(|e| format!("cannot prepare the setup's container: {e}"))?;
+            spec = policy.wrap_kept(tree, spec, &kept).map_err(|e| {
+                PrepareError::from(format!("cannot prepare the setup's container: {e}"))
+            })?;
             // Left by a run killed while preparing this template.
             policy.runtime.remove_container(&kept);
         }
         let ended = tokio::runtime::Handle::current()
             .block_on(process::run(&spec, &CancellationToken::new()))
-            .map_err(|e| format!("cannot start the setup command: {e}"))?;
+            .map_err(|e| PrepareError::from(format!("cannot start the setup command: {e}")))?;
         let Some((policy, image)) = &self.container else {
             return ended_well(&ended, &self.setup, &log);
         };
@@ -123,25 +123,25 @@ impl SetupPreparation {
             return Err(format!(
                 "the container runtime could not run the setup command: {}",
                 ended.last_line()
-            ));
+            )
+            .into());
         }
         if let Err(reason) = ended_well(&ended, &self.setup, &log) {
             policy.runtime.remove_container(&kept);
             return Err(reason);
         }
-        policy
-            .runtime
-            .commit(&kept, image)
-            .map_err(|e| format!("cannot save what the setup command made: {}", e.0))?;
-        std::fs::write(dir.join(MADE), image).map_err(|e| e.to_string())
+        policy.runtime.commit(&kept, image).map_err(|e| {
+            PrepareError::from(format!("cannot save what the setup command made: {}", e.0))
+        })?;
+        std::fs::write(dir.join(MADE), image).map_err(|e| PrepareError::from(e.to_string()))
     }
 }
 
-fn ended_well(ended: &process::ProcessOutput, setup: &str, log: &Path) -> Result<(), String> {
+fn ended_well(ended: &process::ProcessOutput, setup: &str, log: &Path) -> Result<(), PrepareError> {
     if ended.success() {
         return Ok(());
     }
-    Err(setup_failed(ended, setup, log))
+    Err(setup_failed(ended, setup, log).into())
 }
 
 /// Why a setup command failed: how it ended, where its log is, and the log's last lines.

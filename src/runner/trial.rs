@@ -136,7 +136,7 @@ pub async fn run_trial(
             result_json["summary"] =
                 serde_json::to_value(&report.outcome.summary).unwrap_or_default();
         }
-        Err(RunNodeError::Probe(probe)) => result = probe.result.as_deref().cloned(),
+        Err(RunNodeError::Probe(probe)) => result = Some(*probe.result.clone()),
         Err(_) => {}
     }
     if let Some(result) = &result {

@@ -232,7 +232,7 @@ fn agent_endpoint(source: &Source, agent: &RawAgent) -> Result<Option<Endpoint>,
         .endpoint
         .as_ref()
         .map(|text| -> Result<Endpoint, SuiteError> {
-            match Endpoint::parse(&text.value).map_err(|err| source.at(text, err))? {
+            match Endpoint::parse(&text.value).map_err(|err| source.at(text, err.to_string()))? {
                 Endpoint::Scripted(path) => {
                     let full = source.dir.join(&path);
                     if !full.is_file() {

@@ -381,7 +381,11 @@ pub fn have_cli(test: &str, kind: HarnessKind) -> bool {
         test,
         &format!(
             "{kind} (.ci/install-agents): {}",
-            found.clone().err().unwrap_or_default()
+            found
+                .clone()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
         ),
         found.is_ok(),
     )

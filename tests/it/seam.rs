@@ -265,7 +265,6 @@ struct ExistsProbe;
 impl DeltaProbe for ExistsProbe {
     fn probe<'a>(
         &'a self,
-        _result: &'a deltabench::agent::CodingResult,
         ctx: &'a ProbeContext<'a>,
     ) -> BoxFuture<'a, Result<EnvironmentDelta, ProbeError>> {
         let exists = ctx.workspace.is_dir();

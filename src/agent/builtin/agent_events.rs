@@ -159,7 +159,9 @@ pub fn parse(text: &str) -> AgentEvents {
         }
         let number = index + 1;
         let problem = match serde_json::from_str::<Line>(line) {
-            Ok(line) => apply(line, &mut out.events, &mut total).err(),
+            Ok(line) => apply(line, &mut out.events, &mut total)
+                .err()
+                .map(|e| e.to_string()),
             Err(e) => Some(describe(line, &e)),
         };
         if let Some(problem) = problem {
@@ -190,11 +192,20 @@ fn describe(line: &str, error: &serde_json::Error) -> String {
     }
 }
 
+/// A usage line whose cost cannot be added up.
+#[derive(Debug, thiserror::Error)]
+enum BadUsage {
+    #[error("`cost_usd` must be a non-negative number, not {0}")]
+    Cost(f64),
+    #[error("the summed `cost_usd` is not a finite number")]
+    Sum,
+}
+
 fn apply(
     line: Line,
     events: &mut Vec<StreamEvent>,
     total: &mut Option<Usage>,
-) -> Result<(), String> {
+) -> Result<(), BadUsage> {
     match line {
         Line::Model { name } => events.push(StreamEvent::System {
             subtype: "init".into(),
@@ -230,9 +241,7 @@ fn apply(
             if let Some(cost) = cost_usd
                 && !(cost.is_finite() && cost >= 0.0)
             {
-                return Err(format!(
-                    "`cost_usd` must be a non-negative number, not {cost}"
-                ));
+                return Err(BadUsage::Cost(cost));
             }
             let mut usage = total.clone().unwrap_or_default();
             usage.input_tokens = usage.input_tokens.saturating_add(input_tokens);
@@ -243,7 +252,7 @@ fn apply(
             if let Some(cost) = cost_usd {
                 let sum = usage.cost_usd.unwrap_or(0.0) + cost;
                 if !sum.is_finite() {
-                    return Err("the summed `cost_usd` is not a finite number".to_owned());
+                    return Err(BadUsage::Sum);
                 }
                 usage.cost_usd = Some(sum);
             }

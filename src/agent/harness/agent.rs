@@ -45,9 +45,37 @@ pub fn agent_tool_dir() -> Option<PathBuf> {
     Some(cache.join("deltabench/agents"))
 }
 
+/// Why a CLI's executable was not found: where deltabench looked, and how to install it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProgramError {
+    #[error("`binary: {}` is not an executable file", .0.display())]
+    NotExecutable(PathBuf),
+    #[error("`binary: {}` is not on PATH", .0.display())]
+    NotOnPath(PathBuf),
+    #[error(
+        "cannot find `{program}` on PATH{}; install it (`{install}`, or `bash .ci/install-agents` for every pinned CLI) or set `binary:`",
+        tools.as_ref().map(|dir| format!(" or in {}", dir.display())).unwrap_or_default()
+    )]
+    NotInstalled {
+        program: &'static str,
+        tools: Option<PathBuf>,
+        install: String,
+    },
+}
+
+/// A harness's config file that could not be written before the CLI ran.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {action} {}: {source}", path.display())]
+struct ConfigFileError {
+    action: &'static str,
+    path: PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
 /// The CLI's executable: `binary` (a path, or a name on PATH), else the kind's program on PATH,
 /// else in [`agent_tool_dir`]. The error says where it looked and how to install it.
-pub fn find_program(kind: HarnessKind, binary: Option<&Path>) -> Result<PathBuf, String> {
+pub fn find_program(kind: HarnessKind, binary: Option<&Path>) -> Result<PathBuf, ProgramError> {
     let on_path = |name: &Path| -> Option<PathBuf> {
         std::env::split_paths(&std::env::var_os("PATH")?)
             .map(|dir| dir.join(name))
@@ -58,14 +86,10 @@ pub fn find_program(kind: HarnessKind, binary: Option<&Path>) -> Result<PathBuf,
             return if is_executable(binary) {
                 Ok(binary.to_owned())
             } else {
-                Err(format!(
-                    "`binary: {}` is not an executable file",
-                    binary.display()
-                ))
+                Err(ProgramError::NotExecutable(binary.to_owned()))
             };
         }
-        return on_path(binary)
-            .ok_or_else(|| format!("`binary: {}` is not on PATH", binary.display()));
+        return on_path(binary).ok_or_else(|| ProgramError::NotOnPath(binary.to_owned()));
     }
     let name = Path::new(kind.program());
     if let Some(found) = on_path(name) {
@@ -80,15 +104,11 @@ pub fn find_program(kind: HarnessKind, binary: Option<&Path>) -> Result<PathBuf,
     }) {
         return Ok(found);
     }
-    Err(format!(
-        "cannot find `{}` on PATH{}; install it (`{}`, or `bash .ci/install-agents` for every \
-         pinned CLI) or set `binary:`",
-        kind.program(),
-        tools
-            .map(|dir| format!(" or in {}", dir.display()))
-            .unwrap_or_default(),
-        kind.install_hint(),
-    ))
+    Err(ProgramError::NotInstalled {
+        program: kind.program(),
+        tools,
+        install: kind.install_hint(),
+    })
 }
 
 /// The version of `kind`'s package that `program` belongs to, read from the installation it is
@@ -279,7 +299,7 @@ impl HarnessAgent {
         if let Err(err) = self.prepare(&inv) {
             return CodingResult::failed(
                 fallback_session,
-                CodingError::new(ErrorCode::SdkError, err),
+                CodingError::new(ErrorCode::SdkError, err.to_string()),
             );
         }
         let (lines_tx, mut lines) = mpsc::unbounded_channel();
@@ -502,17 +522,23 @@ impl HarnessAgent {
     }
 
     /// Writes the invocation's config files.
-    fn prepare(&self, inv: &Invocation) -> Result<(), String> {
-        let write = |path: &Path, text: &str| -> Result<(), String> {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)
-                    .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+    fn prepare(&self, inv: &Invocation) -> Result<(), ConfigFileError> {
+        let failed = |action, path: &Path| {
+            let path = path.to_owned();
+            move |source| ConfigFileError {
+                action,
+                path,
+                source,
             }
-            std::fs::write(path, text)
-                .map_err(|err| format!("cannot write {}: {err}", path.display()))
         };
-        std::fs::create_dir_all(self.home())
-            .map_err(|err| format!("cannot create {}: {err}", self.home().display()))?;
+        let write = |path: &Path, text: &str| -> Result<(), ConfigFileError> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(failed("create", dir))?;
+            }
+            std::fs::write(path, text).map_err(failed("write", path))
+        };
+        let home = self.home();
+        std::fs::create_dir_all(&home).map_err(failed("create", &home))?;
         for (path, text) in &inv.files {
             write(path, text)?;
         }
@@ -818,10 +844,10 @@ mod tests {
     fn a_missing_program_names_where_it_looked_and_how_to_install() {
         let err =
             find_program(HarnessKind::Aider, Some(Path::new("/nonexistent/aider"))).unwrap_err();
-        assert!(err.contains("/nonexistent/aider"), "{err}");
+        assert!(err.to_string().contains("/nonexistent/aider"), "{err}");
         let err =
             find_program(HarnessKind::Codex, Some(Path::new("no-such-codex-binary"))).unwrap_err();
-        assert!(err.contains("not on PATH"), "{err}");
+        assert!(err.to_string().contains("not on PATH"), "{err}");
         assert!(find_program(HarnessKind::Codex, Some(Path::new("sh"))).is_ok());
     }
 

@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::adapter::{CliAdapter, CliRun, Plain, RunStart};
-use super::invocation::{Invocation, RunPaths};
 use super::{
     AiderParser, ClaudeParser, CodexParser, GeminiParser, OpencodeParser, ParsedRun, StreamParser,
     exit_failure, unknown, unknown_text,
@@ -54,7 +53,7 @@ pub enum CliDialect {
 
 impl CliDialect {
     /// The variables that point a client of this dialect at `url` (the endpoint's root).
-    fn env(self, url: &str) -> Vec<(&'static str, String)> {
+    pub(super) fn env(self, url: &str) -> Vec<(&'static str, String)> {
         match self {
             Self::Anthropic => vec![("ANTHROPIC_BASE_URL", url.to_owned())],
             Self::Openai => vec![
@@ -158,7 +157,7 @@ pub fn placeholders(text: &str) -> Vec<(usize, String)> {
 
 /// `text` with its placeholders filled; an unset value becomes empty (the suite loader makes
 /// sure a template only names values the agent sets).
-fn fill(text: &str, values: &[(&str, Option<String>)]) -> String {
+pub(super) fn fill(text: &str, values: &[(&str, Option<String>)]) -> String {
     let mut out = text.to_owned();
     for (name, value) in values {
         let key = format!("{{{name}}}");
@@ -167,44 +166,6 @@ fn fill(text: &str, values: &[(&str, Option<String>)]) -> String {
         }
     }
     out
-}
-
-/// The invocation of a `kind: cli` agent.
-pub(super) fn invocation(
-    definition: &CliDefinition,
-    config: &super::HarnessConfig,
-    run: &RunPaths,
-    inv: &mut Invocation,
-) {
-    let values = [
-        ("instruction", Some(run.task.to_owned())),
-        ("model", config.model.clone()),
-        ("max_turns", config.max_turns.map(|t| t.to_string())),
-        ("workspace", Some(run.workspace.display().to_string())),
-        ("home", Some(run.home.display().to_string())),
-        (
-            "session",
-            Some(run.resume.unwrap_or(run.new_session).to_owned()),
-        ),
-        ("endpoint", run.endpoint.map(str::to_owned)),
-        ("api_key", run.api_key.map(str::to_owned)),
-    ];
-    if let Some(url) = run.endpoint {
-        for (key, value) in definition.dialect.env(url) {
-            super::invocation::set_env(&mut inv.env, key, &value);
-        }
-    }
-    if let Some(key) = run.api_key {
-        super::invocation::set_env(&mut inv.env, definition.dialect.key_env(), key);
-    }
-    for (key, value) in &config.env {
-        super::invocation::set_env(&mut inv.env, key, &fill(value, &values));
-    }
-    inv.args = definition
-        .args
-        .iter()
-        .map(|arg| fill(arg, &values))
-        .collect();
 }
 
 /// The adapter of a `kind: cli` agent without a definition, which the suite loader never
@@ -465,7 +426,7 @@ mod tests {
         let inv = super::super::invocation::invocation(
             super::super::HarnessKind::Cli,
             &config,
-            &RunPaths {
+            &super::super::invocation::RunPaths {
                 task: "-fix it",
                 resume: None,
                 new_session: "s",

@@ -382,21 +382,30 @@ pub enum Endpoint {
 
 impl Endpoint {
     /// `scripted:PATH` or an `http(s)://` URL; relative script paths stay relative.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, EndpointError> {
         let text = text.trim();
         if let Some(path) = text.strip_prefix("scripted:") {
             if path.is_empty() {
-                return Err("`scripted:` needs a script path, e.g. `scripted:model.yaml`".into());
+                return Err(EndpointError::NoScript);
             }
             return Ok(Self::Scripted(PathBuf::from(path)));
         }
         if text.starts_with("http://") || text.starts_with("https://") {
             return Ok(Self::Url(text.trim_end_matches('/').to_owned()));
         }
-        Err(format!(
-            "endpoint '{text}' is neither a URL (http://HOST:PORT, the server root) nor `scripted:PATH`"
-        ))
+        Err(EndpointError::Unknown(text.to_owned()))
     }
+}
+
+/// An `endpoint:` that is neither a URL nor a scripted endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    #[error("`scripted:` needs a script path, e.g. `scripted:model.yaml`")]
+    NoScript,
+    #[error(
+        "endpoint '{0}' is neither a URL (http://HOST:PORT, the server root) nor `scripted:PATH`"
+    )]
+    Unknown(String),
 }
 
 /// Config shared by every real-CLI kind; keys a kind does not support are rejected at load.
@@ -490,6 +499,7 @@ mod tests {
         assert!(
             Endpoint::parse("localhost:8765")
                 .unwrap_err()
+                .to_string()
                 .contains("neither")
         );
     }

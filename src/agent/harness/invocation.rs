@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
+use super::cli::{self, CliDefinition};
 use super::config::{HarnessConfig, HarnessKind, TurnLimit};
 
 /// The key deltabench gives CLIs talking to a loopback endpoint that needs none.
@@ -89,7 +90,7 @@ pub fn invocation(kind: HarnessKind, config: &HarnessConfig, run: &RunPaths) -> 
         HarnessKind::QwenCode => qwen(config, run, &mut inv),
         HarnessKind::Cli => {
             if let Some(definition) = &config.cli {
-                super::cli::invocation(definition, config, run, &mut inv);
+                cli_invocation(definition, config, run, &mut inv);
             }
             // The template is the whole command line, the environment filled in above.
             return inv;
@@ -495,6 +496,44 @@ fn aider(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
     ] {
         args.push(format!("{flag}={}", run.scratch.join(name).display()));
     }
+}
+
+/// The invocation of a `kind: cli` agent.
+fn cli_invocation(
+    definition: &CliDefinition,
+    config: &HarnessConfig,
+    run: &RunPaths,
+    inv: &mut Invocation,
+) {
+    let values = [
+        ("instruction", Some(run.task.to_owned())),
+        ("model", config.model.clone()),
+        ("max_turns", config.max_turns.map(|t| t.to_string())),
+        ("workspace", Some(run.workspace.display().to_string())),
+        ("home", Some(run.home.display().to_string())),
+        (
+            "session",
+            Some(run.resume.unwrap_or(run.new_session).to_owned()),
+        ),
+        ("endpoint", run.endpoint.map(str::to_owned)),
+        ("api_key", run.api_key.map(str::to_owned)),
+    ];
+    if let Some(url) = run.endpoint {
+        for (key, value) in definition.dialect.env(url) {
+            set_env(&mut inv.env, key, &value);
+        }
+    }
+    if let Some(key) = run.api_key {
+        set_env(&mut inv.env, definition.dialect.key_env(), key);
+    }
+    for (key, value) in &config.env {
+        set_env(&mut inv.env, key, &cli::fill(value, &values));
+    }
+    inv.args = definition
+        .args
+        .iter()
+        .map(|arg| cli::fill(arg, &values))
+        .collect();
 }
 
 #[cfg(test)]

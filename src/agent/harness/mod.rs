@@ -45,13 +45,15 @@ use serde_json::Value;
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
 
 pub use agent::{
-    HarnessAgent, agent_tool_dir, container_mounts, find_program, image_needs, installed_version,
-    is_loopback, mountable_in_container,
+    HarnessAgent, ProgramError, agent_tool_dir, container_mounts, find_program, image_needs,
+    installed_version, is_loopback, mountable_in_container,
 };
 pub use aider::AiderParser;
 pub use claude::ClaudeParser;
 pub use codex::CodexParser;
-pub use config::{Endpoint, HarnessConfig, HarnessKind, Package, Registry, TurnLimit};
+pub use config::{
+    Endpoint, EndpointError, HarnessConfig, HarnessKind, Package, Registry, TurnLimit,
+};
 pub use gemini::GeminiParser;
 pub use mini_swe::MiniSweParser;
 pub use opencode::OpencodeParser;
