@@ -175,6 +175,8 @@ fn write_call(
     let full = absolute(cwd, path);
     for tool in tools {
         let args = match tool.name.as_str() {
+            // Continue's CLI names the path `filepath`.
+            "Write" if tool.has("filepath") => json!({ "filepath": full, "content": content }),
             "Write" => json!({ "file_path": full, "content": content }),
             "write_file" => json!({ "file_path": full, "content": content }),
             "write" if tool.has("filePath") => json!({ "filePath": full, "content": content }),

@@ -206,6 +206,7 @@ pub(super) fn apply_default_budget(agents: &mut IndexMap<String, AgentSpec>, def
             | AgentSpec::MiniSweAgent(config)
             | AgentSpec::Aider(config)
             | AgentSpec::QwenCode(config)
+            | AgentSpec::ContinueCli(config)
             | AgentSpec::Cli(config) => &mut config.budget,
             AgentSpec::Noop | AgentSpec::Oracle | AgentSpec::Mock(_) => continue,
         };

@@ -76,6 +76,8 @@ pub enum AgentSpec {
     Aider(HarnessConfig),
     #[serde(rename = "qwen-code")]
     QwenCode(HarnessConfig),
+    #[serde(rename = "continue-cli")]
+    ContinueCli(HarnessConfig),
     Cli(HarnessConfig),
 }
 
@@ -90,6 +92,7 @@ impl AgentSpec {
             HarnessKind::MiniSweAgent => Self::MiniSweAgent(config),
             HarnessKind::Aider => Self::Aider(config),
             HarnessKind::QwenCode => Self::QwenCode(config),
+            HarnessKind::ContinueCli => Self::ContinueCli(config),
             HarnessKind::Cli => Self::Cli(config),
         }
     }
@@ -104,6 +107,7 @@ impl AgentSpec {
             Self::MiniSweAgent(c) => (HarnessKind::MiniSweAgent, c),
             Self::Aider(c) => (HarnessKind::Aider, c),
             Self::QwenCode(c) => (HarnessKind::QwenCode, c),
+            Self::ContinueCli(c) => (HarnessKind::ContinueCli, c),
             Self::Cli(c) => (HarnessKind::Cli, c),
             Self::Noop | Self::Oracle | Self::Mock(_) | Self::Command(_) => return None,
         })

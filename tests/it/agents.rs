@@ -97,6 +97,7 @@ pub fn cli(kind: HarnessKind) -> Cli {
         // One exchange: aider applies the edit block and stops.
         HarnessKind::Aider => fake(&["args: [--edit-format, diff]"], 1, 0.0033),
         HarnessKind::QwenCode => fake(&[], 3, 0.0099),
+        HarnessKind::ContinueCli => fake(&[], 3, 0.0099),
         HarnessKind::Cli => panic!("`kind: cli` is a definition: tests/it/agents_cli.rs"),
     }
 }
@@ -501,6 +502,31 @@ cli_tests! {
     mini_swe_agent: HarnessKind::MiniSweAgent, 400, ErrorCode::SdkError, None;
     aider: HarnessKind::Aider, 400, ErrorCode::SdkError, None;
     qwen_code: HarnessKind::QwenCode, 400, ErrorCode::SdkError, None;
+}
+
+/// Continue's CLI: no http-error test (its retries back off for long), no resume (it has none
+/// by session id).
+mod continue_cli {
+    use super::*;
+
+    #[test]
+    fn passes_on_the_delta_with_events_usage_cost_and_session() {
+        passes_on_the_delta(HarnessKind::ContinueCli);
+    }
+
+    #[test]
+    fn stops_at_its_budget() {
+        super::stops_at_its_budget(HarnessKind::ContinueCli);
+    }
+
+    /// In the sandbox with `network: model` written out: the gateway is the only address it has.
+    #[test]
+    fn runs_inside_the_sandbox_with_network_model() {
+        if !crate::common::have_bwrap("continue_cli::runs_inside_the_sandbox_with_network_model") {
+            return;
+        }
+        runs_inside_the_sandbox_with(HarnessKind::ContinueCli, "\n    network: model");
+    }
 }
 
 #[test]

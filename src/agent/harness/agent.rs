@@ -570,6 +570,7 @@ impl CodingAgent for HarnessAgent {
             HarnessKind::MiniSweAgent => "mini-swe-agent, run headless (mini -y).",
             HarnessKind::Aider => "aider, run headless (aider --message).",
             HarnessKind::QwenCode => "Qwen Code, run headless (qwen --output-format stream-json).",
+            HarnessKind::ContinueCli => "Continue's CLI, run headless (cn -p --auto).",
             HarnessKind::Cli => "a CLI run from its definition in the agents file (kind: cli).",
         }
     }

@@ -38,6 +38,7 @@ pub enum HarnessKind {
     MiniSweAgent,
     Aider,
     QwenCode,
+    ContinueCli,
     /// Any other CLI, described in the agents file ([`super::cli`]).
     Cli,
 }
@@ -78,6 +79,7 @@ impl HarnessKind {
         Self::MiniSweAgent,
         Self::Aider,
         Self::QwenCode,
+        Self::ContinueCli,
     ];
 
     /// The `kind:` value in an agents file.
@@ -102,6 +104,7 @@ impl HarnessKind {
             Self::MiniSweAgent => &super::mini_swe::Adapter,
             Self::Aider => &super::aider::Adapter,
             Self::QwenCode => &super::qwen::Adapter,
+            Self::ContinueCli => &super::continue_cli::Adapter,
             // A definition is its own adapter: see `HarnessConfig::adapter`.
             Self::Cli => &super::cli::NO_DEFINITION,
         }
@@ -117,6 +120,7 @@ impl HarnessKind {
             Self::MiniSweAgent => "mini",
             Self::Aider => "aider",
             Self::QwenCode => "qwen",
+            Self::ContinueCli => "cn",
             Self::Cli => "the agent's `command:`",
         }
     }
@@ -132,6 +136,7 @@ impl HarnessKind {
             Self::MiniSweAgent => (Registry::PyPi, "mini-swe-agent", "2.4.6"),
             Self::Aider => (Registry::PyPi, "aider-chat", "0.86.2"),
             Self::QwenCode => (Registry::Npm, "@qwen-code/qwen-code", "0.24.4"),
+            Self::ContinueCli => (Registry::Npm, "@continuedev/cli", "1.5.47"),
             Self::Cli => return None,
         };
         Some(Package {
@@ -182,7 +187,7 @@ impl HarnessKind {
             Self::GeminiCli => &["yolo", "auto_edit", "default", "plan"],
             Self::Opencode => &["allow", "ask", "deny"],
             Self::QwenCode => &["yolo", "auto-edit", "default", "plan", "auto"],
-            Self::MiniSweAgent | Self::Aider | Self::Cli => &[],
+            Self::MiniSweAgent | Self::Aider | Self::ContinueCli | Self::Cli => &[],
         }
     }
 
@@ -192,7 +197,7 @@ impl HarnessKind {
                 TurnLimit::Native
             }
             // A definition passing `{max_turns}` has a native limit: `HarnessConfig::turn_limit`.
-            Self::Codex | Self::Opencode | Self::Cli => TurnLimit::Enforced,
+            Self::Codex | Self::Opencode | Self::ContinueCli | Self::Cli => TurnLimit::Enforced,
             Self::Aider => TurnLimit::Unsupported,
         }
     }
@@ -213,6 +218,7 @@ impl HarnessKind {
             | Self::MiniSweAgent
             | Self::Aider
             | Self::QwenCode
+            | Self::ContinueCli
             | Self::Cli => "OPENAI_API_KEY",
         }
     }
@@ -324,6 +330,20 @@ impl HarnessKind {
                 ("--auth-type", "deltabench points it at the endpoint"),
                 ("--openai-base-url", "deltabench points it at the endpoint"),
                 ("--openai-api-key", "use `api_key:`"),
+            ],
+            Self::ContinueCli => &[
+                ("-p", PROMPT),
+                ("--print", PROMPT),
+                ("--format", STREAM),
+                (
+                    "--config",
+                    "deltabench writes the config that points it at the endpoint",
+                ),
+                ("--resume", "deltabench does not resume Continue sessions"),
+                ("--fork", "deltabench does not resume Continue sessions"),
+                ("--model", "use `model:`"),
+                ("--readonly", "it runs with --auto"),
+                ("--auto", "it runs with --auto"),
             ],
             // Its whole command line is the agent's own template.
             Self::Cli => &[],

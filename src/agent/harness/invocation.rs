@@ -88,6 +88,7 @@ pub fn invocation(kind: HarnessKind, config: &HarnessConfig, run: &RunPaths) -> 
         HarnessKind::MiniSweAgent => mini_swe(config, run, &mut inv),
         HarnessKind::Aider => aider(config, run, &mut inv),
         HarnessKind::QwenCode => qwen(config, run, &mut inv),
+        HarnessKind::ContinueCli => continue_cli(config, run, &mut inv),
         HarnessKind::Cli => {
             if let Some(definition) = &config.cli {
                 cli_invocation(definition, config, run, &mut inv);
@@ -99,7 +100,10 @@ pub fn invocation(kind: HarnessKind, config: &HarnessConfig, run: &RunPaths) -> 
     inv.args.extend(config.args.iter().cloned());
     if matches!(
         kind,
-        HarnessKind::Codex | HarnessKind::Opencode | HarnessKind::ClaudeCode
+        HarnessKind::Codex
+            | HarnessKind::Opencode
+            | HarnessKind::ClaudeCode
+            | HarnessKind::ContinueCli
     ) {
         // A positional prompt, after `--` so a task starting with `-` is not an option; the
         // others take it as `--flag=TASK`.
@@ -324,6 +328,44 @@ fn qwen(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
         Some(id) => push(args, &["--resume", id]),
         None => push(args, &["--session-id", run.new_session]),
     }
+}
+
+fn continue_cli(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+    // One OpenAI-compatible model: the endpoint's, or OpenAI's own without one.
+    let mut model = json!({
+        "name": "deltabench",
+        "provider": "openai",
+        "model": config.model.clone().unwrap_or_else(|| "gpt-4.1".into()),
+        "roles": ["chat", "edit", "apply"],
+    });
+    if let Some(url) = run.endpoint {
+        model["apiBase"] = json!(format!("{url}/v1"));
+    }
+    if let Some(key) = run.api_key {
+        model["apiKey"] = json!(key);
+    } else if let Ok(key) = std::env::var("OPENAI_API_KEY") {
+        model["apiKey"] = json!(key);
+    }
+    let mut file = json!({
+        "name": "deltabench",
+        "version": "0.0.1",
+        "schema": "v1",
+        "models": [model],
+    });
+    if let Some(prompt) = &config.append_system_prompt {
+        file["rules"] = json!([prompt]);
+    }
+    let path = run.home.join(".continue/deltabench.yaml");
+    // JSON is YAML: the config needs no YAML writer.
+    inv.files.push((
+        path.clone(),
+        serde_json::to_string_pretty(&file).expect("config serializes"),
+    ));
+    set_env(&mut inv.env, "CONTINUE_CLI_ENABLE_TELEMETRY", "0");
+    set_env(&mut inv.env, "CONTINUE_METRICS_ENABLED", "0");
+    let args = &mut inv.args;
+    push(args, &["-p", "--auto", "--format", "json", "--config"]);
+    args.push(path.display().to_string());
 }
 
 fn opencode(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {

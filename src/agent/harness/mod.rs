@@ -31,6 +31,7 @@ pub mod claude;
 pub mod cli;
 pub mod codex;
 pub mod config;
+pub mod continue_cli;
 pub mod gemini;
 pub mod invocation;
 pub mod mini_swe;
@@ -54,6 +55,7 @@ pub use codex::CodexParser;
 pub use config::{
     Endpoint, EndpointError, HarnessConfig, HarnessKind, Package, Registry, TurnLimit,
 };
+pub use continue_cli::ContinueParser;
 pub use gemini::GeminiParser;
 pub use mini_swe::MiniSweParser;
 pub use opencode::OpencodeParser;
