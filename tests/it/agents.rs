@@ -504,8 +504,7 @@ cli_tests! {
     qwen_code: HarnessKind::QwenCode, 400, ErrorCode::SdkError, None;
 }
 
-/// Continue's CLI: no http-error test (its retries back off for long), no resume (it has none
-/// by session id).
+/// Continue's CLI: no http-error test (its retries back off for long).
 mod continue_cli {
     use super::*;
 
@@ -517,6 +516,30 @@ mod continue_cli {
     #[test]
     fn stops_at_its_budget() {
         super::stops_at_its_budget(HarnessKind::ContinueCli);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn resumes_its_session() {
+        resumes(HarnessKind::ContinueCli).await;
+    }
+
+    /// It has no turn limit, and writes its session file only when it exits, so deltabench
+    /// cannot count its calls while it runs either: `max_turns` is refused before anything runs.
+    #[test]
+    fn has_no_turn_limit_to_set() {
+        let tmp = suite(
+            HarnessKind::ContinueCli,
+            WRITE_SHOW_DONE,
+            "\n    max_turns: 2",
+        );
+        let (output, _, out) = run_suite(tmp.path(), &[]);
+        assert_eq!(output.status.code(), Some(2));
+        let err = stderr(&output);
+        assert!(
+            err.contains("`max_turns` does not apply to agent 'a' of kind 'continue-cli' (continue-cli has no turn limit to set)"),
+            "{err}"
+        );
+        assert!(!out.join("trials.jsonl").exists());
     }
 
     /// In the sandbox with `network: model` written out: the gateway is the only address it has.

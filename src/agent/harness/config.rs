@@ -167,7 +167,12 @@ impl HarnessKind {
     pub fn can_resume(self) -> bool {
         matches!(
             self,
-            Self::ClaudeCode | Self::Codex | Self::GeminiCli | Self::Opencode | Self::QwenCode
+            Self::ClaudeCode
+                | Self::Codex
+                | Self::GeminiCli
+                | Self::Opencode
+                | Self::QwenCode
+                | Self::ContinueCli
         )
     }
 
@@ -197,8 +202,9 @@ impl HarnessKind {
                 TurnLimit::Native
             }
             // A definition passing `{max_turns}` has a native limit: `HarnessConfig::turn_limit`.
-            Self::Codex | Self::Opencode | Self::ContinueCli | Self::Cli => TurnLimit::Enforced,
-            Self::Aider => TurnLimit::Unsupported,
+            Self::Codex | Self::Opencode | Self::Cli => TurnLimit::Enforced,
+            // Continue's CLI writes its session (deltabench's view of its calls) only at exit.
+            Self::Aider | Self::ContinueCli => TurnLimit::Unsupported,
         }
     }
 
@@ -339,8 +345,8 @@ impl HarnessKind {
                     "--config",
                     "deltabench writes the config that points it at the endpoint",
                 ),
-                ("--resume", "deltabench does not resume Continue sessions"),
-                ("--fork", "deltabench does not resume Continue sessions"),
+                ("--resume", SESSION),
+                ("--fork", SESSION),
                 ("--model", "use `model:`"),
                 ("--readonly", "it runs with --auto"),
                 ("--auto", "it runs with --auto"),

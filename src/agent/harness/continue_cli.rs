@@ -5,8 +5,9 @@
 //! `HOME/.continue/sessions/<id>.json` (its name is the session id): a `history` of chat
 //! messages, each assistant message with its `usage`, `toolCallStates` with each call's status
 //! and output, and the session's `usage` total. The run reads the one session file that was not
-//! there when it started, while the CLI runs and once after. Its `totalCost` is Continue's own
-//! guess for a model it may not know, so it is not reported as the CLI's cost.
+//! there when it started, polled while the CLI runs (1.5.47 writes it only at exit, hence no
+//! turn limit). Its `totalCost` is Continue's own guess for a model it may not know, so it is
+//! not reported as the CLI's cost.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -32,11 +33,31 @@ pub struct ContinueParser {
     /// The final answer on stdout.
     response: Option<String>,
     modified_files: Vec<String>,
+    /// The session's totals before this run, when it resumes one (its `usage` is cumulative).
+    base: Usage,
+    /// The session resumed, and how many history entries it had: a run that adds none to it
+    /// did not continue it.
+    resumed: Option<(String, usize)>,
 }
 
 impl ContinueParser {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A parser for a run that continues the session saved as `json`: its entries and totals
+    /// are the earlier runs'.
+    pub fn resuming(id: &str, json: &str) -> Self {
+        let mut earlier = Self::new();
+        earlier.session(json);
+        Self {
+            seen: earlier.seen,
+            base: earlier.usage.unwrap_or_default(),
+            resumed: Some((id.to_owned(), earlier.seen)),
+            session_id: earlier.session_id,
+            usage: Some(Usage::default()),
+            ..Self::new()
+        }
     }
 
     /// Reads the session file's current text; returns the events of history entries not seen
@@ -72,14 +93,19 @@ impl ContinueParser {
                 .pointer("/promptTokensDetails/cachedTokens")
                 .and_then(Value::as_u64)
                 .unwrap_or(0);
+            let base = &self.base;
             let usage = Usage {
-                input_tokens: u64_field(total, "promptTokens").saturating_sub(cached),
-                output_tokens: u64_field(total, "completionTokens"),
-                cache_read_tokens: cached,
+                input_tokens: u64_field(total, "promptTokens")
+                    .saturating_sub(cached)
+                    .saturating_sub(base.input_tokens),
+                output_tokens: u64_field(total, "completionTokens")
+                    .saturating_sub(base.output_tokens),
+                cache_read_tokens: cached.saturating_sub(base.cache_read_tokens),
                 cache_write_tokens: total
                     .pointer("/promptTokensDetails/cacheWriteTokens")
                     .and_then(Value::as_u64)
-                    .unwrap_or(0),
+                    .unwrap_or(0)
+                    .saturating_sub(base.cache_write_tokens),
                 ..Usage::default()
             };
             // The session's running total, as a usage event whenever it grows.
@@ -218,7 +244,18 @@ impl StreamParser for ContinueParser {
     }
 
     fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
-        let mut run = if exit_code == Some(0) && self.response.is_some() {
+        let mut run = if let Some((id, had)) = &self.resumed
+            && self.seen == *had
+            && exit_code == Some(0)
+        {
+            // `--resume` continues the newest session in its HOME, which may not be this one.
+            ParsedRun::failed(CodingError::new(
+                crate::agent::ErrorCode::Unknown,
+                format!(
+                    "cn added nothing to session {id}: it resumes only the newest session of its HOME"
+                ),
+            ))
+        } else if exit_code == Some(0) && self.response.is_some() {
             ParsedRun {
                 text: self.response.clone().or(self.last_text.clone()),
                 ..ParsedRun::completed()
@@ -240,11 +277,20 @@ pub struct Adapter;
 impl super::adapter::CliAdapter for Adapter {
     fn begin(&self, run: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
         let dir = run.home.join(SESSIONS_DIR);
+        // A resumed run appends to its session's file; a new one writes a new file.
+        let resumed = run
+            .resume
+            .filter(|id| !id.contains(['/', '\\']))
+            .map(|id| dir.join(format!("{id}.json")));
+        let parser = match (run.resume, resumed.as_deref().map(std::fs::read_to_string)) {
+            (Some(id), Some(Ok(json))) => ContinueParser::resuming(id, &json),
+            _ => ContinueParser::new(),
+        };
         Box::new(ContinueRun {
-            parser: ContinueParser::new(),
+            parser,
             before: session_files(&dir),
             dir,
-            file: None,
+            file: resumed,
         })
     }
 }
@@ -373,6 +419,34 @@ mod tests {
             rest.iter()
                 .any(|e| matches!(e, StreamEvent::ToolCall { name, .. } if name == "Bash"))
         );
+    }
+
+    #[test]
+    fn a_resumed_run_counts_only_its_own_entries_and_usage() {
+        let mut parser = ContinueParser::resuming("528b39dc", SESSION);
+        // Nothing added: that was another session's run.
+        assert!(parser.session(SESSION).is_empty());
+        let grown = SESSION
+            .replace(
+                r#""content":"Done."}}]"#,
+                r#""content":"Done."}},{"message":{"role":"assistant","content":"Summary."}}]"#,
+            )
+            .replace(
+                r#""promptTokens":3000,"completionTokens":60"#,
+                r#""promptTokens":4000,"completionTokens":80"#,
+            );
+        let events = parser.session(&grown);
+        assert!(matches!(&events[0], StreamEvent::Assistant { text } if text == "Summary."));
+        parser.line(r#"{"response":"Summary."}"#);
+        let run = parser.finish(Some(0), "");
+        assert_eq!(run.status, CodingStatus::Completed);
+        let usage = run.usage.unwrap();
+        assert_eq!((usage.input_tokens, usage.output_tokens), (1000, 20));
+        let mut other = ContinueParser::resuming("528b39dc", SESSION);
+        other.session(SESSION);
+        other.line(r#"{"response":"Done."}"#);
+        let run = other.finish(Some(0), "");
+        assert_eq!(run.status, CodingStatus::Error);
     }
 
     #[test]

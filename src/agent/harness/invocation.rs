@@ -366,6 +366,10 @@ fn continue_cli(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
     let args = &mut inv.args;
     push(args, &["-p", "--auto", "--format", "json", "--config"]);
     args.push(path.display().to_string());
+    // It resumes the newest session of its HOME; the run checks that it was this one.
+    if run.resume.is_some() {
+        args.push("--resume".into());
+    }
 }
 
 fn opencode(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
