@@ -3,7 +3,7 @@
 
     python3 benches/cli_overhead.py [N] [KIND...]   # N runs per arm (default 5); all kinds by default
 
-For each installed CLI of claude-code, codex, gemini-cli and qwen-code: the same task (write hello.txt,
+For each installed CLI of claude-code, codex, gemini-cli, qwen-code and continue-cli: the same task (write hello.txt,
 show it, finish: three scripted model calls) run N times
 
   direct      the CLI by hand as recipes do it: a fresh git repo and HOME on tmpfs, `env -i`,
@@ -30,7 +30,7 @@ BIN = os.path.join(TARGET, "release", "deltabench")
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 ONLY = set(sys.argv[2:])
 KINDS = (("claude-code", "claude"), ("codex", "codex"), ("gemini-cli", "gemini"),
-         ("qwen-code", "qwen"))
+         ("qwen-code", "qwen"), ("continue-cli", "cn"))
 TMP = "/dev/shm" if os.path.isdir("/dev/shm") else None
 TOOLS = os.environ.get("DELTABENCH_AGENT_TOOLS") or os.path.expanduser("~/.cache/deltabench/agents")
 BINS = os.path.join(TOOLS, "npm", "node_modules", ".bin")
@@ -83,6 +83,17 @@ def direct(kind, url):
             cmd = [os.path.join(BINS, "qwen"), "--prompt=" + TASK, "--auth-type", "openai",
                    "--output-format", "stream-json", "--approval-mode", "yolo", "--model",
                    "scripted-model"]
+        elif kind == "continue-cli":
+            # The config the adapter writes: one OpenAI-compatible model at the endpoint.
+            config = os.path.join(home, "config.yaml")
+            with open(config, "w") as f:
+                json.dump({"name": "bench", "version": "0.0.1", "schema": "v1",
+                           "models": [{"name": "bench", "provider": "openai",
+                                       "model": "scripted-model", "apiBase": f"{url}/v1",
+                                       "apiKey": "fake", "roles": ["chat", "edit", "apply"]}]}, f)
+            env.update(CONTINUE_CLI_ENABLE_TELEMETRY="0", CONTINUE_METRICS_ENABLED="0")
+            cmd = [os.path.join(BINS, "cn"), "-p", "--auto", "--format", "json", "--config",
+                   config, "--", TASK]
         else:
             gemini = os.path.join(home, ".gemini")
             os.makedirs(gemini)
