@@ -1,6 +1,7 @@
-//! The six real coding-agent CLIs: their config ([`config`]), command lines
-//! ([`invocation`]), stream parsers (one module per CLI), cost estimates ([`pricing`]) and the
-//! agent that ties them together ([`HarnessAgent`]).
+//! The real coding-agent CLIs built in (eight, and any other as `kind: cli`): their config
+//! ([`config`]), command lines ([`invocation`]), stream parsers and quirks (one module per CLI,
+//! behind [`adapter::CliAdapter`]), cost estimates ([`pricing`]) and the agent that ties them
+//! together ([`HarnessAgent`]).
 //!
 //! ## Stream parsers
 //!
