@@ -55,7 +55,9 @@ mem=$(awk '/MemTotal/ {m = int($2 / 1024) - 1024; if (m < 512) m = 512; print m}
 # Ports off the defaults, so a system Slurm on the machine is left alone.
 cat > "$conf" <<CONF
 ClusterName=deltabench
-SlurmctldHost=$host
+# Addresses given, so nothing depends on the host name resolving (a fresh root's /etc/hosts may
+# not name it, and a lookup then waits on DNS).
+SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=${DELTABENCH_SLURM_PORT:-16817}
 SlurmdPort=$(( ${DELTABENCH_SLURM_PORT:-16817} + 1 ))
 AuthType=auth/munge
@@ -81,7 +83,7 @@ AccountingStorageType=accounting_storage/none
 KillWait=10
 MinJobAge=30
 SchedulerParameters=sched_interval=1
-NodeName=$host CPUs=$cpus RealMemory=$mem State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 NodeHostname=$host CPUs=$cpus RealMemory=$mem State=UNKNOWN
 PartitionName=main Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 CONF
 export SLURM_CONF=$conf
