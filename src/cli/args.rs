@@ -485,7 +485,9 @@ pub(super) struct RoundArgs {
     /// (exit 3). Compares with --baseline's same agent, or else the run's first agent (the
     /// baseline) with its second (the candidate). The test (a betting e-process on the paired
     /// per-task differences, see docs/measurement.md) keeps each false claim under
-    /// 1 − --confidence however many rounds it looks at. Implies --gate.
+    /// 1 − --confidence however many rounds it looks at. Implies --gate. With --shard, the
+    /// shards wait for each other after every round in the folder they share (--shard auto
+    /// --out DIR) and all reach the same decision.
     #[arg(long, conflicts_with_all = ["trials", "until_ci_width"])]
     pub(super) until_decided: bool,
     /// Run trials in rounds until every agent's pass-rate interval (at --confidence) is at

@@ -5,18 +5,20 @@
 
 use std::collections::BTreeSet;
 use std::io::IsTerminal;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
 use super::exit::Exit;
 use super::finish::finish_run;
 use super::reporter::TerminalReporter;
-use super::{CliError, compare, read_run_dir};
+use super::{CliError, ErrorKind, compare, read_run_dir};
 use crate::runner;
 use crate::stats::{self, SequentialDecision, SequentialSpec};
-use crate::store::{RunRequest, StoppingRule, StoredRun};
+use crate::store::layout::ROUNDS;
+use crate::store::rounds::{self, RoundMark, Sibling};
+use crate::store::{self, RunRequest, Shard, StoppingRule, StoredRun};
 use crate::suite::Suite;
 
 /// Checks a run in rounds before anything runs: the margin, the cap, what is compared.
@@ -24,17 +26,31 @@ pub(super) fn check(
     request: &RunRequest,
     plan: &runner::Plan,
     baseline: Option<&StoredRun>,
+    out: Option<&Path>,
 ) -> Result<(), CliError> {
     let Some(sequential) = &request.sequential else {
         return Ok(());
     };
     if let Some(shard) = request.shard {
-        // Each round's decision reads every task's trial of that round; a shard holds a hashed
-        // slice of them, and shards do not talk to each other between rounds.
-        return Err(CliError::usage(format!(
-            "--shard {shard} cannot run in rounds: the sequential gate decides after each round on every task's trials, and a shard holds only its slice"
-        ))
-        .hint("run the rounds unsharded (they stop early), or shard a run with a fixed --trials and gate the merged run with `compare --gate`"));
+        // The shards meet between rounds in the folder they share, each in shard-I-of-N.
+        let name = store::shards::dir_name(shard);
+        let Some(out) = out else {
+            return Err(CliError::usage(format!(
+                "--shard {shard} in rounds needs --out: the shards of a run in rounds meet between rounds in the folder they share"
+            ))
+            .hint(format!(
+                "give every shard the same --shard auto --out DIR (each writes DIR/{name}), or --out DIR/{name}"
+            )));
+        };
+        if out.file_name() != Some(std::ffi::OsStr::new(&name)) {
+            return Err(CliError::usage(format!(
+                "--shard {shard} in rounds writes {}, and its siblings cannot find it there: the shards of a run in rounds meet between rounds in the folder they share, each in its {name}",
+                out.display()
+            ))
+            .hint(format!(
+                "give --shard auto --out DIR (it writes DIR/{name}), or --out DIR/{name}"
+            )));
+        }
     }
     if sequential.max_trials == 0 {
         return Err(CliError::usage("--max-trials must be at least 1"));
@@ -102,6 +118,10 @@ pub(super) async fn run_rounds(
         _ => None,
     };
     let cap = cap(sequential.max_trials, baseline.as_ref(), out);
+    let meeting = request
+        .shard
+        .map(|shard| Meeting::start(out, shard, round))
+        .transpose()?;
     let mut note = note;
     loop {
         request.trials = round;
@@ -131,7 +151,10 @@ pub(super) async fn run_rounds(
         if outcome.interrupted {
             return finish_run(&plan, &outcome, reporter.tally(), None);
         }
-        let run = read_run_dir(out)?;
+        let run = match &meeting {
+            None => read_run_dir(out)?,
+            Some(meeting) => meeting.meet(round).await?,
+        };
         let verdict = judge(
             &run,
             baseline.as_ref(),
@@ -141,6 +164,9 @@ pub(super) async fn run_rounds(
             &plan,
         )?;
         if verdict.decided || round >= cap {
+            if let Some(meeting) = &meeting {
+                meeting.decided(&verdict.status)?;
+            }
             let exit = finish_run(&plan, &outcome, reporter.tally(), None)?;
             super::print_stdout(&verdict.text);
             return Ok(match verdict.exit {
@@ -150,6 +176,161 @@ pub(super) async fn run_rounds(
         }
         eprintln!("round {round} of at most {cap}: {}", verdict.status);
         round += 1;
+    }
+}
+
+/// A shard of a run in rounds and its siblings in the folder they share: it beats its heartbeat
+/// into its `rounds.json` while it runs, and after each round waits until every sibling has
+/// recorded that round, then judges every shard's trials of the rounds so far. Every shard reads
+/// the same records, so every shard reaches the same decision at the same round.
+struct Meeting {
+    out: PathBuf,
+    shard: Shard,
+    mark: Arc<Mutex<RoundMark>>,
+    beat: tokio::task::JoinHandle<()>,
+}
+
+impl Meeting {
+    /// Starts beating; a resumed shard keeps the round its mark recorded.
+    fn start(out: &Path, shard: Shard, round: u32) -> Result<Self, CliError> {
+        std::fs::create_dir_all(out).map_err(|e| {
+            CliError::with_cause(
+                ErrorKind::Usage,
+                format!("cannot create {}", out.display()),
+                e,
+            )
+        })?;
+        let recorded = rounds::read_mark(out).map_or(0, |mark| mark.round);
+        let mark = Arc::new(Mutex::new(RoundMark::new(recorded.min(round))));
+        let meeting = Self {
+            out: out.to_owned(),
+            shard,
+            mark: mark.clone(),
+            beat: tokio::spawn(beat(out.to_owned(), mark)),
+        };
+        meeting.update(|_| {})?;
+        Ok(meeting)
+    }
+
+    fn update(&self, change: impl FnOnce(&mut RoundMark)) -> Result<(), CliError> {
+        let mut mark = self.mark.lock().unwrap_or_else(|e| e.into_inner());
+        change(&mut mark);
+        mark.heartbeat = rounds::now();
+        rounds::write_mark(&self.out, &mark).map_err(|e| {
+            CliError::with_cause(
+                ErrorKind::Harness,
+                format!("cannot write {}", self.out.join(ROUNDS).display()),
+                e,
+            )
+        })
+    }
+
+    fn decided(&self, outcome: &str) -> Result<(), CliError> {
+        self.update(|mark| mark.decided = Some(outcome.to_owned()))
+    }
+
+    /// Records that this shard finished `round`, waits for its siblings to finish it too, and
+    /// returns every shard's trials of rounds 1..=`round` as one run.
+    async fn meet(&self, round: u32) -> Result<StoredRun, CliError> {
+        self.update(|mark| mark.round = round)?;
+        let parent = self.out.parent().unwrap_or(Path::new("."));
+        let siblings: Vec<(Shard, PathBuf)> = (1..=self.shard.total)
+            .filter(|&index| index != self.shard.index)
+            .map(|index| {
+                let shard = Shard {
+                    index,
+                    total: self.shard.total,
+                };
+                (shard, parent.join(store::shards::dir_name(shard)))
+            })
+            .collect();
+        let mut said = String::new();
+        loop {
+            let now = rounds::now();
+            let mut waiting = Vec::new();
+            for (shard, dir) in &siblings {
+                match rounds::sibling(rounds::read_mark(dir).as_ref(), round, now) {
+                    Sibling::Ready => {}
+                    Sibling::NotStarted => waiting.push(format!("{shard} (not started)")),
+                    Sibling::Behind { round } => {
+                        waiting.push(format!("{shard} (finished round {round})"))
+                    }
+                    Sibling::Gone {
+                        round: at,
+                        silent,
+                        host,
+                    } => {
+                        return Err(CliError::unscored(format!(
+                            "shard {shard} stopped after round {at} (no heartbeat for {silent} s, last on host '{host}'): round {round} cannot be judged without its trials"
+                        ))
+                        .hint(format!(
+                            "resume it (`deltabench resume {}`, or `deltabench submit ENGINE --resume {}`); resume this shard too ({}): it goes on at round {round}",
+                            dir.display(),
+                            parent.display(),
+                            self.out.display()
+                        )));
+                    }
+                }
+            }
+            if waiting.is_empty() {
+                break;
+            }
+            let now_said = waiting.join(", ");
+            if now_said != said {
+                eprintln!("round {round}: waiting for shard {now_said}");
+                said = now_said;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let mut run = read_run_dir(&self.out)?;
+        for (shard, dir) in &siblings {
+            let sibling = read_run_dir(dir)?;
+            store::same_design(&run, &sibling).map_err(|e| {
+                CliError::usage(format!(
+                    "{} is not shard {shard} of this run in rounds: {e}",
+                    dir.display()
+                ))
+            })?;
+            if sibling.manifest.shard != Some(*shard) {
+                return Err(CliError::usage(format!(
+                    "{} holds shard {}, not {shard}",
+                    dir.display(),
+                    sibling
+                        .manifest
+                        .shard
+                        .map_or("(unsharded)".to_owned(), |s| s.to_string())
+                )));
+            }
+            run.trials.extend(sibling.trials);
+        }
+        // A sibling may already be a round ahead: judge the rounds all have recorded.
+        run.trials.retain(|r| !r.interrupted && r.trial <= round);
+        Ok(run)
+    }
+}
+
+impl Drop for Meeting {
+    /// Leaving undecided (a dead sibling, an interrupt, an error) says so at once: a heartbeat
+    /// of 0 tells the siblings and `status` that this shard stopped, without their waiting for it
+    /// to go stale.
+    fn drop(&mut self) {
+        self.beat.abort();
+        let mut mark = self.mark.lock().unwrap_or_else(|e| e.into_inner());
+        if mark.decided.is_none() {
+            mark.heartbeat = 0;
+            let _ = rounds::write_mark(&self.out, &mark);
+        }
+    }
+}
+
+async fn beat(out: PathBuf, mark: Arc<Mutex<RoundMark>>) {
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs(rounds::HEARTBEAT_SECS)).await;
+        // Written under the lock, so a last word from `Drop` is never overwritten by a beat.
+        let mut mark = mark.lock().unwrap_or_else(|e| e.into_inner());
+        mark.heartbeat = rounds::now();
+        // A missed beat is retried at the next; siblings allow twelve.
+        let _ = rounds::write_mark(&out, &mark);
     }
 }
 

@@ -90,7 +90,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         }
     }
     let baseline = args.baseline.as_deref().map(read_run_dir).transpose()?;
-    rounds::check(&plan.request, &plan, baseline.as_ref())?;
+    rounds::check(&plan.request, &plan, baseline.as_ref(), out.as_deref())?;
     let out = out.unwrap_or_else(|| match shard {
         Some(shard) if matches!(args.shard, Some(ShardArg::Auto)) => {
             default_out(&suite.name).join(store::shards::dir_name(shard))

@@ -4,6 +4,7 @@
 //! RUN_DIR/
 //!   manifest.json      suite name and digest, agents and configs, the request, version, times
 //!   trials.jsonl       one line per finished trial, appended and fsynced before it is reported
+//!   rounds.json        a shard of a run in rounds: its last round, decision, heartbeat
 //!   trials/<task>/<agent>/<n>/
 //!     events.jsonl  trajectory.json  diff.patch  verify.log  agent.log  result.json  tests.json
 //!     (instruction.md, agent-events.jsonl, setup.log, verify-setup.log, verify-home/, grader.log,
@@ -26,6 +27,8 @@ use super::{TrialRecord, sanitize};
 pub const MANIFEST: &str = "manifest.json";
 /// One JSON record per finished trial.
 pub const TRIALS_LOG: &str = "trials.jsonl";
+/// A shard's place in a run in rounds ([`super::rounds`]).
+pub const ROUNDS: &str = "rounds.json";
 /// The folder of per-trial folders.
 pub const TRIALS_DIR: &str = "trials";
 

@@ -261,14 +261,36 @@ fn replaceable(out: &Path, gathered: &Gathered) -> bool {
 
 /// Refuses `run` unless it was planned exactly like `first`.
 fn same_plan(first: &StoredRun, run: &StoredRun) -> Result<(), MergeError> {
+    same_design(first, run)?;
     let (a, b) = (&first.manifest, &run.manifest);
-    let mismatch = |field: &str, expected: String, found: String| MergeError::Mismatch {
+    if a.trials_per_task != b.trials_per_task {
+        return Err(mismatch(first, run)(
+            "trials_per_task",
+            a.trials_per_task.to_string(),
+            b.trials_per_task.to_string(),
+        ));
+    }
+    Ok(())
+}
+
+fn mismatch<'a>(
+    first: &'a StoredRun,
+    run: &'a StoredRun,
+) -> impl Fn(&str, String, String) -> MergeError + 'a {
+    |field: &str, expected: String, found: String| MergeError::Mismatch {
         input: run.path.clone(),
         first: first.path.clone(),
         field: field.to_owned(),
         expected,
         found,
-    };
+    }
+}
+
+/// Refuses `run` unless it is a shard of the same plan as `first` but for the trials per task:
+/// the siblings of a run in rounds, which may be a round apart.
+pub fn same_design(first: &StoredRun, run: &StoredRun) -> Result<(), MergeError> {
+    let (a, b) = (&first.manifest, &run.manifest);
+    let mismatch = mismatch(first, run);
     if a.suite_digest != b.suite_digest {
         return Err(mismatch(
             "suite_digest",
@@ -292,13 +314,6 @@ fn same_plan(first: &StoredRun, run: &StoredRun) -> Result<(), MergeError> {
                 other.unwrap_or_default(),
             ));
         }
-    }
-    if a.trials_per_task != b.trials_per_task {
-        return Err(mismatch(
-            "trials_per_task",
-            a.trials_per_task.to_string(),
-            b.trials_per_task.to_string(),
-        ));
     }
     if a.tasks != b.tasks {
         let index = a

@@ -7,6 +7,7 @@ pub mod layout;
 mod lease;
 mod merge;
 mod request;
+pub mod rounds;
 pub mod shards;
 
 use std::collections::HashMap;
@@ -22,7 +23,7 @@ use crate::delta::DiffStats;
 use crate::metric::{Judgement, Settled};
 
 pub use lease::{FoundLease, HeldLease, Lease, Reaped, leases, reap, registered_caches};
-pub use merge::{Gathered, MergeError, Merged, gather, merge_runs};
+pub use merge::{Gathered, MergeError, Merged, gather, merge_runs, same_design};
 pub use request::{RunRequest, Sequential, Shard, ShardParseError, StoppingRule};
 
 /// A trial's outcome.

@@ -365,9 +365,15 @@ fn shard_progress(shard: Shard, dir: PathBuf, this_host: &str, live: bool) -> Sh
             .iter()
             .any(|l| l.lease.run_dir == me && l.is_alive())
     });
-    progress.state = if complete {
+    // A shard of a run in rounds has finished only when the rule decided; between rounds it
+    // beats its heartbeat while it waits for its siblings.
+    let rounds_left = super::rounds::read_mark(&dir).filter(|mark| mark.decided.is_none());
+    let beating = rounds_left
+        .as_ref()
+        .is_some_and(|mark| mark.alive(super::rounds::now()));
+    progress.state = if complete && rounds_left.is_none() {
         ShardState::Finished
-    } else if leased || live {
+    } else if leased || live || beating {
         ShardState::Running
     } else if !ended && manifest.host != this_host {
         ShardState::Elsewhere

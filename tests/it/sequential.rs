@@ -164,7 +164,7 @@ fn bad_sequential_input_is_a_usage_error_before_anything_runs() {
                 "--shard",
                 "1/2",
             ],
-            "--shard 1/2 cannot run in rounds",
+            "--shard 1/2 in rounds writes refused, and its siblings cannot find it there",
         ),
         (
             &["--agent", "all", "--until-decided"],
@@ -518,4 +518,172 @@ fn a_killed_run_in_rounds_resumes_at_its_last_round_and_decides() {
     keys.dedup();
     assert_eq!((keys.len(), n), (120, 120), "{killed_at} before the kill");
     assert!(keys.iter().all(|k| (1..=6).contains(&k.2)));
+}
+
+/// Starts shard `index` of 2 of a run of `nine` in rounds against `base`, in `root/shards`, with
+/// its own workdir and cache (as on a node of its own).
+fn start_shard(root: &Path, index: u32) -> std::process::Child {
+    let work = root.join(format!("work-{index}"));
+    std::fs::create_dir_all(&work).unwrap();
+    deltabench(root)
+        .env("DELTABENCH_CACHE", root.join(format!("cache-{index}")))
+        .args([
+            "run",
+            "suite.yaml",
+            "--agent",
+            "nine",
+            "--until-decided",
+            "--max-trials",
+            "10",
+            "--baseline",
+            "base",
+            "-j",
+            "2",
+            "--shard",
+            &format!("{index}/2"),
+            "--out",
+            &format!("shards/shard-{index}-of-2"),
+            "--workdir",
+        ])
+        .arg(&work)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The gate's closing line.
+fn gate_line(text: &str) -> &str {
+    text.lines()
+        .find(|l| l.starts_with("sequential gate"))
+        .unwrap_or("(no gate line)")
+}
+
+#[test]
+fn shards_of_a_run_in_rounds_meet_after_each_round_and_decide_like_one_run() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    ten_task_suite(root, "paired");
+    let (code, _, err) = run(root, &["--agent", "all", "--trials", "10", "--out", "base"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, whole, err) = run(
+        root,
+        &[
+            "--agent",
+            "nine",
+            "--until-decided",
+            "--max-trials",
+            "10",
+            "--baseline",
+            "base",
+            "--out",
+            "whole",
+        ],
+    );
+    assert_eq!(code, Some(1), "{whole}{err}");
+
+    let shards = [start_shard(root, 1), start_shard(root, 2)];
+    let outputs: Vec<_> = shards
+        .into_iter()
+        .map(|s| s.wait_with_output().unwrap())
+        .collect();
+    for output in &outputs {
+        let (text, err) = (stdout(output), stderr(output));
+        assert_eq!(output.status.code(), Some(1), "{text}{err}");
+        // Each shard judged every task's trials, not its slice: the unsharded run's decision,
+        // at the same round.
+        assert_eq!(gate_line(&text), gate_line(&whole), "{err}");
+        assert!(err.contains("round 1 of at most 10: undecided"), "{err}");
+    }
+    let rounds = |dir: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(root.join(dir).join("rounds.json")).unwrap())
+            .unwrap()
+    };
+    let (one, two) = (rounds("shards/shard-1-of-2"), rounds("shards/shard-2-of-2"));
+    assert_eq!(one["round"], two["round"]);
+    assert!(
+        one["decided"]
+            .as_str()
+            .unwrap()
+            .starts_with("regressed after round"),
+        "{one}"
+    );
+
+    // Merged, the shards hold exactly the unsharded run's trials.
+    let merged = deltabench(root).args(["merge", "shards"]).output().unwrap();
+    assert_eq!(merged.status.code(), Some(0), "{}", stderr(&merged));
+    let keys = |dir: &str| {
+        let mut keys: Vec<String> = crate::common::trials(&root.join(dir))
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} {} {}",
+                    r["task"], r["agent"], r["trial"], r["passed"]
+                )
+            })
+            .collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(keys("shards/merged"), keys("whole"));
+    let status = deltabench(root)
+        .args(["status", "shards"])
+        .output()
+        .unwrap();
+    let table = stdout(&status);
+    assert_eq!(table.matches(" finished ").count(), 2, "{table}");
+}
+
+#[test]
+fn a_shard_in_rounds_stops_when_a_sibling_died_and_both_resume_to_the_decision() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    ten_task_suite(root, "paired");
+    let (code, _, err) = run(root, &["--agent", "all", "--trials", "10", "--out", "base"]);
+    assert_eq!(code, Some(0), "{err}");
+    // Shard 2 started, recorded no round and fell silent long ago (a node that died).
+    let dead = root.join("shards/shard-2-of-2");
+    std::fs::create_dir_all(&dead).unwrap();
+    std::fs::write(
+        dead.join("rounds.json"),
+        r#"{"round": 0, "decided": null, "heartbeat": 1000, "host": "node-7", "pid": 4242}"#,
+    )
+    .unwrap();
+    let output = start_shard(root, 1).wait_with_output().unwrap();
+    let (text, err) = (stdout(&output), stderr(&output));
+    assert_eq!(output.status.code(), Some(3), "{text}{err}");
+    assert!(
+        err.contains("shard 2/2 stopped after round 0 (no heartbeat for")
+            && err.contains("last on host 'node-7'): round 1 cannot be judged without its trials"),
+        "{err}"
+    );
+    assert!(err.contains("resume this shard too"), "{err}");
+    assert!(!text.contains("sequential gate"), "{text}");
+    // It said it stopped: `status` shows it stopped at once, not running for a minute.
+    let status = deltabench(root)
+        .args(["status", "shards"])
+        .output()
+        .unwrap();
+    let table = stdout(&status);
+    let line = table.lines().find(|l| l.starts_with("1/2")).unwrap();
+    assert!(line.contains("STOPPED"), "{table}");
+
+    // The dead shard runs again beside the first one's resume; they meet at round 1 and go on.
+    std::fs::remove_dir_all(&dead).unwrap();
+    let second = start_shard(root, 2);
+    let resumed = deltabench(root)
+        .env("DELTABENCH_CACHE", root.join("cache-1"))
+        .args(["resume", "shards/shard-1-of-2"])
+        .output()
+        .unwrap();
+    let second = second.wait_with_output().unwrap();
+    for output in [&resumed, &second] {
+        let (text, err) = (stdout(output), stderr(output));
+        assert_eq!(output.status.code(), Some(1), "{text}{err}");
+        assert!(
+            gate_line(&text).contains(": regressed after round"),
+            "{text}"
+        );
+    }
+    assert_eq!(gate_line(&stdout(&resumed)), gate_line(&stdout(&second)));
 }
