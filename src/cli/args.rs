@@ -589,6 +589,19 @@ pub(super) struct SubmitArgs {
     /// Run only tasks with this tag (repeatable).
     #[arg(long = "tag", value_name = "TAG", help_heading = "Run options")]
     pub(super) tag: Vec<String>,
+    /// With --until-decided: the earlier run whose same agent is the gate's baseline (a path
+    /// every node reads).
+    #[arg(
+        long,
+        value_name = "RUN_DIR",
+        requires = "until_decided",
+        help_heading = "Run options"
+    )]
+    pub(super) baseline: Option<PathBuf>,
+    /// Run in rounds (`run --until-decided`, `--until-ci-width`): the shards meet after every
+    /// round in --out and stop together, so all of them must run at once.
+    #[command(flatten, next_help_heading = "Stopping when the answer is known")]
+    pub(super) rounds: RoundArgs,
     /// Trials at once in each shard [default: the node's cores].
     #[arg(
         short = 'j',

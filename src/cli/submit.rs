@@ -162,6 +162,23 @@ fn run_flags(args: &SubmitArgs, local_paths: bool) -> Result<Vec<String>, CliErr
     for tag in &args.tag {
         flags.extend(["--tag".to_owned(), tag.clone()]);
     }
+    if let Some(run) = &args.baseline {
+        flags.extend(["--baseline".to_owned(), path(run)?]);
+    }
+    let rounds = &args.rounds;
+    if rounds.until_decided {
+        flags.extend([
+            "--until-decided".to_owned(),
+            "--margin".to_owned(),
+            rounds.margin.to_string(),
+        ]);
+    }
+    if let Some(width) = rounds.until_ci_width {
+        flags.extend(["--until-ci-width".to_owned(), width.to_string()]);
+    }
+    if in_rounds(args) {
+        flags.extend(["--max-trials".to_owned(), rounds.max_trials.to_string()]);
+    }
     if let Some(n) = args.jobs {
         flags.extend(["-j".to_owned(), n.to_string()]);
     }
@@ -178,6 +195,10 @@ fn run_flags(args: &SubmitArgs, local_paths: bool) -> Result<Vec<String>, CliErr
     Ok(flags)
 }
 
+fn in_rounds(args: &SubmitArgs) -> bool {
+    args.rounds.until_decided || args.rounds.until_ci_width.is_some()
+}
+
 pub(super) fn submit(args: SubmitArgs) -> Result<Exit, CliError> {
     if let Some(dir) = &args.resume {
         return resubmit(&args, dir);
@@ -189,6 +210,15 @@ pub(super) fn submit(args: SubmitArgs) -> Result<Exit, CliError> {
     };
     if !args.dry_run {
         require_client(args.engine)?;
+    }
+    if in_rounds(&args)
+        && let Some(parallelism) = args.parallelism.filter(|&p| p < total)
+    {
+        // Round r closes only when every shard recorded it: shards left queued never come.
+        return Err(CliError::usage(format!(
+            "--parallelism {parallelism} runs fewer pods than the {total} shards, and the shards of a run in rounds wait for each other after every round"
+        ))
+        .hint("leave --parallelism out (every shard at once), or give fewer --shards"));
     }
     if args.engine == Engine::K8s && args.k8s_image.is_none() {
         return Err(CliError::usage(

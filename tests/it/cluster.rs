@@ -545,4 +545,71 @@ fn submit_without_the_engine_client_says_what_to_install() {
         "{}",
         stderr(&output)
     );
+
+    // A run in rounds: every shard gets the rule and the baseline, at the path every node reads.
+    let rounds = |out: &str, extra: &[&str]| {
+        deltabench(root)
+            .env("PATH", &empty)
+            .args([
+                "submit",
+                "slurm",
+                "suite.yaml",
+                "--shards",
+                "2",
+                "--out",
+                out,
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let output = rounds(
+        "r",
+        &[
+            "--dry-run",
+            "--until-decided",
+            "--baseline",
+            "base",
+            "--max-trials",
+            "8",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let script = std::fs::read_to_string(root.join("r/slurm/shards.sbatch")).unwrap();
+    let base = root.join("base").display().to_string();
+    assert!(
+        script.contains(&format!(
+            "--baseline {base} --until-decided --margin 0.1 --max-trials 8"
+        )),
+        "{script}"
+    );
+    // Shards of a run in rounds wait for each other: fewer pods than shards would never finish.
+    let output = deltabench(root)
+        .args([
+            "submit",
+            "k8s",
+            "suite.yaml",
+            "--shards",
+            "4",
+            "--out",
+            "k",
+            "--dry-run",
+            "--k8s-image",
+            "x",
+            "--until-ci-width",
+            "0.2",
+            "--parallelism",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains(
+            "--parallelism 2 runs fewer pods than the 4 shards, and the shards of a run in rounds wait for each other"
+        ),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!root.join("k").exists());
 }
