@@ -356,6 +356,65 @@ fn slurm_submit_merges_like_one_run_and_resubmits_a_cancelled_shard() {
         status.contains("every shard finished; merged into two/merged"),
         "{status}"
     );
+
+    // A run in rounds over the array: the shards meet after each round and stop together, at
+    // the round and with the decision of one unsharded run.
+    let rounds = [
+        "--agent",
+        "oracle",
+        "--agent",
+        "noop",
+        "--until-decided",
+        "--max-trials",
+        "6",
+    ];
+    let whole = slurm.deltabench(
+        root,
+        &[
+            &["run", "suite.yaml", "--workdir", "work", "--out", "whole"][..],
+            &rounds,
+        ]
+        .concat(),
+    );
+    assert_eq!(whole.status.code(), Some(1), "{}", stderr(&whole));
+    let gate = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("sequential gate"))
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("(no gate line in) {text}"))
+    };
+    let output = slurm.deltabench(
+        root,
+        &[
+            &[
+                "submit",
+                "slurm",
+                "suite.yaml",
+                "--shards",
+                "2",
+                "--out",
+                "three",
+                "-j",
+                "1",
+                "--workdir",
+                "work",
+            ][..],
+            &rounds,
+        ]
+        .concat(),
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (array, merge) = job_ids(&output);
+    slurm.wait_for(&merge);
+    for i in 1..=2 {
+        let log = std::fs::read_to_string(root.join(format!("three/logs/shard-{i}.out"))).unwrap();
+        assert_eq!(gate(&log), gate(&stdout(&whole)), "shard {i}");
+    }
+    assert_eq!(
+        outcomes(&root.join("three/merged")),
+        outcomes(&root.join("whole"))
+    );
+    assert!(!slurm.active(&array));
 }
 
 fn nix_is_tmpfs(path: &Path) -> bool {
