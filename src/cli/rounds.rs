@@ -283,6 +283,7 @@ impl Meeting {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
         let mut run = read_run_dir(&self.out)?;
+        complete(self.shard, &run, round)?;
         for (shard, dir) in &siblings {
             let sibling = read_run_dir(dir)?;
             store::same_design(&run, &sibling).map_err(|e| {
@@ -301,11 +302,41 @@ impl Meeting {
                         .map_or("(unsharded)".to_owned(), |s| s.to_string())
                 )));
             }
+            complete(*shard, &sibling, round)?;
             run.trials.extend(sibling.trials);
         }
         // A sibling may already be a round ahead: judge the rounds all have recorded.
         run.trials.retain(|r| !r.interrupted && r.trial <= round);
         Ok(run)
+    }
+}
+
+/// Refuses a shard whose records lack a trial of its slice of rounds 1..=`round` (a mark
+/// written ahead of its records, a record deleted): the rounds would judge fewer trials than the
+/// plan's. (A record of another shard's slice is refused when the run is read.)
+fn complete(shard: Shard, run: &StoredRun, round: u32) -> Result<(), CliError> {
+    let held: BTreeSet<(&str, &str, u32)> = run
+        .trials
+        .iter()
+        .filter(|r| !r.interrupted && r.trial <= round)
+        .map(|r| r.key())
+        .collect();
+    let manifest = &run.manifest;
+    let missing = manifest.tasks.iter().find_map(|task| {
+        manifest.agents.keys().find_map(|agent| {
+            (1..=round).find_map(|trial| {
+                (shard.contains(task, agent, trial) && !held.contains(&(task, agent, trial)))
+                    .then_some((task, agent, trial))
+            })
+        })
+    });
+    match missing {
+        None => Ok(()),
+        Some((task, agent, trial)) => Err(CliError::unscored(format!(
+            "shard {shard} ({}) says it finished round {round} but holds no record of '{task}' / '{agent}' #{trial}: round {round} cannot be judged on it",
+            run.path.display()
+        ))
+        .hint("resume that shard (`deltabench resume SHARD_DIR`) or run it again in a new folder")),
     }
 }
 

@@ -632,6 +632,39 @@ fn shards_of_a_run_in_rounds_meet_after_each_round_and_decide_like_one_run() {
         .unwrap();
     let table = stdout(&status);
     assert_eq!(table.matches(" finished ").count(), 2, "{table}");
+
+    // A sibling whose records are not its slice is refused, not judged: one record gone, or
+    // one of the other shard's slice copied in.
+    let log = root.join("shards/shard-2-of-2/trials.jsonl");
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let resume_first = || {
+        deltabench(root)
+            .env("DELTABENCH_CACHE", root.join("cache-1"))
+            .args(["resume", "shards/shard-1-of-2"])
+            .output()
+            .unwrap()
+    };
+    std::fs::write(&log, lines[1..].join("\n") + "\n").unwrap();
+    let output = resume_first();
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(3), "{err}");
+    assert!(err.contains("shard 2/2 ("), "{err}");
+    assert!(err.contains(") says it finished round "), "{err}");
+    assert!(err.contains("cannot be judged on it"), "{err}");
+    let other = std::fs::read_to_string(root.join("shards/shard-1-of-2/trials.jsonl")).unwrap();
+    let copied = other.lines().next().unwrap();
+    std::fs::write(&log, lines.join("\n") + "\n" + copied + "\n").unwrap();
+    let output = resume_first();
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("belongs to shard 1/2, not to this run's shard 2/2"),
+        "{err}"
+    );
 }
 
 #[test]
