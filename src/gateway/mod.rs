@@ -40,7 +40,7 @@ pub fn default_provider(kind: HarnessKind, config: &HarnessConfig) -> Option<Pro
         HarnessKind::ClaudeCode => Some(Provider::Anthropic),
         HarnessKind::GeminiCli => Some(Provider::Google),
         // Without a model, Qwen Code uses its own OAuth backend, which the gateway cannot be.
-        HarnessKind::Codex | HarnessKind::QwenCode | HarnessKind::ContinueCli => {
+        HarnessKind::Codex | HarnessKind::QwenCode | HarnessKind::ContinueCli | HarnessKind::Pi => {
             config.model.as_ref().map(|_| Provider::OpenAi)
         }
         HarnessKind::MiniSweAgent | HarnessKind::Aider => match config.model.as_deref() {

@@ -98,6 +98,7 @@ pub fn cli(kind: HarnessKind) -> Cli {
         HarnessKind::Aider => fake(&["args: [--edit-format, diff]"], 1, 0.0033),
         HarnessKind::QwenCode => fake(&[], 3, 0.0099),
         HarnessKind::ContinueCli => fake(&[], 3, 0.0099),
+        HarnessKind::Pi => fake(&[], 3, 0.0099),
         HarnessKind::Cli => panic!("`kind: cli` is a definition: tests/it/agents_cli.rs"),
     }
 }
@@ -549,6 +550,47 @@ mod continue_cli {
             return;
         }
         runs_inside_the_sandbox_with(HarnessKind::ContinueCli, "\n    network: model");
+    }
+}
+
+/// pi: its http-error test takes a 400 (it retries a 429 for 14 s).
+mod pi {
+    use super::*;
+
+    #[test]
+    fn passes_on_the_delta_with_events_usage_cost_and_session() {
+        passes_on_the_delta(HarnessKind::Pi);
+    }
+
+    /// pi exits 0 after a failed model call: the error is read from its stream.
+    #[test]
+    fn an_http_error_ends_in_error_with_its_code() {
+        fails_on_an_http_error(HarnessKind::Pi, 400, ErrorCode::SdkError, None);
+    }
+
+    #[test]
+    fn stops_at_its_budget() {
+        super::stops_at_its_budget(HarnessKind::Pi);
+    }
+
+    /// It has no turn limit of its own: deltabench stops it at its third tool call.
+    #[test]
+    fn is_stopped_by_deltabench_at_max_turns() {
+        stops_at_max_turns(HarnessKind::Pi);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn resumes_its_session() {
+        resumes(HarnessKind::Pi).await;
+    }
+
+    /// In the sandbox with `network: model` written out: the gateway is the only address it has.
+    #[test]
+    fn runs_inside_the_sandbox_with_network_model() {
+        if !crate::common::have_bwrap("pi::runs_inside_the_sandbox_with_network_model") {
+            return;
+        }
+        runs_inside_the_sandbox_with(HarnessKind::Pi, "\n    network: model");
     }
 }
 

@@ -571,6 +571,7 @@ impl CodingAgent for HarnessAgent {
             HarnessKind::Aider => "aider, run headless (aider --message).",
             HarnessKind::QwenCode => "Qwen Code, run headless (qwen --output-format stream-json).",
             HarnessKind::ContinueCli => "Continue's CLI, run headless (cn -p --auto).",
+            HarnessKind::Pi => "pi, run headless (pi -p --mode json).",
             HarnessKind::Cli => "a CLI run from its definition in the agents file (kind: cli).",
         }
     }

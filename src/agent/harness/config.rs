@@ -39,6 +39,7 @@ pub enum HarnessKind {
     Aider,
     QwenCode,
     ContinueCli,
+    Pi,
     /// Any other CLI, described in the agents file ([`super::cli`]).
     Cli,
 }
@@ -80,6 +81,7 @@ impl HarnessKind {
         Self::Aider,
         Self::QwenCode,
         Self::ContinueCli,
+        Self::Pi,
     ];
 
     /// The `kind:` value in an agents file.
@@ -105,6 +107,7 @@ impl HarnessKind {
             Self::Aider => &super::aider::Adapter,
             Self::QwenCode => &super::qwen::Adapter,
             Self::ContinueCli => &super::continue_cli::Adapter,
+            Self::Pi => &super::pi::Adapter,
             // A definition is its own adapter: see `HarnessConfig::adapter`.
             Self::Cli => &super::cli::NO_DEFINITION,
         }
@@ -121,6 +124,7 @@ impl HarnessKind {
             Self::Aider => "aider",
             Self::QwenCode => "qwen",
             Self::ContinueCli => "cn",
+            Self::Pi => "pi",
             Self::Cli => "the agent's `command:`",
         }
     }
@@ -137,6 +141,7 @@ impl HarnessKind {
             Self::Aider => (Registry::PyPi, "aider-chat", "0.86.2"),
             Self::QwenCode => (Registry::Npm, "@qwen-code/qwen-code", "0.24.4"),
             Self::ContinueCli => (Registry::Npm, "@continuedev/cli", "1.5.47"),
+            Self::Pi => (Registry::Npm, "@mariozechner/pi-coding-agent", "0.73.1"),
             Self::Cli => return None,
         };
         Some(Package {
@@ -173,6 +178,7 @@ impl HarnessKind {
                 | Self::Opencode
                 | Self::QwenCode
                 | Self::ContinueCli
+                | Self::Pi
         )
     }
 
@@ -192,7 +198,7 @@ impl HarnessKind {
             Self::GeminiCli => &["yolo", "auto_edit", "default", "plan"],
             Self::Opencode => &["allow", "ask", "deny"],
             Self::QwenCode => &["yolo", "auto-edit", "default", "plan", "auto"],
-            Self::MiniSweAgent | Self::Aider | Self::ContinueCli | Self::Cli => &[],
+            Self::MiniSweAgent | Self::Aider | Self::ContinueCli | Self::Pi | Self::Cli => &[],
         }
     }
 
@@ -202,7 +208,7 @@ impl HarnessKind {
                 TurnLimit::Native
             }
             // A definition passing `{max_turns}` has a native limit: `HarnessConfig::turn_limit`.
-            Self::Codex | Self::Opencode | Self::Cli => TurnLimit::Enforced,
+            Self::Codex | Self::Opencode | Self::Pi | Self::Cli => TurnLimit::Enforced,
             // Continue's CLI writes its session (deltabench's view of its calls) only at exit.
             Self::Aider | Self::ContinueCli => TurnLimit::Unsupported,
         }
@@ -225,6 +231,7 @@ impl HarnessKind {
             | Self::Aider
             | Self::QwenCode
             | Self::ContinueCli
+            | Self::Pi
             | Self::Cli => "OPENAI_API_KEY",
         }
     }
@@ -350,6 +357,23 @@ impl HarnessKind {
                 ("--model", "use `model:`"),
                 ("--readonly", "it runs with --auto"),
                 ("--auto", "it runs with --auto"),
+            ],
+            Self::Pi => &[
+                ("-p", PROMPT),
+                ("--print", PROMPT),
+                ("--mode", STREAM),
+                ("--session", SESSION),
+                ("--session-dir", SESSION),
+                ("--no-session", SESSION),
+                ("--fork", SESSION),
+                ("-r", SESSION),
+                ("--resume", SESSION),
+                ("-c", SESSION),
+                ("--continue", SESSION),
+                ("--provider", "deltabench points it at the endpoint"),
+                ("--api-key", "use `api_key:`"),
+                ("--model", "use `model:`"),
+                ("--append-system-prompt", "use `append_system_prompt:`"),
             ],
             // Its whole command line is the agent's own template.
             Self::Cli => &[],

@@ -37,6 +37,7 @@ pub mod gemini;
 pub mod invocation;
 pub mod mini_swe;
 pub mod opencode;
+pub mod pi;
 pub mod pricing;
 pub mod qwen;
 
@@ -60,6 +61,7 @@ pub use continue_cli::ContinueParser;
 pub use gemini::GeminiParser;
 pub use mini_swe::MiniSweParser;
 pub use opencode::OpencodeParser;
+pub use pi::PiParser;
 pub use pricing::Price;
 pub use qwen::QwenParser;
 
