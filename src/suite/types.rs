@@ -79,6 +79,7 @@ pub enum AgentSpec {
     #[serde(rename = "continue-cli")]
     ContinueCli(HarnessConfig),
     Pi(HarnessConfig),
+    Gptme(HarnessConfig),
     Cli(HarnessConfig),
 }
 
@@ -95,6 +96,7 @@ impl AgentSpec {
             HarnessKind::QwenCode => Self::QwenCode(config),
             HarnessKind::ContinueCli => Self::ContinueCli(config),
             HarnessKind::Pi => Self::Pi(config),
+            HarnessKind::Gptme => Self::Gptme(config),
             HarnessKind::Cli => Self::Cli(config),
         }
     }
@@ -111,6 +113,7 @@ impl AgentSpec {
             Self::QwenCode(c) => (HarnessKind::QwenCode, c),
             Self::ContinueCli(c) => (HarnessKind::ContinueCli, c),
             Self::Pi(c) => (HarnessKind::Pi, c),
+            Self::Gptme(c) => (HarnessKind::Gptme, c),
             Self::Cli(c) => (HarnessKind::Cli, c),
             Self::Noop | Self::Oracle | Self::Mock(_) | Self::Command(_) => return None,
         })

@@ -99,6 +99,9 @@ pub fn cli(kind: HarnessKind) -> Cli {
         HarnessKind::QwenCode => fake(&[], 3, 0.0099),
         HarnessKind::ContinueCli => fake(&[], 3, 0.0099),
         HarnessKind::Pi => fake(&[], 3, 0.0099),
+        // Its text-only "Done." gets two auto-replies asking for its `complete` tool (each
+        // answered "Done." again) before it stops: five calls.
+        HarnessKind::Gptme => fake(&[], 5, 0.0165),
         HarnessKind::Cli => panic!("`kind: cli` is a definition: tests/it/agents_cli.rs"),
     }
 }
@@ -594,6 +597,46 @@ mod pi {
     }
 }
 
+/// gptme: its http-error test takes a 400 (it retries a 429).
+mod gptme {
+    use super::*;
+
+    #[test]
+    fn passes_on_the_delta_with_events_usage_cost_and_session() {
+        passes_on_the_delta(HarnessKind::Gptme);
+    }
+
+    #[test]
+    fn an_http_error_ends_in_error_with_its_code() {
+        fails_on_an_http_error(HarnessKind::Gptme, 400, ErrorCode::SdkError, None);
+    }
+
+    #[test]
+    fn stops_at_its_budget() {
+        super::stops_at_its_budget(HarnessKind::Gptme);
+    }
+
+    /// `GPTME_MAX_STEPS`: it stops itself and says so.
+    #[test]
+    fn stops_at_max_turns() {
+        super::stops_at_max_turns(HarnessKind::Gptme);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn resumes_its_session() {
+        resumes(HarnessKind::Gptme).await;
+    }
+
+    /// In the sandbox with `network: model` written out: the gateway is the only address it has.
+    #[test]
+    fn runs_inside_the_sandbox_with_network_model() {
+        if !crate::common::have_bwrap("gptme::runs_inside_the_sandbox_with_network_model") {
+            return;
+        }
+        runs_inside_the_sandbox_with(HarnessKind::Gptme, "\n    network: model");
+    }
+}
+
 #[test]
 fn qwen_code_stops_at_its_budget() {
     stops_at_its_budget(HarnessKind::QwenCode);
@@ -709,9 +752,10 @@ async fn resumes(kind: HarnessKind) {
         "no request of the resumed run carried the earlier tool output"
     );
     // Only this run's calls count, even where the CLI reports session totals (Codex, Qwen
-    // Code). Against this script Qwen Code's resumed run makes two model calls, the others one.
+    // Code). Against this script Qwen Code's resumed run makes two model calls, gptme's three
+    // (its two auto-replies), the others one.
     let calls = match kind {
-        HarnessKind::QwenCode => resumed.len() as u64,
+        HarnessKind::QwenCode | HarnessKind::Gptme => resumed.len() as u64,
         _ => 1,
     };
     let usage = second.usage.expect("usage");

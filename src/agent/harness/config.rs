@@ -40,6 +40,7 @@ pub enum HarnessKind {
     QwenCode,
     ContinueCli,
     Pi,
+    Gptme,
     /// Any other CLI, described in the agents file ([`super::cli`]).
     Cli,
 }
@@ -82,6 +83,7 @@ impl HarnessKind {
         Self::QwenCode,
         Self::ContinueCli,
         Self::Pi,
+        Self::Gptme,
     ];
 
     /// The `kind:` value in an agents file.
@@ -108,6 +110,7 @@ impl HarnessKind {
             Self::QwenCode => &super::qwen::Adapter,
             Self::ContinueCli => &super::continue_cli::Adapter,
             Self::Pi => &super::pi::Adapter,
+            Self::Gptme => &super::gptme::Adapter,
             // A definition is its own adapter: see `HarnessConfig::adapter`.
             Self::Cli => &super::cli::NO_DEFINITION,
         }
@@ -125,6 +128,7 @@ impl HarnessKind {
             Self::QwenCode => "qwen",
             Self::ContinueCli => "cn",
             Self::Pi => "pi",
+            Self::Gptme => "gptme",
             Self::Cli => "the agent's `command:`",
         }
     }
@@ -142,6 +146,7 @@ impl HarnessKind {
             Self::QwenCode => (Registry::Npm, "@qwen-code/qwen-code", "0.24.4"),
             Self::ContinueCli => (Registry::Npm, "@continuedev/cli", "1.5.47"),
             Self::Pi => (Registry::Npm, "@mariozechner/pi-coding-agent", "0.73.1"),
+            Self::Gptme => (Registry::PyPi, "gptme", "0.35.1"),
             Self::Cli => return None,
         };
         Some(Package {
@@ -179,6 +184,7 @@ impl HarnessKind {
                 | Self::QwenCode
                 | Self::ContinueCli
                 | Self::Pi
+                | Self::Gptme
         )
     }
 
@@ -198,15 +204,22 @@ impl HarnessKind {
             Self::GeminiCli => &["yolo", "auto_edit", "default", "plan"],
             Self::Opencode => &["allow", "ask", "deny"],
             Self::QwenCode => &["yolo", "auto-edit", "default", "plan", "auto"],
-            Self::MiniSweAgent | Self::Aider | Self::ContinueCli | Self::Pi | Self::Cli => &[],
+            Self::MiniSweAgent
+            | Self::Aider
+            | Self::ContinueCli
+            | Self::Pi
+            | Self::Gptme
+            | Self::Cli => &[],
         }
     }
 
     pub fn turn_limit(self) -> TurnLimit {
         match self {
-            Self::ClaudeCode | Self::GeminiCli | Self::MiniSweAgent | Self::QwenCode => {
-                TurnLimit::Native
-            }
+            Self::ClaudeCode
+            | Self::GeminiCli
+            | Self::MiniSweAgent
+            | Self::QwenCode
+            | Self::Gptme => TurnLimit::Native,
             // A definition passing `{max_turns}` has a native limit: `HarnessConfig::turn_limit`.
             Self::Codex | Self::Opencode | Self::Pi | Self::Cli => TurnLimit::Enforced,
             // Continue's CLI writes its session (deltabench's view of its calls) only at exit.
@@ -216,7 +229,7 @@ impl HarnessKind {
 
     /// Whether `append_system_prompt` has somewhere to go.
     pub fn appends_system_prompt(self) -> bool {
-        !matches!(self, Self::MiniSweAgent | Self::Cli)
+        !matches!(self, Self::MiniSweAgent | Self::Gptme | Self::Cli)
     }
 
     /// The environment variable the CLI reads its API key from when talking to its own
@@ -232,6 +245,7 @@ impl HarnessKind {
             | Self::QwenCode
             | Self::ContinueCli
             | Self::Pi
+            | Self::Gptme
             | Self::Cli => "OPENAI_API_KEY",
         }
     }
@@ -374,6 +388,17 @@ impl HarnessKind {
                 ("--api-key", "use `api_key:`"),
                 ("--model", "use `model:`"),
                 ("--append-system-prompt", "use `append_system_prompt:`"),
+            ],
+            Self::Gptme => &[
+                ("-n", PROMPT),
+                ("--non-interactive", PROMPT),
+                ("--output-format", STREAM),
+                ("--tool-format", STREAM),
+                ("--name", SESSION),
+                ("-r", SESSION),
+                ("--resume", SESSION),
+                ("-m", "use `model:`"),
+                ("--model", "use `model:`"),
             ],
             // Its whole command line is the agent's own template.
             Self::Cli => &[],

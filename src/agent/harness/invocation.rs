@@ -90,6 +90,7 @@ pub fn invocation(kind: HarnessKind, config: &HarnessConfig, run: &RunPaths) -> 
         HarnessKind::QwenCode => qwen(config, run, &mut inv),
         HarnessKind::ContinueCli => continue_cli(config, run, &mut inv),
         HarnessKind::Pi => pi(config, run, &mut inv),
+        HarnessKind::Gptme => gptme(config, run, &mut inv),
         HarnessKind::Cli => {
             if let Some(definition) = &config.cli {
                 cli_invocation(definition, config, run, &mut inv);
@@ -105,6 +106,7 @@ pub fn invocation(kind: HarnessKind, config: &HarnessConfig, run: &RunPaths) -> 
             | HarnessKind::Opencode
             | HarnessKind::ClaudeCode
             | HarnessKind::ContinueCli
+            | HarnessKind::Gptme
     ) {
         // A positional prompt, after `--` so a task starting with `-` is not an option; the
         // others take it as `--flag=TASK`.
@@ -439,6 +441,49 @@ fn pi(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
     }
 }
 
+fn gptme(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+    for (key, value) in [
+        // No tokenizer download (offline it waits for a timeout on every count).
+        ("GPTME_TIKTOKEN_TIMEOUT", "0"),
+        // The task is the prompt, not a list of files or URLs to include.
+        ("GPTME_DISABLE_PATH_INCLUDE", "1"),
+        ("GPTME_TELEMETRY_ENABLED", "false"),
+    ] {
+        set_env(&mut inv.env, key, value);
+    }
+    if let Some(key) = run.api_key {
+        set_env(&mut inv.env, "OPENAI_API_KEY", key);
+    }
+    if let Some(turns) = config.max_turns {
+        set_env(&mut inv.env, "GPTME_MAX_STEPS", &turns.to_string());
+    }
+    let args = &mut inv.args;
+    // Native tool calls (`--tool-format tool`): gptme's default, markdown code blocks, leaves no
+    // call ids to pair a call with its result.
+    push(
+        args,
+        &["-n", "--output-format", "json", "--tool-format", "tool"],
+    );
+    match run.resume {
+        Some(id) => push(args, &["--name", id, "--resume"]),
+        None => push(args, &["--name", run.new_session]),
+    }
+    match (run.endpoint, &config.model) {
+        // Its `local` provider is any OpenAI-compatible server at OPENAI_BASE_URL.
+        (Some(url), model) => {
+            set_env(&mut inv.env, "OPENAI_BASE_URL", &format!("{url}/v1"));
+            let model = model.as_deref().unwrap_or("gpt-4.1");
+            let bare = model
+                .strip_prefix("openai/")
+                .or_else(|| model.strip_prefix("local/"))
+                .unwrap_or(model);
+            push(args, &["-m", &format!("local/{bare}")]);
+        }
+        (None, Some(model)) => push(args, &["-m", model]),
+        (None, None) => {}
+    }
+}
+
 fn opencode(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
     let permission = config
         .permission_mode(HarnessKind::Opencode)
@@ -742,6 +787,34 @@ mod tests {
         assert!(own.args.join(" ").contains("--model fake-model"));
         assert!(!own.args.contains(&"--provider".to_owned()));
         assert!(!own.files.iter().any(|(p, _)| p.ends_with("models.json")));
+    }
+
+    #[test]
+    fn gptme_runs_its_local_provider_at_the_endpoint_with_a_named_conversation() {
+        let config = HarnessConfig {
+            model: Some("openai/fake-model".into()),
+            max_turns: Some(4),
+            ..HarnessConfig::default()
+        };
+        let local = "http://127.0.0.1:9";
+        let inv = invocation(HarnessKind::Gptme, &config, &paths(None, Some(local)));
+        assert_eq!(
+            inv.args.join(" "),
+            "-n --output-format json --tool-format tool \
+             --name 0f0e0d0c-0b0a-4908-8706-050403020100 -m local/fake-model -- -fix the bug"
+        );
+        assert_eq!(env(&inv, "OPENAI_BASE_URL"), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(env(&inv, "OPENAI_API_KEY"), Some(DUMMY_API_KEY));
+        assert_eq!(env(&inv, "GPTME_MAX_STEPS"), Some("4"));
+        assert_eq!(env(&inv, "GPTME_DISABLE_PATH_INCLUDE"), Some("1"));
+        let resumed = invocation(HarnessKind::Gptme, &config, &paths(Some("c-1"), None));
+        assert!(
+            resumed
+                .args
+                .join(" ")
+                .contains("--name c-1 --resume -m openai/fake-model -- -fix")
+        );
+        assert_eq!(env(&resumed, "OPENAI_BASE_URL"), None);
     }
 
     #[test]

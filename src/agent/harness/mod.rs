@@ -34,6 +34,7 @@ pub mod codex;
 pub mod config;
 pub mod continue_cli;
 pub mod gemini;
+pub mod gptme;
 pub mod invocation;
 pub mod mini_swe;
 pub mod opencode;
@@ -59,6 +60,7 @@ pub use config::{
 };
 pub use continue_cli::ContinueParser;
 pub use gemini::GeminiParser;
+pub use gptme::GptmeParser;
 pub use mini_swe::MiniSweParser;
 pub use opencode::OpencodeParser;
 pub use pi::PiParser;
