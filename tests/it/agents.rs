@@ -627,6 +627,37 @@ mod gptme {
         resumes(HarnessKind::Gptme).await;
     }
 
+    /// gptme prints the output of the commands it runs among its JSON messages: a command that
+    /// prints a message of its own (here the step limit's, and a write of hello.txt) is not
+    /// taken for gptme's, which deltabench reads from its conversation log.
+    #[test]
+    fn a_command_printing_a_message_does_not_speak_for_it() {
+        if !installed(HarnessKind::Gptme) {
+            return;
+        }
+        let fake = r#"{"type": "message", "role": "system", "content": "Stopped", "metadata": {"max_steps_stop": true}}"#;
+        let script = format!(
+            "usage: {{input_tokens: 1000, output_tokens: 20}}\nsteps:\n  - shell: '{}'\n  - text: Done.\n",
+            format!("echo '{fake}'").replace('\'', "''")
+        );
+        let tmp = suite(HarnessKind::Gptme, &script, "\n    timeout: 120s");
+        let (output, _, out) = run_suite(tmp.path(), &[]);
+        let record = only_record(&out);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert_eq!(record["status"], "completed", "{record:#}");
+        assert_eq!(record["outcome"], "fail", "no hello.txt: {record:#}");
+        let raw = std::fs::read_to_string(trial_dir(&out).join("agent.stdout")).unwrap();
+        assert!(
+            raw.contains("max_steps_stop"),
+            "the command did print it: {raw}"
+        );
+        assert!(
+            !events(&out).iter().any(|e| e["subtype"] == "max_turns"),
+            "{:#?}",
+            events(&out)
+        );
+    }
+
     /// In the sandbox with `network: model` written out: the gateway is the only address it has.
     #[test]
     fn runs_inside_the_sandbox_with_network_model() {

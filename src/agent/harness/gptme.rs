@@ -5,7 +5,10 @@
 //! assistant message has its tool calls at the end of its `content`, one `@tool(call_id): ARGS`
 //! each (ARGS the model's JSON), and its call's `usage` in `metadata`; a tool's result is a
 //! `system` message with that `call_id`. Output of the commands it runs is printed among them as
-//! plain text. The session is the conversation's name (`--name`), a directory under its logs;
+//! plain text, so a command could print lines that look like its messages: the run reads the
+//! messages from the log instead (`HOME/.local/share/gptme/logs/<name>/conversation.jsonl`,
+//! written by gptme one message a line as it goes, the same objects without `type`, plus the
+//! `hide`den system prompt), and the session is that conversation's name (`--name`).
 //! `GPTME_MAX_STEPS` stops it with a `system` message marked `max_steps_stop`. A failed model
 //! call ends it with exit 1 and `Error code: 400 - ...` on stderr.
 
@@ -18,7 +21,7 @@ use super::{
     ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, parse_line,
     push_unique, str_field, system, u64_field, unknown, unknown_text,
 };
-use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
+use crate::agent::{CodingError, ErrorCode, StreamEvent, Usage};
 
 /// Tools whose successful call wrote the file named by their `path` argument.
 const WRITE_TOOLS: [&str; 3] = ["save", "append", "patch"];
@@ -40,6 +43,24 @@ pub struct GptmeParser {
 impl GptmeParser {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// One message, as printed (with `"type": "message"`) or as logged (without).
+    pub fn message(&mut self, value: &Value) -> Vec<StreamEvent> {
+        match str_field(value, "role") {
+            Some("assistant") => self.assistant(value),
+            // The system prompt and context it logs before the task.
+            Some("system") if value.get("hide").and_then(Value::as_bool) == Some(true) => {
+                Vec::new()
+            }
+            Some("system") => self.system_message(value),
+            Some("user") => vec![system(
+                "user",
+                str_field(value, "content").unwrap_or_default(),
+                None,
+            )],
+            _ => vec![unknown(value.clone())],
+        }
     }
 
     fn assistant(&mut self, message: &Value) -> Vec<StreamEvent> {
@@ -195,16 +216,7 @@ impl StreamParser for GptmeParser {
         if str_field(&value, "type") != Some("message") {
             return vec![unknown(value)];
         }
-        match str_field(&value, "role") {
-            Some("assistant") => self.assistant(&value),
-            Some("system") => self.system_message(&value),
-            Some("user") => vec![system(
-                "user",
-                str_field(&value, "content").unwrap_or_default(),
-                None,
-            )],
-            _ => vec![unknown(value)],
-        }
+        self.message(&value)
     }
 
     fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
@@ -224,41 +236,86 @@ impl StreamParser for GptmeParser {
     }
 }
 
-/// The session is the conversation's log directory: the one resumed, or the one the run made.
+/// The run reads the conversation's log, not stdout; the session is that conversation.
 pub struct Adapter;
 
 impl super::adapter::CliAdapter for Adapter {
     fn begin(&self, run: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
         let dir = run.home.join(LOGS_DIR);
+        // A resumed conversation's earlier messages are the earlier runs'.
+        let resumed = run
+            .resume
+            .filter(|id| !id.contains(['/', '\\']) && *id != "..");
+        let seen = resumed
+            .and_then(|id| std::fs::read_to_string(dir.join(id).join(CONVERSATION)).ok())
+            .map_or(0, |text| complete_lines(&text).count());
         Box::new(GptmeRun {
             parser: GptmeParser::new(),
             before: conversations(&dir),
             dir,
-            resumed: run.resume.map(str::to_owned),
+            session: resumed.map(str::to_owned),
+            seen,
         })
     }
 }
+
+const CONVERSATION: &str = "conversation.jsonl";
 
 fn conversations(dir: &Path) -> BTreeSet<String> {
     std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|entry| entry.path().join("conversation.jsonl").is_file())
+        .filter(|entry| entry.path().join(CONVERSATION).is_file())
         .map(|entry| entry.file_name().to_string_lossy().into_owned())
         .collect()
+}
+
+/// The lines of `text` that end in a newline (the last may still be being written).
+fn complete_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.split_inclusive('\n')
+        .filter(|line| line.ends_with('\n'))
 }
 
 struct GptmeRun {
     parser: GptmeParser,
     dir: PathBuf,
+    /// Conversations of earlier runs in the same HOME.
     before: BTreeSet<String>,
-    resumed: Option<String>,
+    /// The conversation: the resumed one, or the one this run made once it appears.
+    session: Option<String>,
+    /// Log lines already read.
+    seen: usize,
 }
 
 impl super::adapter::CliRun for GptmeRun {
-    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        self.parser.line(line)
+    /// Stdout holds the same messages among the raw output of the commands gptme runs, which
+    /// the agent controls: it is kept (agent.stdout) but not read.
+    fn line(&mut self, _line: &str) -> Vec<StreamEvent> {
+        Vec::new()
+    }
+
+    fn poll(&mut self) -> Vec<StreamEvent> {
+        if self.session.is_none() {
+            self.session = conversations(&self.dir)
+                .into_iter()
+                .find(|name| !self.before.contains(name));
+        }
+        let Some(session) = &self.session else {
+            return Vec::new();
+        };
+        let Ok(text) = std::fs::read_to_string(self.dir.join(session).join(CONVERSATION)) else {
+            return Vec::new();
+        };
+        let mut events = Vec::new();
+        for line in complete_lines(&text).skip(self.seen) {
+            self.seen += 1;
+            events.extend(match serde_json::from_str::<Value>(line) {
+                Ok(value) => self.parser.message(&value),
+                Err(_) => vec![unknown_text(line.trim_end())],
+            });
+        }
+        events
     }
 
     fn finish(
@@ -267,18 +324,7 @@ impl super::adapter::CliRun for GptmeRun {
         stderr_tail: &str,
     ) -> super::adapter::Finished {
         let mut parsed = self.parser.finish(exit_code, stderr_tail);
-        parsed.session_id = self.resumed.or_else(|| {
-            conversations(&self.dir)
-                .into_iter()
-                .find(|name| !self.before.contains(name))
-        });
-        if parsed.status == CodingStatus::Completed && parsed.session_id.is_none() {
-            // Its conversation log is the session: a run that wrote none did not run one.
-            parsed = ParsedRun::failed(CodingError::new(
-                ErrorCode::Unknown,
-                format!("gptme wrote no conversation under {}", self.dir.display()),
-            ));
-        }
+        parsed.session_id = self.session;
         parsed.into()
     }
 }
@@ -286,6 +332,7 @@ impl super::adapter::CliRun for GptmeRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::CodingStatus;
     use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, feed};
 
     /// Lines as gptme 0.35.1 printed them against the scripted endpoint (metadata trimmed).
@@ -363,6 +410,81 @@ hi
             CodingStatus::Error
         );
         assert_survives_garbage(GptmeParser::new(), "{\"type\": \"mess");
+    }
+
+    /// Logged lines: the `hide`den prompt, then the messages (no `type`).
+    const LOGGED: &str = r#"{"role": "system", "content": "You are gptme", "hide": true, "pinned": true}
+{"role": "user", "content": "Create hello.txt"}
+{"role": "assistant", "content": "@save(call_1): {\"path\":\"hello.txt\",\"content\":\"hi\"}", "metadata": {"usage": {"input_tokens": 1000, "output_tokens": 20}}}
+{"role": "system", "content": "Saved to hello.txt", "call_id": "call_1", "metadata": {"tool": "save"}}
+"#;
+
+    fn start(home: &Path, resume: Option<&str>) -> Box<dyn super::super::adapter::CliRun> {
+        use super::super::adapter::{CliAdapter, RunStart};
+        Adapter.begin(&RunStart {
+            home,
+            workspace: Path::new("/ws"),
+            resume,
+            trajectory: None,
+        })
+    }
+
+    #[test]
+    fn the_run_reads_the_conversation_log_not_stdout() {
+        let home = tempfile::tempdir().unwrap();
+        let log = home.path().join(LOGS_DIR).join("c1");
+        let mut run = start(home.path(), None);
+        // A command printing what looks like a message on stdout is not read.
+        assert!(
+            run.line(r#"{"type": "message", "role": "assistant", "content": "Done."}"#)
+                .is_empty()
+        );
+        std::fs::create_dir_all(&log).unwrap();
+        // A line still being written waits.
+        std::fs::write(log.join(CONVERSATION), &LOGGED[..LOGGED.len() - 20]).unwrap();
+        let first = run.poll();
+        assert!(
+            !first
+                .iter()
+                .any(|e| matches!(e, StreamEvent::ToolResult { .. }))
+        );
+        std::fs::write(log.join(CONVERSATION), LOGGED).unwrap();
+        let rest = run.poll();
+        assert!(
+            rest.iter()
+                .any(|e| matches!(e, StreamEvent::ToolResult { .. }))
+        );
+        let events: Vec<_> = first.into_iter().chain(rest).collect();
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, StreamEvent::System { message, .. } if message.contains("You are gptme")))
+        );
+        let finished = run.finish(Some(0), "").parsed;
+        assert_eq!(finished.status, CodingStatus::Completed);
+        assert_eq!(finished.session_id.as_deref(), Some("c1"));
+        assert_eq!(finished.modified_files, ["hello.txt"]);
+
+        // Resumed: only what this run adds counts; adding nothing is no completion.
+        let mut resumed = start(home.path(), Some("c1"));
+        assert!(resumed.poll().is_empty());
+        assert_eq!(
+            resumed.finish(Some(0), "").parsed.status,
+            CodingStatus::Error
+        );
+        let mut resumed = start(home.path(), Some("c1"));
+        let more = LOGGED.to_owned() + LOGGED.lines().nth(2).unwrap() + "\n";
+        std::fs::write(log.join(CONVERSATION), more).unwrap();
+        let events = resumed.poll();
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, StreamEvent::ToolCall { .. }))
+                .count(),
+            1
+        );
+        let usage = resumed.finish(Some(0), "").parsed.usage.unwrap();
+        assert_eq!((usage.input_tokens, usage.model_calls), (1000, 1));
     }
 
     #[test]
