@@ -390,8 +390,10 @@ impl HarnessKind {
                 ("--append-system-prompt", "use `append_system_prompt:`"),
             ],
             Self::Gptme => &[
-                ("-n", PROMPT),
-                ("--non-interactive", PROMPT),
+                ("-n", "it always runs non-interactive"),
+                ("--non-interactive", "it always runs non-interactive"),
+                ("-w", "it runs in the trial's workspace"),
+                ("--workspace", "it runs in the trial's workspace"),
                 ("--output-format", STREAM),
                 ("--tool-format", STREAM),
                 ("--name", SESSION),
@@ -597,6 +599,14 @@ mod tests {
         );
         assert_eq!(HarnessKind::ClaudeCode.reserved_flag("--bare"), None);
         assert_eq!(HarnessKind::Aider.reserved_flag("--edit-format"), None);
+        assert_eq!(
+            HarnessKind::Pi.reserved_flag("--session-dir=/tmp"),
+            Some(("--session-dir", "resume through CodingTask.session_id"))
+        );
+        assert_eq!(HarnessKind::Pi.reserved_flag("--thinking"), None);
+        assert!(HarnessKind::Gptme.reserved_flag("--tool-format").is_some());
+        assert!(HarnessKind::Gptme.keys().contains(&"max_turns"));
+        assert!(!HarnessKind::Gptme.keys().contains(&"append_system_prompt"));
         assert_eq!(
             HarnessConfig::default().permission_mode(HarnessKind::ClaudeCode),
             Some("bypassPermissions")
