@@ -3,7 +3,7 @@
 
     python3 benches/cli_overhead.py [N] [KIND...]   # N runs per arm (default 5); all kinds by default
 
-For each installed CLI of claude-code, codex, gemini-cli, qwen-code and continue-cli: the same task (write hello.txt,
+For each installed CLI of claude-code, codex, gemini-cli, qwen-code, continue-cli, pi and gptme: the same task (write hello.txt,
 show it, finish: three scripted model calls) run N times
 
   direct      the CLI by hand as recipes do it: a fresh git repo and HOME on tmpfs, `env -i`,
@@ -30,10 +30,18 @@ BIN = os.path.join(TARGET, "release", "deltabench")
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 ONLY = set(sys.argv[2:])
 KINDS = (("claude-code", "claude"), ("codex", "codex"), ("gemini-cli", "gemini"),
-         ("qwen-code", "qwen"), ("continue-cli", "cn"))
+         ("qwen-code", "qwen"), ("continue-cli", "cn"), ("pi", "pi"),
+         ("gptme", "gptme"))
 TMP = "/dev/shm" if os.path.isdir("/dev/shm") else None
 TOOLS = os.environ.get("DELTABENCH_AGENT_TOOLS") or os.path.expanduser("~/.cache/deltabench/agents")
 BINS = os.path.join(TOOLS, "npm", "node_modules", ".bin")
+# The Python CLIs' launchers (gptme's links into its own venv).
+VENV_BINS = os.path.join(TOOLS, "venv", "bin")
+
+
+def program_path(program):
+    npm = os.path.join(BINS, program)
+    return npm if os.path.exists(npm) else os.path.join(VENV_BINS, program)
 TASK = "Create hello.txt with a greeting, then show it."
 
 
@@ -94,6 +102,25 @@ def direct(kind, url):
             env.update(CONTINUE_CLI_ENABLE_TELEMETRY="0", CONTINUE_METRICS_ENABLED="0")
             cmd = [os.path.join(BINS, "cn"), "-p", "--auto", "--format", "json", "--config",
                    config, "--", TASK]
+        elif kind == "pi":
+            # The agent dir the adapter writes: one OpenAI-compatible provider at the endpoint.
+            agent = os.path.join(home, ".pi", "agent")
+            os.makedirs(agent)
+            with open(os.path.join(agent, "models.json"), "w") as f:
+                json.dump({"providers": {"bench": {
+                    "baseUrl": f"{url}/v1", "api": "openai-completions", "apiKey": "fake",
+                    "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+                    "models": [{"id": "scripted-model"}]}}}, f)
+            env.update(PI_CODING_AGENT_DIR=agent, PI_OFFLINE="1")
+            cmd = [os.path.join(BINS, "pi"), "-p", "--mode", "json", "--offline", "--provider",
+                   "bench", "--model", "scripted-model", TASK]
+        elif kind == "gptme":
+            # The environment the adapter sets: its local provider at the endpoint.
+            env.update(OPENAI_BASE_URL=f"{url}/v1", OPENAI_API_KEY="fake",
+                       GPTME_TIKTOKEN_TIMEOUT="0", GPTME_DISABLE_PATH_INCLUDE="1",
+                       GPTME_TELEMETRY_ENABLED="false")
+            cmd = [program_path("gptme"), "-n", "--output-format", "json", "--tool-format", "tool",
+                   "-m", "local/scripted-model", "--", TASK]
         else:
             gemini = os.path.join(home, ".gemini")
             os.makedirs(gemini)
@@ -140,7 +167,7 @@ def main():
         for kind, program in KINDS:
             if ONLY and kind not in ONLY:
                 continue
-            if not os.path.exists(os.path.join(BINS, program)):
+            if not os.path.exists(program_path(program)):
                 print(f"{kind:<12} not installed (bash .ci/install-agents)")
                 continue
             direct_runs = [direct(kind, url) for _ in range(N)]

@@ -40,7 +40,7 @@ pub fn default_provider(kind: HarnessKind, config: &HarnessConfig) -> Option<Pro
         HarnessKind::ClaudeCode => Some(Provider::Anthropic),
         HarnessKind::GeminiCli => Some(Provider::Google),
         // Without a model, Qwen Code uses its own OAuth backend, which the gateway cannot be.
-        HarnessKind::Codex | HarnessKind::QwenCode | HarnessKind::ContinueCli => {
+        HarnessKind::Codex | HarnessKind::QwenCode | HarnessKind::ContinueCli | HarnessKind::Pi => {
             config.model.as_ref().map(|_| Provider::OpenAi)
         }
         HarnessKind::MiniSweAgent | HarnessKind::Aider => match config.model.as_deref() {
@@ -48,6 +48,18 @@ pub fn default_provider(kind: HarnessKind, config: &HarnessConfig) -> Option<Pro
             _ => Some(Provider::OpenAi),
         },
         HarnessKind::Opencode => None,
+        // Its `provider/model` names one of many providers; `openai/` and `local/` are the ones
+        // an OpenAI-compatible gateway can be. Without a model it picks one from the keys it finds.
+        HarnessKind::Gptme => match config.model.as_deref() {
+            Some(model)
+                if !model.contains('/')
+                    || model.starts_with("openai/")
+                    || model.starts_with("local/") =>
+            {
+                Some(Provider::OpenAi)
+            }
+            _ => None,
+        },
         HarnessKind::Cli => config.cli.as_ref().map(|cli| match cli.dialect {
             CliDialect::Anthropic => Provider::Anthropic,
             CliDialect::Openai => Provider::OpenAi,

@@ -180,6 +180,10 @@ fn write_call(
             "Write" => json!({ "file_path": full, "content": content }),
             "write_file" => json!({ "file_path": full, "content": content }),
             "write" if tool.has("filePath") => json!({ "filePath": full, "content": content }),
+            // pi names it `path`.
+            "write" if tool.has("path") => json!({ "path": full, "content": content }),
+            // gptme's.
+            "save" if tool.has("path") => json!({ "path": full, "content": content }),
             _ => continue,
         };
         return Some((tool.name.clone(), Input::Json(args)));

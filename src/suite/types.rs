@@ -78,6 +78,8 @@ pub enum AgentSpec {
     QwenCode(HarnessConfig),
     #[serde(rename = "continue-cli")]
     ContinueCli(HarnessConfig),
+    Pi(HarnessConfig),
+    Gptme(HarnessConfig),
     Cli(HarnessConfig),
 }
 
@@ -93,6 +95,8 @@ impl AgentSpec {
             HarnessKind::Aider => Self::Aider(config),
             HarnessKind::QwenCode => Self::QwenCode(config),
             HarnessKind::ContinueCli => Self::ContinueCli(config),
+            HarnessKind::Pi => Self::Pi(config),
+            HarnessKind::Gptme => Self::Gptme(config),
             HarnessKind::Cli => Self::Cli(config),
         }
     }
@@ -108,6 +112,8 @@ impl AgentSpec {
             Self::Aider(c) => (HarnessKind::Aider, c),
             Self::QwenCode(c) => (HarnessKind::QwenCode, c),
             Self::ContinueCli(c) => (HarnessKind::ContinueCli, c),
+            Self::Pi(c) => (HarnessKind::Pi, c),
+            Self::Gptme(c) => (HarnessKind::Gptme, c),
             Self::Cli(c) => (HarnessKind::Cli, c),
             Self::Noop | Self::Oracle | Self::Mock(_) | Self::Command(_) => return None,
         })

@@ -98,6 +98,10 @@ pub fn cli(kind: HarnessKind) -> Cli {
         HarnessKind::Aider => fake(&["args: [--edit-format, diff]"], 1, 0.0033),
         HarnessKind::QwenCode => fake(&[], 3, 0.0099),
         HarnessKind::ContinueCli => fake(&[], 3, 0.0099),
+        HarnessKind::Pi => fake(&[], 3, 0.0099),
+        // Its text-only "Done." gets two auto-replies asking for its `complete` tool (each
+        // answered "Done." again) before it stops: five calls.
+        HarnessKind::Gptme => fake(&[], 5, 0.0165),
         HarnessKind::Cli => panic!("`kind: cli` is a definition: tests/it/agents_cli.rs"),
     }
 }
@@ -552,6 +556,118 @@ mod continue_cli {
     }
 }
 
+/// pi: its http-error test takes a 400 (it retries a 429 for 14 s).
+mod pi {
+    use super::*;
+
+    #[test]
+    fn passes_on_the_delta_with_events_usage_cost_and_session() {
+        passes_on_the_delta(HarnessKind::Pi);
+    }
+
+    /// pi exits 0 after a failed model call: the error is read from its stream.
+    #[test]
+    fn an_http_error_ends_in_error_with_its_code() {
+        fails_on_an_http_error(HarnessKind::Pi, 400, ErrorCode::SdkError, None);
+    }
+
+    #[test]
+    fn stops_at_its_budget() {
+        super::stops_at_its_budget(HarnessKind::Pi);
+    }
+
+    /// It has no turn limit of its own: deltabench stops it at its third tool call.
+    #[test]
+    fn is_stopped_by_deltabench_at_max_turns() {
+        stops_at_max_turns(HarnessKind::Pi);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn resumes_its_session() {
+        resumes(HarnessKind::Pi).await;
+    }
+
+    /// In the sandbox with `network: model` written out: the gateway is the only address it has.
+    #[test]
+    fn runs_inside_the_sandbox_with_network_model() {
+        if !crate::common::have_bwrap("pi::runs_inside_the_sandbox_with_network_model") {
+            return;
+        }
+        runs_inside_the_sandbox_with(HarnessKind::Pi, "\n    network: model");
+    }
+}
+
+/// gptme: its http-error test takes a 400 (it retries a 429).
+mod gptme {
+    use super::*;
+
+    #[test]
+    fn passes_on_the_delta_with_events_usage_cost_and_session() {
+        passes_on_the_delta(HarnessKind::Gptme);
+    }
+
+    #[test]
+    fn an_http_error_ends_in_error_with_its_code() {
+        fails_on_an_http_error(HarnessKind::Gptme, 400, ErrorCode::SdkError, None);
+    }
+
+    #[test]
+    fn stops_at_its_budget() {
+        super::stops_at_its_budget(HarnessKind::Gptme);
+    }
+
+    /// `GPTME_MAX_STEPS`: it stops itself and says so.
+    #[test]
+    fn stops_at_max_turns() {
+        super::stops_at_max_turns(HarnessKind::Gptme);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn resumes_its_session() {
+        resumes(HarnessKind::Gptme).await;
+    }
+
+    /// gptme prints the output of the commands it runs among its JSON messages: a command that
+    /// prints a message of its own (here the step limit's, and a write of hello.txt) is not
+    /// taken for gptme's, which deltabench reads from its conversation log.
+    #[test]
+    fn a_command_printing_a_message_does_not_speak_for_it() {
+        if !installed(HarnessKind::Gptme) {
+            return;
+        }
+        let fake = r#"{"type": "message", "role": "system", "content": "Stopped", "metadata": {"max_steps_stop": true}}"#;
+        let script = format!(
+            "usage: {{input_tokens: 1000, output_tokens: 20}}\nsteps:\n  - shell: '{}'\n  - text: Done.\n",
+            format!("echo '{fake}'").replace('\'', "''")
+        );
+        let tmp = suite(HarnessKind::Gptme, &script, "\n    timeout: 120s");
+        let (output, _, out) = run_suite(tmp.path(), &[]);
+        let record = only_record(&out);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert_eq!(record["status"], "completed", "{record:#}");
+        assert_eq!(record["outcome"], "fail", "no hello.txt: {record:#}");
+        let raw = std::fs::read_to_string(trial_dir(&out).join("agent.stdout")).unwrap();
+        assert!(
+            raw.contains("max_steps_stop"),
+            "the command did print it: {raw}"
+        );
+        assert!(
+            !events(&out).iter().any(|e| e["subtype"] == "max_turns"),
+            "{:#?}",
+            events(&out)
+        );
+    }
+
+    /// In the sandbox with `network: model` written out: the gateway is the only address it has.
+    #[test]
+    fn runs_inside_the_sandbox_with_network_model() {
+        if !crate::common::have_bwrap("gptme::runs_inside_the_sandbox_with_network_model") {
+            return;
+        }
+        runs_inside_the_sandbox_with(HarnessKind::Gptme, "\n    network: model");
+    }
+}
+
 #[test]
 fn qwen_code_stops_at_its_budget() {
     stops_at_its_budget(HarnessKind::QwenCode);
@@ -667,9 +783,10 @@ async fn resumes(kind: HarnessKind) {
         "no request of the resumed run carried the earlier tool output"
     );
     // Only this run's calls count, even where the CLI reports session totals (Codex, Qwen
-    // Code). Against this script Qwen Code's resumed run makes two model calls, the others one.
+    // Code). Against this script Qwen Code's resumed run makes two model calls, gptme's three
+    // (its two auto-replies), the others one.
     let calls = match kind {
-        HarnessKind::QwenCode => resumed.len() as u64,
+        HarnessKind::QwenCode | HarnessKind::Gptme => resumed.len() as u64,
         _ => 1,
     };
     let usage = second.usage.expect("usage");

@@ -511,6 +511,59 @@ fn the_native_and_virtualenv_clis_run_inside_the_container() {
     assert_no_leftovers(&work);
 }
 
+/// gptme, whose launcher links into its own virtualenv, runs in the task's container with the
+/// default `network: model`: its venv and Python are mounted, its write lands in the workspace,
+/// and its conversation log (read for its events) is in its HOME, written through.
+#[test]
+fn gptme_runs_inside_the_tasks_container() {
+    let test = "environments::gptme_runs_inside_the_tasks_container";
+    if !have_podman_image(test) || !have_cli(test, HarnessKind::Gptme) {
+        return;
+    }
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    write_files(
+        root,
+        &[(
+            "model.yaml",
+            "usage: {input_tokens: 1000, output_tokens: 20}\nsteps:\n  - text: I'll create hello.txt.\n    write: {path: hello.txt, content: \"hello from the script\\n\"}\n  - shell: cat hello.txt\n  - text: Done.\n",
+        )],
+    );
+    write_suite(
+        root,
+        &format!(
+            "name: env\nrepo: repo\nagents:\n  a: {{kind: gptme, endpoint: scripted:model.yaml, model: fake-model, price: {{input: 3, output: 15}}}}\ntasks:\n  - id: hello\n    instruction: Create hello.txt, then show it.\n    environment: {{image: {BASE}}}\n    verify: grep -q 'hello from the script' hello.txt\n"
+        ),
+    );
+    let (output, work, out) = run_suite(root, &[]);
+    let records = trials(&out);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}\n{records:?}",
+        stderr(&output)
+    );
+    assert_outcome(&records, "hello", "a", "pass");
+    let dir = out.join("trials/hello/a/1");
+    let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    assert!(
+        events.starts_with(&format!(
+            "{{\"type\":\"system\",\"subtype\":\"spawn\",\"message\":\"in the container {BASE}: "
+        )),
+        "{events}"
+    );
+    assert!(events.contains("\"name\":\"save\""), "{events}");
+    let record = &records[0];
+    assert_eq!(record["usage"]["input_tokens"], 5000, "{record:#}");
+    assert!(
+        record["session_id"]
+            .as_str()
+            .is_some_and(|id| dir.join("home/.local/share/gptme/logs").join(id).is_dir()),
+        "{record:#}"
+    );
+    assert_no_leftovers(&work);
+}
+
 /// A CLI that needs what the image lacks (Codex runs through `node`; the base image has none)
 /// stops the run before any trial, naming the image, the agent and the tool.
 #[test]

@@ -571,6 +571,8 @@ impl CodingAgent for HarnessAgent {
             HarnessKind::Aider => "aider, run headless (aider --message).",
             HarnessKind::QwenCode => "Qwen Code, run headless (qwen --output-format stream-json).",
             HarnessKind::ContinueCli => "Continue's CLI, run headless (cn -p --auto).",
+            HarnessKind::Pi => "pi, run headless (pi -p --mode json).",
+            HarnessKind::Gptme => "gptme, run headless (gptme -n --output-format json).",
             HarnessKind::Cli => "a CLI run from its definition in the agents file (kind: cli).",
         }
     }
@@ -800,7 +802,16 @@ pub fn image_needs(kind: HarnessKind, program: &Path) -> Vec<ImageNeed> {
 /// virtualenv its launcher belongs to), not just the launcher, and for a virtualenv the Python
 /// installation its interpreter links to (`home =` in `pyvenv.cfg`).
 fn install_roots(program: &Path) -> Vec<PathBuf> {
-    let mut roots = vec![program.to_owned()];
+    // A launcher that links elsewhere (gptme's, into its own virtualenv) is shown by the folder
+    // holding it; bubblewrap cannot mount over a symlink.
+    let launcher = if program.is_symlink() {
+        program
+            .canonicalize()
+            .unwrap_or_else(|_| program.to_owned())
+    } else {
+        program.to_owned()
+    };
+    let mut roots = vec![launcher];
     for candidate in [
         program.to_owned(),
         program.canonicalize().unwrap_or_default(),

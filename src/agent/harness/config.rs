@@ -39,6 +39,8 @@ pub enum HarnessKind {
     Aider,
     QwenCode,
     ContinueCli,
+    Pi,
+    Gptme,
     /// Any other CLI, described in the agents file ([`super::cli`]).
     Cli,
 }
@@ -80,6 +82,8 @@ impl HarnessKind {
         Self::Aider,
         Self::QwenCode,
         Self::ContinueCli,
+        Self::Pi,
+        Self::Gptme,
     ];
 
     /// The `kind:` value in an agents file.
@@ -105,6 +109,8 @@ impl HarnessKind {
             Self::Aider => &super::aider::Adapter,
             Self::QwenCode => &super::qwen::Adapter,
             Self::ContinueCli => &super::continue_cli::Adapter,
+            Self::Pi => &super::pi::Adapter,
+            Self::Gptme => &super::gptme::Adapter,
             // A definition is its own adapter: see `HarnessConfig::adapter`.
             Self::Cli => &super::cli::NO_DEFINITION,
         }
@@ -121,6 +127,8 @@ impl HarnessKind {
             Self::Aider => "aider",
             Self::QwenCode => "qwen",
             Self::ContinueCli => "cn",
+            Self::Pi => "pi",
+            Self::Gptme => "gptme",
             Self::Cli => "the agent's `command:`",
         }
     }
@@ -137,6 +145,8 @@ impl HarnessKind {
             Self::Aider => (Registry::PyPi, "aider-chat", "0.86.2"),
             Self::QwenCode => (Registry::Npm, "@qwen-code/qwen-code", "0.24.4"),
             Self::ContinueCli => (Registry::Npm, "@continuedev/cli", "1.5.47"),
+            Self::Pi => (Registry::Npm, "@mariozechner/pi-coding-agent", "0.73.1"),
+            Self::Gptme => (Registry::PyPi, "gptme", "0.35.1"),
             Self::Cli => return None,
         };
         Some(Package {
@@ -173,6 +183,8 @@ impl HarnessKind {
                 | Self::Opencode
                 | Self::QwenCode
                 | Self::ContinueCli
+                | Self::Pi
+                | Self::Gptme
         )
     }
 
@@ -192,17 +204,24 @@ impl HarnessKind {
             Self::GeminiCli => &["yolo", "auto_edit", "default", "plan"],
             Self::Opencode => &["allow", "ask", "deny"],
             Self::QwenCode => &["yolo", "auto-edit", "default", "plan", "auto"],
-            Self::MiniSweAgent | Self::Aider | Self::ContinueCli | Self::Cli => &[],
+            Self::MiniSweAgent
+            | Self::Aider
+            | Self::ContinueCli
+            | Self::Pi
+            | Self::Gptme
+            | Self::Cli => &[],
         }
     }
 
     pub fn turn_limit(self) -> TurnLimit {
         match self {
-            Self::ClaudeCode | Self::GeminiCli | Self::MiniSweAgent | Self::QwenCode => {
-                TurnLimit::Native
-            }
+            Self::ClaudeCode
+            | Self::GeminiCli
+            | Self::MiniSweAgent
+            | Self::QwenCode
+            | Self::Gptme => TurnLimit::Native,
             // A definition passing `{max_turns}` has a native limit: `HarnessConfig::turn_limit`.
-            Self::Codex | Self::Opencode | Self::Cli => TurnLimit::Enforced,
+            Self::Codex | Self::Opencode | Self::Pi | Self::Cli => TurnLimit::Enforced,
             // Continue's CLI writes its session (deltabench's view of its calls) only at exit.
             Self::Aider | Self::ContinueCli => TurnLimit::Unsupported,
         }
@@ -210,7 +229,7 @@ impl HarnessKind {
 
     /// Whether `append_system_prompt` has somewhere to go.
     pub fn appends_system_prompt(self) -> bool {
-        !matches!(self, Self::MiniSweAgent | Self::Cli)
+        !matches!(self, Self::MiniSweAgent | Self::Gptme | Self::Cli)
     }
 
     /// The environment variable the CLI reads its API key from when talking to its own
@@ -225,6 +244,8 @@ impl HarnessKind {
             | Self::Aider
             | Self::QwenCode
             | Self::ContinueCli
+            | Self::Pi
+            | Self::Gptme
             | Self::Cli => "OPENAI_API_KEY",
         }
     }
@@ -350,6 +371,36 @@ impl HarnessKind {
                 ("--model", "use `model:`"),
                 ("--readonly", "it runs with --auto"),
                 ("--auto", "it runs with --auto"),
+            ],
+            Self::Pi => &[
+                ("-p", PROMPT),
+                ("--print", PROMPT),
+                ("--mode", STREAM),
+                ("--session", SESSION),
+                ("--session-dir", SESSION),
+                ("--no-session", SESSION),
+                ("--fork", SESSION),
+                ("-r", SESSION),
+                ("--resume", SESSION),
+                ("-c", SESSION),
+                ("--continue", SESSION),
+                ("--provider", "deltabench points it at the endpoint"),
+                ("--api-key", "use `api_key:`"),
+                ("--model", "use `model:`"),
+                ("--append-system-prompt", "use `append_system_prompt:`"),
+            ],
+            Self::Gptme => &[
+                ("-n", "it always runs non-interactive"),
+                ("--non-interactive", "it always runs non-interactive"),
+                ("-w", "it runs in the trial's workspace"),
+                ("--workspace", "it runs in the trial's workspace"),
+                ("--output-format", STREAM),
+                ("--tool-format", STREAM),
+                ("--name", SESSION),
+                ("-r", SESSION),
+                ("--resume", SESSION),
+                ("-m", "use `model:`"),
+                ("--model", "use `model:`"),
             ],
             // Its whole command line is the agent's own template.
             Self::Cli => &[],
@@ -548,6 +599,14 @@ mod tests {
         );
         assert_eq!(HarnessKind::ClaudeCode.reserved_flag("--bare"), None);
         assert_eq!(HarnessKind::Aider.reserved_flag("--edit-format"), None);
+        assert_eq!(
+            HarnessKind::Pi.reserved_flag("--session-dir=/tmp"),
+            Some(("--session-dir", "resume through CodingTask.session_id"))
+        );
+        assert_eq!(HarnessKind::Pi.reserved_flag("--thinking"), None);
+        assert!(HarnessKind::Gptme.reserved_flag("--tool-format").is_some());
+        assert!(HarnessKind::Gptme.keys().contains(&"max_turns"));
+        assert!(!HarnessKind::Gptme.keys().contains(&"append_system_prompt"));
         assert_eq!(
             HarnessConfig::default().permission_mode(HarnessKind::ClaudeCode),
             Some("bypassPermissions")

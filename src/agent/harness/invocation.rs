@@ -89,6 +89,8 @@ pub fn invocation(kind: HarnessKind, config: &HarnessConfig, run: &RunPaths) -> 
         HarnessKind::Aider => aider(config, run, &mut inv),
         HarnessKind::QwenCode => qwen(config, run, &mut inv),
         HarnessKind::ContinueCli => continue_cli(config, run, &mut inv),
+        HarnessKind::Pi => pi(config, run, &mut inv),
+        HarnessKind::Gptme => gptme(config, run, &mut inv),
         HarnessKind::Cli => {
             if let Some(definition) = &config.cli {
                 cli_invocation(definition, config, run, &mut inv);
@@ -104,11 +106,21 @@ pub fn invocation(kind: HarnessKind, config: &HarnessConfig, run: &RunPaths) -> 
             | HarnessKind::Opencode
             | HarnessKind::ClaudeCode
             | HarnessKind::ContinueCli
+            | HarnessKind::Gptme
     ) {
         // A positional prompt, after `--` so a task starting with `-` is not an option; the
         // others take it as `--flag=TASK`.
         inv.args.push("--".into());
         inv.args.push(run.task.to_owned());
+    } else if kind == HarnessKind::Pi {
+        // pi has no `--`: a message starting with `-` is an unknown option and one starting
+        // with `@` a file to attach, so such a task gets a leading space.
+        let space = if run.task.starts_with(['-', '@']) {
+            " "
+        } else {
+            ""
+        };
+        inv.args.push(format!("{space}{}", run.task));
     }
     for (key, value) in &config.env {
         set_env(&mut inv.env, key, value);
@@ -369,6 +381,106 @@ fn continue_cli(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
     // It resumes the newest session of its HOME; the run checks that it was this one.
     if run.resume.is_some() {
         args.push("--resume".into());
+    }
+}
+
+fn pi(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+    let agent_dir = run.home.join(".pi/agent");
+    // Its agent dir holds the settings and the models; sessions go where a resume finds them.
+    set_env(
+        &mut inv.env,
+        "PI_CODING_AGENT_DIR",
+        &agent_dir.display().to_string(),
+    );
+    // No update check, package check or install ping: the sandbox has no network for them.
+    set_env(&mut inv.env, "PI_OFFLINE", "1");
+    set_env(&mut inv.env, "PI_SKIP_VERSION_CHECK", "1");
+    let settings = json!({"enableInstallTelemetry": false, "quietStartup": true});
+    inv.files.push((
+        agent_dir.join("settings.json"),
+        serde_json::to_string_pretty(&settings).expect("settings serialize"),
+    ));
+    if let Some(key) = run.api_key {
+        set_env(&mut inv.env, "OPENAI_API_KEY", key);
+    }
+    let args = &mut inv.args;
+    push(
+        args,
+        &["-p", "--mode", "json", "--offline", "--session-dir"],
+    );
+    args.push(run.home.join(".pi/sessions").display().to_string());
+    match run.endpoint {
+        // One OpenAI-compatible provider with the model: its key is read from OPENAI_API_KEY.
+        // No `cost` in the entry, so pi prices at zero and deltabench estimates.
+        Some(url) => {
+            let model = config.model.clone().unwrap_or_else(|| "gpt-4.1".into());
+            let models = json!({"providers": {"deltabench": {
+                "baseUrl": format!("{url}/v1"),
+                "api": "openai-completions",
+                "apiKey": "OPENAI_API_KEY",
+                "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false},
+                "models": [{"id": model}],
+            }}});
+            inv.files.push((
+                agent_dir.join("models.json"),
+                serde_json::to_string_pretty(&models).expect("models serialize"),
+            ));
+            push(args, &["--provider", "deltabench", "--model", &model]);
+        }
+        None => {
+            if let Some(model) = &config.model {
+                push(args, &["--model", model]);
+            }
+        }
+    }
+    if let Some(prompt) = &config.append_system_prompt {
+        push(args, &["--append-system-prompt", prompt]);
+    }
+    if let Some(id) = run.resume {
+        push(args, &["--session", id]);
+    }
+}
+
+fn gptme(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+    for (key, value) in [
+        // No tokenizer download (offline it waits for a timeout on every count).
+        ("GPTME_TIKTOKEN_TIMEOUT", "0"),
+        // The task is the prompt, not a list of files or URLs to include.
+        ("GPTME_DISABLE_PATH_INCLUDE", "1"),
+        ("GPTME_TELEMETRY_ENABLED", "false"),
+    ] {
+        set_env(&mut inv.env, key, value);
+    }
+    if let Some(key) = run.api_key {
+        set_env(&mut inv.env, "OPENAI_API_KEY", key);
+    }
+    if let Some(turns) = config.max_turns {
+        set_env(&mut inv.env, "GPTME_MAX_STEPS", &turns.to_string());
+    }
+    let args = &mut inv.args;
+    // Native tool calls (`--tool-format tool`): gptme's default, markdown code blocks, leaves no
+    // call ids to pair a call with its result.
+    push(
+        args,
+        &["-n", "--output-format", "json", "--tool-format", "tool"],
+    );
+    match run.resume {
+        Some(id) => push(args, &["--name", id, "--resume"]),
+        None => push(args, &["--name", run.new_session]),
+    }
+    match (run.endpoint, &config.model) {
+        // Its `local` provider is any OpenAI-compatible server at OPENAI_BASE_URL.
+        (Some(url), model) => {
+            set_env(&mut inv.env, "OPENAI_BASE_URL", &format!("{url}/v1"));
+            let model = model.as_deref().unwrap_or("gpt-4.1");
+            let bare = model
+                .strip_prefix("openai/")
+                .or_else(|| model.strip_prefix("local/"))
+                .unwrap_or(model);
+            push(args, &["-m", &format!("local/{bare}")]);
+        }
+        (None, Some(model)) => push(args, &["-m", model]),
+        (None, None) => {}
     }
 }
 
@@ -641,6 +753,68 @@ mod tests {
         );
         assert!(resumed.args.join(" ").contains("--resume abc -- -fix"));
         assert_eq!(env(&resumed, "ANTHROPIC_BASE_URL"), None);
+    }
+
+    #[test]
+    fn pi_gets_a_provider_for_the_endpoint_and_a_session_dir_in_its_home() {
+        let config = HarnessConfig {
+            model: Some("fake-model".into()),
+            append_system_prompt: Some("Be brief.".into()),
+            args: vec!["--thinking".into(), "off".into()],
+            ..HarnessConfig::default()
+        };
+        let local = "http://127.0.0.1:9";
+        let inv = invocation(HarnessKind::Pi, &config, &paths(Some("s-1"), Some(local)));
+        assert_eq!(
+            inv.args.join(" "),
+            "-p --mode json --offline --session-dir /t/home/.pi/sessions --provider deltabench \
+             --model fake-model --append-system-prompt Be brief. --session s-1 --thinking off  \
+             -fix the bug"
+        );
+        // The task is one argument, its leading `-` kept from being read as an option.
+        assert_eq!(inv.args.last().unwrap(), " -fix the bug");
+        let models: serde_json::Value =
+            serde_json::from_str(file(&inv, ".pi/agent/models.json")).unwrap();
+        let provider = &models["providers"]["deltabench"];
+        assert_eq!(provider["baseUrl"], "http://127.0.0.1:9/v1");
+        assert_eq!(provider["apiKey"], "OPENAI_API_KEY");
+        assert_eq!(provider["models"][0]["id"], "fake-model");
+        assert_eq!(env(&inv, "OPENAI_API_KEY"), Some(DUMMY_API_KEY));
+        assert_eq!(env(&inv, "PI_CODING_AGENT_DIR"), Some("/t/home/.pi/agent"));
+        assert_eq!(env(&inv, "PI_OFFLINE"), Some("1"));
+        // Without an endpoint: pi's own providers, no models file.
+        let own = invocation(HarnessKind::Pi, &config, &paths(None, None));
+        assert!(own.args.join(" ").contains("--model fake-model"));
+        assert!(!own.args.contains(&"--provider".to_owned()));
+        assert!(!own.files.iter().any(|(p, _)| p.ends_with("models.json")));
+    }
+
+    #[test]
+    fn gptme_runs_its_local_provider_at_the_endpoint_with_a_named_conversation() {
+        let config = HarnessConfig {
+            model: Some("openai/fake-model".into()),
+            max_turns: Some(4),
+            ..HarnessConfig::default()
+        };
+        let local = "http://127.0.0.1:9";
+        let inv = invocation(HarnessKind::Gptme, &config, &paths(None, Some(local)));
+        assert_eq!(
+            inv.args.join(" "),
+            "-n --output-format json --tool-format tool \
+             --name 0f0e0d0c-0b0a-4908-8706-050403020100 -m local/fake-model -- -fix the bug"
+        );
+        assert_eq!(env(&inv, "OPENAI_BASE_URL"), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(env(&inv, "OPENAI_API_KEY"), Some(DUMMY_API_KEY));
+        assert_eq!(env(&inv, "GPTME_MAX_STEPS"), Some("4"));
+        assert_eq!(env(&inv, "GPTME_DISABLE_PATH_INCLUDE"), Some("1"));
+        let resumed = invocation(HarnessKind::Gptme, &config, &paths(Some("c-1"), None));
+        assert!(
+            resumed
+                .args
+                .join(" ")
+                .contains("--name c-1 --resume -m openai/fake-model -- -fix")
+        );
+        assert_eq!(env(&resumed, "OPENAI_BASE_URL"), None);
     }
 
     #[test]

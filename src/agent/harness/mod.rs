@@ -1,4 +1,4 @@
-//! The real coding-agent CLIs built in (eight, and any other as `kind: cli`): their config
+//! The real coding-agent CLIs built in (ten, and any other as `kind: cli`): their config
 //! ([`config`]), command lines ([`invocation`]), stream parsers and quirks (one module per CLI,
 //! behind [`adapter::CliAdapter`]), cost estimates ([`pricing`]) and the agent that ties them
 //! together ([`HarnessAgent`]).
@@ -34,9 +34,11 @@ pub mod codex;
 pub mod config;
 pub mod continue_cli;
 pub mod gemini;
+pub mod gptme;
 pub mod invocation;
 pub mod mini_swe;
 pub mod opencode;
+pub mod pi;
 pub mod pricing;
 pub mod qwen;
 
@@ -58,8 +60,10 @@ pub use config::{
 };
 pub use continue_cli::ContinueParser;
 pub use gemini::GeminiParser;
+pub use gptme::GptmeParser;
 pub use mini_swe::MiniSweParser;
 pub use opencode::OpencodeParser;
+pub use pi::PiParser;
 pub use pricing::Price;
 pub use qwen::QwenParser;
 

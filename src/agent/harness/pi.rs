@@ -1,0 +1,335 @@
+//! pi (`@mariozechner/pi-coding-agent`): `pi -p --mode json ... -- PROMPT`.
+//!
+//! One JSON object per line (observed with 0.73.1): a `session` header (the session id), then
+//! the agent's lifecycle (`agent_start`, `turn_start`, `message_start`, `message_update` deltas,
+//! `message_end`, `tool_execution_*`, `turn_end`, `agent_end`). Each `message_end` carries one
+//! whole message: an assistant message with its text, thinking and `toolCall` blocks and that
+//! call's `usage` (tokens and cost), or a `toolResult` with `isError`. Deltas and the
+//! `tool_execution_*` echoes repeat what the `message_end`s hold, so only the latter are read.
+//! A failed model call is an assistant message with `stopReason: "error"` and its
+//! `errorMessage` (`429 ...`), after which pi may retry (`auto_retry_start`/`auto_retry_end`);
+//! the process exits 0 either way, so the verdict is the last assistant message's.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+
+use super::{
+    ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, parse_line,
+    push_unique, str_field, system, u64_field, unknown,
+};
+use crate::agent::{CodingError, ErrorCode, StreamEvent, Usage};
+
+/// Tools whose successful call wrote the file named by their `path` argument.
+const WRITE_TOOLS: [&str; 2] = ["write", "edit"];
+
+#[derive(Debug, Default)]
+pub struct PiParser {
+    session_id: Option<String>,
+    usage: Option<Usage>,
+    modified_files: Vec<String>,
+    last_text: Option<String>,
+    /// Tool name and path (write tools) by call id, for their results.
+    calls: HashMap<String, (String, Option<String>)>,
+    /// Whether an `agent_end` was seen: the run reached its end rather than being cut off.
+    ended: bool,
+    /// The last assistant message's failure, cleared by a later message that did not fail.
+    error: Option<CodingError>,
+}
+
+impl PiParser {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn message_end(&mut self, value: &Value) -> Vec<StreamEvent> {
+        let Some(message) = value.get("message") else {
+            return vec![unknown(value.clone())];
+        };
+        match str_field(message, "role") {
+            Some("assistant") => self.assistant(message),
+            Some("toolResult") => vec![self.tool_result(message)],
+            Some("user") => vec![system("user", text_of(message), None)],
+            _ => vec![unknown(value.clone())],
+        }
+    }
+
+    fn assistant(&mut self, message: &Value) -> Vec<StreamEvent> {
+        let mut events = Vec::new();
+        for block in message
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            match str_field(block, "type") {
+                Some("text") => {
+                    let text = str_field(block, "text").unwrap_or_default().to_owned();
+                    if !text.is_empty() {
+                        self.last_text = Some(text.clone());
+                        events.push(StreamEvent::Assistant { text });
+                    }
+                }
+                Some("thinking") => events.push(StreamEvent::Thinking {
+                    text: str_field(block, "thinking").unwrap_or_default().to_owned(),
+                }),
+                Some("toolCall") => {
+                    let id = str_field(block, "id").map(str::to_owned);
+                    let name = str_field(block, "name").unwrap_or_default().to_owned();
+                    let args = block.get("arguments").cloned().unwrap_or(Value::Null);
+                    if let Some(id) = &id {
+                        let path = WRITE_TOOLS
+                            .contains(&name.as_str())
+                            .then(|| str_field(&args, "path").map(str::to_owned))
+                            .flatten();
+                        self.calls.insert(id.clone(), (name.clone(), path));
+                    }
+                    events.push(StreamEvent::ToolCall { id, name, args });
+                }
+                _ => events.push(unknown(block.clone())),
+            }
+        }
+        match str_field(message, "stopReason") {
+            Some("error" | "aborted") => {
+                let text = str_field(message, "errorMessage").unwrap_or("model call failed");
+                let error = api_error(text);
+                events.push(system("error", error.message.clone(), None));
+                self.error = Some(error);
+            }
+            _ => self.error = None,
+        }
+        if let Some(reported) = message.get("usage") {
+            let usage = self.usage.get_or_insert_with(Usage::default);
+            usage.input_tokens += u64_field(reported, "input");
+            usage.output_tokens += u64_field(reported, "output");
+            usage.cache_read_tokens += u64_field(reported, "cacheRead");
+            usage.cache_write_tokens += u64_field(reported, "cacheWrite");
+            usage.model_calls += 1;
+            if let Some(cost) = reported.pointer("/cost/total").and_then(Value::as_f64) {
+                usage.cost_usd = Some(usage.cost_usd.unwrap_or(0.0) + cost);
+            }
+            events.push(StreamEvent::Usage {
+                usage: usage.clone(),
+            });
+        }
+        events
+    }
+
+    fn tool_result(&mut self, message: &Value) -> StreamEvent {
+        let id = str_field(message, "toolCallId").map(str::to_owned);
+        let is_error = message
+            .get("isError")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let call = id.as_ref().and_then(|id| self.calls.get(id));
+        if !is_error && let Some((_, Some(path))) = call {
+            push_unique(&mut self.modified_files, &path.clone());
+        }
+        let name = str_field(message, "toolName")
+            .map(str::to_owned)
+            .or_else(|| call.map(|(name, _)| name.clone()));
+        StreamEvent::ToolResult {
+            id,
+            name,
+            result: json!(text_of(message)),
+            is_error,
+        }
+    }
+}
+
+/// The text blocks of a message's content, joined.
+fn text_of(message: &Value) -> String {
+    match message.get("content") {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| str_field(p, "text"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// A failed model call, from pi's `errorMessage` (`"429 slow down"`: the HTTP status first,
+/// when there was one).
+fn api_error(text: &str) -> CodingError {
+    let status = text
+        .split_whitespace()
+        .next()
+        .filter(|word| word.len() == 3)
+        .and_then(|word| word.parse::<u64>().ok())
+        .filter(|status| (400..600).contains(status));
+    let code = match status {
+        Some(status) => http_error_code(status),
+        None => classify_message(text, ErrorCode::SdkError),
+    };
+    CodingError::new(code, format!("pi: {text}"))
+}
+
+impl StreamParser for PiParser {
+    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
+        if line.trim().is_empty() {
+            return Vec::new();
+        }
+        let value = match parse_line(line) {
+            Ok(value) => value,
+            Err(event) => return vec![event],
+        };
+        match str_field(&value, "type") {
+            Some("session") => match str_field(&value, "id") {
+                Some(id) => {
+                    self.session_id = Some(id.to_owned());
+                    vec![system("init", format!("session {id}"), Some(value.clone()))]
+                }
+                None => vec![unknown(value)],
+            },
+            Some("message_end") => self.message_end(&value),
+            Some("agent_end") => {
+                self.ended = true;
+                Vec::new()
+            }
+            // Deltas and echoes of what the `message_end`s hold.
+            Some(
+                "agent_start"
+                | "turn_start"
+                | "turn_end"
+                | "message_start"
+                | "message_update"
+                | "tool_execution_start"
+                | "tool_execution_update"
+                | "tool_execution_end"
+                | "queue_update",
+            ) => Vec::new(),
+            Some("auto_retry_start") => vec![system(
+                "retry",
+                str_field(&value, "errorMessage").unwrap_or("retrying"),
+                Some(value.clone()),
+            )],
+            Some(kind @ ("auto_retry_end" | "compaction_start" | "compaction_end")) => {
+                vec![system(kind, kind.replace('_', " "), Some(value.clone()))]
+            }
+            _ => vec![unknown(value)],
+        }
+    }
+
+    fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
+        let mut run = if let Some(error) = self.error {
+            ParsedRun::failed(error)
+        } else if self.ended && exit_code == Some(0) {
+            ParsedRun {
+                text: self.last_text,
+                ..ParsedRun::completed()
+            }
+        } else {
+            ParsedRun::failed(exit_failure("pi", exit_code, stderr_tail))
+        };
+        run.usage = self.usage;
+        run.session_id = self.session_id;
+        run.modified_files = self.modified_files;
+        run
+    }
+}
+
+/// pi prices from the model entry deltabench writes (zero), so its cost is estimated instead.
+pub struct Adapter;
+
+impl super::adapter::CliAdapter for Adapter {
+    fn begin(&self, _: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
+        super::adapter::Plain::locally_priced(PiParser::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::CodingStatus;
+    use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, feed};
+
+    /// Lines as pi 0.73.1 printed them against the scripted endpoint (trimmed; deltas left out).
+    const BASIC: &str = r#"{"type":"session","version":3,"id":"01a2432d-eb51-73f0","timestamp":"2026-12-04T22:30:12.562Z","cwd":"/ws"}
+{"type":"agent_start"}
+{"type":"turn_start"}
+{"type":"message_end","message":{"role":"user","content":[{"type":"text","text":"Create hello.txt"}]}}
+{"type":"message_start","message":{"role":"assistant","content":[],"usage":{"input":0,"output":0}}}
+{"type":"message_update","message":{},"assistantMessageEvent":{"type":"text_delta","delta":"I'll"}}
+{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"I'll create hello.txt."},{"type":"toolCall","id":"call_1","name":"write","arguments":{"path":"/ws/hello.txt","content":"hi\n"}}],"usage":{"input":1000,"output":20,"cacheRead":0,"cacheWrite":0,"totalTokens":1020,"cost":{"total":0}},"stopReason":"toolUse"}}
+{"type":"tool_execution_start","toolCallId":"call_1","toolName":"write","args":{}}
+{"type":"tool_execution_end","toolCallId":"call_1","toolName":"write","result":{},"isError":false}
+{"type":"message_end","message":{"role":"toolResult","toolCallId":"call_1","toolName":"write","content":[{"type":"text","text":"Successfully wrote 3 bytes"}],"isError":false}}
+{"type":"message_end","message":{"role":"assistant","content":[{"type":"toolCall","id":"call_2","name":"edit","arguments":{"path":"/ws/nope.txt","edits":[]}}],"usage":{"input":1000,"output":20,"cacheRead":500,"cacheWrite":0,"cost":{"total":0.001}},"stopReason":"toolUse"}}
+{"type":"message_end","message":{"role":"toolResult","toolCallId":"call_2","toolName":"edit","content":[{"type":"text","text":"File not found"}],"isError":true}}
+{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"Done."}],"usage":{"input":1000,"output":20,"cacheRead":0,"cacheWrite":0,"cost":{"total":0}},"stopReason":"stop"}}
+{"type":"turn_end","message":{},"toolResults":[]}
+{"type":"agent_end","messages":[]}"#;
+
+    #[test]
+    fn reads_the_message_ends_with_their_usage() {
+        let mut parser = PiParser::new();
+        let events = feed(&mut parser, BASIC);
+        assert_call_then_result(&events, "write");
+        let usages = events
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::Usage { .. }))
+            .count();
+        assert_eq!(usages, 3);
+        let run = parser
+            .finish(Some(0), "")
+            .relative_to(std::path::Path::new("/ws"));
+        assert_eq!(run.status, CodingStatus::Completed);
+        assert_eq!(run.session_id.as_deref(), Some("01a2432d-eb51-73f0"));
+        // The failed edit wrote nothing.
+        assert_eq!(run.modified_files, ["hello.txt"]);
+        let usage = run.usage.unwrap();
+        assert_eq!(
+            (
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                usage.model_calls
+            ),
+            (3000, 60, 500, 3)
+        );
+        assert_eq!(usage.cost_usd, Some(0.001));
+        assert_eq!(run.text.as_deref(), Some("Done."));
+    }
+
+    #[test]
+    fn a_failed_last_call_is_an_error_though_pi_exits_0() {
+        let failed = r#"{"type":"session","id":"s1"}
+{"type":"message_end","message":{"role":"assistant","content":[],"usage":{"input":0,"output":0},"stopReason":"error","errorMessage":"429 slow down"}}
+{"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":2000,"errorMessage":"429 slow down"}
+{"type":"message_end","message":{"role":"assistant","content":[],"usage":{"input":0,"output":0},"stopReason":"error","errorMessage":"429 slow down"}}
+{"type":"agent_end","messages":[]}
+{"type":"auto_retry_end","success":false,"attempt":3,"finalError":"429 slow down"}"#;
+        let mut parser = PiParser::new();
+        feed(&mut parser, failed);
+        let run = parser.finish(Some(0), "");
+        assert_eq!(run.status, CodingStatus::Error);
+        let error = run.error.unwrap();
+        assert_eq!(error.code, ErrorCode::RateLimited);
+        assert!(error.message.contains("429 slow down"), "{}", error.message);
+        // A retry that succeeds clears the failure.
+        let mut parser = PiParser::new();
+        let recovered = failed.lines().take(3).collect::<Vec<_>>().join("\n")
+            + "\n"
+            + BASIC.lines().nth(12).unwrap()
+            + "\n{\"type\":\"agent_end\"}";
+        feed(&mut parser, &recovered);
+        assert_eq!(parser.finish(Some(0), "").status, CodingStatus::Completed);
+        assert_eq!(api_error("400 scripted failure").code, ErrorCode::SdkError);
+    }
+
+    #[test]
+    fn a_run_cut_off_before_its_end_is_no_completion() {
+        let mut parser = PiParser::new();
+        feed(
+            &mut parser,
+            &BASIC.lines().take(7).collect::<Vec<_>>().join("\n"),
+        );
+        let run = parser.finish(Some(0), "");
+        assert_eq!(run.status, CodingStatus::Error);
+        let killed = PiParser::new().finish(None, "");
+        assert!(killed.error.unwrap().message.contains("pi was killed"));
+        assert_survives_garbage(PiParser::new(), "{\"type\":\"message_e");
+    }
+}
