@@ -40,9 +40,10 @@ pub fn default_provider(kind: HarnessKind, config: &HarnessConfig) -> Option<Pro
         HarnessKind::ClaudeCode => Some(Provider::Anthropic),
         HarnessKind::GeminiCli => Some(Provider::Google),
         // Without a model, Qwen Code uses its own OAuth backend, which the gateway cannot be.
-        HarnessKind::Codex | HarnessKind::QwenCode | HarnessKind::ContinueCli => {
-            config.model.as_ref().map(|_| Provider::OpenAi)
-        }
+        HarnessKind::Codex
+        | HarnessKind::QwenCode
+        | HarnessKind::ContinueCli
+        | HarnessKind::Cline => config.model.as_ref().map(|_| Provider::OpenAi),
         HarnessKind::MiniSweAgent | HarnessKind::Aider => match config.model.as_deref() {
             Some(model) if model.contains('/') && !model.starts_with("openai/") => None,
             _ => Some(Provider::OpenAi),

@@ -207,6 +207,7 @@ pub(super) fn apply_default_budget(agents: &mut IndexMap<String, AgentSpec>, def
             | AgentSpec::Aider(config)
             | AgentSpec::QwenCode(config)
             | AgentSpec::ContinueCli(config)
+            | AgentSpec::Cline(config)
             | AgentSpec::Cli(config) => &mut config.budget,
             AgentSpec::Noop | AgentSpec::Oracle | AgentSpec::Mock(_) => continue,
         };

@@ -78,6 +78,7 @@ pub enum AgentSpec {
     QwenCode(HarnessConfig),
     #[serde(rename = "continue-cli")]
     ContinueCli(HarnessConfig),
+    Cline(HarnessConfig),
     Cli(HarnessConfig),
 }
 
@@ -93,6 +94,7 @@ impl AgentSpec {
             HarnessKind::Aider => Self::Aider(config),
             HarnessKind::QwenCode => Self::QwenCode(config),
             HarnessKind::ContinueCli => Self::ContinueCli(config),
+            HarnessKind::Cline => Self::Cline(config),
             HarnessKind::Cli => Self::Cli(config),
         }
     }
@@ -108,6 +110,7 @@ impl AgentSpec {
             Self::Aider(c) => (HarnessKind::Aider, c),
             Self::QwenCode(c) => (HarnessKind::QwenCode, c),
             Self::ContinueCli(c) => (HarnessKind::ContinueCli, c),
+            Self::Cline(c) => (HarnessKind::Cline, c),
             Self::Cli(c) => (HarnessKind::Cli, c),
             Self::Noop | Self::Oracle | Self::Mock(_) | Self::Command(_) => return None,
         })

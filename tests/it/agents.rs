@@ -98,6 +98,7 @@ pub fn cli(kind: HarnessKind) -> Cli {
         HarnessKind::Aider => fake(&["args: [--edit-format, diff]"], 1, 0.0033),
         HarnessKind::QwenCode => fake(&[], 3, 0.0099),
         HarnessKind::ContinueCli => fake(&[], 3, 0.0099),
+        HarnessKind::Cline => fake(&[], 3, 0.0099),
         HarnessKind::Cli => panic!("`kind: cli` is a definition: tests/it/agents_cli.rs"),
     }
 }
@@ -552,6 +553,62 @@ mod continue_cli {
     }
 }
 
+/// Cline: no resume (its `--id` opens its interactive UI), `max_turns` enforced by deltabench.
+mod cline {
+    use super::*;
+
+    #[test]
+    fn passes_on_the_delta_with_events_usage_cost_and_session() {
+        passes_on_the_delta(HarnessKind::Cline);
+    }
+
+    #[test]
+    fn stops_at_its_budget() {
+        super::stops_at_its_budget(HarnessKind::Cline);
+    }
+
+    #[test]
+    fn is_stopped_by_deltabench_at_max_turns() {
+        stops_at_max_turns(HarnessKind::Cline);
+    }
+
+    #[test]
+    fn an_http_error_ends_in_error_with_its_code() {
+        fails_on_an_http_error(HarnessKind::Cline, 400, ErrorCode::SdkError, None);
+    }
+
+    #[test]
+    fn a_claimed_completion_without_a_change_fails() {
+        claims_done_without_a_change(HarnessKind::Cline);
+    }
+
+    /// In the sandbox with `network: model` written out: the gateway is the only address it has.
+    #[test]
+    fn runs_inside_the_sandbox_with_network_model() {
+        if !crate::common::have_bwrap("cline::runs_inside_the_sandbox_with_network_model") {
+            return;
+        }
+        runs_inside_the_sandbox_with(HarnessKind::Cline, "\n    network: model");
+    }
+}
+
+/// A model that only says it is done: the CLI completes, the workspace has no change, and the
+/// trial fails on its delta.
+fn claims_done_without_a_change(kind: HarnessKind) {
+    if !installed(kind) {
+        return;
+    }
+    let script = "usage: {input_tokens: 1000, output_tokens: 20}\nsteps:\n  - text: Done, hello.txt is created and verified.\n";
+    let tmp = suite(kind, script, "");
+    let (output, _, out) = run_suite(tmp.path(), &[]);
+    let record = only_record(&out);
+    // A failed trial is no failed verdict: the run itself exits 0.
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(record["status"], "completed", "{record:#}");
+    assert_eq!(record["outcome"], "fail", "{record:#}");
+    assert_eq!(record["diff"]["files"], 0, "{record:#}");
+}
+
 #[test]
 fn qwen_code_stops_at_its_budget() {
     stops_at_its_budget(HarnessKind::QwenCode);
@@ -705,7 +762,11 @@ async fn opencode_resumes_its_session() {
 #[tokio::test(flavor = "multi_thread")]
 async fn mini_swe_agent_and_aider_refuse_to_resume_clearly() {
     let tmp = temp_dir();
-    for kind in [HarnessKind::MiniSweAgent, HarnessKind::Aider] {
+    for kind in [
+        HarnessKind::MiniSweAgent,
+        HarnessKind::Aider,
+        HarnessKind::Cline,
+    ] {
         let agent = HarnessAgent::new(
             "a",
             kind,

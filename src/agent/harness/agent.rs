@@ -274,8 +274,11 @@ impl HarnessAgent {
                 CodingError::new(
                     ErrorCode::SdkError,
                     format!(
-                        "{kind} cannot resume a session: it keeps no session of its own; run \
-                         the task without a session_id"
+                        "{kind} cannot resume a session: {}; run the task without a session_id",
+                        match kind {
+                            HarnessKind::Cline => "its `--id` opens its interactive UI",
+                            _ => "it keeps no session of its own",
+                        }
                     ),
                 ),
             );
@@ -571,6 +574,7 @@ impl CodingAgent for HarnessAgent {
             HarnessKind::Aider => "aider, run headless (aider --message).",
             HarnessKind::QwenCode => "Qwen Code, run headless (qwen --output-format stream-json).",
             HarnessKind::ContinueCli => "Continue's CLI, run headless (cn -p --auto).",
+            HarnessKind::Cline => "Cline, run headless (cline --json).",
             HarnessKind::Cli => "a CLI run from its definition in the agents file (kind: cli).",
         }
     }

@@ -39,6 +39,7 @@ pub enum HarnessKind {
     Aider,
     QwenCode,
     ContinueCli,
+    Cline,
     /// Any other CLI, described in the agents file ([`super::cli`]).
     Cli,
 }
@@ -80,6 +81,7 @@ impl HarnessKind {
         Self::Aider,
         Self::QwenCode,
         Self::ContinueCli,
+        Self::Cline,
     ];
 
     /// The `kind:` value in an agents file.
@@ -105,6 +107,7 @@ impl HarnessKind {
             Self::Aider => &super::aider::Adapter,
             Self::QwenCode => &super::qwen::Adapter,
             Self::ContinueCli => &super::continue_cli::Adapter,
+            Self::Cline => &super::cline::Adapter,
             // A definition is its own adapter: see `HarnessConfig::adapter`.
             Self::Cli => &super::cli::NO_DEFINITION,
         }
@@ -121,6 +124,7 @@ impl HarnessKind {
             Self::Aider => "aider",
             Self::QwenCode => "qwen",
             Self::ContinueCli => "cn",
+            Self::Cline => "cline",
             Self::Cli => "the agent's `command:`",
         }
     }
@@ -137,6 +141,7 @@ impl HarnessKind {
             Self::Aider => (Registry::PyPi, "aider-chat", "0.86.2"),
             Self::QwenCode => (Registry::Npm, "@qwen-code/qwen-code", "0.24.4"),
             Self::ContinueCli => (Registry::Npm, "@continuedev/cli", "1.5.47"),
+            Self::Cline => (Registry::Npm, "cline", "3.0.65"),
             Self::Cli => return None,
         };
         Some(Package {
@@ -192,7 +197,7 @@ impl HarnessKind {
             Self::GeminiCli => &["yolo", "auto_edit", "default", "plan"],
             Self::Opencode => &["allow", "ask", "deny"],
             Self::QwenCode => &["yolo", "auto-edit", "default", "plan", "auto"],
-            Self::MiniSweAgent | Self::Aider | Self::ContinueCli | Self::Cli => &[],
+            Self::MiniSweAgent | Self::Aider | Self::ContinueCli | Self::Cline | Self::Cli => &[],
         }
     }
 
@@ -202,7 +207,8 @@ impl HarnessKind {
                 TurnLimit::Native
             }
             // A definition passing `{max_turns}` has a native limit: `HarnessConfig::turn_limit`.
-            Self::Codex | Self::Opencode | Self::Cli => TurnLimit::Enforced,
+            // Cline has a turn limit inside (`maxIterations`) but no flag or setting for it.
+            Self::Codex | Self::Opencode | Self::Cline | Self::Cli => TurnLimit::Enforced,
             // Continue's CLI writes its session (deltabench's view of its calls) only at exit.
             Self::Aider | Self::ContinueCli => TurnLimit::Unsupported,
         }
@@ -225,6 +231,7 @@ impl HarnessKind {
             | Self::Aider
             | Self::QwenCode
             | Self::ContinueCli
+            | Self::Cline
             | Self::Cli => "OPENAI_API_KEY",
         }
     }
@@ -350,6 +357,40 @@ impl HarnessKind {
                 ("--model", "use `model:`"),
                 ("--readonly", "it runs with --auto"),
                 ("--auto", "it runs with --auto"),
+            ],
+            Self::Cline => &[
+                ("--json", STREAM),
+                (
+                    "--id",
+                    "headless Cline cannot resume: `--id` opens its interactive UI",
+                ),
+                ("-i", "deltabench runs it headless"),
+                ("--tui", "deltabench runs it headless"),
+                ("--acp", "deltabench runs it headless"),
+                ("-z", "deltabench runs it headless"),
+                ("--zen", "deltabench runs it headless"),
+                ("-p", "it runs in act mode"),
+                ("--plan", "it runs in act mode"),
+                ("--auto-approve", "it runs with --auto-approve true"),
+                ("-P", "deltabench points it at the endpoint"),
+                ("--provider", "deltabench points it at the endpoint"),
+                ("-k", "use `api_key:`"),
+                ("--key", "use `api_key:`"),
+                ("-m", "use `model:`"),
+                ("--model", "use `model:`"),
+                ("-s", "use `append_system_prompt:`"),
+                ("--system", "use `append_system_prompt:`"),
+                (
+                    "--config",
+                    "deltabench writes its settings into the agent's HOME",
+                ),
+                (
+                    "--data-dir",
+                    "deltabench reads its sessions from the agent's HOME",
+                ),
+                ("--worktree", "it must work in the trial's workspace"),
+                ("-c", "it runs in the trial's workspace"),
+                ("--cwd", "it runs in the trial's workspace"),
             ],
             // Its whole command line is the agent's own template.
             Self::Cli => &[],

@@ -30,6 +30,7 @@ mod agent;
 pub mod aider;
 pub mod claude;
 pub mod cli;
+pub mod cline;
 pub mod codex;
 pub mod config;
 pub mod continue_cli;
@@ -52,6 +53,7 @@ pub use agent::{
 };
 pub use aider::AiderParser;
 pub use claude::ClaudeParser;
+pub use cline::ClineParser;
 pub use codex::CodexParser;
 pub use config::{
     Endpoint, EndpointError, HarnessConfig, HarnessKind, Package, Registry, TurnLimit,
