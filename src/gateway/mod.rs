@@ -49,6 +49,8 @@ pub fn default_provider(kind: HarnessKind, config: &HarnessConfig) -> Option<Pro
             _ => Some(Provider::OpenAi),
         },
         HarnessKind::Opencode => None,
+        // Its own provider is xAI's API, which the gateway does not stand in for.
+        HarnessKind::GrokCli => None,
         HarnessKind::Cli => config.cli.as_ref().map(|cli| match cli.dialect {
             CliDialect::Anthropic => Provider::Anthropic,
             CliDialect::Openai => Provider::OpenAi,

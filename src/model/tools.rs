@@ -187,6 +187,10 @@ fn write_call(
             "editor" if tool.has("new_text") && !exists => {
                 json!({ "path": full, "new_text": content })
             }
+            // Grok CLI's creates a file; an existing one goes through the shell below.
+            "create_file" if tool.has("content") && !exists => {
+                json!({ "path": full, "content": content })
+            }
             _ => continue,
         };
         return Some((tool.name.clone(), Input::Json(args)));

@@ -208,6 +208,7 @@ pub(super) fn apply_default_budget(agents: &mut IndexMap<String, AgentSpec>, def
             | AgentSpec::QwenCode(config)
             | AgentSpec::ContinueCli(config)
             | AgentSpec::Cline(config)
+            | AgentSpec::GrokCli(config)
             | AgentSpec::Cli(config) => &mut config.budget,
             AgentSpec::Noop | AgentSpec::Oracle | AgentSpec::Mock(_) => continue,
         };

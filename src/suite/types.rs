@@ -79,6 +79,8 @@ pub enum AgentSpec {
     #[serde(rename = "continue-cli")]
     ContinueCli(HarnessConfig),
     Cline(HarnessConfig),
+    #[serde(rename = "grok-cli")]
+    GrokCli(HarnessConfig),
     Cli(HarnessConfig),
 }
 
@@ -95,6 +97,7 @@ impl AgentSpec {
             HarnessKind::QwenCode => Self::QwenCode(config),
             HarnessKind::ContinueCli => Self::ContinueCli(config),
             HarnessKind::Cline => Self::Cline(config),
+            HarnessKind::GrokCli => Self::GrokCli(config),
             HarnessKind::Cli => Self::Cli(config),
         }
     }
@@ -111,6 +114,7 @@ impl AgentSpec {
             Self::QwenCode(c) => (HarnessKind::QwenCode, c),
             Self::ContinueCli(c) => (HarnessKind::ContinueCli, c),
             Self::Cline(c) => (HarnessKind::Cline, c),
+            Self::GrokCli(c) => (HarnessKind::GrokCli, c),
             Self::Cli(c) => (HarnessKind::Cli, c),
             Self::Noop | Self::Oracle | Self::Mock(_) | Self::Command(_) => return None,
         })

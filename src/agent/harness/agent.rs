@@ -575,6 +575,7 @@ impl CodingAgent for HarnessAgent {
             HarnessKind::QwenCode => "Qwen Code, run headless (qwen --output-format stream-json).",
             HarnessKind::ContinueCli => "Continue's CLI, run headless (cn -p --auto).",
             HarnessKind::Cline => "Cline, run headless (cline --json).",
+            HarnessKind::GrokCli => "Grok CLI, run headless (grok --prompt).",
             HarnessKind::Cli => "a CLI run from its definition in the agents file (kind: cli).",
         }
     }

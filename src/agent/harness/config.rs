@@ -40,6 +40,7 @@ pub enum HarnessKind {
     QwenCode,
     ContinueCli,
     Cline,
+    GrokCli,
     /// Any other CLI, described in the agents file ([`super::cli`]).
     Cli,
 }
@@ -82,6 +83,7 @@ impl HarnessKind {
         Self::QwenCode,
         Self::ContinueCli,
         Self::Cline,
+        Self::GrokCli,
     ];
 
     /// The `kind:` value in an agents file.
@@ -108,6 +110,7 @@ impl HarnessKind {
             Self::QwenCode => &super::qwen::Adapter,
             Self::ContinueCli => &super::continue_cli::Adapter,
             Self::Cline => &super::cline::Adapter,
+            Self::GrokCli => &super::grok::Adapter,
             // A definition is its own adapter: see `HarnessConfig::adapter`.
             Self::Cli => &super::cli::NO_DEFINITION,
         }
@@ -125,6 +128,7 @@ impl HarnessKind {
             Self::QwenCode => "qwen",
             Self::ContinueCli => "cn",
             Self::Cline => "cline",
+            Self::GrokCli => "grok",
             Self::Cli => "the agent's `command:`",
         }
     }
@@ -142,6 +146,7 @@ impl HarnessKind {
             Self::QwenCode => (Registry::Npm, "@qwen-code/qwen-code", "0.24.4"),
             Self::ContinueCli => (Registry::Npm, "@continuedev/cli", "1.5.47"),
             Self::Cline => (Registry::Npm, "cline", "3.0.65"),
+            Self::GrokCli => (Registry::Npm, "@vibe-kit/grok-cli", "0.0.34"),
             Self::Cli => return None,
         };
         Some(Package {
@@ -197,15 +202,22 @@ impl HarnessKind {
             Self::GeminiCli => &["yolo", "auto_edit", "default", "plan"],
             Self::Opencode => &["allow", "ask", "deny"],
             Self::QwenCode => &["yolo", "auto-edit", "default", "plan", "auto"],
-            Self::MiniSweAgent | Self::Aider | Self::ContinueCli | Self::Cline | Self::Cli => &[],
+            Self::MiniSweAgent
+            | Self::Aider
+            | Self::ContinueCli
+            | Self::Cline
+            | Self::GrokCli
+            | Self::Cli => &[],
         }
     }
 
     pub fn turn_limit(self) -> TurnLimit {
         match self {
-            Self::ClaudeCode | Self::GeminiCli | Self::MiniSweAgent | Self::QwenCode => {
-                TurnLimit::Native
-            }
+            Self::ClaudeCode
+            | Self::GeminiCli
+            | Self::MiniSweAgent
+            | Self::QwenCode
+            | Self::GrokCli => TurnLimit::Native,
             // A definition passing `{max_turns}` has a native limit: `HarnessConfig::turn_limit`.
             // Cline has a turn limit inside (`maxIterations`) but no flag or setting for it.
             Self::Codex | Self::Opencode | Self::Cline | Self::Cli => TurnLimit::Enforced,
@@ -225,6 +237,7 @@ impl HarnessKind {
         match self {
             Self::ClaudeCode => "ANTHROPIC_API_KEY",
             Self::GeminiCli => "GEMINI_API_KEY",
+            Self::GrokCli => "GROK_API_KEY",
             Self::Codex
             | Self::Opencode
             | Self::MiniSweAgent
@@ -391,6 +404,19 @@ impl HarnessKind {
                 ("--worktree", "it must work in the trial's workspace"),
                 ("-c", "it runs in the trial's workspace"),
                 ("--cwd", "it runs in the trial's workspace"),
+            ],
+            Self::GrokCli => &[
+                ("-p", PROMPT),
+                ("--prompt", PROMPT),
+                ("-m", "use `model:`"),
+                ("--model", "use `model:`"),
+                ("-u", "deltabench points it at the endpoint"),
+                ("--base-url", "deltabench points it at the endpoint"),
+                ("-k", "use `api_key:`"),
+                ("--api-key", "use `api_key:`"),
+                ("--max-tool-rounds", "use `max_turns:`"),
+                ("-d", "it runs in the trial's workspace"),
+                ("--directory", "it runs in the trial's workspace"),
             ],
             // Its whole command line is the agent's own template.
             Self::Cli => &[],

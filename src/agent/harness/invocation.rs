@@ -90,6 +90,7 @@ pub fn invocation(kind: HarnessKind, config: &HarnessConfig, run: &RunPaths) -> 
         HarnessKind::QwenCode => qwen(config, run, &mut inv),
         HarnessKind::ContinueCli => continue_cli(config, run, &mut inv),
         HarnessKind::Cline => cline(config, run, &mut inv),
+        HarnessKind::GrokCli => grok(config, run, &mut inv),
         HarnessKind::Cli => {
             if let Some(definition) = &config.cli {
                 cli_invocation(definition, config, run, &mut inv);
@@ -419,6 +420,30 @@ fn cline(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
     set_env(&mut inv.env, "CLINE_SESSION_BACKEND_MODE", "local");
     set_env(&mut inv.env, "DO_NOT_TRACK", "1");
     push(&mut inv.args, &["--json", "--auto-approve", "true"]);
+}
+
+fn grok(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+    // Through the environment, not `-u`/`-k`, which it would also save to its settings file.
+    if let Some(url) = run.endpoint {
+        set_env(&mut inv.env, "GROK_BASE_URL", &format!("{url}/v1"));
+    }
+    if let Some(key) = run.api_key {
+        set_env(&mut inv.env, "GROK_API_KEY", key);
+    }
+    // Its global instructions file (a workspace's own `.grok/GROK.md` takes precedence).
+    if let Some(prompt) = &config.append_system_prompt {
+        inv.files
+            .push((run.home.join(".grok/GROK.md"), prompt.clone()));
+    }
+    let args = &mut inv.args;
+    // `--prompt=` keeps a task starting with `-` a value.
+    args.push(format!("--prompt={}", run.task));
+    if let Some(model) = &config.model {
+        push(args, &["--model", model]);
+    }
+    if let Some(turns) = config.max_turns {
+        push(args, &["--max-tool-rounds", &turns.to_string()]);
+    }
 }
 
 fn opencode(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
@@ -838,5 +863,27 @@ mod tests {
         assert_eq!(settings["model"], "fake-model");
         assert_eq!(file(&inv, "deltabench.md"), "Be brief.");
         assert_eq!(env(&inv, "CLINE_SESSION_BACKEND_MODE"), Some("local"));
+    }
+
+    #[test]
+    fn grok_gets_the_endpoint_and_key_from_its_environment() {
+        let config = HarnessConfig {
+            model: Some("fake-model".into()),
+            max_turns: Some(3),
+            append_system_prompt: Some("Be brief.".into()),
+            ..HarnessConfig::default()
+        };
+        let inv = invocation(
+            HarnessKind::GrokCli,
+            &config,
+            &paths(None, Some("http://127.0.0.1:9")),
+        );
+        assert_eq!(
+            inv.args.join(" "),
+            "--prompt=-fix the bug --model fake-model --max-tool-rounds 3"
+        );
+        assert_eq!(env(&inv, "GROK_BASE_URL"), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(env(&inv, "GROK_API_KEY"), Some(DUMMY_API_KEY));
+        assert_eq!(file(&inv, "GROK.md"), "Be brief.");
     }
 }

@@ -35,6 +35,7 @@ pub mod codex;
 pub mod config;
 pub mod continue_cli;
 pub mod gemini;
+pub mod grok;
 pub mod invocation;
 pub mod mini_swe;
 pub mod opencode;
@@ -60,6 +61,7 @@ pub use config::{
 };
 pub use continue_cli::ContinueParser;
 pub use gemini::GeminiParser;
+pub use grok::GrokParser;
 pub use mini_swe::MiniSweParser;
 pub use opencode::OpencodeParser;
 pub use pricing::Price;
