@@ -1,4 +1,4 @@
-//! The real coding-agent CLIs built in (eight, and any other as `kind: cli`): their config
+//! The real coding-agent CLIs built in (ten, and any other as `kind: cli`): their config
 //! ([`config`]), command lines ([`invocation`]), stream parsers and quirks (one module per CLI,
 //! behind [`adapter::CliAdapter`]), cost estimates ([`pricing`]) and the agent that ties them
 //! together ([`HarnessAgent`]).
