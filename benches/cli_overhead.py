@@ -3,7 +3,8 @@
 
     python3 benches/cli_overhead.py [N] [KIND...]   # N runs per arm (default 5); all kinds by default
 
-For each installed CLI of claude-code, codex, gemini-cli, qwen-code, continue-cli, pi and gptme: the same task (write hello.txt,
+For each installed CLI of claude-code, codex, gemini-cli, qwen-code, continue-cli, pi, gptme, cline
+and grok-cli: the same task (write hello.txt,
 show it, finish: three scripted model calls) run N times
 
   direct      the CLI by hand as recipes do it: a fresh git repo and HOME on tmpfs, `env -i`,
@@ -31,7 +32,7 @@ N = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 ONLY = set(sys.argv[2:])
 KINDS = (("claude-code", "claude"), ("codex", "codex"), ("gemini-cli", "gemini"),
          ("qwen-code", "qwen"), ("continue-cli", "cn"), ("pi", "pi"),
-         ("gptme", "gptme"))
+         ("gptme", "gptme"), ("cline", "cline"), ("grok-cli", "grok"))
 TMP = "/dev/shm" if os.path.isdir("/dev/shm") else None
 TOOLS = os.environ.get("DELTABENCH_AGENT_TOOLS") or os.path.expanduser("~/.cache/deltabench/agents")
 BINS = os.path.join(TOOLS, "npm", "node_modules", ".bin")
@@ -121,6 +122,25 @@ def direct(kind, url):
                        GPTME_TELEMETRY_ENABLED="false")
             cmd = [program_path("gptme"), "-n", "--output-format", "json", "--tool-format", "tool",
                    "-m", "local/scripted-model", "--", TASK]
+        elif kind == "cline":
+            # The settings the adapter writes: its OpenAI-compatible provider, no telemetry.
+            settings = os.path.join(home, ".cline", "data", "settings")
+            os.makedirs(settings)
+            with open(os.path.join(settings, "providers.json"), "w") as f:
+                json.dump({"version": 1, "lastUsedProvider": "openai-compatible", "modes": {},
+                           "providers": {"openai-compatible": {
+                               "settings": {"provider": "openai-compatible",
+                                            "model": "scripted-model",
+                                            "baseUrl": f"{url}/v1", "apiKey": "fake"},
+                               "updatedAt": "1970-01-01T00:00:00.000Z",
+                               "tokenSource": "manual"}}}, f)
+            with open(os.path.join(settings, "global-settings.json"), "w") as f:
+                json.dump({"telemetryOptOut": True, "autoUpdateEnabled": False}, f)
+            env.update(CLINE_SESSION_BACKEND_MODE="local", DO_NOT_TRACK="1")
+            cmd = [os.path.join(BINS, "cline"), "--json", "--auto-approve", "true", "--", TASK]
+        elif kind == "grok-cli":
+            env.update(GROK_BASE_URL=f"{url}/v1", GROK_API_KEY="fake")
+            cmd = [os.path.join(BINS, "grok"), "--prompt=" + TASK, "--model", "scripted-model"]
         else:
             gemini = os.path.join(home, ".gemini")
             os.makedirs(gemini)

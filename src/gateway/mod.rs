@@ -40,9 +40,11 @@ pub fn default_provider(kind: HarnessKind, config: &HarnessConfig) -> Option<Pro
         HarnessKind::ClaudeCode => Some(Provider::Anthropic),
         HarnessKind::GeminiCli => Some(Provider::Google),
         // Without a model, Qwen Code uses its own OAuth backend, which the gateway cannot be.
-        HarnessKind::Codex | HarnessKind::QwenCode | HarnessKind::ContinueCli | HarnessKind::Pi => {
-            config.model.as_ref().map(|_| Provider::OpenAi)
-        }
+        HarnessKind::Codex
+        | HarnessKind::QwenCode
+        | HarnessKind::ContinueCli
+        | HarnessKind::Pi
+        | HarnessKind::Cline => config.model.as_ref().map(|_| Provider::OpenAi),
         HarnessKind::MiniSweAgent | HarnessKind::Aider => match config.model.as_deref() {
             Some(model) if model.contains('/') && !model.starts_with("openai/") => None,
             _ => Some(Provider::OpenAi),
@@ -60,6 +62,8 @@ pub fn default_provider(kind: HarnessKind, config: &HarnessConfig) -> Option<Pro
             }
             _ => None,
         },
+        // Its own provider is xAI's API, which the gateway does not stand in for.
+        HarnessKind::GrokCli => None,
         HarnessKind::Cli => config.cli.as_ref().map(|cli| match cli.dialect {
             CliDialect::Anthropic => Provider::Anthropic,
             CliDialect::Openai => Provider::OpenAi,

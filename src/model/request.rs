@@ -32,6 +32,10 @@ pub(crate) fn cwd(body: &Value) -> Option<String> {
             // Gemini CLI
             r"Workspace Directories:\**\s*\n\s*- ([^\n]+)",
             r"I'm currently working in the directory: ([^\n]+)",
+            // Cline
+            r"\d\. Working Directory: ([^\n]+)",
+            // Grok CLI
+            r"Current working directory: ([^\n]+)",
         ]
         .iter()
         .filter_map(|p| Regex::new(p).ok())

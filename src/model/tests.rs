@@ -17,6 +17,8 @@ const GEMINI: &str = include_str!("../../tests/fixtures/model/gemini-basic.reque
 const OPENCODE: &str = include_str!("../../tests/fixtures/model/opencode-basic.requests.jsonl");
 const MINI: &str = include_str!("../../tests/fixtures/model/mini-basic.requests.jsonl");
 const AIDER: &str = include_str!("../../tests/fixtures/model/aider-basic.requests.jsonl");
+const CLINE: &str = include_str!("../../tests/fixtures/model/cline-basic.requests.jsonl");
+const GROK: &str = include_str!("../../tests/fixtures/model/grok-basic.requests.jsonl");
 
 const SCRIPT: &str = "\
 usage: {input_tokens: 1000, output_tokens: 20, cache_read_tokens: 300, cache_write_tokens: 40}
@@ -323,6 +325,42 @@ fn opencode_gets_title_then_write_bash_text() {
         ("bash", json!({"command": "cat hello.txt"}))
     );
     let last = answer(chat::outcome(&s, &body(OPENCODE, 3)));
+    assert_eq!((last.text.as_deref(), last.call), (Some("All done."), None));
+}
+
+#[test]
+fn cline_gets_editor_then_run_commands_then_text() {
+    let s = script();
+    let write = call(chat::outcome(&s, &body(CLINE, 0)));
+    assert_eq!(write.name, "editor");
+    assert_eq!(
+        json_args(&write),
+        json!({"path": "<lab>/ws/cline-basic/hello.txt", "new_text": "hello\n"})
+    );
+    let run = call(chat::outcome(&s, &body(CLINE, 1)));
+    assert_eq!(
+        (run.name.as_str(), json_args(&run)),
+        ("run_commands", json!({"commands": ["cat hello.txt"]}))
+    );
+    let last = answer(chat::outcome(&s, &body(CLINE, 2)));
+    assert_eq!((last.text.as_deref(), last.call), (Some("All done."), None));
+}
+
+#[test]
+fn grok_gets_create_file_then_bash_then_text() {
+    let s = script();
+    let write = call(chat::outcome(&s, &body(GROK, 0)));
+    assert_eq!(write.name, "create_file");
+    assert_eq!(
+        json_args(&write),
+        json!({"path": "<lab>/ws/grok-basic/hello.txt", "content": "hello\n"})
+    );
+    let run = call(chat::outcome(&s, &body(GROK, 1)));
+    assert_eq!(
+        (run.name.as_str(), json_args(&run)),
+        ("bash", json!({"command": "cat hello.txt"}))
+    );
+    let last = answer(chat::outcome(&s, &body(GROK, 2)));
     assert_eq!((last.text.as_deref(), last.call), (Some("All done."), None));
 }
 

@@ -173,6 +173,8 @@ fn write_call(
     content: &str,
 ) -> Option<(String, Input)> {
     let full = absolute(cwd, path);
+    // The server shares the client's filesystem, so it can look.
+    let exists = cwd.is_some() && std::path::Path::new(&full).exists();
     for tool in tools {
         let args = match tool.name.as_str() {
             // Continue's CLI names the path `filepath`.
@@ -184,13 +186,20 @@ fn write_call(
             "write" if tool.has("path") => json!({ "path": full, "content": content }),
             // gptme's.
             "save" if tool.has("path") => json!({ "path": full, "content": content }),
+            // Cline's editor creates a missing file from `new_text`; an existing one needs the
+            // text it replaces, so that goes through the shell below.
+            "editor" if tool.has("new_text") && !exists => {
+                json!({ "path": full, "new_text": content })
+            }
+            // Grok CLI's creates a file; an existing one goes through the shell below.
+            "create_file" if tool.has("content") && !exists => {
+                json!({ "path": full, "content": content })
+            }
             _ => continue,
         };
         return Some((tool.name.clone(), Input::Json(args)));
     }
-    // apply_patch can only add a file that is not there yet; the server shares the client's
-    // filesystem, so it can look.
-    let exists = cwd.is_some() && std::path::Path::new(&full).exists();
+    // apply_patch can only add a file that is not there yet.
     if let Some(tool) = find(tools, &["apply_patch"])
         && !exists
     {
@@ -214,8 +223,16 @@ fn shell_call(tools: &[Tool], command: &str) -> Option<(String, Input)> {
             "shell",
             "run_shell_command",
             "bash",
+            "run_commands",
         ],
     )?;
+    // Cline runs a batch: `commands` is a list of whole command strings.
+    if tool.has("commands") {
+        return Some((
+            tool.name.clone(),
+            Input::Json(json!({ "commands": [command] })),
+        ));
+    }
     let mut args = Map::new();
     let key = if tool.has("cmd") { "cmd" } else { "command" };
     let is_array = tool

@@ -209,6 +209,8 @@ pub(super) fn apply_default_budget(agents: &mut IndexMap<String, AgentSpec>, def
             | AgentSpec::ContinueCli(config)
             | AgentSpec::Pi(config)
             | AgentSpec::Gptme(config)
+            | AgentSpec::Cline(config)
+            | AgentSpec::GrokCli(config)
             | AgentSpec::Cli(config) => &mut config.budget,
             AgentSpec::Noop | AgentSpec::Oracle | AgentSpec::Mock(_) => continue,
         };

@@ -80,6 +80,9 @@ pub enum AgentSpec {
     ContinueCli(HarnessConfig),
     Pi(HarnessConfig),
     Gptme(HarnessConfig),
+    Cline(HarnessConfig),
+    #[serde(rename = "grok-cli")]
+    GrokCli(HarnessConfig),
     Cli(HarnessConfig),
 }
 
@@ -97,6 +100,8 @@ impl AgentSpec {
             HarnessKind::ContinueCli => Self::ContinueCli(config),
             HarnessKind::Pi => Self::Pi(config),
             HarnessKind::Gptme => Self::Gptme(config),
+            HarnessKind::Cline => Self::Cline(config),
+            HarnessKind::GrokCli => Self::GrokCli(config),
             HarnessKind::Cli => Self::Cli(config),
         }
     }
@@ -114,6 +119,8 @@ impl AgentSpec {
             Self::ContinueCli(c) => (HarnessKind::ContinueCli, c),
             Self::Pi(c) => (HarnessKind::Pi, c),
             Self::Gptme(c) => (HarnessKind::Gptme, c),
+            Self::Cline(c) => (HarnessKind::Cline, c),
+            Self::GrokCli(c) => (HarnessKind::GrokCli, c),
             Self::Cli(c) => (HarnessKind::Cli, c),
             Self::Noop | Self::Oracle | Self::Mock(_) | Self::Command(_) => return None,
         })

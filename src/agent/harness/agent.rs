@@ -274,8 +274,11 @@ impl HarnessAgent {
                 CodingError::new(
                     ErrorCode::SdkError,
                     format!(
-                        "{kind} cannot resume a session: it keeps no session of its own; run \
-                         the task without a session_id"
+                        "{kind} cannot resume a session: {}; run the task without a session_id",
+                        match kind {
+                            HarnessKind::Cline => "its `--id` opens its interactive UI",
+                            _ => "it keeps no session of its own",
+                        }
                     ),
                 ),
             );
@@ -573,6 +576,8 @@ impl CodingAgent for HarnessAgent {
             HarnessKind::ContinueCli => "Continue's CLI, run headless (cn -p --auto).",
             HarnessKind::Pi => "pi, run headless (pi -p --mode json).",
             HarnessKind::Gptme => "gptme, run headless (gptme -n --output-format json).",
+            HarnessKind::Cline => "Cline, run headless (cline --json).",
+            HarnessKind::GrokCli => "Grok CLI, run headless (grok --prompt).",
             HarnessKind::Cli => "a CLI run from its definition in the agents file (kind: cli).",
         }
     }

@@ -41,6 +41,8 @@ pub enum HarnessKind {
     ContinueCli,
     Pi,
     Gptme,
+    Cline,
+    GrokCli,
     /// Any other CLI, described in the agents file ([`super::cli`]).
     Cli,
 }
@@ -84,6 +86,8 @@ impl HarnessKind {
         Self::ContinueCli,
         Self::Pi,
         Self::Gptme,
+        Self::Cline,
+        Self::GrokCli,
     ];
 
     /// The `kind:` value in an agents file.
@@ -111,6 +115,8 @@ impl HarnessKind {
             Self::ContinueCli => &super::continue_cli::Adapter,
             Self::Pi => &super::pi::Adapter,
             Self::Gptme => &super::gptme::Adapter,
+            Self::Cline => &super::cline::Adapter,
+            Self::GrokCli => &super::grok::Adapter,
             // A definition is its own adapter: see `HarnessConfig::adapter`.
             Self::Cli => &super::cli::NO_DEFINITION,
         }
@@ -129,6 +135,8 @@ impl HarnessKind {
             Self::ContinueCli => "cn",
             Self::Pi => "pi",
             Self::Gptme => "gptme",
+            Self::Cline => "cline",
+            Self::GrokCli => "grok",
             Self::Cli => "the agent's `command:`",
         }
     }
@@ -147,6 +155,8 @@ impl HarnessKind {
             Self::ContinueCli => (Registry::Npm, "@continuedev/cli", "1.5.47"),
             Self::Pi => (Registry::Npm, "@mariozechner/pi-coding-agent", "0.73.1"),
             Self::Gptme => (Registry::PyPi, "gptme", "0.35.1"),
+            Self::Cline => (Registry::Npm, "cline", "3.0.65"),
+            Self::GrokCli => (Registry::Npm, "@vibe-kit/grok-cli", "0.0.34"),
             Self::Cli => return None,
         };
         Some(Package {
@@ -209,6 +219,8 @@ impl HarnessKind {
             | Self::ContinueCli
             | Self::Pi
             | Self::Gptme
+            | Self::Cline
+            | Self::GrokCli
             | Self::Cli => &[],
         }
     }
@@ -219,9 +231,13 @@ impl HarnessKind {
             | Self::GeminiCli
             | Self::MiniSweAgent
             | Self::QwenCode
-            | Self::Gptme => TurnLimit::Native,
+            | Self::Gptme
+            | Self::GrokCli => TurnLimit::Native,
             // A definition passing `{max_turns}` has a native limit: `HarnessConfig::turn_limit`.
-            Self::Codex | Self::Opencode | Self::Pi | Self::Cli => TurnLimit::Enforced,
+            // Cline has a turn limit inside (`maxIterations`) but no flag or setting for it.
+            Self::Codex | Self::Opencode | Self::Pi | Self::Cline | Self::Cli => {
+                TurnLimit::Enforced
+            }
             // Continue's CLI writes its session (deltabench's view of its calls) only at exit.
             Self::Aider | Self::ContinueCli => TurnLimit::Unsupported,
         }
@@ -238,6 +254,7 @@ impl HarnessKind {
         match self {
             Self::ClaudeCode => "ANTHROPIC_API_KEY",
             Self::GeminiCli => "GEMINI_API_KEY",
+            Self::GrokCli => "GROK_API_KEY",
             Self::Codex
             | Self::Opencode
             | Self::MiniSweAgent
@@ -246,6 +263,7 @@ impl HarnessKind {
             | Self::ContinueCli
             | Self::Pi
             | Self::Gptme
+            | Self::Cline
             | Self::Cli => "OPENAI_API_KEY",
         }
     }
@@ -401,6 +419,53 @@ impl HarnessKind {
                 ("--resume", SESSION),
                 ("-m", "use `model:`"),
                 ("--model", "use `model:`"),
+            ],
+            Self::Cline => &[
+                ("--json", STREAM),
+                (
+                    "--id",
+                    "headless Cline cannot resume: `--id` opens its interactive UI",
+                ),
+                ("-i", "deltabench runs it headless"),
+                ("--tui", "deltabench runs it headless"),
+                ("--acp", "deltabench runs it headless"),
+                ("-z", "deltabench runs it headless"),
+                ("--zen", "deltabench runs it headless"),
+                ("-p", "it runs in act mode"),
+                ("--plan", "it runs in act mode"),
+                ("--auto-approve", "it runs with --auto-approve true"),
+                ("-P", "deltabench points it at the endpoint"),
+                ("--provider", "deltabench points it at the endpoint"),
+                ("-k", "use `api_key:`"),
+                ("--key", "use `api_key:`"),
+                ("-m", "use `model:`"),
+                ("--model", "use `model:`"),
+                ("-s", "use `append_system_prompt:`"),
+                ("--system", "use `append_system_prompt:`"),
+                (
+                    "--config",
+                    "deltabench writes its settings into the agent's HOME",
+                ),
+                (
+                    "--data-dir",
+                    "deltabench reads its sessions from the agent's HOME",
+                ),
+                ("--worktree", "it must work in the trial's workspace"),
+                ("-c", "it runs in the trial's workspace"),
+                ("--cwd", "it runs in the trial's workspace"),
+            ],
+            Self::GrokCli => &[
+                ("-p", PROMPT),
+                ("--prompt", PROMPT),
+                ("-m", "use `model:`"),
+                ("--model", "use `model:`"),
+                ("-u", "deltabench points it at the endpoint"),
+                ("--base-url", "deltabench points it at the endpoint"),
+                ("-k", "use `api_key:`"),
+                ("--api-key", "use `api_key:`"),
+                ("--max-tool-rounds", "use `max_turns:`"),
+                ("-d", "it runs in the trial's workspace"),
+                ("--directory", "it runs in the trial's workspace"),
             ],
             // Its whole command line is the agent's own template.
             Self::Cli => &[],

@@ -91,6 +91,8 @@ pub fn invocation(kind: HarnessKind, config: &HarnessConfig, run: &RunPaths) -> 
         HarnessKind::ContinueCli => continue_cli(config, run, &mut inv),
         HarnessKind::Pi => pi(config, run, &mut inv),
         HarnessKind::Gptme => gptme(config, run, &mut inv),
+        HarnessKind::Cline => cline(config, run, &mut inv),
+        HarnessKind::GrokCli => grok(config, run, &mut inv),
         HarnessKind::Cli => {
             if let Some(definition) = &config.cli {
                 cli_invocation(definition, config, run, &mut inv);
@@ -107,6 +109,7 @@ pub fn invocation(kind: HarnessKind, config: &HarnessConfig, run: &RunPaths) -> 
             | HarnessKind::ClaudeCode
             | HarnessKind::ContinueCli
             | HarnessKind::Gptme
+            | HarnessKind::Cline
     ) {
         // A positional prompt, after `--` so a task starting with `-` is not an option; the
         // others take it as `--flag=TASK`.
@@ -481,6 +484,77 @@ fn gptme(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
         }
         (None, Some(model)) => push(args, &["-m", model]),
         (None, None) => {}
+    }
+}
+
+fn cline(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+    let data = run.home.join(".cline/data/settings");
+    // Its OpenAI-compatible provider, as `cline auth -p openai -b URL -k KEY -m MODEL` saves it
+    // (observed with 3.0.65), so the key stays off the command line. Without a model it has no
+    // provider but its own account, which needs `cline auth`.
+    if let Some(model) = &config.model {
+        let mut settings = json!({"provider": "openai-compatible", "model": model});
+        if let Some(url) = run.endpoint {
+            settings["baseUrl"] = json!(format!("{url}/v1"));
+        }
+        if let Some(key) = run.api_key {
+            settings["apiKey"] = json!(key);
+        }
+        let providers = json!({
+            "version": 1,
+            "lastUsedProvider": "openai-compatible",
+            "modes": {},
+            // A file without `modes` or `updatedAt` is replaced by its default (its own backend).
+            "providers": {"openai-compatible": {
+                "settings": settings,
+                "updatedAt": "1970-01-01T00:00:00.000Z",
+                "tokenSource": "manual",
+            }},
+        });
+        inv.files.push((
+            data.join("providers.json"),
+            serde_json::to_string_pretty(&providers).expect("settings serialize"),
+        ));
+    }
+    inv.files.push((
+        data.join("global-settings.json"),
+        serde_json::to_string_pretty(&json!({"telemetryOptOut": true, "autoUpdateEnabled": false}))
+            .expect("settings serialize"),
+    ));
+    // A global rule file is appended to its system prompt (`-s` would replace it).
+    if let Some(prompt) = &config.append_system_prompt {
+        inv.files.push((
+            run.home.join("Documents/Cline/Rules/deltabench.md"),
+            prompt.clone(),
+        ));
+    }
+    // Without this it starts a hub daemon that outlives the run.
+    set_env(&mut inv.env, "CLINE_SESSION_BACKEND_MODE", "local");
+    set_env(&mut inv.env, "DO_NOT_TRACK", "1");
+    push(&mut inv.args, &["--json", "--auto-approve", "true"]);
+}
+
+fn grok(config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+    // Through the environment, not `-u`/`-k`, which it would also save to its settings file.
+    if let Some(url) = run.endpoint {
+        set_env(&mut inv.env, "GROK_BASE_URL", &format!("{url}/v1"));
+    }
+    if let Some(key) = run.api_key {
+        set_env(&mut inv.env, "GROK_API_KEY", key);
+    }
+    // Its global instructions file (a workspace's own `.grok/GROK.md` takes precedence).
+    if let Some(prompt) = &config.append_system_prompt {
+        inv.files
+            .push((run.home.join(".grok/GROK.md"), prompt.clone()));
+    }
+    let args = &mut inv.args;
+    // `--prompt=` keeps a task starting with `-` a value.
+    args.push(format!("--prompt={}", run.task));
+    if let Some(model) = &config.model {
+        push(args, &["--model", model]);
+    }
+    if let Some(turns) = config.max_turns {
+        push(args, &["--max-tool-rounds", &turns.to_string()]);
     }
 }
 
@@ -937,5 +1011,53 @@ mod tests {
         assert_eq!(env(&inv, "OPENAI_API_BASE"), Some("http://127.0.0.1:9/v1"));
         assert_eq!(env(&inv, "AIDER_X"), Some("1"));
         file(&inv, "model_prices_and_context_window.json");
+    }
+
+    #[test]
+    fn cline_gets_its_provider_in_a_settings_file_not_on_the_command_line() {
+        let config = HarnessConfig {
+            model: Some("fake-model".into()),
+            append_system_prompt: Some("Be brief.".into()),
+            ..HarnessConfig::default()
+        };
+        let inv = invocation(
+            HarnessKind::Cline,
+            &config,
+            &paths(None, Some("http://127.0.0.1:9")),
+        );
+        assert_eq!(
+            inv.args.join(" "),
+            "--json --auto-approve true -- -fix the bug"
+        );
+        let providers: serde_json::Value =
+            serde_json::from_str(file(&inv, "providers.json")).unwrap();
+        let settings = &providers["providers"]["openai-compatible"]["settings"];
+        assert_eq!(settings["baseUrl"], "http://127.0.0.1:9/v1");
+        assert_eq!(settings["apiKey"], DUMMY_API_KEY);
+        assert_eq!(settings["model"], "fake-model");
+        assert_eq!(file(&inv, "deltabench.md"), "Be brief.");
+        assert_eq!(env(&inv, "CLINE_SESSION_BACKEND_MODE"), Some("local"));
+    }
+
+    #[test]
+    fn grok_gets_the_endpoint_and_key_from_its_environment() {
+        let config = HarnessConfig {
+            model: Some("fake-model".into()),
+            max_turns: Some(3),
+            append_system_prompt: Some("Be brief.".into()),
+            ..HarnessConfig::default()
+        };
+        let inv = invocation(
+            HarnessKind::GrokCli,
+            &config,
+            &paths(None, Some("http://127.0.0.1:9")),
+        );
+        assert_eq!(
+            inv.args.join(" "),
+            "--prompt=-fix the bug --model fake-model --max-tool-rounds 3"
+        );
+        assert_eq!(env(&inv, "GROK_BASE_URL"), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(env(&inv, "GROK_API_KEY"), Some(DUMMY_API_KEY));
+        assert_eq!(file(&inv, "GROK.md"), "Be brief.");
     }
 }

@@ -30,11 +30,13 @@ mod agent;
 pub mod aider;
 pub mod claude;
 pub mod cli;
+pub mod cline;
 pub mod codex;
 pub mod config;
 pub mod continue_cli;
 pub mod gemini;
 pub mod gptme;
+pub mod grok;
 pub mod invocation;
 pub mod mini_swe;
 pub mod opencode;
@@ -54,6 +56,7 @@ pub use agent::{
 };
 pub use aider::AiderParser;
 pub use claude::ClaudeParser;
+pub use cline::ClineParser;
 pub use codex::CodexParser;
 pub use config::{
     Endpoint, EndpointError, HarnessConfig, HarnessKind, Package, Registry, TurnLimit,
@@ -61,6 +64,7 @@ pub use config::{
 pub use continue_cli::ContinueParser;
 pub use gemini::GeminiParser;
 pub use gptme::GptmeParser;
+pub use grok::GrokParser;
 pub use mini_swe::MiniSweParser;
 pub use opencode::OpencodeParser;
 pub use pi::PiParser;
