@@ -3,7 +3,8 @@
 //! output and does whatever that CLI needs around it (Codex's per-thread usage, aider's
 //! repo-map caches, mini-swe-agent's trajectory file). The run loop knows no CLI by name.
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 
 use super::{ParsedRun, StreamParser};
 use crate::agent::{StreamEvent, Usage};
@@ -124,6 +125,18 @@ pub(super) fn save_usage(file: &Path, session: &str, total: Usage) {
     if let Ok(text) = serde_json::to_string_pretty(&all) {
         let _ = std::fs::write(file, text);
     }
+}
+
+/// The entries of `dir` that `keep` accepts (none when it cannot be read): a CLI's sessions,
+/// listed before its run so the one the run adds can be told apart.
+pub fn entries(dir: &Path, keep: impl Fn(&Path) -> bool) -> BTreeSet<PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| keep(path))
+        .collect()
 }
 
 #[cfg(test)]

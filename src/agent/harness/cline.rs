@@ -286,13 +286,7 @@ impl super::adapter::CliAdapter for Adapter {
 }
 
 fn sessions(dir: &Path) -> BTreeSet<PathBuf> {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|entry| entry.path())
-        .filter(|path| path.is_dir())
-        .collect()
+    super::adapter::entries(dir, Path::is_dir)
 }
 
 struct ClineRun {

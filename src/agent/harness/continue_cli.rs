@@ -297,16 +297,10 @@ impl super::adapter::CliAdapter for Adapter {
 
 /// The session files in `dir` (`sessions.json` is its index, not a session).
 fn session_files(dir: &Path) -> BTreeSet<PathBuf> {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|entry| entry.path())
-        .filter(|path| {
-            path.extension().is_some_and(|e| e == "json")
-                && path.file_name().is_some_and(|n| n != "sessions.json")
-        })
-        .collect()
+    super::adapter::entries(dir, |path| {
+        path.extension().is_some_and(|e| e == "json")
+            && path.file_name().is_some_and(|n| n != "sessions.json")
+    })
 }
 
 struct ContinueRun {

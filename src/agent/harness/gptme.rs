@@ -262,12 +262,9 @@ impl super::adapter::CliAdapter for Adapter {
 const CONVERSATION: &str = "conversation.jsonl";
 
 fn conversations(dir: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|entry| entry.path().join(CONVERSATION).is_file())
-        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+    super::adapter::entries(dir, |path| path.join(CONVERSATION).is_file())
+        .iter()
+        .filter_map(|path| Some(path.file_name()?.to_string_lossy().into_owned()))
         .collect()
 }
 
