@@ -757,12 +757,15 @@ The script (YAML) says what the model answers, step by step:
 
 A request's step is the number of distinct tool results in its history. Past the last step
 the answer is \"Done.\". `write` and `shell` become the client's own tools (Claude Write/Bash,
-Codex apply_patch/exec_command, Gemini write_file/run_shell_command, opencode write/bash,
-mini-swe-agent bash, aider a SEARCH/REPLACE block); `{cwd}` in a step is the client's
-working directory. Side calls (titles, commit messages) report zero usage.
+Codex apply_patch/exec_command, Gemini CLI and Qwen Code write_file/run_shell_command,
+opencode write/bash, Continue Write/Bash, pi write/bash, gptme save/shell, Cline
+editor/run_commands, Grok CLI create_file/bash, mini-swe-agent bash, aider a SEARCH/REPLACE
+block); `{cwd}` in a step is the client's working directory. Side calls (titles, commit
+messages) report zero usage.
 
 Point clients at the printed root URL: ANTHROPIC_BASE_URL=URL, GOOGLE_GEMINI_BASE_URL=URL,
-and URL/v1 for OpenAI-style clients (Codex, opencode, mini-swe-agent, aider).";
+and URL/v1 for OpenAI-style clients (Codex, opencode, mini-swe-agent, aider, Qwen Code,
+Continue, pi, gptme, Cline, Grok CLI).";
 
 #[derive(Debug, clap::Args)]
 pub(super) struct ModelArgs {
