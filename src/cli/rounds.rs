@@ -153,7 +153,16 @@ pub(super) async fn run_rounds(
         }
         let run = match &meeting {
             None => read_run_dir(out)?,
-            Some(meeting) => meeting.meet(round).await?,
+            Some(meeting) => match meeting.meet(round).await? {
+                Some(run) => run,
+                None => {
+                    eprintln!(
+                        "interrupted while waiting for the other shards after round {round}: this shard's trials are recorded; `deltabench resume {}` goes on from there",
+                        out.display()
+                    );
+                    return Ok(Exit::Interrupted);
+                }
+            },
         };
         let verdict = judge(
             &run,
@@ -231,7 +240,16 @@ impl Meeting {
 
     /// Records that this shard finished `round`, waits for its siblings to finish it too, and
     /// returns every shard's trials of rounds 1..=`round` as one run.
-    async fn meet(&self, round: u32) -> Result<StoredRun, CliError> {
+    /// `None` when interrupted (SIGINT, SIGTERM: a Ctrl-C, an `scancel`) while it waits.
+    async fn meet(&self, round: u32) -> Result<Option<StoredRun>, CliError> {
+        // The runner's handlers stay installed after a round, so the signals are caught here too.
+        let signal = |kind| {
+            tokio::signal::unix::signal(kind)
+                .map_err(|e| CliError::with_cause(ErrorKind::Harness, "cannot handle signals", e))
+        };
+        let mut sigint = signal(tokio::signal::unix::SignalKind::interrupt())?;
+        let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
+        // Listening before the mark says the round is done: a signal sent on seeing it is caught.
         self.update(|mark| mark.round = round)?;
         let parent = self.out.parent().unwrap_or(Path::new("."));
         let siblings: Vec<(Shard, PathBuf)> = (1..=self.shard.total)
@@ -280,7 +298,11 @@ impl Meeting {
                 eprintln!("round {round}: waiting for shard {now_said}");
                 said = now_said;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+                _ = sigint.recv() => return Ok(None),
+                _ = sigterm.recv() => return Ok(None),
+            }
         }
         let mut run = read_run_dir(&self.out)?;
         complete(self.shard, &run, round)?;
@@ -307,7 +329,7 @@ impl Meeting {
         }
         // A sibling may already be a round ahead: judge the rounds all have recorded.
         run.trials.retain(|r| !r.interrupted && r.trial <= round);
-        Ok(run)
+        Ok(Some(run))
     }
 }
 

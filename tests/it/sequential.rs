@@ -720,3 +720,45 @@ fn a_shard_in_rounds_stops_when_a_sibling_died_and_both_resume_to_the_decision()
     }
     assert_eq!(gate_line(&stdout(&resumed)), gate_line(&stdout(&second)));
 }
+
+/// A shard waiting for a sibling that never starts stops on SIGTERM (a Ctrl-C, an `scancel`):
+/// exit 130, its round kept, and its mark says at once that it stopped.
+#[test]
+fn a_shard_waiting_for_its_siblings_stops_on_sigterm() {
+    let tmp = one_file_repo();
+    let root = tmp.path();
+    ten_task_suite(root, "paired");
+    let (code, _, err) = run(root, &["--agent", "all", "--trials", "10", "--out", "base"]);
+    assert_eq!(code, Some(0), "{err}");
+    let child = start_shard(root, 1);
+    let mark = root.join("shards/shard-1-of-2/rounds.json");
+    let read_mark = || -> serde_json::Value {
+        std::fs::read_to_string(&mark)
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default()
+    };
+    let started = std::time::Instant::now();
+    while read_mark()["round"] != 1 {
+        assert!(started.elapsed().as_secs() < 120, "round 1 never ended");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let output = child.wait_with_output().unwrap();
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("round 1: waiting for shard 2/2 (not started)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("interrupted while waiting for the other shards after round 1"),
+        "{err}"
+    );
+    assert_eq!(read_mark()["heartbeat"], 0, "{}", read_mark());
+    assert_eq!(read_mark()["decided"], serde_json::Value::Null);
+}
