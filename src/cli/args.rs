@@ -602,6 +602,28 @@ pub(super) struct SubmitArgs {
     /// round in --out and stop together, so all of them must run at once.
     #[command(flatten, next_help_heading = "Stopping when the answer is known")]
     pub(super) rounds: RoundArgs,
+    /// For a run in rounds: the confidence of its test or interval [default: 0.95].
+    #[arg(
+        long,
+        value_name = "LEVEL",
+        help_heading = "Stopping when the answer is known"
+    )]
+    pub(super) confidence: Option<f64>,
+    /// --until-decided: the drop in pass rate (0..1) tolerated [default: 0].
+    #[arg(
+        long,
+        value_name = "FRACTION",
+        requires = "until_decided",
+        help_heading = "Stopping when the answer is known"
+    )]
+    pub(super) max_drop: Option<f64>,
+    /// --until-decided: keep the tasks the suite's lock marks flaky in the gate.
+    #[arg(
+        long,
+        requires = "until_decided",
+        help_heading = "Stopping when the answer is known"
+    )]
+    pub(super) include_flaky: bool,
     /// Trials at once in each shard [default: the node's cores].
     #[arg(
         short = 'j',

@@ -179,6 +179,15 @@ fn run_flags(args: &SubmitArgs, local_paths: bool) -> Result<Vec<String>, CliErr
     if in_rounds(args) {
         flags.extend(["--max-trials".to_owned(), rounds.max_trials.to_string()]);
     }
+    if let Some(level) = args.confidence {
+        flags.extend(["--confidence".to_owned(), level.to_string()]);
+    }
+    if let Some(drop) = args.max_drop {
+        flags.extend(["--max-drop".to_owned(), drop.to_string()]);
+    }
+    if args.include_flaky {
+        flags.push("--include-flaky".to_owned());
+    }
     if let Some(n) = args.jobs {
         flags.extend(["-j".to_owned(), n.to_string()]);
     }
@@ -210,6 +219,13 @@ pub(super) fn submit(args: SubmitArgs) -> Result<Exit, CliError> {
     };
     if !args.dry_run {
         require_client(args.engine)?;
+    }
+    if args.confidence.is_some() && !in_rounds(&args) {
+        // A fixed run's shards decide nothing: its confidence is `compare`'s, after the merge.
+        return Err(CliError::usage(
+            "--confidence is for a run in rounds (--until-decided, --until-ci-width)",
+        )
+        .hint("a fixed run is compared after the merge: `deltabench compare --confidence LEVEL`"));
     }
     if in_rounds(&args)
         && let Some(parallelism) = args.parallelism.filter(|&p| p < total)

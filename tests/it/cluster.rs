@@ -631,6 +631,9 @@ fn submit_without_the_engine_client_says_what_to_install() {
             "base",
             "--max-trials",
             "8",
+            "--confidence",
+            "0.9",
+            "--include-flaky",
         ],
     );
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
@@ -638,10 +641,19 @@ fn submit_without_the_engine_client_says_what_to_install() {
     let base = root.join("base").display().to_string();
     assert!(
         script.contains(&format!(
-            "--baseline {base} --until-decided --margin 0.1 --max-trials 8"
+            "--baseline {base} --until-decided --margin 0.1 --max-trials 8 --confidence 0.9 --include-flaky"
         )),
         "{script}"
     );
+    // A fixed run's shards decide nothing: its confidence belongs to `compare`.
+    let output = rounds("f", &["--dry-run", "--confidence", "0.9"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("--confidence is for a run in rounds"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!root.join("f").exists());
     // Shards of a run in rounds wait for each other: fewer pods than shards would never finish.
     let output = deltabench(root)
         .args([
