@@ -26,6 +26,18 @@ fn ten_task_suite(root: &Path, name: &str) {
     write_suite(root, &yaml);
 }
 
+/// The ten-task suite and `base`: ten trials per task of `all`, which passes every one.
+fn with_base() -> tempfile::TempDir {
+    let tmp = one_file_repo();
+    ten_task_suite(tmp.path(), "paired");
+    let (code, _, err) = run(
+        tmp.path(),
+        &["--agent", "all", "--trials", "10", "--out", "base"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    tmp
+}
+
 fn run(root: &Path, args: &[&str]) -> (Option<i32>, String, String) {
     let work = root.join("work");
     std::fs::create_dir_all(&work).unwrap();
@@ -46,11 +58,8 @@ fn closing(root: &Path, text: &str) -> String {
 
 #[test]
 fn a_broken_task_is_a_regression_before_the_cap_and_the_same_agent_is_not() {
-    let tmp = one_file_repo();
+    let tmp = with_base();
     let root = tmp.path();
-    ten_task_suite(root, "paired");
-    let (code, _, err) = run(root, &["--agent", "all", "--trials", "10", "--out", "base"]);
-    assert_eq!(code, Some(0), "{err}");
 
     let (code, out, err) = run(
         root,
@@ -561,11 +570,8 @@ fn gate_line(text: &str) -> &str {
 
 #[test]
 fn shards_of_a_run_in_rounds_meet_after_each_round_and_decide_like_one_run() {
-    let tmp = one_file_repo();
+    let tmp = with_base();
     let root = tmp.path();
-    ten_task_suite(root, "paired");
-    let (code, _, err) = run(root, &["--agent", "all", "--trials", "10", "--out", "base"]);
-    assert_eq!(code, Some(0), "{err}");
     let (code, whole, err) = run(
         root,
         &[
@@ -669,11 +675,8 @@ fn shards_of_a_run_in_rounds_meet_after_each_round_and_decide_like_one_run() {
 
 #[test]
 fn a_shard_in_rounds_stops_when_a_sibling_died_and_both_resume_to_the_decision() {
-    let tmp = one_file_repo();
+    let tmp = with_base();
     let root = tmp.path();
-    ten_task_suite(root, "paired");
-    let (code, _, err) = run(root, &["--agent", "all", "--trials", "10", "--out", "base"]);
-    assert_eq!(code, Some(0), "{err}");
     // Shard 2 started, recorded no round and fell silent long ago (a node that died).
     let dead = root.join("shards/shard-2-of-2");
     std::fs::create_dir_all(&dead).unwrap();
@@ -725,11 +728,8 @@ fn a_shard_in_rounds_stops_when_a_sibling_died_and_both_resume_to_the_decision()
 /// exit 130, its round kept, and its mark says at once that it stopped.
 #[test]
 fn a_shard_waiting_for_its_siblings_stops_on_sigterm() {
-    let tmp = one_file_repo();
+    let tmp = with_base();
     let root = tmp.path();
-    ten_task_suite(root, "paired");
-    let (code, _, err) = run(root, &["--agent", "all", "--trials", "10", "--out", "base"]);
-    assert_eq!(code, Some(0), "{err}");
     let child = start_shard(root, 1);
     let mark = root.join("shards/shard-1-of-2/rounds.json");
     let read_mark = || -> serde_json::Value {

@@ -276,9 +276,7 @@ mod tests {
     const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/aider-api-error.stdout");
 
     fn run(text: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
-        let mut parser = AiderParser::new();
-        let events: Vec<_> = text.lines().flat_map(|l| parser.line(l)).collect();
-        (events, parser.finish(Some(exit), ""))
+        crate::agent::harness::tests::parse(AiderParser::new(), text, exit)
     }
 
     #[test]

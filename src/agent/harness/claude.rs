@@ -354,9 +354,7 @@ mod tests {
     const RESUME: &str = include_str!("../../../tests/fixtures/agents/claude-resume.jsonl");
 
     fn run(text: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
-        let mut parser = ClaudeParser::new();
-        let events = feed(&mut parser, text);
-        (events, parser.finish(Some(exit), ""))
+        crate::agent::harness::tests::parse(ClaudeParser::new(), text, exit)
     }
 
     fn usage(input: u64, output: u64, calls: u64, cost: f64) -> Usage {

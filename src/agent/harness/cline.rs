@@ -324,17 +324,13 @@ impl super::adapter::CliRun for ClineRun {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::harness::tests::{
-        assert_call_then_result, assert_survives_garbage, feed, kinds,
-    };
+    use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, kinds};
 
     const BASIC: &str = include_str!("../../../tests/fixtures/agents/cline-basic.jsonl");
     const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/cline-api-error.jsonl");
 
     fn run(text: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
-        let mut parser = ClineParser::new();
-        let events = feed(&mut parser, text);
-        (events, parser.finish(Some(exit), ""))
+        crate::agent::harness::tests::parse(ClineParser::new(), text, exit)
     }
 
     #[test]

@@ -210,14 +210,12 @@ impl super::adapter::CliRun for GrokRun {
 mod tests {
     use super::*;
     use crate::agent::CodingStatus;
-    use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, feed};
+    use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage};
 
     const BASIC: &str = include_str!("../../../tests/fixtures/agents/grok-basic.jsonl");
 
     fn run(text: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
-        let mut parser = GrokParser::new();
-        let events = feed(&mut parser, text);
-        (events, parser.finish(Some(exit), ""))
+        crate::agent::harness::tests::parse(GrokParser::new(), text, exit)
     }
 
     #[test]

@@ -249,6 +249,16 @@ pub(crate) mod tests {
         text.lines().flat_map(|l| parser.line(l)).collect()
     }
 
+    /// Feeds `text` to `parser`, then finishes it as a CLI exiting `exit` with no stderr.
+    pub(crate) fn parse<P: StreamParser>(
+        mut parser: P,
+        text: &str,
+        exit: i32,
+    ) -> (Vec<StreamEvent>, ParsedRun) {
+        let events = feed(&mut parser, text);
+        (events, parser.finish(Some(exit), ""))
+    }
+
     /// The `type` of each event, in order.
     pub(crate) fn kinds(events: &[StreamEvent]) -> Vec<&'static str> {
         events

@@ -211,18 +211,14 @@ impl super::adapter::CliAdapter for Adapter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::harness::tests::{
-        assert_call_then_result, assert_survives_garbage, feed, kinds,
-    };
+    use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, kinds};
 
     const BASIC: &str = include_str!("../../../tests/fixtures/agents/opencode-basic.jsonl");
     const THINKING: &str = include_str!("../../../tests/fixtures/agents/opencode-thinking.jsonl");
     const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/opencode-api-error.jsonl");
 
     fn run(text: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
-        let mut parser = OpencodeParser::new();
-        let events = feed(&mut parser, text);
-        (events, parser.finish(Some(exit), ""))
+        crate::agent::harness::tests::parse(OpencodeParser::new(), text, exit)
     }
 
     fn assert_usage(usage: Option<Usage>, input: u64, output: u64, calls: u64, cost: f64) {
