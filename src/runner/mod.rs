@@ -191,9 +191,7 @@ pub async fn execute(
         deltabench_version: env!("CARGO_PKG_VERSION").into(),
         started_at: now(),
         finished_at: None,
-        host: hostname::get()
-            .map(|h| h.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+        host: crate::store::host_name(),
         workdir: String::new(),
         provisioning: String::new(),
         interrupted: false,

@@ -458,6 +458,13 @@ impl RunDir {
     }
 }
 
+/// This machine's host name, as manifests and shard marks record it ("" when unknown).
+pub fn host_name() -> String {
+    hostname::get()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// A name made safe for a path component: anything but `[A-Za-z0-9._-]` becomes `_`.
 pub fn sanitize(name: &str) -> String {
     name.chars()

@@ -34,9 +34,7 @@ impl RoundMark {
             round,
             decided: None,
             heartbeat: now(),
-            host: hostname::get()
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_default(),
+            host: super::host_name(),
             pid: std::process::id(),
         }
     }

@@ -308,9 +308,7 @@ impl ShardProgress {
 /// How far every shard 1..=`total` under `parent` got. `live` says whether a shard is known to
 /// run (or to be queued) by other means, e.g. the job engine: then it is not `Stopped`.
 pub fn progress(parent: &Path, total: u32, live: &dyn Fn(Shard) -> bool) -> Vec<ShardProgress> {
-    let host = hostname::get()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let host = super::host_name();
     (1..=total)
         .map(|index| {
             let shard = Shard { index, total };

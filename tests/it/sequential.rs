@@ -26,6 +26,15 @@ fn ten_task_suite(root: &Path, name: &str) {
     write_suite(root, &yaml);
 }
 
+/// A run in rounds gated against `base`, at most ten rounds.
+const AGAINST_BASE: [&str; 5] = [
+    "--until-decided",
+    "--max-trials",
+    "10",
+    "--baseline",
+    "base",
+];
+
 /// The ten-task suite and `base`: ten trials per task of `all`, which passes every one.
 fn with_base() -> tempfile::TempDir {
     let tmp = one_file_repo();
@@ -63,17 +72,7 @@ fn a_broken_task_is_a_regression_before_the_cap_and_the_same_agent_is_not() {
 
     let (code, out, err) = run(
         root,
-        &[
-            "--agent",
-            "nine",
-            "--until-decided",
-            "--max-trials",
-            "10",
-            "--baseline",
-            "base",
-            "--out",
-            "broken",
-        ],
+        &[&["--agent", "nine", "--out", "broken"][..], &AGAINST_BASE].concat(),
     );
     assert_eq!(code, Some(1), "{out}{err}");
     assert!(err.contains("round 1 of at most 10: undecided"), "{err}");
@@ -87,17 +86,7 @@ fn a_broken_task_is_a_regression_before_the_cap_and_the_same_agent_is_not() {
 
     let (code, out, err) = run(
         root,
-        &[
-            "--agent",
-            "same",
-            "--until-decided",
-            "--max-trials",
-            "10",
-            "--baseline",
-            "base",
-            "--out",
-            "same",
-        ],
+        &[&["--agent", "same", "--out", "same"][..], &AGAINST_BASE].concat(),
     );
     assert_eq!(code, Some(0), "{out}{err}");
     insta::assert_snapshot!("sequential_not_regressed", closing(root, &out));
@@ -541,11 +530,6 @@ fn start_shard(root: &Path, index: u32) -> std::process::Child {
             "suite.yaml",
             "--agent",
             "nine",
-            "--until-decided",
-            "--max-trials",
-            "10",
-            "--baseline",
-            "base",
             "-j",
             "2",
             "--shard",
@@ -555,6 +539,7 @@ fn start_shard(root: &Path, index: u32) -> std::process::Child {
             "--workdir",
         ])
         .arg(&work)
+        .args(AGAINST_BASE)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -574,17 +559,7 @@ fn shards_of_a_run_in_rounds_meet_after_each_round_and_decide_like_one_run() {
     let root = tmp.path();
     let (code, whole, err) = run(
         root,
-        &[
-            "--agent",
-            "nine",
-            "--until-decided",
-            "--max-trials",
-            "10",
-            "--baseline",
-            "base",
-            "--out",
-            "whole",
-        ],
+        &[&["--agent", "nine", "--out", "whole"][..], &AGAINST_BASE].concat(),
     );
     assert_eq!(code, Some(1), "{whole}{err}");
 
