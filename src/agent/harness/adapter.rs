@@ -67,26 +67,43 @@ impl From<ParsedRun> for Finished {
     }
 }
 
-/// A CLI whose stdout parser is all it needs.
+/// What a run does once the CLI exited, with what its parser made of it: clean up what the CLI
+/// left that is not the agent's change, name its session, carry its usage over.
+pub type Then = Box<dyn FnOnce(ParsedRun) -> Finished + Send>;
+
+/// A CLI read from its stdout alone, with an optional step after it exits.
 pub struct Plain<P> {
     parser: P,
     local_price: bool,
+    then: Option<Then>,
 }
 
 impl<P: StreamParser + Send + 'static> Plain<P> {
-    pub fn boxed(parser: P) -> Box<dyn CliRun> {
-        Box::new(Self {
+    pub fn new(parser: P) -> Self {
+        Self {
             parser,
             local_price: false,
-        })
+            then: None,
+        }
+    }
+
+    pub fn boxed(parser: P) -> Box<dyn CliRun> {
+        Box::new(Self::new(parser))
     }
 
     /// A CLI that prices from the config deltabench wrote (zero), so its cost is not its own.
     pub fn locally_priced(parser: P) -> Box<dyn CliRun> {
-        Box::new(Self {
-            parser,
-            local_price: true,
-        })
+        Box::new(Self::new(parser).priced_locally())
+    }
+
+    pub fn priced_locally(mut self) -> Self {
+        self.local_price = true;
+        self
+    }
+
+    pub fn then(mut self, then: impl FnOnce(ParsedRun) -> Finished + Send + 'static) -> Self {
+        self.then = Some(Box::new(then));
+        self
     }
 }
 
@@ -96,7 +113,11 @@ impl<P: StreamParser + Send + 'static> CliRun for Plain<P> {
     }
 
     fn finish(self: Box<Self>, exit_code: Option<i32>, stderr_tail: &str) -> Finished {
-        self.parser.finish(exit_code, stderr_tail).into()
+        let parsed = self.parser.finish(exit_code, stderr_tail);
+        match self.then {
+            Some(then) => then(parsed),
+            None => parsed.into(),
+        }
     }
 
     fn echoes_local_price(&self) -> bool {

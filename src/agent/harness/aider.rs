@@ -215,40 +215,21 @@ pub struct Adapter;
 
 impl super::adapter::CliAdapter for Adapter {
     fn begin(&self, run: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
-        Box::new(AiderRun {
-            parser: AiderParser::new(),
-            workspace: run.workspace.to_owned(),
-            caches_before: repo_map_caches(run.workspace),
-        })
-    }
-}
-
-struct AiderRun {
-    parser: AiderParser,
-    workspace: std::path::PathBuf,
-    caches_before: Vec<std::path::PathBuf>,
-}
-
-impl super::adapter::CliRun for AiderRun {
-    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        self.parser.line(line)
-    }
-
-    fn finish(
-        self: Box<Self>,
-        exit_code: Option<i32>,
-        stderr_tail: &str,
-    ) -> super::adapter::Finished {
-        for cache in repo_map_caches(&self.workspace) {
-            if !self.caches_before.contains(&cache) {
-                let _ = std::fs::remove_dir_all(&cache).or_else(|_| std::fs::remove_file(&cache));
-            }
-        }
-        self.parser.finish(exit_code, stderr_tail).into()
-    }
-
-    fn echoes_local_price(&self) -> bool {
-        true
+        let workspace = run.workspace.to_owned();
+        let before = repo_map_caches(&workspace);
+        Box::new(
+            super::adapter::Plain::new(AiderParser::new())
+                .priced_locally()
+                .then(move |parsed| {
+                    for cache in repo_map_caches(&workspace) {
+                        if !before.contains(&cache) {
+                            let _ = std::fs::remove_dir_all(&cache)
+                                .or_else(|_| std::fs::remove_file(&cache));
+                        }
+                    }
+                    parsed.into()
+                }),
+        )
     }
 }
 

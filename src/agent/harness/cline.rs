@@ -277,48 +277,28 @@ pub struct Adapter;
 impl super::adapter::CliAdapter for Adapter {
     fn begin(&self, run: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
         let dir = run.home.join(SESSIONS_DIR);
-        Box::new(ClineRun {
-            parser: ClineParser::new(),
-            before: sessions(&dir),
-            dir,
-        })
+        // Sessions of earlier runs in the same HOME.
+        let before = sessions(&dir);
+        Box::new(
+            super::adapter::Plain::new(ClineParser::new()).then(move |mut parsed| {
+                // One new folder is this run's session; none or several (a subagent's) name no one.
+                let new: Vec<PathBuf> = sessions(&dir)
+                    .into_iter()
+                    .filter(|s| !before.contains(s))
+                    .collect();
+                if let [session] = new.as_slice() {
+                    parsed.session_id = session
+                        .file_name()
+                        .map(|name| name.to_string_lossy().into_owned());
+                }
+                parsed.into()
+            }),
+        )
     }
 }
 
 fn sessions(dir: &Path) -> BTreeSet<PathBuf> {
     super::adapter::entries(dir, Path::is_dir)
-}
-
-struct ClineRun {
-    parser: ClineParser,
-    dir: PathBuf,
-    /// Sessions of earlier runs in the same HOME.
-    before: BTreeSet<PathBuf>,
-}
-
-impl super::adapter::CliRun for ClineRun {
-    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        self.parser.line(line)
-    }
-
-    fn finish(
-        self: Box<Self>,
-        exit_code: Option<i32>,
-        stderr_tail: &str,
-    ) -> super::adapter::Finished {
-        let mut parsed = self.parser.finish(exit_code, stderr_tail);
-        // One new folder is this run's session; none or several (a subagent's) name no one.
-        let new: Vec<PathBuf> = sessions(&self.dir)
-            .into_iter()
-            .filter(|s| !self.before.contains(s))
-            .collect();
-        if let [session] = new.as_slice() {
-            parsed.session_id = session
-                .file_name()
-                .map(|name| name.to_string_lossy().into_owned());
-        }
-        parsed.into()
-    }
 }
 
 #[cfg(test)]

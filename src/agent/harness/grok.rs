@@ -167,42 +167,24 @@ pub struct Adapter;
 impl super::adapter::CliAdapter for Adapter {
     fn begin(&self, run: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
         let settings = run.workspace.join(PROJECT_SETTINGS);
-        Box::new(GrokRun {
-            parser: GrokParser::new(),
-            existed: std::fs::symlink_metadata(&settings).is_ok(),
-            settings,
-        })
-    }
-}
-
-struct GrokRun {
-    parser: GrokParser,
-    settings: std::path::PathBuf,
-    existed: bool,
-}
-
-impl super::adapter::CliRun for GrokRun {
-    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        self.parser.line(line)
-    }
-
-    fn finish(
-        self: Box<Self>,
-        exit_code: Option<i32>,
-        stderr_tail: &str,
-    ) -> super::adapter::Finished {
-        let regular = std::fs::symlink_metadata(&self.settings).is_ok_and(|m| m.is_file());
-        if !self.existed
-            && regular
-            && std::fs::read_to_string(&self.settings).is_ok_and(|t| t == DEFAULT_PROJECT_SETTINGS)
-        {
-            let _ = std::fs::remove_file(&self.settings);
-            // The folder too, when nothing else is in it.
-            if let Some(dir) = self.settings.parent() {
-                let _ = std::fs::remove_dir(dir);
-            }
-        }
-        self.parser.finish(exit_code, stderr_tail).into()
+        let existed = std::fs::symlink_metadata(&settings).is_ok();
+        Box::new(
+            super::adapter::Plain::new(GrokParser::new()).then(move |parsed| {
+                let regular = std::fs::symlink_metadata(&settings).is_ok_and(|m| m.is_file());
+                if !existed
+                    && regular
+                    && std::fs::read_to_string(&settings)
+                        .is_ok_and(|t| t == DEFAULT_PROJECT_SETTINGS)
+                {
+                    let _ = std::fs::remove_file(&settings);
+                    // The folder too, when nothing else is in it.
+                    if let Some(dir) = settings.parent() {
+                        let _ = std::fs::remove_dir(dir);
+                    }
+                }
+                parsed.into()
+            }),
+        )
     }
 }
 

@@ -66,53 +66,30 @@ impl super::adapter::CliAdapter for Adapter {
             .resume
             .map(|id| super::adapter::saved_usage(&file, id))
             .unwrap_or_default();
-        Box::new(QwenRun {
-            parser: QwenParser::new(),
-            file,
-            before,
-        })
-    }
-}
-
-struct QwenRun {
-    parser: QwenParser,
-    file: std::path::PathBuf,
-    before: crate::agent::Usage,
-}
-
-impl super::adapter::CliRun for QwenRun {
-    fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        self.parser.line(line)
-    }
-
-    fn finish(
-        self: Box<Self>,
-        exit_code: Option<i32>,
-        stderr_tail: &str,
-    ) -> super::adapter::Finished {
-        let mut parsed = self.parser.finish(exit_code, stderr_tail);
-        let Some(total) = parsed.usage.clone() else {
-            return parsed.into();
-        };
-        let before = self.before;
-        parsed.usage = Some(crate::agent::Usage {
-            input_tokens: total.input_tokens.saturating_sub(before.input_tokens),
-            output_tokens: total.output_tokens.saturating_sub(before.output_tokens),
-            cache_read_tokens: total
-                .cache_read_tokens
-                .saturating_sub(before.cache_read_tokens),
-            cache_write_tokens: total
-                .cache_write_tokens
-                .saturating_sub(before.cache_write_tokens),
-            ..total.clone()
-        });
-        let file = self.file;
-        super::adapter::Finished {
-            parsed,
-            after: Some(Box::new(move |session| {
-                super::adapter::save_usage(&file, session, total)
-            })),
-        }
+        Box::new(
+            super::adapter::Plain::new(QwenParser::new()).then(move |mut parsed| {
+                let Some(total) = parsed.usage.clone() else {
+                    return parsed.into();
+                };
+                parsed.usage = Some(crate::agent::Usage {
+                    input_tokens: total.input_tokens.saturating_sub(before.input_tokens),
+                    output_tokens: total.output_tokens.saturating_sub(before.output_tokens),
+                    cache_read_tokens: total
+                        .cache_read_tokens
+                        .saturating_sub(before.cache_read_tokens),
+                    cache_write_tokens: total
+                        .cache_write_tokens
+                        .saturating_sub(before.cache_write_tokens),
+                    ..total.clone()
+                });
+                super::adapter::Finished {
+                    parsed,
+                    after: Some(Box::new(move |session| {
+                        super::adapter::save_usage(&file, session, total)
+                    })),
+                }
+            }),
+        )
     }
 }
 
