@@ -546,7 +546,7 @@ fn submit_without_the_engine_client_says_what_to_install() {
     suite(root);
     let empty = root.join("empty-path");
     std::fs::create_dir_all(&empty).unwrap();
-    let submit = |engine: &str, extra: &[&str]| {
+    let submit_into = |engine: &str, out: &str, extra: &[&str]| {
         deltabench(root)
             .env("PATH", &empty)
             .args([
@@ -556,12 +556,13 @@ fn submit_without_the_engine_client_says_what_to_install() {
                 "--shards",
                 "2",
                 "--out",
-                "o",
+                out,
             ])
             .args(extra)
             .output()
             .unwrap()
     };
+    let submit = |engine: &str, extra: &[&str]| submit_into(engine, "o", extra);
     let output = submit("slurm", &[]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(
@@ -606,23 +607,8 @@ fn submit_without_the_engine_client_says_what_to_install() {
     );
 
     // A run in rounds: every shard gets the rule and the baseline, at the path every node reads.
-    let rounds = |out: &str, extra: &[&str]| {
-        deltabench(root)
-            .env("PATH", &empty)
-            .args([
-                "submit",
-                "slurm",
-                "suite.yaml",
-                "--shards",
-                "2",
-                "--out",
-                out,
-            ])
-            .args(extra)
-            .output()
-            .unwrap()
-    };
-    let output = rounds(
+    let output = submit_into(
+        "slurm",
         "r",
         &[
             "--dry-run",
@@ -646,7 +632,7 @@ fn submit_without_the_engine_client_says_what_to_install() {
         "{script}"
     );
     // A fixed run's shards decide nothing: its confidence belongs to `compare`.
-    let output = rounds("f", &["--dry-run", "--confidence", "0.9"]);
+    let output = submit_into("slurm", "f", &["--dry-run", "--confidence", "0.9"]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(
         stderr(&output).contains("--confidence is for a run in rounds"),
