@@ -5,6 +5,7 @@
 //! then runs the verify command in a fresh workspace holding exactly that diff and the hidden
 //! tests, with its own timeout and bounded output.
 
+mod apart;
 mod channel;
 mod container;
 mod diff;
@@ -13,6 +14,7 @@ pub mod mutate;
 mod probe;
 mod snapshot;
 mod tests_report;
+mod watch;
 
 use std::path::Path;
 
@@ -31,7 +33,7 @@ pub use probe::{
     TaskProbe, VERIFY_HOME, VERIFY_LOG, VerifySpec, never_verified,
 };
 pub use snapshot::{EntryKind, FileChange, Snapshot, SnapshotError, snapshot};
-pub use tests_report::TestReport;
+pub use tests_report::{Outcomes, TestReport, cargo_tests, failed_tests};
 
 /// The verify command's result as a metric sees it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

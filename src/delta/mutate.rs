@@ -161,22 +161,36 @@ pub fn list(root: &Path, files: &[String]) -> Result<Listing, MutateError> {
     Ok(listing)
 }
 
-/// Applies `mutants` to the files under `root`, each only where its original text still stands;
-/// returns the ones applied and, for the others, why not.
-pub fn apply(root: &Path, mutants: &[Mutant]) -> (Vec<Mutant>, Vec<String>) {
-    let mut by_file: BTreeMap<&str, Vec<&Mutant>> = BTreeMap::new();
-    for mutant in mutants {
-        by_file.entry(&mutant.file).or_default().push(mutant);
+/// Splices mutants into the hidden test files as they are laid, before they are written: a
+/// mutated file is written once, exactly as an unmutated one is, so nothing but the changed
+/// literal tells a mutant run from the judged run (no second write, no mode change).
+#[derive(Debug, Default)]
+pub struct Splicer {
+    pending: BTreeMap<String, Vec<Mutant>>,
+    applied: Vec<Mutant>,
+    skipped: Vec<String>,
+}
+
+impl Splicer {
+    pub fn new(mutants: &[Mutant]) -> Self {
+        let mut pending: BTreeMap<String, Vec<Mutant>> = BTreeMap::new();
+        for mutant in mutants {
+            pending
+                .entry(mutant.file.clone())
+                .or_default()
+                .push(mutant.clone());
+        }
+        Self {
+            pending,
+            ..Self::default()
+        }
     }
-    let (mut applied, mut skipped) = (Vec::new(), Vec::new());
-    for (file, mut mutants) in by_file {
-        let path = root.join(file);
-        let mut bytes = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) => {
-                skipped.extend(mutants.iter().map(|m| format!("{}: {e}", m.describe())));
-                continue;
-            }
+
+    /// The overlay's edit: `bytes` of the workspace-relative `path` with its mutants applied,
+    /// each only where its original text still stands.
+    pub fn edit(&mut self, path: &Path, bytes: &mut Vec<u8>) {
+        let Some(mut mutants) = self.pending.remove(&*path.to_string_lossy()) else {
+            return;
         };
         // From the end, so earlier offsets stay valid.
         mutants.sort_by_key(|m| std::cmp::Reverse(m.start));
@@ -185,27 +199,26 @@ pub fn apply(root: &Path, mutants: &[Mutant]) -> (Vec<Mutant>, Vec<String>) {
             let stands = mutant.end <= last_start
                 && bytes.get(mutant.start..mutant.end) == Some(mutant.original.as_bytes());
             if !stands {
-                skipped.push(format!("{}: the file changed there", mutant.describe()));
+                self.skipped
+                    .push(format!("{}: the file changed there", mutant.describe()));
                 continue;
             }
             bytes.splice(mutant.start..mutant.end, mutant.replacement.bytes());
             last_start = mutant.start;
-            applied.push(mutant.clone());
-        }
-        // Read-only hidden tests are made writable for the harness's own change.
-        let _ = make_writable(&path);
-        if let Err(e) = std::fs::write(&path, &bytes) {
-            skipped.push(format!("{file}: {e}"));
-            applied.retain(|m| m.file != file);
+            self.applied.push(mutant);
         }
     }
-    (applied, skipped)
-}
 
-fn make_writable(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(path)?.permissions().mode();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode | 0o200))
+    /// The mutants applied and, for the others, why not.
+    pub fn finish(mut self) -> (Vec<Mutant>, Vec<String>) {
+        for mutant in std::mem::take(&mut self.pending).into_values().flatten() {
+            self.skipped.push(format!(
+                "{}: not a file the hidden tests lay",
+                mutant.describe()
+            ));
+        }
+        (self.applied, self.skipped)
+    }
 }
 
 /// `validate`'s rounds: round N holds the N-th candidate of each test function, so a failure
@@ -250,40 +263,23 @@ pub fn fresh_seed() -> u64 {
     uuid::Uuid::new_v4().as_u128() as u64
 }
 
-/// Per-test outcomes of a verify run: the hook's report for Python, `cargo test`'s lines.
-#[derive(Debug, Clone, Default)]
-pub struct Outcomes {
-    pub passed: BTreeSet<String>,
-    pub failed: BTreeSet<String>,
+/// The ids of `outcomes`' failed tests that name `mutant`'s test: what `validate` records as the
+/// tests a mutant bites (the reference is trusted; a trial's check then wants these exact ids).
+pub fn failed_by(outcomes: &super::Outcomes, mutant: &Mutant) -> Vec<String> {
+    outcomes
+        .failed
+        .iter()
+        .filter(|id| mutant.names(id))
+        .cloned()
+        .collect()
 }
 
-impl Outcomes {
-    pub fn of(result: &super::CommandResult) -> Self {
-        let mut outcomes = Self::default();
-        if let Some(report) = &result.tests {
-            outcomes.passed.extend(report.passed.iter().cloned());
-            outcomes.failed.extend(report.failed.iter().cloned());
-        }
-        for line in result.output.lines() {
-            let Some(rest) = line.strip_prefix("test ") else {
-                continue;
-            };
-            if let Some(name) = rest.strip_suffix(" ... ok") {
-                outcomes.passed.insert(name.to_owned());
-            } else if let Some(name) = rest.strip_suffix(" ... FAILED") {
-                outcomes.failed.insert(name.to_owned());
-            }
-        }
-        outcomes
-    }
-
-    /// The tests of `mutant` that failed.
-    pub fn failed_by(&self, mutant: &Mutant) -> Vec<String> {
-        self.failed
-            .iter()
-            .filter(|id| mutant.names(id))
-            .cloned()
-            .collect()
+impl BitingMutant {
+    /// Whether this mutant bit in a trial's mutant run: one of the exact ids `validate` saw it
+    /// make fail is reported failed there (a forged failure of a look-alike id, `test_x[y]` for
+    /// `test_x`, is not its bite).
+    pub fn bit(&self, outcomes: &super::Outcomes) -> bool {
+        self.failed.iter().any(|id| outcomes.failed.contains(id))
     }
 }
 
@@ -356,19 +352,22 @@ mod tests {
     }
 
     #[test]
-    fn mutants_apply_where_their_text_stands_and_round_one_per_test() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("t.py"), "a == 5 and b == 7\n").unwrap();
+    fn mutants_splice_where_their_text_stands_and_round_one_per_test() {
         let five = mutant("t.py", "A.t", 5, "5", "6");
         let seven = mutant("t.py", "A.u", 16, "7", "70");
         let stale = mutant("t.py", "A.u", 0, "x", "y");
-        let (applied, skipped) = apply(dir.path(), &[five.clone(), seven.clone(), stale]);
+        let elsewhere = mutant("u.py", "A.v", 0, "1", "2");
+        let mut splicer = Splicer::new(&[five.clone(), seven.clone(), stale, elsewhere]);
+        let mut bytes = b"a == 5 and b == 7\n".to_vec();
+        splicer.edit(Path::new("t.py"), &mut bytes);
+        let mut other = b"untouched".to_vec();
+        splicer.edit(Path::new("v.py"), &mut other);
+        let (applied, skipped) = splicer.finish();
         assert_eq!(applied.len(), 2);
-        assert_eq!(skipped.len(), 1, "{skipped:?}");
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("t.py")).unwrap(),
-            "a == 6 and b == 70\n"
-        );
+        assert_eq!(skipped.len(), 2, "{skipped:?}");
+        assert!(skipped[1].contains("not a file the hidden tests lay"), "{skipped:?}");
+        assert_eq!(bytes, b"a == 6 and b == 70\n");
+        assert_eq!(other, b"untouched");
         let rounds = rounds(&[
             five.clone(),
             seven.clone(),
@@ -376,6 +375,25 @@ mod tests {
         ]);
         assert_eq!(rounds.len(), 2);
         assert_eq!(rounds[0], vec![five, seven]);
+    }
+
+    #[test]
+    fn a_mutant_bites_only_through_the_exact_ids_validate_saw() {
+        let biting = BitingMutant {
+            mutant: mutant("tests/test_x.py", "C.test_y", 0, "5", "6"),
+            failed: vec!["tests/test_x.py::C::test_y".into()],
+        };
+        let forged = crate::delta::Outcomes {
+            failed: ["tests/test_x.py::C::test_y[x]".to_owned()].into(),
+            ..Default::default()
+        };
+        assert!(!biting.bit(&forged));
+        assert_eq!(failed_by(&forged, &biting.mutant).len(), 1);
+        let real = crate::delta::Outcomes {
+            failed: ["tests/test_x.py::C::test_y".to_owned()].into(),
+            ..Default::default()
+        };
+        assert!(biting.bit(&real));
     }
 
     #[test]

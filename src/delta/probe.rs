@@ -18,6 +18,8 @@ use tokio_util::sync::CancellationToken;
 use super::channel::Channel;
 use super::container::ContainerCapture;
 use super::mutate::{self, BitingMutant, Listing, Mutant, MutateError, MutationReport};
+use super::apart::{Apart, mutant_name};
+use super::tests_report::Outcomes;
 use super::snapshot::{EntryKind, FileChange, Snapshot, SnapshotError, snapshot};
 use super::{
     CommandResult, DeltaProbe, EnvironmentDelta, ProbeContext, ProbeError, ProbeErrorKind,
@@ -26,7 +28,7 @@ use super::{
 use crate::process::{self, CommandSpec};
 use crate::workspace::{
     Confinement, ContainerPolicy, Isolation, Overlay, WorkspaceBase, WorkspaceProvisioner,
-    apply_overlay, container_started, write_entry,
+    apply_overlay, apply_overlay_edited, container_started, write_entry,
 };
 use std::os::unix::ffi::OsStrExt;
 
@@ -40,11 +42,10 @@ pub const VERIFY_HOME: &str = "verify-home";
 pub const HOOK_DIR: &str = ".deltabench";
 /// The tests the hook saw run, one JSON object per line, in [`HOOK_DIR`].
 pub const HOOK_REPORT: &str = "tests.jsonl";
-/// The mutation check's verify run: its output, and its home once it is done.
+/// The mutation check's verify run: its output, and its home once both runs are done (while
+/// they run, each has the plain run's names).
 pub const MUTANTS_LOG: &str = "mutants.log";
 pub const MUTANTS_HOME: &str = "mutants-home";
-/// Where the plain run's home waits while the mutant run uses the same path.
-const PLAIN_HOME_ASIDE: &str = "verify-home.plain";
 
 /// What the probe runs the mutation check for.
 #[derive(Debug, Clone)]
@@ -312,22 +313,36 @@ impl TaskProbe {
         };
         match plan {
             MutationPlan::Discover => {
+                let apart = self.apart()?;
                 let plain = self.verify_fresh(snapshot, Step::PlainListing).await?;
-                let report = self.discover(snapshot, &plain).await?;
+                let report = self.discover(snapshot, &plain, apart).await?;
                 Ok((plain.result, report, plain.changed_tests))
             }
             MutationPlan::Check(biting) => {
                 let mutants: Vec<Mutant> = biting.iter().map(|b| b.mutant.clone()).collect();
                 let mutants_first = !mutants.is_empty() && mutate::fresh_seed().is_multiple_of(2);
+                // Both runs at the same paths; the first one's files leave the trial folder
+                // until the second is over.
+                let apart = self.apart()?;
                 let early = match mutants_first {
-                    true => Some(self.mutant_run(snapshot, &mutants).await?),
+                    true => {
+                        let run = self.verify_fresh(snapshot, Step::Mutants(&mutants)).await?;
+                        Some((run, apart.park()?))
+                    }
                     false => None,
                 };
                 let plain = self.verify_fresh(snapshot, Step::Plain).await?;
                 let mutated = match early {
-                    Some(run) => Some(run),
+                    Some((run, parked)) => {
+                        apart.restore(parked, mutant_name)?;
+                        Some(run)
+                    }
                     None if plain.result.succeeded() && !mutants.is_empty() => {
-                        Some(self.mutant_run(snapshot, &mutants).await?)
+                        let parked = apart.park()?;
+                        let run = self.verify_fresh(snapshot, Step::Mutants(&mutants)).await?;
+                        apart.rename_new(mutant_name)?;
+                        apart.restore(parked, str::to_owned)?;
+                        Some(run)
                     }
                     None => None,
                 };
@@ -337,28 +352,9 @@ impl TaskProbe {
         }
     }
 
-    /// A verify run with `mutants` applied to the hidden tests, in the same workspace path and
-    /// home path as the plain run; its home is kept as `mutants-home`, its log `mutants.log`.
-    async fn mutant_run(
-        &self,
-        snapshot: &Snapshot,
-        mutants: &[Mutant],
-    ) -> Result<Verified, ProbeError> {
-        let home = self.home();
-        let aside = home.as_ref().and_then(|home| {
-            let aside = home.with_file_name(PLAIN_HOME_ASIDE);
-            std::fs::rename(home, &aside).ok().map(|()| aside)
-        });
-        let run = self.verify_fresh(snapshot, Step::Mutants(mutants)).await;
-        if let Some(home) = &home {
-            let kept = home.with_file_name(MUTANTS_HOME);
-            let _ = crate::workspace::remove_tree(&kept);
-            let _ = std::fs::rename(home, &kept);
-            if let Some(aside) = aside {
-                let _ = std::fs::rename(aside, home);
-            }
-        }
-        run
+    /// The trial folder's bookkeeping for runs that must not see each other's files.
+    fn apart(&self) -> Result<Apart, ProbeError> {
+        Apart::new(self.artifacts.clone())
     }
 
     /// `in_place`: the hidden tests laid over the agent's own workspace, and the verify command
@@ -426,6 +422,7 @@ impl TaskProbe {
         &self,
         snapshot: &Snapshot,
         plain: &Verified,
+        apart: Apart,
     ) -> Result<Option<MutationReport>, ProbeError> {
         let listing = match &plain.listing {
             None => return Ok(None),
@@ -445,14 +442,16 @@ impl TaskProbe {
         if !plain.result.succeeded() || listing.mutants.is_empty() {
             return Ok(Some(report));
         }
-        let passed = mutate::Outcomes::of(&plain.result).passed;
+        let passed = Outcomes::of(&plain.result).passed;
+        let parked = apart.park()?;
         for round in mutate::rounds(&listing.mutants) {
-            let run = self.mutant_run(snapshot, &round).await?;
+            // Each round at the plain run's paths; the last one's files are kept.
+            apart.remove_new()?;
+            let run = self.verify_fresh(snapshot, Step::Mutants(&round)).await?;
             report.notes.extend(run.notes.iter().cloned());
-            let outcomes = mutate::Outcomes::of(&run.result);
+            let outcomes = Outcomes::of(&run.result);
             for mutant in run.applied {
-                let failed: Vec<String> = outcomes
-                    .failed_by(&mutant)
+                let failed: Vec<String> = mutate::failed_by(&outcomes, &mutant)
                     .into_iter()
                     .filter(|id| passed.contains(id))
                     .collect();
@@ -461,6 +460,8 @@ impl TaskProbe {
                 }
             }
         }
+        apart.rename_new(mutant_name)?;
+        apart.restore(parked, str::to_owned)?;
         Ok(Some(report))
     }
 
@@ -491,9 +492,12 @@ impl TaskProbe {
                     format!("cannot provision the workspace to verify in: {e}"),
                 )
             })?;
-        let result = self
-            .verify_in(&workspace.path, &workspace.base, snapshot, step)
-            .await;
+        let at = LaidAt {
+            path: workspace.path.clone(),
+            base: workspace.base.clone(),
+            changes: workspace.changes.clone(),
+        };
+        let result = self.verify_in(&at, snapshot, step).await;
         let path = workspace.path.clone();
         let disposed = tokio::task::spawn_blocking(move || workspace.dispose()).await;
         match (result, disposed) {
@@ -512,11 +516,11 @@ impl TaskProbe {
 
     async fn verify_in(
         &self,
-        workspace: &Path,
-        base: &str,
+        provisioned: &LaidAt,
         snapshot: &Snapshot,
         step: Step<'_>,
     ) -> Result<Verified, ProbeError> {
+        let (workspace, base) = (provisioned.path.as_path(), provisioned.base.as_str());
         let (dir, base_owned, changes) = (
             workspace.to_owned(),
             base.to_owned(),
@@ -545,13 +549,22 @@ impl TaskProbe {
                     )
                 })?;
             }
+            // The mutants go into the bytes before they are written: one write per file, the
+            // same in every run.
+            let mut splicer = mutate::Splicer::new(&mutants);
             let written = match &hidden {
-                Some(overlay) => apply_overlay(&dir, &base_owned, overlay, Some(&objects))
-                    .map_err(|e| ProbeError::new(ProbeErrorKind::HiddenTests, e.to_string()))?,
+                Some(overlay) => apply_overlay_edited(
+                    &dir,
+                    &base_owned,
+                    overlay,
+                    Some(&objects),
+                    &mut |path, bytes| splicer.edit(path, bytes),
+                )
+                .map_err(|e| ProbeError::new(ProbeErrorKind::HiddenTests, e.to_string()))?,
                 None => Vec::new(),
             };
             let listing = listing_wanted.then(|| mutate::list(&dir, &written));
-            let (applied, notes) = mutate::apply(&dir, &mutants);
+            let (applied, notes) = splicer.finish();
             // Read-only, and hashed: a hidden test the command rewrites (a build script, a
             // plugin) is caught after it ran.
             let hashes = hidden_hashes(&dir, &written);
@@ -564,7 +577,6 @@ impl TaskProbe {
         })
         .await
         .map_err(|e| ProbeError::new(ProbeErrorKind::Verify, e.to_string()))??;
-        let mutant_run = matches!(step, Step::Mutants(_));
 
         let hook = self.install_hook().map_err(|e| {
             ProbeError::new(
@@ -574,10 +586,10 @@ impl TaskProbe {
         })?;
         // The verify command runs even when the run was cancelled: evidence first.
         let never = CancellationToken::new();
-        let log = if mutant_run { MUTANTS_LOG } else { VERIFY_LOG };
+        // Every run at the plain run's names: a mutant run's files are renamed once both ran.
         let mut spec = CommandSpec::shell(&self.verify.run, workspace)
             .timeout(self.verify.timeout)
-            .log_path(self.artifacts.as_ref().map(|dir| dir.join(log)));
+            .log_path(self.artifacts.as_ref().map(|dir| dir.join(VERIFY_LOG)));
         if let Some(hook) = &hook {
             spec = hook.env(spec, workspace);
         }
@@ -593,12 +605,27 @@ impl TaskProbe {
                 )
             })?;
         }
-        let spec = self.confinement.wrap(workspace, spec).map_err(|e| {
+        // The hidden tests read-only inside the sandbox or container (a write fails there), and
+        // watched in every isolation: a write, even one undone before the end, is tampering.
+        let hidden_paths: Vec<PathBuf> = laid.hashes.iter().map(|(p, _)| workspace.join(p)).collect();
+        let confinement = self.confinement.clone().read_only(&hidden_paths);
+        let spec = confinement.wrap(workspace, spec).map_err(|e| {
             ProbeError::new(
                 ProbeErrorKind::Verify,
                 format!("cannot prepare the verify command's home: {e}"),
             )
         })?;
+        let watch = super::watch::Watch::files(
+            workspace,
+            provisioned.changes.as_deref(),
+            laid.hashes.iter().map(|(p, _)| p.as_str()),
+        )
+        .map_err(|e| {
+                ProbeError::new(
+                    ProbeErrorKind::Verify,
+                    format!("cannot watch the hidden tests: {e}"),
+                )
+            })?;
         let ended = process::run(&spec, &never).await.map_err(|e| {
             ProbeError::new(
                 ProbeErrorKind::Verify,
@@ -626,12 +653,12 @@ impl TaskProbe {
             })?),
             None => None,
         };
-        let changed_tests = laid
-            .hashes
-            .iter()
-            .filter(|(path, hash)| file_hash(&workspace.join(path)) != *hash)
-            .map(|(path, _)| path.clone())
-            .collect();
+        let mut changed_tests = watch.written();
+        for (path, hash) in &laid.hashes {
+            if file_hash(&workspace.join(path)) != *hash && !changed_tests.contains(path) {
+                changed_tests.push(path.clone());
+            }
+        }
         Ok(Verified {
             result: CommandResult {
                 command: self.verify.run.clone(),
@@ -702,6 +729,14 @@ impl TestHook {
             .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()))?;
         Ok(TestReport::parse(&text).without_path(workspace))
     }
+}
+
+/// Where a verify run's workspace is: its path, the base it starts from, and where an overlay
+/// keeps its changes.
+struct LaidAt {
+    path: PathBuf,
+    base: String,
+    changes: Option<PathBuf>,
 }
 
 /// What was laid over the verify workspace before the command ran.
@@ -775,12 +810,11 @@ fn host_home(spec: CommandSpec, home: &Path) -> std::io::Result<CommandSpec> {
 /// A trial's mutation check from its mutant run: which sampled mutants did not make their test
 /// fail.
 fn check_report(biting: &[BitingMutant], run: Verified) -> MutationReport {
-    let outcomes = mutate::Outcomes::of(&run.result);
-    let survived = run
-        .applied
+    let outcomes = Outcomes::of(&run.result);
+    let survived = biting
         .iter()
-        .filter(|mutant| outcomes.failed_by(mutant).is_empty())
-        .cloned()
+        .filter(|b| run.applied.contains(&b.mutant) && !b.bit(&outcomes))
+        .map(|b| b.mutant.clone())
         .collect();
     MutationReport {
         tried: run.applied.len(),

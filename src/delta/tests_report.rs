@@ -2,8 +2,12 @@
 //! exited normally, and each test's outcome as the runner itself reported it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::LazyLock;
 
+use regex::Regex;
 use serde::{Deserialize, Serialize};
+
+use super::CommandResult;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TestReport {
@@ -98,6 +102,72 @@ impl TestReport {
     /// Tests that ran (passed or failed; skipped ones did not run).
     pub fn ran(&self) -> u64 {
         (self.passed.len() + self.failed.len()) as u64
+    }
+}
+
+/// `FAILED tests/test_x.py::test_a - assert ...` and `ERROR ...` (pytest's short summary).
+static PYTEST_FAILED_NAME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^(?:FAILED|ERROR) ([^\s(]\S*)").unwrap());
+/// `FAIL: test_a (tests.test_x.XTest.test_a)`, or `(tests.test_x.XTest)` before Python 3.11.
+static UNITTEST_FAILED_NAME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^(?:FAIL|ERROR): (\S+) \(([^)\s]+)\)").unwrap());
+
+/// The failed test ids a runner's output names (pytest, unittest, `cargo test`), in order: what
+/// `validate` shows under a reference that fails, when the test hook saw none.
+pub fn failed_tests(output: &str) -> Vec<String> {
+    let mut names: Vec<String> = PYTEST_FAILED_NAME
+        .captures_iter(output)
+        .map(|c| c[1].to_owned())
+        .collect();
+    names.extend(UNITTEST_FAILED_NAME.captures_iter(output).map(|c| {
+        let (test, id) = (&c[1], &c[2]);
+        match id.ends_with(&format!(".{test}")) {
+            true => id.to_owned(),
+            false => format!("{id}.{test}"),
+        }
+    }));
+    names.extend(cargo_tests(output, "FAILED"));
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|name| seen.insert(name.clone()));
+    names
+}
+
+/// `test tests::adds ... ok` or `... FAILED` (cargo test): a test's name and outcome.
+static CARGO_TEST_LINE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^test (\S+) \.\.\. (ok|FAILED)\s*$").unwrap());
+
+/// The names of the `cargo test` tests whose line ends in `outcome` (`ok` or `FAILED`).
+pub fn cargo_tests<'a>(output: &'a str, outcome: &'a str) -> impl Iterator<Item = String> + 'a {
+    CARGO_TEST_LINE
+        .captures_iter(output)
+        .filter(move |c| &c[2] == outcome)
+        .map(|c| c[1].to_owned())
+}
+
+
+/// Per-test outcomes of one verify run, read by the one rule the judged run and every mutant run
+/// share: the ids the hook's channel reported passed or failed, and the ids a runner's own
+/// failure or result lines name (pytest's `FAILED id`, unittest's `FAIL: test (id)`, `cargo
+/// test`'s `test id ... FAILED`), whoever printed them. A failure shown either way counts: in a
+/// mutant run it is a bite, in the judged run it takes the pass away.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcomes {
+    pub passed: BTreeSet<String>,
+    pub failed: BTreeSet<String>,
+}
+
+impl Outcomes {
+    pub fn of(result: &CommandResult) -> Self {
+        let mut outcomes = Self::default();
+        if let Some(report) = &result.tests {
+            outcomes.passed.extend(report.passed.iter().cloned());
+            outcomes.failed.extend(report.failed.iter().cloned());
+        }
+        outcomes.failed.extend(failed_tests(&result.output));
+        outcomes.passed.extend(cargo_tests(&result.output, "ok"));
+        // A test reported both ways failed.
+        outcomes.passed.retain(|id| !outcomes.failed.contains(id));
+        outcomes
     }
 }
 

@@ -10,7 +10,8 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use crate::delta::CommandResult;
+use crate::delta::{CommandResult, Outcomes};
+pub use crate::delta::failed_tests;
 
 /// One line of a runner's summary, as counts.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -167,45 +168,6 @@ pub fn contradiction(result: &CommandResult) -> Option<String> {
     }
 }
 
-/// `FAILED tests/test_x.py::test_a - assert ...` and `ERROR ...` (pytest's short summary).
-static PYTEST_FAILED_NAME: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?m)^(?:FAILED|ERROR) ([^\s(]\S*)").unwrap());
-/// `FAIL: test_a (tests.test_x.XTest.test_a)`, or `(tests.test_x.XTest)` before Python 3.11.
-static UNITTEST_FAILED_NAME: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?m)^(?:FAIL|ERROR): (\S+) \(([^)\s]+)\)").unwrap());
-
-/// The failed test ids a runner's output names (pytest, unittest, `cargo test`), in order: what
-/// `validate` shows under a reference that fails, when the test hook saw none.
-pub fn failed_tests(output: &str) -> Vec<String> {
-    let mut names: Vec<String> = PYTEST_FAILED_NAME
-        .captures_iter(output)
-        .map(|c| c[1].to_owned())
-        .collect();
-    names.extend(UNITTEST_FAILED_NAME.captures_iter(output).map(|c| {
-        let (test, id) = (&c[1], &c[2]);
-        match id.ends_with(&format!(".{test}")) {
-            true => id.to_owned(),
-            false => format!("{id}.{test}"),
-        }
-    }));
-    names.extend(cargo_tests(output, "FAILED"));
-    let mut seen = std::collections::HashSet::new();
-    names.retain(|name| seen.insert(name.clone()));
-    names
-}
-
-/// `test tests::adds ... ok` or `... FAILED` (cargo test): a test's name and outcome.
-static CARGO_TEST_LINE: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?m)^test (\S+) \.\.\. (ok|FAILED)\s*$").unwrap());
-
-/// The names of the `cargo test` tests whose line ends in `outcome` (`ok` or `FAILED`).
-fn cargo_tests<'a>(output: &'a str, outcome: &'a str) -> impl Iterator<Item = String> + 'a {
-    CARGO_TEST_LINE
-        .captures_iter(output)
-        .filter(move |c| &c[2] == outcome)
-        .map(|c| c[1].to_owned())
-}
-
 /// What a verify run shows of its tests: what `validate` records from the reference solution
 /// and what every trial must show again.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -218,6 +180,10 @@ pub struct TestEvidence {
     /// the output of `cargo test`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<String>,
+    /// Ids the reference's own run reported failed (a test the fix does not cover): the only
+    /// failures a passing trial may show.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<String>,
     /// Mutants of the hidden tests that made the reference fail: a sample of them runs with
     /// every passing trial.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -236,24 +202,27 @@ impl TestEvidence {
         }
         runners.sort();
         runners.dedup();
+        let failed_ids: Vec<String> = Outcomes::of(result).failed.into_iter().collect();
         match hooked {
             Some(report) => Self {
                 runners,
                 ran: report.ran(),
                 passed: report.passed.len() as u64,
                 names: report.passed.iter().cloned().collect(),
+                failed: failed_ids,
                 mutants: Vec::new(),
             },
             None => {
                 let ran: u64 = found.iter().map(|(_, s)| s.ran).sum();
                 let failed: u64 = found.iter().map(|(_, s)| s.failed).sum();
                 let names =
-                    cargo_tests(&result.output, "ok").collect::<std::collections::BTreeSet<_>>();
+                    crate::delta::cargo_tests(&result.output, "ok").collect::<std::collections::BTreeSet<_>>();
                 Self {
                     runners,
                     ran,
                     passed: ran.saturating_sub(failed),
                     names: names.into_iter().collect(),
+                    failed: failed_ids,
                     mutants: Vec::new(),
                 }
             }
@@ -300,6 +269,27 @@ impl TestEvidence {
         }
         None
     }
+}
+
+/// Why a passing verify run is no pass: it reports a test failed (on the hook's channel, or in
+/// a runner's own failure line, whoever printed it) that the reference's run did not. The
+/// judged run is read by the rule a mutant run is read by, where such a failure is a bite: a
+/// failure forged in both runs cannot make the mutants bite and the judged run pass.
+pub fn failures_shown(result: &CommandResult, expected: Option<&TestEvidence>) -> Option<String> {
+    let allowed = expected.map(|e| e.failed.as_slice()).unwrap_or_default();
+    let failed: Vec<String> = Outcomes::of(result)
+        .failed
+        .into_iter()
+        .filter(|id| !allowed.contains(id))
+        .collect();
+    let first = failed.first()?;
+    let more = match failed.len() {
+        1 => String::new(),
+        n => format!(" (+{} more)", n - 1),
+    };
+    Some(format!(
+        "the verify run reports failed tests while it passed: {first}{more} (a failure on the test hook's channel or in a runner's output is never part of a pass)"
+    ))
 }
 
 /// A Python process of the verify command that loaded the hook and never exited normally,

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Score;
-use super::evidence::{TestEvidence, contradiction, unclean_exit};
+use super::evidence::{TestEvidence, contradiction, failures_shown, unclean_exit};
 use crate::delta::EnvironmentDelta;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +62,11 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
         );
     }
     if let Some(why) = contradiction(result).or_else(|| unclean_exit(result)) {
+        return Verdict::not_passed(Judgement::Invalid, why);
+    }
+    if input.score.passed
+        && let Some(why) = failures_shown(result, input.expected)
+    {
         return Verdict::not_passed(Judgement::Invalid, why);
     }
     if input.score.passed
@@ -217,6 +222,36 @@ mod tests {
         assert_eq!(
             judge(&delta(0, "all good\n"), None).judgement,
             Judgement::Pass
+        );
+    }
+
+    #[test]
+    fn a_pass_that_reports_a_failure_is_invalid_unless_the_reference_failed_it_too() {
+        let mut forged = delta(0, "test tests.test_x.C.test_y ... FAILED\n");
+        forged.command_result.tests = Some(TestReport {
+            interpreters: 1,
+            runners: ["unittest".to_owned()].into(),
+            passed: ["tests.test_x.C.test_y".to_owned()].into(),
+            failed: ["tests/test_x.py::C::test_y[x]".to_owned()].into(),
+            ..TestReport::default()
+        });
+        let v = judge(&forged, None);
+        assert_eq!(v.judgement, Judgement::Invalid);
+        assert!(v.reason.unwrap().contains("reports failed tests while it passed"));
+        let expected = TestEvidence {
+            runners: vec!["unittest".into()],
+            ran: 1,
+            passed: 1,
+            names: vec!["tests.test_x.C.test_y".into()],
+            failed: vec!["tests/test_x.py::C::test_y[x]".into()],
+            ..TestEvidence::default()
+        };
+        assert_eq!(judge(&forged, Some(&expected)).judgement, Judgement::Invalid);
+        forged.command_result.output.clear();
+        assert_eq!(
+            judge(&forged, Some(&expected)).judgement,
+            Judgement::Pass,
+            "a failure the reference showed too stays allowed"
         );
     }
 

@@ -52,6 +52,7 @@ impl Environments {
                 home,
                 readable: Vec::new(),
                 writable: Vec::new(),
+                read_only: Vec::new(),
                 label: self.label.clone(),
                 route: None,
                 limits: environment.limits,

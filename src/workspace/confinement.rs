@@ -28,6 +28,23 @@ impl Confinement {
         }
     }
 
+    /// The same, with `paths` (files inside the workspace) mounted read-only over the
+    /// workspace's writable mount: a write to one fails inside. On the host nothing can be
+    /// mounted; the caller watches them instead.
+    pub fn read_only(self, paths: &[std::path::PathBuf]) -> Self {
+        match self {
+            Self::Host => Self::Host,
+            Self::Sandbox(mut policy) => {
+                policy.read_only = paths.to_vec();
+                Self::Sandbox(policy)
+            }
+            Self::Container(mut policy) => {
+                policy.read_only = paths.to_vec();
+                Self::Container(policy)
+            }
+        }
+    }
+
     /// Whether a wrapped command reached its own program; `false` is the wrapper's failure
     /// (the runtime or bubblewrap could not start it), never the command's.
     pub fn started(&self, ended: &ProcessOutput) -> bool {

@@ -684,6 +684,9 @@ pub struct ContainerPolicy {
     pub readable: Vec<PathBuf>,
     /// Host paths (files or folders) mounted read-write at the same path.
     pub writable: Vec<PathBuf>,
+    /// Files inside the workspace mounted read-only over it, at their place under the workdir
+    /// (the hidden tests while verify runs).
+    pub read_only: Vec<PathBuf>,
     /// The run's lease id: the containers' label, and part of their names.
     pub label: String,
     /// How the command reaches the gateway under [`Network::Model`].
@@ -824,6 +827,8 @@ impl ContainerPolicy {
             add(&["--http-proxy=false"]);
         }
         add(&["--name", name]);
+        // Not the container's id: two runs of one trial see the same host name.
+        add(&["--hostname", "deltabench"]);
         add(&["--label", &format!("{RUN_LABEL}={}", self.label)]);
         // `model`: the container's own network, with only the forwarded port in it.
         let network = match self.network {
@@ -847,6 +852,14 @@ impl ContainerPolicy {
         };
         argv.push("-v".into());
         argv.push(bind(workspace, &self.workdir, ":rw"));
+        for file in &self.read_only {
+            if let Ok(rest) = file.strip_prefix(workspace)
+                && file.exists()
+            {
+                argv.push("-v".into());
+                argv.push(bind(file, &self.workdir.join(rest), ":ro"));
+            }
+        }
         argv.push("-w".into());
         argv.push(self.workdir.clone().into());
         argv.push("-v".into());
@@ -1007,6 +1020,7 @@ mod tests {
             home,
             readable: Vec::new(),
             writable: Vec::new(),
+            read_only: Vec::new(),
             label: "run-1".into(),
             route: None,
             limits: Limits::default(),

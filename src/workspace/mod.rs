@@ -38,7 +38,7 @@ pub use error::{GitError, HistoryStep, PrepareError, TreeError};
 pub use git::{git_command, harness_signature, resolve_commit};
 pub use model_route::{ModelRoute, SANDBOX_SOCKET_DIR, forward_then_exec};
 pub use overlay::{
-    EntryKind, Overlay, OverlayError, PatchError, PatchedFile, apply_overlay, patched_files,
+    EntryKind, Overlay, OverlayError, PatchError, PatchedFile, apply_overlay, apply_overlay_edited, patched_files,
     write_entry,
 };
 pub use overlayfs::{EvictedTemplate, MADE, OverlayBackend, evict_templates, overlay_changes};

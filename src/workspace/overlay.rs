@@ -131,13 +131,31 @@ pub fn apply_overlay(
     overlay: &Overlay,
     objects: Option<&Path>,
 ) -> Result<Vec<String>, OverlayError> {
+    apply_overlay_edited(workspace, base, overlay, objects, &mut |_, _| {})
+}
+
+/// As [`apply_overlay`], with each file's content passed through `edit` (its workspace-relative
+/// path, its bytes) before it is written: every file is written once, through one path, whatever
+/// the edit (the mutation check's mutants are spliced in here, so a mutated test file is laid
+/// exactly as an unmutated one is).
+pub fn apply_overlay_edited(
+    workspace: &Path,
+    base: &str,
+    overlay: &Overlay,
+    objects: Option<&Path>,
+    edit: &mut dyn FnMut(&Path, &mut Vec<u8>),
+) -> Result<Vec<String>, OverlayError> {
     match overlay {
-        Overlay::Dir(dir) => copy_dir(workspace, dir),
-        Overlay::Patch(patch) => apply_patch(workspace, base, patch, objects),
+        Overlay::Dir(dir) => copy_dir(workspace, dir, edit),
+        Overlay::Patch(patch) => apply_patch(workspace, base, patch, objects, edit),
     }
 }
 
-fn copy_dir(workspace: &Path, source: &Path) -> Result<Vec<String>, OverlayError> {
+fn copy_dir(
+    workspace: &Path,
+    source: &Path,
+    edit: &mut dyn FnMut(&Path, &mut Vec<u8>),
+) -> Result<Vec<String>, OverlayError> {
     let mut written = Vec::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(relative) = stack.pop() {
@@ -153,7 +171,8 @@ fn copy_dir(workspace: &Path, source: &Path) -> Result<Vec<String>, OverlayError
             if kind.is_dir() {
                 stack.push(rel);
             } else {
-                let content = fs::read(entry.path()).map_err(io_err(&entry.path()))?;
+                let mut content = fs::read(entry.path()).map_err(io_err(&entry.path()))?;
+                edit(&rel, &mut content);
                 let mode = entry
                     .metadata()
                     .map_err(io_err(&entry.path()))?
@@ -173,6 +192,7 @@ fn apply_patch(
     base: &str,
     patch: &Path,
     objects: Option<&Path>,
+    edit: &mut dyn FnMut(&Path, &mut Vec<u8>),
 ) -> Result<Vec<String>, OverlayError> {
     let perr = |message: String| OverlayError::Patch {
         path: patch.to_owned(),
@@ -195,8 +215,13 @@ fn apply_patch(
         .find_object(oid, None)
         .and_then(|object| object.peel_to_tree())
         .map_err(|e| perr(format!("base {base}: {}", e.message())))?;
-    let files = patched_files(&repo, &tree, &bytes)
+    let mut files = patched_files(&repo, &tree, &bytes)
         .map_err(|why| perr(format!("does not apply to the base {base}: {why}")))?;
+    for file in &mut files {
+        if let Some((content, EntryKind::File | EntryKind::Executable)) = &mut file.content {
+            edit(&file.path, content);
+        }
+    }
     // Removals first: a file the patch deletes may be where it writes a directory.
     for file in files.iter().filter(|f| f.content.is_none()) {
         remove_file(workspace, &file.path)?;

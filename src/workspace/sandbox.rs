@@ -183,6 +183,8 @@ pub struct SandboxPolicy {
     pub hidden: Vec<PathBuf>,
     /// Host paths exposed read-only.
     pub readable: Vec<PathBuf>,
+    /// Files inside the workspace mounted read-only over it (the hidden tests while verify runs).
+    pub read_only: Vec<PathBuf>,
     /// How the command reaches the gateway under [`Network::Model`].
     pub route: Option<ModelRoute>,
 }
@@ -211,6 +213,7 @@ impl SandboxPolicy {
             network: Network::None,
             hidden: Vec::new(),
             readable: Vec::new(),
+            read_only: Vec::new(),
             route: None,
         }
     }
@@ -343,6 +346,9 @@ impl SandboxPolicy {
         }
         // Last, so nothing is mounted over them.
         args.flags(&["--bind"]).path(workspace).path(workspace);
+        for file in self.read_only.iter().filter(|f| f.starts_with(workspace) && f.exists()) {
+            args.flags(&["--ro-bind"]).path(file).path(file);
+        }
         args.flags(&["--bind"]).path(&self.home).path(&self.home);
         args.seal();
         args.flags(&["--setenv", "HOME"]).path(&self.home);
