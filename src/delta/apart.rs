@@ -217,7 +217,13 @@ mod tests {
         apart.restore(parked, mutant_name).unwrap();
         assert_eq!(
             names(trial),
-            ["diff.patch", "mutants-home", "mutants.log", "verify-home", "verify.log"]
+            [
+                "diff.patch",
+                "mutants-home",
+                "mutants.log",
+                "verify-home",
+                "verify.log"
+            ]
         );
         assert_eq!(
             std::fs::read_to_string(trial.join("mutants.log")).unwrap(),

@@ -365,7 +365,10 @@ mod tests {
         let (applied, skipped) = splicer.finish();
         assert_eq!(applied.len(), 2);
         assert_eq!(skipped.len(), 2, "{skipped:?}");
-        assert!(skipped[1].contains("not a file the hidden tests lay"), "{skipped:?}");
+        assert!(
+            skipped[1].contains("not a file the hidden tests lay"),
+            "{skipped:?}"
+        );
         assert_eq!(bytes, b"a == 6 and b == 70\n");
         assert_eq!(other, b"untouched");
         let rounds = rounds(&[

@@ -15,12 +15,12 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
+use super::apart::{Apart, mutant_name};
 use super::channel::Channel;
 use super::container::ContainerCapture;
 use super::mutate::{self, BitingMutant, Listing, Mutant, MutateError, MutationReport};
-use super::apart::{Apart, mutant_name};
-use super::tests_report::Outcomes;
 use super::snapshot::{EntryKind, FileChange, Snapshot, SnapshotError, snapshot};
+use super::tests_report::Outcomes;
 use super::{
     CommandResult, DeltaProbe, EnvironmentDelta, ProbeContext, ProbeError, ProbeErrorKind,
     TestReport,
@@ -28,7 +28,7 @@ use super::{
 use crate::process::{self, CommandSpec};
 use crate::workspace::{
     Confinement, ContainerPolicy, Isolation, Overlay, WorkspaceBase, WorkspaceProvisioner,
-    apply_overlay, apply_overlay_edited, container_started, write_entry,
+    apply_overlay, apply_overlay_edited, container_started, settle_times, settle_tree, write_entry,
 };
 use std::os::unix::ffi::OsStrExt;
 
@@ -563,6 +563,17 @@ impl TaskProbe {
                 .map_err(|e| ProbeError::new(ProbeErrorKind::HiddenTests, e.to_string()))?,
                 None => Vec::new(),
             };
+            let laid_paths = changes
+                .iter()
+                .filter(|c| !not_verified(c))
+                .map(|c| c.path())
+                .chain(written.iter().map(Path::new));
+            settle_times(&dir, laid_paths).map_err(|e| {
+                ProbeError::new(
+                    ProbeErrorKind::Verify,
+                    format!("cannot set the verify workspace's times: {e}"),
+                )
+            })?;
             let listing = listing_wanted.then(|| mutate::list(&dir, &written));
             let (applied, notes) = splicer.finish();
             // Read-only, and hashed: a hidden test the command rewrites (a build script, a
@@ -607,7 +618,8 @@ impl TaskProbe {
         }
         // The hidden tests read-only inside the sandbox or container (a write fails there), and
         // watched in every isolation: a write, even one undone before the end, is tampering.
-        let hidden_paths: Vec<PathBuf> = laid.hashes.iter().map(|(p, _)| workspace.join(p)).collect();
+        let hidden_paths: Vec<PathBuf> =
+            laid.hashes.iter().map(|(p, _)| workspace.join(p)).collect();
         let confinement = self.confinement.clone().read_only(&hidden_paths);
         let spec = confinement.wrap(workspace, spec).map_err(|e| {
             ProbeError::new(
@@ -615,17 +627,26 @@ impl TaskProbe {
                 format!("cannot prepare the verify command's home: {e}"),
             )
         })?;
+        // The home's times too, the same in every run (see `settle_times`).
+        if let Some(home) = self.home().filter(|home| home.exists()) {
+            settle_tree(&home).map_err(|e| {
+                ProbeError::new(
+                    ProbeErrorKind::Verify,
+                    format!("cannot set the verify home's times: {e}"),
+                )
+            })?;
+        }
         let watch = super::watch::Watch::files(
             workspace,
             provisioned.changes.as_deref(),
             laid.hashes.iter().map(|(p, _)| p.as_str()),
         )
         .map_err(|e| {
-                ProbeError::new(
-                    ProbeErrorKind::Verify,
-                    format!("cannot watch the hidden tests: {e}"),
-                )
-            })?;
+            ProbeError::new(
+                ProbeErrorKind::Verify,
+                format!("cannot watch the hidden tests: {e}"),
+            )
+        })?;
         let ended = process::run(&spec, &never).await.map_err(|e| {
             ProbeError::new(
                 ProbeErrorKind::Verify,
@@ -759,9 +780,7 @@ pub fn never_verified(path: &Path) -> bool {
 }
 
 fn not_verified(change: &FileChange) -> bool {
-    match change {
-        FileChange::Write { path, .. } | FileChange::Remove { path } => never_verified(path),
-    }
+    never_verified(change.path())
 }
 
 /// Makes each hidden test file read-only and returns its hash.

@@ -38,6 +38,15 @@ pub enum FileChange {
     Remove { path: PathBuf },
 }
 
+impl FileChange {
+    /// The path written or removed, relative to the workspace.
+    pub fn path(&self) -> &Path {
+        match self {
+            FileChange::Write { path, .. } | FileChange::Remove { path } => path,
+        }
+    }
+}
+
 /// The agent's delta as the harness sees it.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {

@@ -144,7 +144,6 @@ pub fn cargo_tests<'a>(output: &'a str, outcome: &'a str) -> impl Iterator<Item 
         .map(|c| c[1].to_owned())
 }
 
-
 /// Per-test outcomes of one verify run, read by the one rule the judged run and every mutant run
 /// share: the ids the hook's channel reported passed or failed, and the ids a runner's own
 /// failure or result lines name (pytest's `FAILED id`, unittest's `FAIL: test (id)`, `cargo

@@ -62,7 +62,11 @@ impl Watch {
                     continue;
                 };
                 let wd = watch.inotify.add_watch(dir, DIR_EVENTS)?;
-                match watch.watched.entry(wd).or_insert(Watched::Dir(BTreeMap::new())) {
+                match watch
+                    .watched
+                    .entry(wd)
+                    .or_insert(Watched::Dir(BTreeMap::new()))
+                {
                     Watched::Dir(names) => {
                         names.insert(name.to_owned(), file.to_owned());
                     }
@@ -116,7 +120,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::create_dir_all(root.join("tests")).unwrap();
-        for name in ["tests/it.rs", "tests/other.rs", "tests/moved.rs", "tests/read.rs"] {
+        for name in [
+            "tests/it.rs",
+            "tests/other.rs",
+            "tests/moved.rs",
+            "tests/read.rs",
+        ] {
             std::fs::write(root.join(name), "original").unwrap();
         }
         let watch = Watch::files(

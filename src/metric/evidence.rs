@@ -10,8 +10,8 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use crate::delta::{CommandResult, Outcomes};
 pub use crate::delta::failed_tests;
+use crate::delta::{CommandResult, Outcomes};
 
 /// One line of a runner's summary, as counts.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -215,8 +215,8 @@ impl TestEvidence {
             None => {
                 let ran: u64 = found.iter().map(|(_, s)| s.ran).sum();
                 let failed: u64 = found.iter().map(|(_, s)| s.failed).sum();
-                let names =
-                    crate::delta::cargo_tests(&result.output, "ok").collect::<std::collections::BTreeSet<_>>();
+                let names = crate::delta::cargo_tests(&result.output, "ok")
+                    .collect::<std::collections::BTreeSet<_>>();
                 Self {
                     runners,
                     ran,

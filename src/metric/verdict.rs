@@ -237,7 +237,11 @@ mod tests {
         });
         let v = judge(&forged, None);
         assert_eq!(v.judgement, Judgement::Invalid);
-        assert!(v.reason.unwrap().contains("reports failed tests while it passed"));
+        assert!(
+            v.reason
+                .unwrap()
+                .contains("reports failed tests while it passed")
+        );
         let expected = TestEvidence {
             runners: vec!["unittest".into()],
             ran: 1,
@@ -246,7 +250,10 @@ mod tests {
             failed: vec!["tests/test_x.py::C::test_y[x]".into()],
             ..TestEvidence::default()
         };
-        assert_eq!(judge(&forged, Some(&expected)).judgement, Judgement::Invalid);
+        assert_eq!(
+            judge(&forged, Some(&expected)).judgement,
+            Judgement::Invalid
+        );
         forged.command_result.output.clear();
         assert_eq!(
             judge(&forged, Some(&expected)).judgement,

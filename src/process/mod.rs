@@ -527,12 +527,19 @@ fn parent_and_group(pid: i32) -> Option<(i32, i32)> {
 /// Not inherited by a command: a build folder shared across workspaces.
 pub const SHARED_BUILD_DIR: &str = "CARGO_TARGET_DIR";
 
+/// close_range(2)'s flag: mark the range close-on-exec instead of closing it now (std's own
+/// exec-error pipe must stay open until exec).
+const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+
 /// Runs `spec` to completion (or timeout, or cancellation) and returns how it ended.
 ///
 /// An `Err` means the child could not be started at all.
 pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<ProcessOutput> {
     let started = Instant::now();
-    let (read_end, write_end) = nix::unistd::pipe().map_err(io::Error::from)?;
+    // Close-on-exec, every pipe: a command started meanwhile by another trial must not inherit
+    // this one's (the child gets its ends as 0-2, where the flag is cleared).
+    let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from);
+    let (read_end, write_end) = pipe()?;
     let write_err = write_end.try_clone()?;
     let Some((program, args)) = spec.argv.split_first() else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));
@@ -547,7 +554,7 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
         command.env_remove(SHARED_BUILD_DIR);
     }
     let stdout_pipe = match &spec.stdout {
-        Some(_) => Some(nix::unistd::pipe().map_err(io::Error::from)?),
+        Some(_) => Some(pipe()?),
         None => None,
     };
     let (stdout_read, stdout_write) = match stdout_pipe {
@@ -575,11 +582,7 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
     become_subreaper();
     let procs = cgroup.as_ref().map(cgroup::Cgroup::procs_fd);
     let harness = std::process::id() as libc::pid_t;
-    let status_pipe = if spec.status_fd {
-        Some(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?)
-    } else {
-        None
-    };
+    let status_pipe = if spec.status_fd { Some(pipe()?) } else { None };
     let status_write = status_pipe
         .as_ref()
         .map(|(_, write)| std::os::fd::AsRawFd::as_raw_fd(write));
@@ -605,6 +608,15 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
                     return Err(io::Error::last_os_error());
                 }
             }
+            // Whatever else the harness holds open (a library's descriptor without the flag)
+            // closes at exec: the command sees 0-2, and 3 when it was asked for.
+            let first_unkept: libc::c_uint = if status_write.is_some() { 4 } else { 3 };
+            libc::syscall(
+                libc::SYS_close_range,
+                first_unkept,
+                libc::c_uint::MAX,
+                CLOSE_RANGE_CLOEXEC,
+            );
             match procs {
                 Some(procs) => cgroup::join_from_child(procs),
                 None => Ok(()),

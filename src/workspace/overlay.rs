@@ -546,6 +546,70 @@ pub fn write_entry(
     }
 }
 
+/// Sets the times of what was laid in `workspace` (`relative` paths, in the order written, then
+/// every folder above them, deepest first, the root last) the same way in every run: each is
+/// stat'ed, so the kernel's multigrain clock gives the next update a fine-grained time, then
+/// touched, so birth < mtime == ctime always. Without it, whether a file's mtime equals its
+/// birth depends on how fast it was written and on other processes' stat calls, and a verify
+/// command could tell two runs of one trial apart by it.
+pub fn settle_times<'a>(
+    workspace: &Path,
+    relative: impl IntoIterator<Item = &'a Path>,
+) -> Result<(), OverlayError> {
+    use nix::sys::stat::{UtimensatFlags, utimensat};
+    use nix::sys::time::TimeSpec;
+    let mut folders = std::collections::BTreeSet::new();
+    let touch = |path: &Path| -> Result<(), OverlayError> {
+        if fs::symlink_metadata(path).is_err() {
+            return Ok(()); // removed
+        }
+        utimensat(
+            nix::fcntl::AT_FDCWD,
+            path,
+            &TimeSpec::UTIME_NOW,
+            &TimeSpec::UTIME_NOW,
+            UtimensatFlags::NoFollowSymlink,
+        )
+        .map_err(|e| io_err(path)(std::io::Error::from(e)))
+    };
+    for path in relative {
+        touch(&workspace.join(path))?;
+        folders.extend(path.ancestors().skip(1).map(Path::to_owned));
+    }
+    // Deepest first: touching a folder's entry never changes the folder, but writing one did.
+    let mut folders: Vec<_> = folders.into_iter().collect();
+    folders.sort_by_key(|f| std::cmp::Reverse(f.components().count()));
+    for folder in folders {
+        touch(&workspace.join(folder))?;
+    }
+    Ok(())
+}
+
+/// [`settle_times`] for everything under `root`, `root` included: a folder the harness prepares
+/// whole, like a verify run's home.
+pub fn settle_tree(root: &Path) -> Result<(), OverlayError> {
+    fn walk(root: &Path, relative: &Path, out: &mut Vec<PathBuf>) -> Result<(), OverlayError> {
+        let dir = root.join(relative);
+        let mut entries: Vec<_> = fs::read_dir(&dir)
+            .map_err(io_err(&dir))?
+            .map(|entry| entry.map(|e| (e.file_name(), e.file_type())))
+            .collect::<Result<_, _>>()
+            .map_err(io_err(&dir))?;
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, kind) in entries {
+            let path = relative.join(name);
+            if kind.map_err(io_err(&dir))?.is_dir() {
+                walk(root, &path, out)?;
+            }
+            out.push(path);
+        }
+        Ok(())
+    }
+    let mut paths = Vec::new();
+    walk(root, Path::new(""), &mut paths)?;
+    settle_times(root, paths.iter().map(PathBuf::as_path))
+}
+
 fn remove_file(workspace: &Path, relative: &Path) -> Result<(), OverlayError> {
     let target = prepare_parent(workspace, relative)?;
     match fs::symlink_metadata(&target) {

@@ -346,7 +346,11 @@ impl SandboxPolicy {
         }
         // Last, so nothing is mounted over them.
         args.flags(&["--bind"]).path(workspace).path(workspace);
-        for file in self.read_only.iter().filter(|f| f.starts_with(workspace) && f.exists()) {
+        for file in self
+            .read_only
+            .iter()
+            .filter(|f| f.starts_with(workspace) && f.exists())
+        {
             args.flags(&["--ro-bind"]).path(file).path(file);
         }
         args.flags(&["--bind"]).path(&self.home).path(&self.home);

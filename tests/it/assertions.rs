@@ -13,11 +13,11 @@ use std::path::Path;
 
 use crate::common::{deltabench, git, git_repo, stderr, stdout, temp_dir, trials, write_files};
 
-const HIDDEN: &str = "import unittest\nfrom calc import add\n\n\
+pub const HIDDEN: &str = "import unittest\nfrom calc import add\n\n\
 class TestCalc(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n    \
 def test_zero(self):\n        self.assertEqual(add(0, 4), 4)\n";
 
-const FIX: &str = "printf 'def add(a, b):\\n    return a + b\\n' > calc.py\n";
+pub const FIX: &str = "printf 'def add(a, b):\\n    return a + b\\n' > calc.py\n";
 
 /// Appended to the buggy calc.py by the in-process attacks.
 const PATCHED_ASSERTIONS: &str = "import unittest\n\
@@ -30,7 +30,7 @@ try:
 except ImportError:
     pass
 "#;
-const ALWAYS_EQUAL: &str = r#"class _Any(int):
+pub const ALWAYS_EQUAL: &str = r#"class _Any(int):
     def __eq__(self, other):
         return True
     def __ne__(self, other):
@@ -183,7 +183,7 @@ fn attacks() -> Vec<(&'static str, String)> {
     ]
 }
 
-fn repo(root: &Path) {
+pub fn repo(root: &Path) {
     // No `__pycache__` in .gitignore: the bytecode an agent writes shows in its diff.
     git_repo(
         root,
@@ -202,7 +202,12 @@ fn repo(root: &Path) {
     );
 }
 
-fn suite_yaml(root: &Path, isolation: &str, agents: &[(&str, String)], protected: &str) -> String {
+pub fn suite_yaml(
+    root: &Path,
+    isolation: &str,
+    agents: &[(&str, String)],
+    protected: &str,
+) -> String {
     let mut yaml = format!(
         "name: assertions\nrepo: repo\ndefaults:\n  isolation: {isolation}\n  mutants: 2\nagents:\n"
     );
@@ -274,7 +279,7 @@ fn validate(root: &Path, extra: &[&str]) -> String {
 }
 
 /// Validates (once per folder), runs every agent, and returns the records by (task, agent).
-fn validate_and_run(
+pub fn validate_and_run(
     root: &Path,
     yaml: &str,
     out: &str,
@@ -336,7 +341,7 @@ fn validate_and_run(
     records
 }
 
-fn expect(
+pub fn expect(
     records: &BTreeMap<(String, String), serde_json::Value>,
     task: &str,
     agent: &str,
@@ -476,7 +481,7 @@ fn a_report_forged_after_the_tests_ran_does_not_take_their_failures_back() {
                 task,
                 "forged_after_the_run",
                 &["invalid"],
-                "did not pass here",
+                "reports failed tests while it passed",
             );
             // What the harness received, not the forged file: both tests failed in the real
             // run (the bug breaks both), so none of the runner's own ids passed; the forged
@@ -517,7 +522,7 @@ fn a_report_forged_after_the_tests_ran_does_not_take_their_failures_back() {
         "unittest",
         "forged_after_the_run",
         &["invalid"],
-        "did not pass here",
+        "reports failed tests while it passed",
     );
 }
 

@@ -23,6 +23,7 @@ mod model;
 mod patches;
 mod prepared;
 mod procs;
+mod proof;
 mod real_rows;
 mod real_tasks;
 mod redaction;
