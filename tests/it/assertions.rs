@@ -703,7 +703,7 @@ fn a_symlink_out_of_the_workspace_and_a_user_site_pth_do_not_pass() {
     }
 }
 
-const CRATE: &[(&str, &str)] = &[
+pub const CRATE: &[(&str, &str)] = &[
     (
         "Cargo.toml",
         "[package]\nname = \"calc\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n",
@@ -715,7 +715,7 @@ const CRATE: &[(&str, &str)] = &[
     (".gitignore", "target/\n"),
 ];
 
-const RUST_HIDDEN: &str = "use calc::add;\n\n#[test]\nfn adds() {\n    assert_eq!(add(2.0, 3.0), 5.0);\n}\n\n\
+pub const RUST_HIDDEN: &str = "use calc::add;\n\n#[test]\nfn adds() {\n    assert_eq!(add(2.0, 3.0), 5.0);\n}\n\n\
 #[test]\nfn adds_zero() {\n    assert_eq!(add(0.0, 4.0), 4.0);\n}\n";
 
 /// A cargo task: a type whose `PartialEq<f64>` always holds is caught by the mutation check; a
