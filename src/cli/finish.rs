@@ -19,6 +19,9 @@ pub(super) fn finish_run(
         report::table(&summaries),
         outcome.run_dir.display()
     ));
+    if let Some(note) = unconfined_note(plan) {
+        eprintln!("{note}");
+    }
     for leftover in &outcome.leftovers {
         eprintln!("warning: could not clean up {leftover}");
     }
@@ -49,4 +52,24 @@ pub(super) fn finish_run(
         return Ok(Exit::Unscored);
     }
     Ok(gate)
+}
+
+/// `worktree` on the host confines nothing: said after every run that used it, so nobody reads
+/// its passes as a sandbox's.
+fn unconfined_note(plan: &runner::Plan) -> Option<String> {
+    let unconfined = plan
+        .tasks
+        .iter()
+        .map(|&i| &plan.suite.tasks[i])
+        .filter(|t| t.environment.is_none() && t.isolation != crate::workspace::Isolation::Sandbox)
+        .count();
+    let tasks = match unconfined {
+        0 => return None,
+        1 => "1 task".to_owned(),
+        n => format!("{n} tasks"),
+    };
+    Some(format!(
+        "note: {tasks} ran unconfined (`worktree`): the agent could read and write anything this \
+         user can; for agents you do not trust use `isolation: sandbox` (docs/threat-model.md)"
+    ))
 }

@@ -28,7 +28,8 @@ use super::{
 use crate::process::{self, CommandSpec};
 use crate::workspace::{
     Confinement, ContainerPolicy, Isolation, Overlay, WorkspaceBase, WorkspaceProvisioner,
-    apply_overlay, apply_overlay_edited, container_started, settle_times, settle_tree, write_entry,
+    apply_overlay, apply_overlay_edited, container_started, settle_beside, settle_times,
+    settle_tree, write_entry,
 };
 use std::os::unix::ffi::OsStrExt;
 
@@ -563,6 +564,12 @@ impl TaskProbe {
                 .map_err(|e| ProbeError::new(ProbeErrorKind::HiddenTests, e.to_string()))?,
                 None => Vec::new(),
             };
+            let listing = listing_wanted.then(|| mutate::list(&dir, &written));
+            let (applied, notes) = splicer.finish();
+            // Read-only, and hashed: a hidden test the command rewrites (a build script, a
+            // plugin) is caught after it ran.
+            let hashes = hidden_hashes(&dir, &written);
+            // Last, after every read and mode change of the laid files.
             let laid_paths = changes
                 .iter()
                 .filter(|c| !not_verified(c))
@@ -574,11 +581,6 @@ impl TaskProbe {
                     format!("cannot set the verify workspace's times: {e}"),
                 )
             })?;
-            let listing = listing_wanted.then(|| mutate::list(&dir, &written));
-            let (applied, notes) = splicer.finish();
-            // Read-only, and hashed: a hidden test the command rewrites (a build script, a
-            // plugin) is caught after it ran.
-            let hashes = hidden_hashes(&dir, &written);
             Ok(Laid {
                 listing,
                 applied,
@@ -627,15 +629,20 @@ impl TaskProbe {
                 format!("cannot prepare the verify command's home: {e}"),
             )
         })?;
-        // The home's times too, the same in every run (see `settle_times`).
-        if let Some(home) = self.home().filter(|home| home.exists()) {
-            settle_tree(&home).map_err(|e| {
-                ProbeError::new(
-                    ProbeErrorKind::Verify,
-                    format!("cannot set the verify home's times: {e}"),
-                )
-            })?;
-        }
+        // The home's times too, and those of the overlay's own folders beside the workspace
+        // (its upper and work folders), the same in every run (see `settle_times`).
+        let beside = provisioned.changes.as_deref().and_then(Path::parent);
+        let settled = self
+            .home()
+            .filter(|home| home.exists())
+            .map_or(Ok(()), |home| settle_tree(&home))
+            .and_then(|()| beside.map_or(Ok(()), |own| settle_beside(own, workspace)));
+        settled.map_err(|e| {
+            ProbeError::new(
+                ProbeErrorKind::Verify,
+                format!("cannot set the verify run's file times: {e}"),
+            )
+        })?;
         let watch = super::watch::Watch::files(
             workspace,
             provisioned.changes.as_deref(),

@@ -39,7 +39,7 @@ pub use git::{git_command, harness_signature, resolve_commit};
 pub use model_route::{ModelRoute, SANDBOX_SOCKET_DIR, forward_then_exec};
 pub use overlay::{
     EntryKind, Overlay, OverlayError, PatchError, PatchedFile, apply_overlay, apply_overlay_edited,
-    patched_files, settle_times, settle_tree, write_entry,
+    patched_files, settle_beside, settle_times, settle_tree, write_entry,
 };
 pub use overlayfs::{EvictedTemplate, MADE, OverlayBackend, evict_templates, overlay_changes};
 pub use remove::{LeftBehind, RemoveError, mounts_below, remove_tree, unmount_below};

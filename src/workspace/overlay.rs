@@ -610,6 +610,26 @@ pub fn settle_tree(root: &Path) -> Result<(), OverlayError> {
     settle_times(root, paths.iter().map(PathBuf::as_path))
 }
 
+/// [`settle_tree`] for the folder `own` that holds a workspace mounted at `workspace` (an
+/// overlay's upper and work folders beside it): everything in it but the mounted tree.
+pub fn settle_beside(own: &Path, workspace: &Path) -> Result<(), OverlayError> {
+    let mut names: Vec<_> = fs::read_dir(own)
+        .map_err(io_err(own))?
+        .map(|entry| entry.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()
+        .map_err(io_err(own))?;
+    names.sort();
+    for name in &names {
+        let path = own.join(name);
+        if path != workspace && fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            // Best effort inside: the kernel makes an overlay's `work/work` readable by root
+            // alone, and a user without it has no other way in either.
+            let _ = settle_tree(&path);
+        }
+    }
+    settle_times(own, names.iter().map(Path::new))
+}
+
 fn remove_file(workspace: &Path, relative: &Path) -> Result<(), OverlayError> {
     let target = prepare_parent(workspace, relative)?;
     match fs::symlink_metadata(&target) {

@@ -237,7 +237,7 @@ def _fp():
     def meta(path):
         st = os.lstat(path)
         size = st.st_size if not stat.S_ISDIR(st.st_mode) else '-'
-        return [oct(st.st_mode), st.st_uid, st.st_gid, size, st.st_nlink, st.st_mtime_ns == st.st_ctime_ns, birth_is_mtime(path)]
+        return [oct(st.st_mode), st.st_uid, st.st_gid, size, st.st_nlink, st.st_mtime_ns == st.st_ctime_ns, st.st_atime_ns == st.st_mtime_ns, birth_is_mtime(path)]
     home = os.environ.get('HOME', '')
     for where in [home, os.path.dirname(home), os.getcwd(), os.path.dirname(os.getcwd()), os.environ.get('TMPDIR', '/tmp')]:
         try:
