@@ -14,6 +14,7 @@ mod environments;
 mod exits;
 mod gaming;
 mod gateway;
+mod history_objects;
 mod hostile;
 mod import;
 mod init;
