@@ -19,6 +19,16 @@ pub(super) fn finish_run(
         report::table(&summaries),
         outcome.run_dir.display()
     ));
+    let unvalidated = plan.unvalidated();
+    if !unvalidated.is_empty() {
+        print_stdout(&format!(
+            "{} of {} task(s) {}: {}\n",
+            unvalidated.len(),
+            plan.tasks.len(),
+            report::UNVALIDATED_NOTE,
+            unvalidated.join(", ")
+        ));
+    }
     for leftover in &outcome.leftovers {
         eprintln!("warning: could not clean up {leftover}");
     }

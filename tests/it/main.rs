@@ -21,6 +21,7 @@ mod init;
 mod layers;
 mod lifecycle;
 mod model;
+mod moved_suite;
 mod patches;
 mod prepared;
 mod procs;
