@@ -365,7 +365,7 @@ pub fn unvalidated_tasks(run: &StoredRun) -> Vec<String> {
 }
 
 /// What an unvalidated task's pass rests on, for every report.
-pub const UNVALIDATED_NOTE: &str = "unvalidated: no evidence in the suite's lock, so their passes had no evidence check and no mutation check, only the verify output against its exit code; `deltabench validate` records it, `run --require-lock` refuses to start without it";
+pub const UNVALIDATED_NOTE: &str = "unvalidated: no evidence in the suite's lock, so a pass there had no evidence check and no mutation check (`deltabench validate` records it; `run --require-lock` refuses to start without it)";
 
 /// The report's line on unvalidated tasks; empty when there are none.
 fn unvalidated_line(run: &StoredRun, bullet: &str) -> String {
