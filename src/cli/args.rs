@@ -448,6 +448,11 @@ pub(super) struct RunArgs {
     /// Keep the workspaces after the run (for inspection).
     #[arg(long)]
     pub(super) keep_workspaces: bool,
+    /// Refuse to start (exit 2) when a planned task has no validated evidence in the suite's
+    /// lock (never validated, or changed since): its passes would get no evidence check and no
+    /// mutation check. For CI.
+    #[arg(long)]
+    pub(super) require_lock: bool,
     /// After the run, compare each agent with the same agent in this earlier run directory.
     #[arg(long, value_name = "RUN_DIR")]
     pub(super) baseline: Option<PathBuf>,

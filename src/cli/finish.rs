@@ -22,6 +22,16 @@ pub(super) fn finish_run(
     if let Some(note) = unconfined_note(plan) {
         eprintln!("{note}");
     }
+    let unvalidated = plan.unvalidated();
+    if !unvalidated.is_empty() {
+        print_stdout(&format!(
+            "{} of {} task(s) {}: {}\n",
+            unvalidated.len(),
+            plan.tasks.len(),
+            report::UNVALIDATED_NOTE,
+            unvalidated.join(", ")
+        ));
+    }
     for leftover in &outcome.leftovers {
         eprintln!("warning: could not clean up {leftover}");
     }

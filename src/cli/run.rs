@@ -74,6 +74,9 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         ..request
     };
     let plan = runner::plan(suite.clone(), request)?;
+    if args.require_lock {
+        require_lock(&plan)?;
+    }
     if let Some(recorded) = &args.replay {
         runner::check_replayable(recorded, &plan).map_err(|e| CliError::usage(e.to_string()))?;
     }
@@ -175,6 +178,25 @@ fn sequential(args: &RunArgs) -> Option<store::Sequential> {
         max_trials: args.rounds.max_trials,
         include_flaky: args.gate.include_flaky,
     })
+}
+
+/// `--require-lock`: every planned task has validated evidence, or nothing runs.
+fn require_lock(plan: &runner::Plan) -> Result<(), CliError> {
+    let unvalidated = plan.unvalidated();
+    if unvalidated.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::usage(format!(
+        "--require-lock: {} of {} task(s) have no validated evidence in {} ({}): their passes would get no evidence check and no mutation check",
+        unvalidated.len(),
+        plan.tasks.len(),
+        suite::lock_path(&plan.suite).display(),
+        unvalidated.join(", ")
+    ))
+    .hint(format!(
+        "run `deltabench validate {}` and keep the lock file it writes beside the suite (a task changed since its validation needs it again)",
+        plan.suite.path.display()
+    )))
 }
 
 /// Which tasks run without validated evidence: their trials get the output checks only.

@@ -164,9 +164,14 @@ pub fn commit_setup(workspace: &Path, keep_in: &Path) -> Result<String, git2::Er
     )?;
     repo.set_head_detached(commit)?;
     let target = Repository::open_bare(keep_in)?;
+    // The store's check waits until the commit's objects and its ref are all in.
+    let _lock = crate::workspace::SetupLock::take(keep_in)
+        .map_err(|e| git2::Error::from_str(&format!("cannot lock {}: {e}", keep_in.display())))?;
     let (from, to) = (repo.odb()?, target.odb()?);
     copy_tree(&repo, &from, &to, tree.id())?;
     copy_object(&from, &to, commit)?;
+    // Named, so the check of the history store (`workspace::history_store`) keeps its objects.
+    target.reference(&format!("refs/setup/{commit}"), commit, true, "setup")?;
     Ok(commit.to_string())
 }
 

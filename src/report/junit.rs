@@ -49,6 +49,13 @@ pub fn junit(run: &StoredRun, summaries: &[AgentSummary]) -> Result<String, Seri
         ));
         suite.add_test_cases(trials.into_iter().map(|r| {
             let mut case = test_case(run, r);
+            // No validated evidence: a pass there had no evidence or mutation check.
+            if r.unvalidated {
+                case.add_property(Property::new(
+                    "unvalidated",
+                    "no evidence in the suite's lock",
+                ));
+            }
             // A flaky task's trial says as much about the task as the agent: marked for CI.
             if let Some(f) = flaky.get(&r.task) {
                 case.add_property(Property::new(

@@ -350,6 +350,32 @@ pub fn flaky_list(flaky: &std::collections::BTreeMap<String, crate::suite::Flaky
         .join(", ")
 }
 
+/// The tasks of `run` whose trials ran with no validated evidence (the record's
+/// `unvalidated`), in plan order.
+pub fn unvalidated_tasks(run: &StoredRun) -> Vec<String> {
+    let mut tasks: Vec<&str> = run
+        .trials
+        .iter()
+        .filter(|r| r.unvalidated)
+        .map(|r| r.task.as_str())
+        .collect();
+    tasks.sort_by_key(|task| (junit::task_position(run, task), *task));
+    tasks.dedup();
+    tasks.into_iter().map(str::to_owned).collect()
+}
+
+/// What an unvalidated task's pass rests on, for every report.
+pub const UNVALIDATED_NOTE: &str = "unvalidated: no evidence in the suite's lock, so a pass there had no evidence check and no mutation check (`deltabench validate` records it; `run --require-lock` refuses to start without it)";
+
+/// The report's line on unvalidated tasks; empty when there are none.
+fn unvalidated_line(run: &StoredRun, bullet: &str) -> String {
+    let tasks = unvalidated_tasks(run);
+    if tasks.is_empty() {
+        return String::new();
+    }
+    format!("\n{bullet}Tasks {UNVALIDATED_NOTE}: {}\n", tasks.join(", "))
+}
+
 /// The report's line on flaky tasks; empty when there are none.
 fn flaky_line(run: &StoredRun, bullet: &str) -> String {
     let flaky = flaky_tasks(run);
@@ -372,6 +398,7 @@ pub fn text(run: &StoredRun, summaries: &[AgentSummary]) -> String {
     );
     out.push_str(&preparation_lines(run, ""));
     out.push_str(&flaky_line(run, ""));
+    out.push_str(&unvalidated_line(run, ""));
     let explained = graded_not_passed(run);
     if !explained.is_empty() {
         let _ = writeln!(out, "\n{GRADER_NOTE}:");
@@ -475,6 +502,7 @@ pub fn markdown(run: &StoredRun, summaries: &[AgentSummary]) -> String {
     );
     out.push_str(&preparation_lines(run, "- "));
     out.push_str(&flaky_line(run, "**Note**: "));
+    out.push_str(&unvalidated_line(run, "**Note**: "));
     trial_notes(
         &mut out,
         run,
@@ -563,6 +591,7 @@ pub fn csv(run: &StoredRun) -> Result<String, csv::Error> {
         "in_place",
         "preparation_ms",
         "flaky_task",
+        "unvalidated",
     ])?;
     let opt = |v: Option<String>| v.unwrap_or_default();
     for r in records {
@@ -596,6 +625,7 @@ pub fn csv(run: &StoredRun) -> Result<String, csv::Error> {
             r.in_place.to_string(),
             opt(r.preparation_ms.map(|ms| ms.to_string())),
             flaky.contains_key(&r.task).to_string(),
+            r.unvalidated.to_string(),
         ])?;
     }
     let bytes = writer.into_inner().map_err(|e| e.into_error())?;
@@ -645,6 +675,10 @@ pub fn json(run: &StoredRun, summaries: &[AgentSummary], baseline: Option<&Basel
     let flaky = flaky_tasks(run);
     if !flaky.is_empty() {
         value["flaky_tasks"] = serde_json::json!(flaky);
+    }
+    let unvalidated = unvalidated_tasks(run);
+    if !unvalidated.is_empty() {
+        value["unvalidated_tasks"] = serde_json::json!(unvalidated);
     }
     if let Some(baseline) = baseline {
         value["baseline"] = serde_json::json!({

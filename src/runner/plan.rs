@@ -216,13 +216,14 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
             Some("delete it, or run `deltabench validate` again to rewrite it".into()),
         )
     })?;
+    let root = crate::suite::suite_root(&suite);
     let expected = lock
         .as_ref()
         .map(|lock| {
             suite
                 .tasks
                 .iter()
-                .filter_map(|task| Some((task.id.clone(), lock.expected(task)?.clone())))
+                .filter_map(|task| Some((task.id.clone(), lock.expected(task, &root)?.clone())))
                 .collect()
         })
         .unwrap_or_default();
@@ -232,7 +233,7 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
                 .iter()
                 .filter_map(|&i| {
                     let task = &suite.tasks[i];
-                    Some((task.id.clone(), lock.flaky(task)?.clone()))
+                    Some((task.id.clone(), lock.flaky(task, &root)?.clone()))
                 })
                 .collect()
         })

@@ -113,6 +113,7 @@ pub async fn run_trial(
     let task = &inputs.suite.tasks[spec.task];
     let mut record =
         TrialRecord::unscored(&task.id, &spec.agent, spec.trial, task.metric.name(), now());
+    record.unvalidated = !inputs.expected.contains_key(&task.id);
     if let Some(why) = inputs.environments.failed.get(&spec.task) {
         record.settle(settle(TrialFacts::broken(why.clone())));
         return record;
@@ -789,7 +790,9 @@ fn metric_for(task: &Task, suite: &Suite, dir: &Path) -> Box<dyn Metric> {
         MetricSpec::Delta => Box::new(DeltaMetric),
         MetricSpec::DeltaToken => Box::new(DeltaTokenMetric),
         MetricSpec::ExitCode => Box::new(ExitCodeMetric),
-        MetricSpec::Grader { command, timeout } => Box::new(GraderMetric {
+        MetricSpec::Grader {
+            command, timeout, ..
+        } => Box::new(GraderMetric {
             command: command.clone(),
             cwd: suite.path.parent().map(Path::to_owned).unwrap_or_default(),
             timeout: timeout.unwrap_or(Duration::from_secs(60)),

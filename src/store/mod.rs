@@ -192,6 +192,11 @@ pub struct TrialRecord {
     /// the agent left running could answer it, so the evidence is weaker; every report says so.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub in_place: bool,
+    /// The task had no validated evidence in the suite's lock (never validated, or changed
+    /// since): the trial got no evidence check and no mutation check, only its verify output
+    /// against its exit code; every report says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unvalidated: bool,
 }
 
 impl TrialRecord {
@@ -239,6 +244,7 @@ impl TrialRecord {
             container_changes: Vec::new(),
             verify_network: false,
             in_place: false,
+            unvalidated: false,
         }
     }
 

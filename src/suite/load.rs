@@ -644,6 +644,7 @@ fn metric_spec(source: &Source, m: &Spanned<RawMetric>) -> Result<MetricSpec, Su
             };
             Ok(MetricSpec::Grader {
                 command: resolve_command(source, &spanned)?,
+                written: command.trim().to_owned(),
                 timeout: Some(
                     timeout
                         .as_deref()

@@ -5,13 +5,14 @@
 //! its digest (base, setup, verify command, metric and hidden tests) is unchanged.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{Suite, Task, hash_tree};
 use crate::metric::TestEvidence;
+use crate::workspace::ImageSource;
 
 const VERSION: u32 = 1;
 
@@ -73,14 +74,39 @@ pub fn lock_path_of(suite_path: &std::path::Path) -> PathBuf {
     suite_path.with_file_name(format!("{stem}.lock.json"))
 }
 
-/// What a task's validation depends on.
-pub fn task_digest(task: &Task) -> String {
+/// The folder a suite's paths are taken relative to in its tasks' digests: its file's, resolved.
+pub fn suite_root(suite: &Suite) -> PathBuf {
+    let dir = match suite.path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    dir.canonicalize().unwrap_or(dir)
+}
+
+/// What a task's validation depends on: its base, setup, verify command, metric, hidden tests
+/// and environment, with every path the suite names relative to `root` (the suite's folder, see
+/// [`suite_root`]), so a copied or moved suite folder keeps its lock.
+pub fn task_digest(task: &Task, root: &Path) -> String {
+    digest_of(task, Some(root))
+}
+
+/// The digest as deltabench wrote it before digests were portable: the grader's and the
+/// Dockerfile's resolved paths in it. A lock holding it still counts where it was made.
+fn legacy_digest(task: &Task) -> String {
+    digest_of(task, None)
+}
+
+fn digest_of(task: &Task, root: Option<&Path>) -> String {
     let mut digest = Sha256::new();
+    let metric = match root {
+        Some(_) => task.metric.portable_name(),
+        None => task.metric.name(),
+    };
     for part in [
         task.base.value.as_str(),
         task.setup.as_deref().unwrap_or(""),
         task.verify.run.as_str(),
-        &task.metric.name(),
+        &metric,
     ] {
         digest.update(part.as_bytes());
         digest.update([0]);
@@ -90,9 +116,36 @@ pub fn task_digest(task: &Task) -> String {
     }
     // Only when set, so the digests of tasks without one stay what they were.
     if let Some(environment) = &task.environment {
-        digest.update(serde_json::to_vec(environment).unwrap_or_default());
+        let mut environment = environment.clone();
+        if let (Some(root), ImageSource::Dockerfile { path, context }) =
+            (root, &mut environment.image)
+        {
+            *path = relative_to(path, root);
+            *context = relative_to(context, root);
+        }
+        digest.update(serde_json::to_vec(&environment).unwrap_or_default());
     }
     format!("sha256:{:x}", digest.finalize())
+}
+
+/// `path` from `root`, both absolute, by their components alone (`../env/Dockerfile` for a
+/// file beside the suite's folder); `path` as it is when either is relative.
+fn relative_to(path: &Path, root: &Path) -> PathBuf {
+    if !path.is_absolute() || !root.is_absolute() {
+        return path.to_owned();
+    }
+    let (path, root): (Vec<Component>, Vec<Component>) =
+        (path.components().collect(), root.components().collect());
+    let shared = path.iter().zip(&root).take_while(|(a, b)| a == b).count();
+    let mut relative: PathBuf = root[shared..]
+        .iter()
+        .map(|_| Component::ParentDir)
+        .collect();
+    relative.extend(&path[shared..]);
+    if relative.as_os_str().is_empty() {
+        relative.push(".");
+    }
+    relative
 }
 
 impl SuiteLock {
@@ -125,30 +178,31 @@ impl SuiteLock {
         Ok(Some(lock))
     }
 
-    /// The evidence recorded for `task`, when its validation still holds.
-    pub fn expected(&self, task: &Task) -> Option<&TestEvidence> {
+    /// The evidence recorded for `task` of the suite in `root` ([`suite_root`]), when its
+    /// validation still holds.
+    pub fn expected(&self, task: &Task, root: &Path) -> Option<&TestEvidence> {
         self.tasks
             .get(&task.id)
-            .filter(|locked| locked.digest == task_digest(task))
+            .filter(|locked| holds(&locked.digest, task, root))
             .map(|locked| &locked.tests)
     }
 
     /// The flaky record of `task`, when its digest still holds.
-    pub fn flaky(&self, task: &Task) -> Option<&FlakyTask> {
+    pub fn flaky(&self, task: &Task, root: &Path) -> Option<&FlakyTask> {
         self.flaky
             .get(&task.id)
-            .filter(|flaky| flaky.digest == task_digest(task))
+            .filter(|flaky| holds(&flaky.digest, task, root))
     }
 
     /// Marks `task` flaky (`passed` of `runs`), or clears the mark when `passed == runs`;
     /// returns whether the lock changed.
-    pub fn mark_flaky(&mut self, task: &Task, passed: u32, runs: u32) -> bool {
+    pub fn mark_flaky(&mut self, task: &Task, root: &Path, passed: u32, runs: u32) -> bool {
         self.version = VERSION;
         if passed >= runs {
             return self.flaky.remove(&task.id).is_some();
         }
         let entry = FlakyTask {
-            digest: task_digest(task),
+            digest: task_digest(task, root),
             passed,
             runs,
         };
@@ -157,9 +211,9 @@ impl SuiteLock {
 
     /// Records what `task`'s reference showed; returns false when that is already recorded (the
     /// file then stays as it is, so a checked-in lock does not churn).
-    pub fn record(&mut self, task: &Task, tests: TestEvidence, at: String) -> bool {
+    pub fn record(&mut self, task: &Task, root: &Path, tests: TestEvidence, at: String) -> bool {
         self.version = VERSION;
-        let digest = task_digest(task);
+        let digest = task_digest(task, root);
         if self
             .tasks
             .get(&task.id)
@@ -192,13 +246,43 @@ impl SuiteLock {
     }
 }
 
+/// Whether a lock's `digest` still holds for `task`: the portable digest, or the one this
+/// deltabench wrote before (resolved paths in it), which holds only where it was made.
+fn holds(digest: &str, task: &Task, root: &Path) -> bool {
+    digest == task_digest(task, root) || digest == legacy_digest(task)
+}
+
 /// Which tasks of a plan run without validated evidence, for the run's opening line.
 pub fn unvalidated<'a>(
     lock: Option<&SuiteLock>,
+    root: &Path,
     tasks: impl Iterator<Item = &'a Task>,
 ) -> Vec<&'a str> {
     tasks
-        .filter(|task| lock.is_none_or(|lock| lock.expected(task).is_none()))
+        .filter(|task| lock.is_none_or(|lock| lock.expected(task, root).is_none()))
         .map(|task| task.id.as_str())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_taken_from_the_suite_folder_by_their_components() {
+        let root = Path::new("/work/suites/calc");
+        for (path, relative) in [
+            ("/work/suites/calc/env/Dockerfile", "env/Dockerfile"),
+            ("/work/suites/calc", "."),
+            ("/work/suites/shared/env", "../shared/env"),
+            ("/opt/env", "../../../opt/env"),
+            ("relative/env", "relative/env"),
+        ] {
+            assert_eq!(
+                relative_to(Path::new(path), root),
+                Path::new(relative),
+                "{path}"
+            );
+        }
+    }
 }

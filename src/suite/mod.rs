@@ -24,7 +24,7 @@ pub use agents::BUILTIN_AGENTS;
 pub use diagnostics::SuiteError;
 pub use load::{hash_tree, load, suite_file};
 pub use lock::{
-    FlakyTask, LockError, SuiteLock, lock_path, lock_path_of, task_digest, unvalidated,
+    FlakyTask, LockError, SuiteLock, lock_path, lock_path_of, suite_root, task_digest, unvalidated,
 };
 pub use matrix::MATRIX_FACTORS;
 pub use raw::{RawAgent, RawAgentsFile, RawSuite};

@@ -39,6 +39,10 @@ pub enum MetricSpec {
         command: String,
         #[serde(with = "duration_opt")]
         timeout: Option<Duration>,
+        /// The command as the suite wrote it (a script named relative to its file's folder, as
+        /// `./grade.sh`), which a copied or moved suite keeps: what the lock's digest hashes.
+        #[serde(skip)]
+        written: String,
     },
 }
 
@@ -47,6 +51,15 @@ impl MetricSpec {
         match self {
             Self::Grader { command, .. } => format!("grader:{command}"),
             named => <&str>::from(MetricKind::from(named)).to_owned(),
+        }
+    }
+
+    /// [`name`](Self::name) with the grader's command as written: the same wherever the suite's
+    /// folder is.
+    pub fn portable_name(&self) -> String {
+        match self {
+            Self::Grader { written, .. } => format!("grader:{written}"),
+            named => named.name(),
         }
     }
 }

@@ -152,6 +152,9 @@ pub enum TreeError {
     },
     #[error(transparent)]
     Remove(#[from] RemoveError),
+    /// A history store holds objects beyond its base and cannot be cleaned.
+    #[error(transparent)]
+    Store(#[from] super::history_store::StoreError),
     /// Another thread panicked holding one of the backend's locks.
     #[error("poisoned lock: another task failed inside")]
     Poisoned,

@@ -10,6 +10,7 @@ mod container;
 mod digest;
 mod error;
 mod git;
+mod history_store;
 mod model_route;
 mod overlay;
 mod overlayfs;
@@ -36,6 +37,10 @@ pub use container::{
 };
 pub use error::{GitError, HistoryStep, PrepareError, TreeError};
 pub use git::{git_command, harness_signature, resolve_commit};
+pub use history_store::{
+    MANIFEST as HISTORY_MANIFEST, Removed as RemovedObjects, SetupLock, StoreError,
+    enforce as enforce_history,
+};
 pub use model_route::{ModelRoute, SANDBOX_SOCKET_DIR, forward_then_exec};
 pub use overlay::{
     EntryKind, Overlay, OverlayError, PatchError, PatchedFile, apply_overlay, apply_overlay_edited,

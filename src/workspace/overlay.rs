@@ -256,15 +256,34 @@ pub struct PatchedFile {
 /// on an index of the base, in a scratch repository that borrows `repo`'s objects: no
 /// configuration, hook or work tree of any other repository is involved. A patch neither takes
 /// fails with git's reason, which names the file.
+///
+/// Nothing is written to `repo`'s object store: the blobs libgit2 makes while applying live in
+/// an in-memory backend of a handle of its own (`repo` is often a history repository that
+/// workspaces borrow objects from, which must hold nothing beyond what the base reaches), and
+/// `git apply` writes into its scratch repository.
 pub fn patched_files(
     repo: &Repository,
     tree: &git2::Tree,
     patch: &[u8],
 ) -> Result<Vec<PatchedFile>, PatchError> {
-    match libgit2_apply(repo, tree, patch) {
+    let scratch = in_memory(repo).map_err(|source| PatchError::ScratchRepo { source })?;
+    let scratch_tree = scratch
+        .find_tree(tree.id())
+        .map_err(|source| PatchError::Apply { source })?;
+    match libgit2_apply(&scratch, &scratch_tree, patch) {
         Ok(files) => Ok(files),
         Err(libgit2_says) => git_apply(repo, tree, patch).unwrap_or(Err(libgit2_says)),
     }
+}
+
+/// A new handle on `repo` whose writes go to memory only (an in-memory object backend ahead of
+/// the disk ones), dropped with the handle.
+fn in_memory(repo: &Repository) -> Result<Repository, git2::Error> {
+    let handle = Repository::open(repo.path())?;
+    // The backend belongs to the handle's object database (libgit2 keeps one per repository,
+    // whatever `odb()` handle names it), so it outlives this one.
+    handle.odb()?.add_new_mempack_backend(1000)?;
+    Ok(handle)
 }
 
 /// Every path the patch names, as the patched tree has it: written, or removed when absent.
@@ -893,5 +912,48 @@ mod tests {
         let prose = check(b"this is not a patch\n");
         assert!(prose.contains("No valid patches in input"), "{prose}");
         assert_eq!(fs::read(repo.join("a.txt")).unwrap(), b"a\n");
+    }
+
+    /// What a patch makes is never written to the repository it is read from (a history store
+    /// workspaces borrow objects from): neither through libgit2 nor through `git apply`.
+    #[test]
+    fn applying_a_patch_writes_no_object_into_the_repository() {
+        let root = tempfile::tempdir().unwrap();
+        let (repo, base) = base_repo(root.path());
+        let objects = |repo: &Path| {
+            let out = crate::workspace::git_command(repo)
+                .args(["cat-file", "--batch-all-objects", "--batch-check"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        // Made in a clone, so the repository has never seen the patched file.
+        let clone = root.path().join("clone");
+        git(
+            root.path(),
+            &[
+                "clone",
+                "-q",
+                &repo.to_string_lossy(),
+                &clone.to_string_lossy(),
+            ],
+        );
+        let libgit2 = patch_of(&clone, &[], |repo| {
+            write(repo, "a.txt", b"the reference's answer\n");
+        });
+        // A `diff -u` patch libgit2 does not read: `git apply` in a scratch repository takes it.
+        let plain = b"--- a/moved.txt\n+++ b/moved.txt\n@@ -1,3 +1,3 @@\n one\n-two\n+2, the answer\n three\n";
+        let before = objects(&repo);
+        let handle = Repository::open(&repo).unwrap();
+        let tree = handle
+            .find_commit(Oid::from_str(&base).unwrap())
+            .unwrap()
+            .tree()
+            .unwrap();
+        for patch in [&libgit2[..], &plain[..]] {
+            let files = patched_files(&handle, &tree, patch).unwrap();
+            assert_eq!(files.len(), 1, "{files:?}");
+        }
+        assert_eq!(objects(&repo), before);
     }
 }

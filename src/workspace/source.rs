@@ -99,6 +99,28 @@ impl PreparedSource {
         for part in [whole, borrowing] {
             let built = build_histories(&self.git_dir, &part, &cache)?;
             for (commit, repo) in built {
+                // Nothing beyond the base may be readable by a workspace that borrows from it.
+                let removed = super::history_store::enforce(&repo)?;
+                if !removed.is_empty() {
+                    eprintln!(
+                        "note: the history store {} held {} loose object(s), {} pack(s) and {} \
+                         other file(s) beyond what {commit} and its setup reach (a workspace \
+                         could read them: {}); removed",
+                        repo.display(),
+                        removed.loose.len(),
+                        removed.packs.len(),
+                        removed.other.len(),
+                        removed
+                            .loose
+                            .iter()
+                            .chain(&removed.packs)
+                            .chain(&removed.other)
+                            .take(3)
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
                 self.histories.insert(commit.to_owned(), repo);
             }
         }
@@ -319,6 +341,7 @@ fn history_repo(
     std::fs::write(staged.join("refs/heads/base"), format!("{commit}\n"))
         .and_then(|()| std::fs::write(staged.join("HEAD"), "ref: refs/heads/base\n"))
         .map_err(io(HistoryStep::Refs))?;
+    super::history_store::write_manifest(&staged).map_err(io(HistoryStep::Refs))?;
     publish(&staged, &target)?;
     Ok(target)
 }

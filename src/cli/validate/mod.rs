@@ -76,6 +76,7 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
         .ok()
         .flatten()
         .unwrap_or_default();
+    let root = suite::suite_root(&plan.suite);
     // Sound tasks with evidence, and those whose evidence differs from the lock's.
     let (mut locked, mut changed) = (0, 0);
     for task in plan.tasks.iter().map(|&i| &plan.suite.tasks[i]) {
@@ -105,7 +106,7 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
                     "FLAKY {}: the reference passed {passed} of {runs} times (the base never): recorded as flaky in the lock; run, compare and the gates report it apart and leave it out (--include-flaky keeps it)\n",
                     task.id
                 ));
-                changed += usize::from(lock.mark_flaky(task, passed, runs));
+                changed += usize::from(lock.mark_flaky(task, &root, passed, runs));
                 // What the passing references showed, so its passes are still held to it.
                 let passing: Vec<Trial> = oracle
                     .iter()
@@ -113,7 +114,7 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
                     .map(|t| Trial::read(&run_dir, t.record))
                     .collect();
                 if let Some(evidence) = reference_evidence(&passing) {
-                    changed += usize::from(lock.record(task, evidence, runner::now()));
+                    changed += usize::from(lock.record(task, &root, evidence, runner::now()));
                 }
             }
             Some(unsound) => {
@@ -123,11 +124,11 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
             None => {
                 print_stdout(&format!("ok   {}\n", task.id));
                 if let Some(runs) = args.repeat {
-                    changed += usize::from(lock.mark_flaky(task, runs, runs));
+                    changed += usize::from(lock.mark_flaky(task, &root, runs, runs));
                 }
                 print_stdout(&mutation_warnings(task, &oracle));
                 if let Some(evidence) = reference_evidence(&oracle) {
-                    changed += usize::from(lock.record(task, evidence, runner::now()));
+                    changed += usize::from(lock.record(task, &root, evidence, runner::now()));
                     locked += 1;
                 }
             }

@@ -93,6 +93,15 @@ pub fn html(
             esc(&super::flaky_list(&flaky))
         );
     }
+    let unvalidated = super::unvalidated_tasks(run);
+    if !unvalidated.is_empty() {
+        let _ = writeln!(
+            out,
+            "<p class=\"banner\" id=\"unvalidated\">Tasks {}: {}</p>",
+            esc(super::UNVALIDATED_NOTE),
+            esc(&unvalidated.join(", "))
+        );
+    }
     out.push_str("</header>\n<main>\n<div class=\"grid\">\n");
     let has_cost = data
         .agents
