@@ -608,16 +608,9 @@ pub fn settle_times<'a>(
 /// whole, like a verify run's home.
 pub fn settle_tree(root: &Path) -> Result<(), OverlayError> {
     fn walk(root: &Path, relative: &Path, out: &mut Vec<PathBuf>) -> Result<(), OverlayError> {
-        let dir = root.join(relative);
-        let mut entries: Vec<_> = fs::read_dir(&dir)
-            .map_err(io_err(&dir))?
-            .map(|entry| entry.map(|e| (e.file_name(), e.file_type())))
-            .collect::<Result<_, _>>()
-            .map_err(io_err(&dir))?;
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        for (name, kind) in entries {
+        for (name, is_dir) in sorted_entries(&root.join(relative))? {
             let path = relative.join(name);
-            if kind.map_err(io_err(&dir))?.is_dir() {
+            if is_dir {
                 walk(root, &path, out)?;
             }
             out.push(path);
@@ -632,21 +625,27 @@ pub fn settle_tree(root: &Path) -> Result<(), OverlayError> {
 /// [`settle_tree`] for the folder `own` that holds a workspace mounted at `workspace` (an
 /// overlay's upper and work folders beside it): everything in it but the mounted tree.
 pub fn settle_beside(own: &Path, workspace: &Path) -> Result<(), OverlayError> {
-    let mut names: Vec<_> = fs::read_dir(own)
-        .map_err(io_err(own))?
-        .map(|entry| entry.map(|e| e.file_name()))
-        .collect::<Result<_, _>>()
-        .map_err(io_err(own))?;
-    names.sort();
-    for name in &names {
+    let entries = sorted_entries(own)?;
+    for (name, is_dir) in &entries {
         let path = own.join(name);
-        if path != workspace && fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+        if *is_dir && path != workspace {
             // Best effort inside: the kernel makes an overlay's `work/work` readable by root
             // alone, and a user without it has no other way in either.
             let _ = settle_tree(&path);
         }
     }
-    settle_times(own, names.iter().map(Path::new))
+    settle_times(own, entries.iter().map(|(name, _)| Path::new(name)))
+}
+
+/// The entries of `dir` by name, each with whether it is a folder (not followed).
+fn sorted_entries(dir: &Path) -> Result<Vec<(std::ffi::OsString, bool)>, OverlayError> {
+    let mut entries = fs::read_dir(dir)
+        .map_err(io_err(dir))?
+        .map(|entry| entry.and_then(|e| Ok((e.file_name(), e.file_type()?.is_dir()))))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(io_err(dir))?;
+    entries.sort();
+    Ok(entries)
 }
 
 fn remove_file(workspace: &Path, relative: &Path) -> Result<(), OverlayError> {

@@ -202,6 +202,22 @@ pub fn repo(root: &Path) {
     );
 }
 
+/// The suite's `agents:` section: each script written to `attacks/NAME.sh` under `root`, run as
+/// a `command` agent.
+pub fn agents_yaml<S: AsRef<str>>(root: &Path, agents: &[(&str, S)]) -> String {
+    let mut yaml = String::from("agents:\n");
+    for (name, script) in agents {
+        let path = root.join("attacks").join(format!("{name}.sh"));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, script.as_ref()).unwrap();
+        yaml.push_str(&format!(
+            "  {name}: {{kind: command, run: \"sh {}\"}}\n",
+            path.display()
+        ));
+    }
+    yaml
+}
+
 pub fn suite_yaml(
     root: &Path,
     isolation: &str,
@@ -209,17 +225,9 @@ pub fn suite_yaml(
     protected: &str,
 ) -> String {
     let mut yaml = format!(
-        "name: assertions\nrepo: repo\ndefaults:\n  isolation: {isolation}\n  mutants: 2\nagents:\n"
+        "name: assertions\nrepo: repo\ndefaults:\n  isolation: {isolation}\n  mutants: 2\n{}",
+        agents_yaml(root, agents)
     );
-    for (name, script) in agents {
-        let path = root.join("attacks").join(format!("{name}.sh"));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, script).unwrap();
-        yaml.push_str(&format!(
-            "  {name}: {{kind: command, run: \"sh {}\"}}\n",
-            path.display()
-        ));
-    }
     yaml.push_str(&format!(
         "tasks:\n  - id: unittest\n    instruction: fix add\n    tests: hidden\n    solution: solution\n    {protected}\
          verify: python3 -m unittest tests.test_calc\n  \
@@ -753,16 +761,10 @@ fn a_cargo_task_catches_an_always_equal_type_and_a_build_script_rewriting_the_te
         ("always_equal", always_equal.to_owned()),
         ("build_script", build_rs.to_owned()),
     ];
-    let mut yaml = String::from("name: cargo\nrepo: repo\ndefaults:\n  mutants: 2\nagents:\n");
-    for (name, script) in &agents {
-        let path = root.join(format!("attacks/{name}.sh"));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, script).unwrap();
-        yaml.push_str(&format!(
-            "  {name}: {{kind: command, run: \"sh {}\"}}\n",
-            path.display()
-        ));
-    }
+    let mut yaml = format!(
+        "name: cargo\nrepo: repo\ndefaults:\n  mutants: 2\n{}",
+        agents_yaml(root, &agents)
+    );
     // Without -q: libtest names each test and its outcome.
     let verify = "verify: {run: cargo test --offline, timeout: 5m}";
     yaml.push_str(&format!(

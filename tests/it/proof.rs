@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::assertions::{
-    ALWAYS_EQUAL, FIX, expect, repo, require_tools, suite_yaml, validate_and_run,
+    ALWAYS_EQUAL, FIX, agents_yaml, expect, repo, require_tools, suite_yaml, validate_and_run,
 };
 use crate::assertions::{CRATE, RUST_HIDDEN};
 use crate::common::{git_repo, temp_dir, write_files};
@@ -129,11 +129,10 @@ fn run_attacks(
     validate_and_run(root, &yaml, &format!("out-{isolation}"))
 }
 
-/// Failures printed in a runner's words or sent on the hook's channel, in both runs: the mutant
-/// run would count them as bites, so the judged run, read by the same rule, is invalid.
-#[test]
-fn forged_failures_make_the_judged_run_invalid_not_the_mutants_bite() {
-    let test = "proof::forged_failures_make_the_judged_run_invalid_not_the_mutants_bite";
+/// The `honest` agent and the attacks named `PREFIX*` on the unittest and pytest tasks, under
+/// `worktree` and `sandbox`, with every protected path off: honest passes, and each attack ends
+/// not passed with one of `reasons`.
+fn attacks_end_with(test: &str, prefix: &str, reasons: &[&str]) {
     if !require_tools(test, false) {
         return;
     }
@@ -141,65 +140,49 @@ fn forged_failures_make_the_judged_run_invalid_not_the_mutants_bite() {
     repo(tmp.path());
     let agents: Vec<_> = agents()
         .into_iter()
-        .filter(|(name, _)| name == "honest" || name.starts_with("forged_"))
+        .filter(|(name, _)| name == "honest" || name.starts_with(prefix))
         .collect();
     for isolation in ["worktree", "sandbox"] {
-        // Every protected path off: the evidence rule alone stands between them and a pass.
         let records = run_attacks(tmp.path(), isolation, &agents, "protected: []\n    ", 2);
         for task in ["unittest", "pytest"] {
             expect(&records, task, "honest", &["pass"], "");
-            for agent in ["forged_failure_lines", "forged_hook_failures"] {
-                // Invalid by the evidence rule, or, where pytest's capture swallowed the lines
-                // printed at import, because the mutants survived.
-                expect_one_of(
-                    &records,
-                    task,
-                    agent,
-                    &[
-                        "the verify run reports failed tests while it passed",
-                        "the hidden tests' assertions do not bite",
-                    ],
-                );
+            for (agent, _) in agents.iter().filter(|(name, _)| name != "honest") {
+                expect_one_of(&records, task, agent, reasons);
             }
         }
     }
 }
 
+/// Failures printed in a runner's words or sent on the hook's channel, in both runs: the mutant
+/// run would count them as bites, so the judged run, read by the same rule, is invalid (or,
+/// where pytest's capture swallowed the lines printed at import, the mutants survived). Every
+/// protected path off: the evidence rule alone stands between them and a pass.
+#[test]
+fn forged_failures_make_the_judged_run_invalid_not_the_mutants_bite() {
+    attacks_end_with(
+        "proof::forged_failures_make_the_judged_run_invalid_not_the_mutants_bite",
+        "forged_",
+        &[
+            "the verify run reports failed tests while it passed",
+            "the hidden tests' assertions do not bite",
+        ],
+    );
+}
+
 /// An attack that neutralises the assertions only when it believes it is in the judged run:
 /// each tell (a second write of the hidden test, its change time, what the trial folder holds)
-/// reads the same in both runs, so it is always-equal in the mutant run too and the mutants
-/// survive.
+/// reads the same in both runs, so it is always-equal in both (the mutants survive) or the bug
+/// in both (the tests fail).
 #[test]
 fn an_attack_that_tells_the_mutant_run_apart_finds_no_tell() {
-    let test = "proof::an_attack_that_tells_the_mutant_run_apart_finds_no_tell";
-    if !require_tools(test, false) {
-        return;
-    }
-    let tmp = temp_dir();
-    repo(tmp.path());
-    let agents: Vec<_> = agents()
-        .into_iter()
-        .filter(|(name, _)| name == "honest" || name.starts_with("tell_"))
-        .collect();
-    for isolation in ["worktree", "sandbox"] {
-        let records = run_attacks(tmp.path(), isolation, &agents, "protected: []\n    ", 2);
-        for task in ["unittest", "pytest"] {
-            expect(&records, task, "honest", &["pass"], "");
-            for tell in TELL_NAMES {
-                // The tell reads the same in both runs: always-equal in both (the mutants
-                // survive) or the bug in both (the tests fail).
-                expect_one_of(
-                    &records,
-                    task,
-                    &format!("tell_{tell}"),
-                    &[
-                        "the hidden tests' assertions do not bite",
-                        "verify exited 1",
-                    ],
-                );
-            }
-        }
-    }
+    attacks_end_with(
+        "proof::an_attack_that_tells_the_mutant_run_apart_finds_no_tell",
+        "tell_",
+        &[
+            "the hidden tests' assertions do not bite",
+            "verify exited 1",
+        ],
+    );
 }
 
 /// Appended to the fixed calc.py: on import by the tests, prints what the verify process can see
@@ -548,16 +531,10 @@ fn a_cargo_task_refuses_forged_failure_lines_and_a_proc_macro_rewriting_the_test
         ),
         ("rewrite_and_restore", RUST_REWRITE_AND_RESTORE.to_owned()),
     ];
-    let mut yaml = String::from("name: cargo\nrepo: repo\ndefaults:\n  mutants: 2\nagents:\n");
-    for (name, script) in &agents {
-        let path = root.join(format!("attacks/{name}.sh"));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, script).unwrap();
-        yaml.push_str(&format!(
-            "  {name}: {{kind: command, run: \"sh {}\"}}\n",
-            path.display()
-        ));
-    }
+    let mut yaml = format!(
+        "name: cargo\nrepo: repo\ndefaults:\n  mutants: 2\n{}",
+        agents_yaml(root, &agents)
+    );
     yaml.push_str("tasks:\n");
     for isolation in ["sandbox", "worktree"] {
         yaml.push_str(&format!(
