@@ -2,7 +2,14 @@
 """deltabench grader for Harbor and Terminal-Bench tasks: the reward the task's tests wrote.
 
 Reads {"diff": "...", "command_result": {"command", "exit_code", "timed_out", "output",
-"duration_ms"}} on stdin and prints {"passed": bool, "score": number}.
+"duration_ms", "reward"}} on stdin and prints {"passed": bool, "score": number}.
+
+A task with `verify.reward` (what `deltabench import` writes now) has its reward read by
+deltabench on the host, after every process of the verify command ended: command_result.reward
+holds {"value", "from", "problems"}. passed = the diff is non-empty, verify did not time out, no
+problem was found (a reward file written by a process the test script did not start, a symlink,
+no number) and the value is at least 1; score = the value. The lines below are for suites
+imported before.
 
 The verify command (`.deltabench/verify.sh`, written by `deltabench import`) prints, on lines of
 their own, reward.json as the task's test script wrote it, then the reward it reads from the
@@ -55,6 +62,19 @@ def main():
     delta = json.load(sys.stdin)
     result = delta["command_result"]
     changed = bool(delta["diff"].strip())
+    read = result.get("reward")
+    if read is not None:
+        # deltabench read the reward file itself, on the host, once every process of the
+        # verify command had ended: the only reward that counts.
+        value = read.get("value")
+        problems = read.get("problems") or []
+        for problem in problems:
+            print("reward not counted: %s" % problem)
+        if value is None and not problems:
+            print("the test script wrote no reward file")
+        passed = changed and not result.get("timed_out") and not problems and value is not None and value >= 1
+        print(json.dumps({"passed": bool(passed), "score": float(value or 0.0)}))
+        return
     try:
         value = reward(result.get("output") or "")
     except ValueError as err:

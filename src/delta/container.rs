@@ -6,7 +6,7 @@
 //! the deletions) into a new container of the same image, saved as the image the verify
 //! command runs in. No process of the agent's survives: only files cross.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+use super::toolchain::{DEFAULT_PATH, HeldBack, ImagePrograms, Toolchain};
 use crate::workspace::{ContainerError, FsChange, FsChangeKind, Runtime};
 
 /// The archive of the changed files carried into verify, in the artifacts folder.
@@ -37,9 +38,6 @@ const RUNTIME_PATHS: [&str; 7] = [
 const APPLY_SCRIPT: &str =
     "cd / && if [ \"$#\" -gt 0 ]; then rm -rf -- \"$@\"; fi && tar -xpf - -C /";
 
-/// Whether a container path is protected: never carried into verify.
-pub type ProtectedPath = Arc<dyn Fn(&str) -> bool + Send + Sync>;
-
 /// How to take the agent's container's delta.
 #[derive(Clone)]
 pub struct ContainerCapture {
@@ -50,7 +48,8 @@ pub struct ContainerCapture {
     pub image: String,
     /// The run's label, on every container made.
     pub label: String,
-    pub protected: ProtectedPath,
+    /// What may reach the verifier ([`super::toolchain`]).
+    pub toolchain: Arc<Toolchain>,
 }
 
 /// What the agent changed in its container, outside the workspace and the harness's mounts.
@@ -59,14 +58,34 @@ pub struct ContainerDelta {
     pub changes: Vec<ContainerChange>,
     /// Bytes of the changed files carried into verify.
     pub bytes: u64,
+    /// The changes carried, as the diff shows them after the workspace's patch.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub patch: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ContainerChange {
     #[serde(flatten)]
     pub change: FsChange,
-    /// `false` for a protected path: the verify command sees the image's version.
+    /// `false` for a path held back: the verify command sees the image's version.
     pub applied: bool,
+    /// Held back as the verifier's toolchain or a protected path (not a package installed).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tampering: bool,
+    /// The size of a file carried, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+impl ContainerChange {
+    fn new(change: FsChange, held: Option<HeldBack>) -> Self {
+        Self {
+            change,
+            applied: held.is_none(),
+            tampering: held.is_some_and(HeldBack::is_tampering),
+            size: None,
+        }
+    }
 }
 
 impl ContainerDelta {
@@ -75,23 +94,25 @@ impl ContainerDelta {
         self.changes.iter().any(|c| c.applied)
     }
 
-    /// The protected paths the agent changed or removed (adding where the image had nothing is
-    /// what installing a tool does; it is not carried on, so it cannot act).
+    /// The verifier's toolchain and the protected paths the agent changed, removed or shadowed
+    /// (a package installed where the image had nothing is held back too, but could not have
+    /// acted: it is not tampering).
     pub fn tampered(&self) -> Vec<String> {
         self.changes
             .iter()
-            .filter(|c| !c.applied && c.change.kind != FsChangeKind::Added)
+            .filter(|c| c.tampering)
             .map(|c| format!("{} (in the container)", c.change.path))
             .collect()
     }
 
-    /// One line per change, as `diff` lists them, the protected ones marked.
+    /// One line per change, as `diff` lists them, those held back marked.
     pub fn listing(&self) -> String {
         self.changes
             .iter()
-            .map(|c| match c.applied {
-                true => format!("{}\n", c.change.line()),
-                false => format!("{}  (protected: not applied)\n", c.change.line()),
+            .map(|c| match (c.applied, c.tampering) {
+                (true, _) => format!("{}\n", c.change.line()),
+                (false, true) => format!("{}  (protected: not applied)\n", c.change.line()),
+                (false, false) => format!("{}  (installed: not applied)\n", c.change.line()),
             })
             .collect()
     }
@@ -160,11 +181,18 @@ impl ContainerCapture {
         if !self.runtime.container_exists(&self.container) {
             return Ok(ContainerDelta::default());
         }
-        let delta = self.listed()?;
-        if let Some(dir) = artifacts {
-            std::fs::write(dir.join(CONTAINER_CHANGES), delta.listing())
-                .map_err(|source| CaptureError::Save { source })?;
+        let mut delta = self.listed()?;
+        let path = self
+            .runtime
+            .image_path(&self.image)?
+            .unwrap_or_else(|| DEFAULT_PATH.to_owned());
+        let image = ImagePrograms::new(&path);
+        for change in delta.changes.iter_mut().filter(|c| c.applied) {
+            if let Some(held) = self.toolchain.held_back_given(&change.change, &image) {
+                *change = ContainerChange::new(change.change.clone(), Some(held));
+            }
         }
+        self.save_listing(&delta, artifacts)?;
         Ok(delta)
     }
 
@@ -174,12 +202,16 @@ impl ContainerCapture {
         let changes: Vec<ContainerChange> = listed
             .into_iter()
             .filter(|change| !harness_path(change, &mounts))
-            .map(|change| ContainerChange {
-                applied: !(self.protected)(&change.path),
-                change,
+            .map(|change| {
+                let held = self.toolchain.held_back(&change);
+                ContainerChange::new(change, held)
             })
             .collect();
-        Ok(ContainerDelta { changes, bytes: 0 })
+        Ok(ContainerDelta {
+            changes,
+            bytes: 0,
+            patch: String::new(),
+        })
     }
 
     fn read_and_apply(
@@ -187,27 +219,20 @@ impl ContainerCapture {
         artifacts: Option<&Path>,
         max_diff: u64,
     ) -> Result<Captured, CaptureError> {
-        let mut delta = self.list(artifacts)?;
-        let applied = |kind: fn(FsChangeKind) -> bool| -> Vec<String> {
-            delta
-                .changes
-                .iter()
-                .filter(|c| c.applied && kind(c.change.kind))
-                .map(|c| c.change.path.clone())
-                .collect()
-        };
-        let written: HashSet<String> = applied(|k| k != FsChangeKind::Deleted)
-            .into_iter()
-            .map(|p| p.trim_start_matches('/').to_owned())
+        let mut delta = self.listed()?;
+        let trimmed = |c: &ContainerChange| c.change.path.trim_start_matches('/').to_owned();
+        let added: HashSet<String> = delta
+            .changes
+            .iter()
+            .filter(|c| c.change.kind == FsChangeKind::Added)
+            .map(trimmed)
             .collect();
-        let deleted = applied(|k| k == FsChangeKind::Deleted);
-        if written.is_empty() && deleted.is_empty() {
-            return Ok(Captured {
-                delta,
-                image: None,
-                rejected: None,
-            });
-        }
+        let candidates: HashSet<String> = delta
+            .changes
+            .iter()
+            .filter(|c| c.applied && c.change.kind != FsChangeKind::Deleted)
+            .map(trimmed)
+            .collect();
         let scratch;
         let archive = match artifacts {
             Some(dir) => dir.join(CONTAINER_DELTA),
@@ -216,17 +241,70 @@ impl ContainerCapture {
                 scratch.path().join(CONTAINER_DELTA)
             }
         };
-        let packed = self.runtime.export(&self.container, |stream| {
-            pack(stream, &archive, &written, max_diff)
-        })?;
-        delta.bytes = packed.bytes;
+        let path = self
+            .runtime
+            .image_path(&self.image)?
+            .unwrap_or_else(|| DEFAULT_PATH.to_owned());
+        let mut image = ImagePrograms::new(&path);
+        let any_applied = delta.changes.iter().any(|c| c.applied);
+        let packed = match any_applied {
+            true => Some(self.runtime.export(&self.container, |stream| {
+                pack(stream, &archive, &candidates, max_diff, &mut |path| {
+                    if !added.contains(path) {
+                        image.note(&format!("/{path}"));
+                    }
+                })
+            })?),
+            false => None,
+        };
+        // Now that the image's programs are known: what shadows or changes one is held back.
+        let mut dropped = HashSet::new();
+        for change in delta.changes.iter_mut().filter(|c| c.applied) {
+            if let Some(held) = self.toolchain.held_back_given(&change.change, &image) {
+                *change = ContainerChange::new(change.change.clone(), Some(held));
+                dropped.insert(trimmed(change));
+            }
+        }
+        self.save_listing(&delta, artifacts)?;
+        let Some(mut packed) = packed else {
+            return Ok(Captured {
+                delta,
+                image: None,
+                rejected: None,
+            });
+        };
         if packed.over {
+            delta.bytes = packed.bytes;
             return Ok(Captured {
                 rejected: Some(format!(
                     "the agent changed more than max_diff ({max_diff} bytes) of files in its container outside the workspace ({CONTAINER_CHANGES} lists them)"
                 )),
                 delta,
                 image: None,
+            });
+        }
+        if !dropped.is_empty() {
+            packed =
+                repack(&archive, &dropped).map_err(|source| CaptureError::Scratch { source })?;
+        }
+        delta.bytes = packed.bytes;
+        for change in &mut delta.changes {
+            if let Some(file) = packed.files.get(&trimmed(change)) {
+                change.size = Some(file.size);
+            }
+        }
+        delta.patch = container_patch(&delta, &packed.files);
+        let deleted: Vec<String> = delta
+            .changes
+            .iter()
+            .filter(|c| c.applied && c.change.kind == FsChangeKind::Deleted)
+            .map(|c| c.change.path.clone())
+            .collect();
+        if packed.files.is_empty() && deleted.is_empty() {
+            return Ok(Captured {
+                delta,
+                image: None,
+                rejected: None,
             });
         }
         let tag = format!(
@@ -250,6 +328,18 @@ impl ContainerCapture {
             rejected: None,
         })
     }
+
+    fn save_listing(
+        &self,
+        delta: &ContainerDelta,
+        artifacts: Option<&Path>,
+    ) -> Result<(), CaptureError> {
+        if let Some(dir) = artifacts {
+            std::fs::write(dir.join(CONTAINER_CHANGES), delta.listing())
+                .map_err(|source| CaptureError::Save { source })?;
+        }
+        Ok(())
+    }
 }
 
 /// What the runtime or the harness put there: its own files, the mounts (the workspace, the
@@ -269,48 +359,139 @@ struct Packed {
     bytes: u64,
     /// Over `max_diff`: the archive is incomplete.
     over: bool,
+    /// What the archive holds, by path (without the leading `/`).
+    files: BTreeMap<String, PackedEntry>,
 }
 
-/// Copies the entries of the exported file system named in `keep` into a new archive at `to`.
+struct PackedEntry {
+    size: u64,
+    /// A regular file's content; a link's target.
+    content: Option<Vec<u8>>,
+    link: Option<String>,
+}
+
+/// Copies the entries of the exported file system named in `keep` into a new archive at `to`;
+/// `seen` is told every other non-folder entry's path (the image's files, mostly).
 fn pack(
     stream: &mut dyn Read,
     to: &Path,
     keep: &HashSet<String>,
     max_diff: u64,
+    seen: &mut dyn FnMut(&str),
+) -> std::io::Result<Packed> {
+    let mut exported = tar::Archive::new(stream);
+    copy_entries(exported.entries()?, to, max_diff, |path, dir| {
+        let kept = keep.contains(path);
+        if !kept && !dir {
+            seen(path);
+        }
+        kept
+    })
+}
+
+/// The archive at `at` without the entries in `dropped`.
+fn repack(at: &Path, dropped: &HashSet<String>) -> std::io::Result<Packed> {
+    let from = at.with_extension("tar.full");
+    std::fs::rename(at, &from)?;
+    let mut archive = tar::Archive::new(std::fs::File::open(&from)?);
+    let packed = copy_entries(archive.entries()?, at, u64::MAX, |path, _| {
+        !dropped.contains(path)
+    });
+    std::fs::remove_file(&from)?;
+    packed
+}
+
+fn copy_entries<R: Read>(
+    entries: tar::Entries<'_, R>,
+    to: &Path,
+    max_diff: u64,
+    mut keep: impl FnMut(&str, bool) -> bool,
 ) -> std::io::Result<Packed> {
     let mut builder = tar::Builder::new(std::fs::File::create(to)?);
     builder.follow_symlinks(false);
     let mut packed = Packed {
         bytes: 0,
         over: false,
+        files: BTreeMap::new(),
     };
-    let mut exported = tar::Archive::new(stream);
-    for entry in exported.entries()? {
+    for entry in entries {
         let mut entry = entry?;
         let path = entry.path()?.to_string_lossy().into_owned();
         let path = path.trim_start_matches("./").trim_start_matches('/');
         let path = path.trim_end_matches('/').to_owned();
-        if !keep.contains(&path) {
+        let dir = entry.header().entry_type().is_dir();
+        if !keep(&path, dir) {
             continue;
         }
         let mut header = entry.header().clone();
+        let mut content = None;
         if header.entry_type().is_file() {
             packed.bytes += entry.size();
             if packed.bytes > max_diff {
                 packed.over = true;
                 break;
             }
+            let mut bytes = Vec::with_capacity(entry.size() as usize);
+            entry.read_to_end(&mut bytes)?;
+            content = Some(bytes);
         }
-        match entry.link_name()? {
-            Some(target) => {
-                let target = target.into_owned();
-                builder.append_link(&mut header, &path, target)?;
-            }
-            None => builder.append_data(&mut header, &path, &mut entry)?,
+        let link = entry.link_name()?.map(|t| t.to_string_lossy().into_owned());
+        match (&link, &content) {
+            (Some(target), _) => builder.append_link(&mut header, &path, target)?,
+            (None, Some(bytes)) => builder.append_data(&mut header, &path, bytes.as_slice())?,
+            (None, None) => builder.append_data(&mut header, &path, std::io::empty())?,
+        }
+        if !dir {
+            packed.files.insert(
+                path,
+                PackedEntry {
+                    size: header.size().unwrap_or_default(),
+                    content,
+                    link,
+                },
+            );
         }
     }
     builder.into_inner()?.sync_all()?;
     Ok(packed)
+}
+
+/// The container's changes as the diff shows them, after the workspace's patch: one section
+/// per change carried, headed `diff --container PATH` (not `diff --git`, so nothing reads it
+/// as a workspace path), with a text file's new content as an added hunk.
+fn container_patch(delta: &ContainerDelta, files: &BTreeMap<String, PackedEntry>) -> String {
+    let mut out = String::new();
+    for change in delta.changes.iter().filter(|c| c.applied) {
+        let path = &change.change.path;
+        let entry = files.get(path.trim_start_matches('/'));
+        let what = match (change.change.kind, entry) {
+            (FsChangeKind::Deleted, _) => "deleted".to_owned(),
+            (_, Some(PackedEntry { link: Some(t), .. })) => format!("symlink to {t}"),
+            (FsChangeKind::Added, Some(e)) => format!("new file, {} bytes", e.size),
+            (_, Some(e)) => format!("changed file, {} bytes (its new content)", e.size),
+            // A folder: its files have sections of their own.
+            (_, None) => continue,
+        };
+        out.push_str(&format!("diff --container {path}\n{what}\n"));
+        let Some(text) = entry
+            .and_then(|e| e.content.as_deref())
+            .filter(|bytes| !bytes.is_empty() && !bytes.contains(&0))
+            .and_then(|bytes| std::str::from_utf8(bytes).ok())
+        else {
+            continue;
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        out.push_str(&format!(
+            "--- /dev/null\n+++ container:{path}\n@@ -0,0 +1,{} @@\n",
+            lines.len()
+        ));
+        for line in lines {
+            out.push('+');
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// `label` as an image tag may hold it.
@@ -360,28 +541,57 @@ mod tests {
     }
 
     #[test]
-    fn only_protected_files_the_image_had_count_as_tampering() {
+    fn held_back_changes_count_as_tampering_unless_a_package_was_installed() {
         let delta = ContainerDelta {
             changes: vec![
-                ContainerChange {
-                    change: change(FsChangeKind::Added, "/usr/local/bin/pytest"),
-                    applied: false,
-                },
-                ContainerChange {
-                    change: change(FsChangeKind::Changed, "/usr/bin/python3"),
-                    applied: false,
-                },
-                ContainerChange {
-                    change: change(FsChangeKind::Changed, "/etc/app.conf"),
-                    applied: true,
-                },
+                ContainerChange::new(
+                    change(FsChangeKind::Added, "/usr/local/bin/pytest"),
+                    Some(HeldBack::Shadows),
+                ),
+                ContainerChange::new(
+                    change(FsChangeKind::Added, "/usr/lib/python3/dist-packages/six.py"),
+                    Some(HeldBack::Installed),
+                ),
+                ContainerChange::new(change(FsChangeKind::Changed, "/etc/app.conf"), None),
             ],
             bytes: 3,
+            patch: String::new(),
         };
-        assert_eq!(delta.tampered(), ["/usr/bin/python3 (in the container)"]);
+        assert_eq!(
+            delta.tampered(),
+            ["/usr/local/bin/pytest (in the container)"]
+        );
         assert_eq!(
             delta.listing(),
-            "A /usr/local/bin/pytest  (protected: not applied)\nC /usr/bin/python3  (protected: not applied)\nC /etc/app.conf\n"
+            "A /usr/local/bin/pytest  (protected: not applied)\nA /usr/lib/python3/dist-packages/six.py  (installed: not applied)\nC /etc/app.conf\n"
+        );
+    }
+
+    #[test]
+    fn the_diff_shows_a_carried_text_files_new_content() {
+        let delta = ContainerDelta {
+            changes: vec![
+                ContainerChange::new(change(FsChangeKind::Changed, "/etc"), None),
+                ContainerChange::new(change(FsChangeKind::Added, "/etc/app.conf"), None),
+                ContainerChange::new(change(FsChangeKind::Deleted, "/etc/old.conf"), None),
+                ContainerChange::new(
+                    change(FsChangeKind::Changed, "/usr/bin/tr"),
+                    Some(HeldBack::Toolchain),
+                ),
+            ],
+            ..ContainerDelta::default()
+        };
+        let files = BTreeMap::from([(
+            "etc/app.conf".to_owned(),
+            PackedEntry {
+                size: 8,
+                content: Some(b"a=1\nb=2\n".to_vec()),
+                link: None,
+            },
+        )]);
+        assert_eq!(
+            container_patch(&delta, &files),
+            "diff --container /etc/app.conf\nnew file, 8 bytes\n--- /dev/null\n+++ container:/etc/app.conf\n@@ -0,0 +1,2 @@\n+a=1\n+b=2\ndiff --container /etc/old.conf\ndeleted\n"
         );
     }
 
@@ -405,7 +615,12 @@ mod tests {
         let bytes = source.into_inner().unwrap();
         let keep: HashSet<String> = ["etc/app.conf".into(), "opt/x/a".into()].into();
         let out = dir.path().join("d.tar");
-        let packed = pack(&mut bytes.as_slice(), &out, &keep, 100).unwrap();
+        let mut seen = Vec::new();
+        let packed = pack(&mut bytes.as_slice(), &out, &keep, 100, &mut |p| {
+            seen.push(p.to_owned())
+        })
+        .unwrap();
+        assert_eq!(seen, ["etc/other"]);
         assert_eq!((packed.bytes, packed.over), (8, false));
         let mut names: Vec<String> = tar::Archive::new(std::fs::File::open(&out).unwrap())
             .entries()
@@ -414,7 +629,7 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["etc/app.conf", "opt/x/a"]);
-        let over = pack(&mut bytes.as_slice(), &out, &keep, 5).unwrap();
+        let over = pack(&mut bytes.as_slice(), &out, &keep, 5, &mut |_| {}).unwrap();
         assert!(over.over);
     }
 }

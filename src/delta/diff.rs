@@ -24,7 +24,8 @@ impl DiffStats {
         };
         let mut in_hunk = false;
         for line in patch.lines() {
-            if line.starts_with("diff --git ") {
+            // A container change's section (`delta: container`) counts as a file too.
+            if line.starts_with("diff --git ") || line.starts_with("diff --container ") {
                 stats.files += 1;
                 in_hunk = false;
             } else if line.starts_with("@@") {

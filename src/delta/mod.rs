@@ -12,8 +12,10 @@ mod diff;
 pub mod flags;
 pub mod mutate;
 mod probe;
+pub mod reward;
 mod snapshot;
 mod tests_report;
+pub mod toolchain;
 mod watch;
 
 use std::path::Path;
@@ -24,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use container::{
     CONTAINER_CHANGES, CONTAINER_DELTA, CaptureError, ContainerCapture, ContainerChange,
-    ContainerDelta, ProtectedPath,
+    ContainerDelta,
 };
 pub use diff::{DiffStats, changed_paths, commit_setup, patch_bytes};
 pub use mutate::{BitingMutant, DEFAULT_MUTANTS, Mutant, MutationReport};
@@ -48,6 +50,9 @@ pub struct CommandResult {
     /// installed no hook.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tests: Option<TestReport>,
+    /// The reward the test script wrote, read by the harness (a task with `verify.reward`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reward: Option<reward::Reward>,
 }
 
 impl EnvironmentDelta {
@@ -63,16 +68,23 @@ impl EnvironmentDelta {
 }
 
 impl CommandResult {
-    /// Exited 0 within its timeout.
+    /// Within its timeout, a full reward (a task whose test script writes one: its authors'
+    /// verdict, whatever the script's exit status), else exited 0.
     pub fn succeeded(&self) -> bool {
-        self.exit_code == Some(0) && !self.timed_out
+        !self.timed_out
+            && match &self.reward {
+                Some(reward) => reward.passed(),
+                None => self.exit_code == Some(0),
+            }
     }
 }
 
 /// The scoring surface: the diff and the verify command's result. There is no summary field.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EnvironmentDelta {
-    /// The workspace diff against the base; empty when nothing changed.
+    /// The workspace diff against the base, then (under `delta: container`) the container's
+    /// changes carried into verify, each in a `diff --container PATH` section; empty when
+    /// nothing changed.
     pub diff: String,
     pub command_result: CommandResult,
     /// Why the probe refused to verify (a diff over `max_diff`): the trial fails.
@@ -87,6 +99,17 @@ pub struct EnvironmentDelta {
     /// Under `delta: container`: what the agent changed in its container outside the workspace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<ContainerDelta>,
+}
+
+impl EnvironmentDelta {
+    /// The workspace's part of the diff: a git patch, without the container's sections.
+    pub fn workspace_diff(&self) -> &str {
+        let container = self.container.as_ref().map_or(0, |c| c.patch.len());
+        match self.diff.len().checked_sub(container) {
+            Some(end) if self.diff.is_char_boundary(end) => &self.diff[..end],
+            _ => &self.diff,
+        }
+    }
 }
 
 /// What a probe knows about the run it inspects.

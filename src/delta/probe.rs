@@ -83,6 +83,11 @@ pub struct VerifySpec {
     /// Runs in the agent's own container, still running, on the agent's workspace.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub in_place: bool,
+    /// The folder the test script writes its reward file in: a container path (a fresh folder
+    /// is mounted there) or a folder of the verify workspace. Read by the harness after every
+    /// process of the command has ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reward: Option<PathBuf>,
 }
 
 /// Where the verify command runs: a workspace provisioned fresh from the base for it.
@@ -229,6 +234,14 @@ impl DeltaProbe for TaskProbe {
                             "cannot take the container's delta: {e}"
                         ))
                     })?;
+            // What the agent changed in its container is its work too: a task solved in /etc
+            // shows a diff.
+            let diff = diff + &captured.delta.patch;
+            if let (Some(dir), false) = (&self.artifacts, captured.delta.patch.is_empty()) {
+                std::fs::write(dir.join(DIFF_PATCH), &diff).map_err(|e| {
+                    err(ProbeErrorKind::Diff)(format!("cannot save {DIFF_PATCH}: {e}"))
+                })?;
+            }
             if let Some(why) = captured.rejected {
                 return Ok(EnvironmentDelta {
                     diff,
@@ -414,6 +427,7 @@ impl TaskProbe {
             output: ended.output.text(),
             duration_ms: ended.duration.as_millis() as u64,
             tests: None,
+            reward: None,
         })
     }
 
@@ -622,7 +636,31 @@ impl TaskProbe {
         // watched in every isolation: a write, even one undone before the end, is tampering.
         let hidden_paths: Vec<PathBuf> =
             laid.hashes.iter().map(|(p, _)| workspace.join(p)).collect();
-        let confinement = self.confinement.clone().read_only(&hidden_paths);
+        let mut confinement = self.confinement.clone().read_only(&hidden_paths);
+        // The reward folder, fresh: a container path gets a folder of the verify home mounted
+        // there; a workspace folder is emptied.
+        let reward_dir = match &self.verify.reward {
+            Some(dir) => {
+                let folder = match (dir.is_absolute(), self.home()) {
+                    (true, Some(home)) => {
+                        super::reward::fresh_folder(&home, Path::new(".deltabench/reward"))
+                    }
+                    (true, None) => tempfile::tempdir().map(tempfile::TempDir::keep),
+                    (false, _) => super::reward::fresh_folder(workspace, dir),
+                }
+                .map_err(|e| {
+                    ProbeError::new(
+                        ProbeErrorKind::Verify,
+                        format!("cannot make the reward folder {}: {e}", dir.display()),
+                    )
+                })?;
+                if dir.is_absolute() {
+                    confinement = confinement.bind(&folder, dir);
+                }
+                Some(folder)
+            }
+            None => None,
+        };
         let spec = confinement.wrap(workspace, spec).map_err(|e| {
             ProbeError::new(
                 ProbeErrorKind::Verify,
@@ -654,12 +692,18 @@ impl TaskProbe {
                 format!("cannot watch the hidden tests: {e}"),
             )
         })?;
+        let guard = reward_dir.as_deref().and_then(super::reward::Guard::start);
         let ended = process::run(&spec, &never).await.map_err(|e| {
             ProbeError::new(
                 ProbeErrorKind::Verify,
                 format!("`{}`: {e}", self.verify.run),
             )
         })?;
+        // Every process of the command has ended (its container or sandbox is gone, its cgroup
+        // killed): only now is the reward read, on the host.
+        let reward = reward_dir
+            .as_deref()
+            .map(|dir| super::reward::read(dir, guard.map(super::reward::Guard::stop)));
         // The runtime's or bubblewrap's own failure (125, 126...): the command never ran, so
         // no verdict.
         if !self.confinement.started(&ended) {
@@ -695,6 +739,7 @@ impl TaskProbe {
                 output: ended.output.text(),
                 duration_ms: ended.duration.as_millis() as u64,
                 tests,
+                reward,
             },
             listing: laid.listing,
             applied: laid.applied,

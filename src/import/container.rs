@@ -27,8 +27,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::docker::{self, ContainerPaths, SOLUTION_DIR, StageError, TESTS_DIR};
-use super::write::{SuiteFile, TaskEntry, write_file};
+use super::docker::{self, ContainerPaths, LOGS_DIR, SOLUTION_DIR, StageError, TESTS_DIR};
+use super::write::{self, SuiteFile, TaskEntry, write_file};
 use super::{Format, Ids, ImportError, ImportOptions, Imported, Skip, seconds};
 use crate::process::{self, CommandSpec};
 
@@ -218,7 +218,11 @@ pub async fn import(
         }
         let base = repo.add(&id, &app, &env.workdir)?;
         let paths = ContainerPaths::new(&env.workdir);
-        let mut entry = write_task(&task, &id, &paths, staging)?;
+        // In its container the task's scripts run as authored: the workspace is at WORKDIR, the
+        // tests at /tests, the reward folder at /logs/verifier, the solution at /solution.
+        // Elsewhere their container paths are rewritten to the workspace.
+        let rewrite = (!contained).then_some(&paths);
+        let mut entry = write_task(&task, &id, rewrite, staging)?;
         entry.base = Some(base);
         if let Some(dockerfile) = task.dockerfile.as_ref().filter(|_| contained) {
             entry.environment = copy_environment(&task, dockerfile, &id, &env.workdir, staging)?;
@@ -226,6 +230,17 @@ pub async fn import(
             // What the agent changes anywhere in its container counts, as in the task's own
             // harness, where the tests run in the agent's container.
             entry.environment.push(("delta", "container".to_owned()));
+            entry.environment.push((
+                "verify_mounts",
+                format!(
+                    "{{{}: {}}}",
+                    write::quote("/tests"),
+                    write::quote(TESTS_DIR)
+                ),
+            ));
+            entry
+                .environment
+                .push(("solution_at", "/solution".to_owned()));
             if task.allow_internet {
                 entry
                     .environment
@@ -633,26 +648,39 @@ fn answer_in_starting_files(task: &ContainerTask, app: &Path) -> Option<String> 
     (!names.is_empty()).then(|| names.join(", "))
 }
 
-/// Writes the task's instruction, hidden tests (with the verify wrapper) and solution script;
-/// returns its entry without `base`.
+/// Writes the task's instruction, hidden tests and solution script; returns its entry without
+/// `base`. With `rewrite`, for a task that runs outside its container, container paths in them
+/// become workspace paths and a wrapper runs the test script from the workspace root.
 fn write_task(
     task: &ContainerTask,
     id: &str,
-    paths: &ContainerPaths,
+    rewrite: Option<&ContainerPaths>,
     staging: &Path,
 ) -> Result<TaskEntry, ImportError> {
     let instruction = format!("instructions/{id}.md");
-    write_file(
-        &staging.join(&instruction),
-        paths.relative(&task.instruction),
-        false,
-    )?;
+    let text = match rewrite {
+        Some(paths) => paths.relative(&task.instruction),
+        None => task.instruction.clone(),
+    };
+    write_file(&staging.join(&instruction), text, false)?;
     let tests = format!("tests/{id}");
     let tests_dir = staging.join(&tests);
     for (source, name) in &task.tests {
-        copy_rewritten(source, &tests_dir.join(TESTS_DIR).join(name), paths)?;
+        copy_rewritten(source, &tests_dir.join(TESTS_DIR).join(name), rewrite)?;
     }
-    write_file(&tests_dir.join(VERIFY), wrapper(task.test_entry), true)?;
+    // Harbor's test scripts write a reward file; Terminal-Bench's older ones exit with the
+    // tests' status.
+    let writes_reward = task.test_entry == "test.sh";
+    let (verify, reward) = match rewrite {
+        Some(_) => {
+            write_file(&tests_dir.join(VERIFY), wrapper(task.test_entry), true)?;
+            (format!("sh {VERIFY}"), format!("{LOGS_DIR}/verifier"))
+        }
+        None => (
+            format!("TEST_DIR=/tests bash /tests/{}", task.test_entry),
+            "/logs/verifier".to_owned(),
+        ),
+    };
     if let Some((source, script)) = &task.solution {
         let target = staging.join("solutions").join(id);
         let target = if source.is_dir() {
@@ -660,14 +688,15 @@ fn write_task(
         } else {
             target.join(script)
         };
-        copy_rewritten(source, &target, paths)?;
+        copy_rewritten(source, &target, rewrite)?;
     }
     Ok(TaskEntry {
         id: id.to_owned(),
         instruction_file: instruction,
         tests: Some(tests),
-        verify: format!("sh {VERIFY}"),
+        verify,
         verify_timeout: Some(task.verify_timeout.unwrap_or(VERIFY_TIMEOUT)),
+        verify_reward: writes_reward.then_some(reward),
         grader: Some(format!("./{GRADER_PATH}")),
         timeout: task.agent_timeout,
         tags: task.tags.clone(),
@@ -677,7 +706,11 @@ fn write_task(
 
 /// Copies a file, or a folder's contents, rewriting container paths in text files: shell
 /// scripts through `$DELTABENCH_WORKSPACE`, everything else relative to the workspace root.
-fn copy_rewritten(source: &Path, target: &Path, paths: &ContainerPaths) -> Result<(), ImportError> {
+fn copy_rewritten(
+    source: &Path,
+    target: &Path,
+    rewrite: Option<&ContainerPaths>,
+) -> Result<(), ImportError> {
     let read_err = |source: std::io::Error, path: &Path| ImportError::Read {
         path: path.to_owned(),
         source,
@@ -689,13 +722,16 @@ fn copy_rewritten(source: &Path, target: &Path, paths: &ContainerPaths) -> Resul
             .collect();
         entries.sort_by_key(|e| e.file_name());
         for entry in entries {
-            copy_rewritten(&entry.path(), &target.join(entry.file_name()), paths)?;
+            copy_rewritten(&entry.path(), &target.join(entry.file_name()), rewrite)?;
         }
         return Ok(());
     }
     let bytes = std::fs::read(source).map_err(|e| read_err(e, source))?;
     let executable = std::fs::metadata(source)
         .is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0);
+    let Some(paths) = rewrite else {
+        return write_file(target, bytes, executable);
+    };
     let content = match String::from_utf8(bytes) {
         Ok(text) if !text.contains('\0') => {
             let shell = source.extension().is_some_and(|e| e == "sh")
@@ -715,87 +751,19 @@ fn copy_rewritten(source: &Path, target: &Path, paths: &ContainerPaths) -> Resul
     write_file(target, content, executable)
 }
 
-/// The reward from reward.json (`$REWARD_JSON`, one line) and reward.txt (`$REWARD_TXT`), by the rule
-/// graders/reward.py applies to a suite imported before the wrapper printed the value: the
-/// top-level numeric `"reward"`, else reward.txt, else the only top-level number, else the mean
-/// of them (Harbor's metrics take one key; booleans are not numbers). A bare number is itself.
-/// Plain POSIX awk (mawk included): the task's image may have no Python.
-const REWARD_AWK: &str = r#"
-function number(s) { return s ~ /^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$/ }
-BEGIN {
-  json = ENVIRON["REWARD_JSON"]; txt = ENVIRON["REWARD_TXT"]
-  if (number(json)) { print json + 0; exit }
-  n = length(json); depth = 0; want_key = 0; key = ""; count = 0; sum = 0; found = 0
-  for (i = 1; i <= n; i++) {
-    c = substr(json, i, 1)
-    if (c == "\"") {
-      s = ""
-      for (i++; i <= n; i++) {
-        d = substr(json, i, 1)
-        if (d == "\\") { s = s substr(json, i, 2); i++; continue }
-        if (d == "\"") break
-        s = s d
-      }
-      if (depth == 1 && want_key) { key = s; want_key = 0 }
-    } else if (c == "{" || c == "[") {
-      depth++
-      if (depth == 1) want_key = (c == "{")
-    } else if (c == "}" || c == "]") {
-      depth--
-    } else if (c == "," && depth == 1) {
-      want_key = 1
-    } else if (c == ":" && depth == 1) {
-      rest = substr(json, i + 1)
-      sub(/^[ \t]*/, "", rest)
-      if (match(rest, /^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?/)) {
-        value = substr(rest, 1, RLENGTH) + 0
-        count++; sum += value
-        if (key == "reward") { reward = value; found = 1 }
-      }
-    }
-  }
-  if (found) print reward
-  else if (txt != "") print txt
-  else if (count > 0) print sum / count
-}
-"#;
-
-/// The verify command's wrapper: runs the task's test script from the workspace root, as the
-/// container would, and reports the reward file it wrote. It exits 0 only for a full reward
-/// (or, with no reward file, when the test script did), so `validate` sees the base fail.
+/// The verify command's wrapper, for a task that runs outside its container: runs the task's
+/// test script from the workspace root, as its container would. deltabench reads the reward
+/// file it writes (`verify.reward`) once it has ended.
 fn wrapper(entry: &str) -> String {
     format!(
         r#"#!/bin/sh
 # Written by `deltabench import`: runs the task's test script the way its container would, from
-# the workspace root, then prints the reward file it wrote for graders/reward.py.
+# the workspace root. deltabench reads the reward file it writes itself, after it ended.
 DELTABENCH_WORKSPACE=$(pwd)
 TEST_DIR="$DELTABENCH_WORKSPACE/{TESTS_DIR}"
 export DELTABENCH_WORKSPACE TEST_DIR
-logs="$DELTABENCH_WORKSPACE/.deltabench/logs/verifier"
-# A reward file the agent left there must not count.
-rm -rf "$logs" && mkdir -p "$logs" || exit 2
-bash "$TEST_DIR/{entry}"
-status=$?
-# The reward, by graders/reward.py's rule (Harbor's): reward.json's numeric "reward"; else
-# reward.txt; else reward.json's only number; else the mean of its numbers.
-json=
-txt=
-if [ -s "$logs/reward.json" ]; then
-  json=$(tr -d '\r\n' < "$logs/reward.json")
-  printf '\nDELTABENCH_REWARD_JSON=%s\n' "$json"
-fi
-if [ -s "$logs/reward.txt" ]; then
-  txt=$(tr -d ' \t\r\n' < "$logs/reward.txt")
-fi
-reward=$(REWARD_JSON="$json" REWARD_TXT="$txt" awk '{REWARD_AWK}')
-if [ -n "$reward" ]; then
-  printf '\nDELTABENCH_REWARD=%s\n' "$reward"
-fi
-if [ -n "$reward" ]; then
-  awk -v r="$reward" 'BEGIN {{ exit !(r + 0 >= 1) }}'
-  exit $?
-fi
-exit $status
+mkdir -p "$DELTABENCH_WORKSPACE/{LOGS_DIR}/verifier" || exit 2
+exec bash "$TEST_DIR/{entry}"
 "#
     )
 }

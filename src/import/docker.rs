@@ -563,14 +563,24 @@ impl ContainerPaths {
     }
 
     /// For shell scripts: absolute at run time, through `$DELTABENCH_WORKSPACE`, so a `cd`
-    /// inside the script does not break them.
+    /// inside the script does not break them. Where the shell expands nothing, the script is
+    /// left as written: the body of a quoted heredoc (`<<'EOF'`) is data. Inside a
+    /// single-quoted string the quote is closed around the variable (`'"${...}"'`).
     pub fn in_shell(&self, text: &str) -> String {
-        self.rewrite(text, |relative, _| match relative {
+        let variable = |relative: &str| match relative {
             "" => "${DELTABENCH_WORKSPACE}".to_owned(),
             // Where the oracle (or --run-solutions) put the solution's files.
             SOLUTION_DIR => "${DELTABENCH_SOLUTION}".to_owned(),
             rel => format!("${{DELTABENCH_WORKSPACE}}/{rel}"),
-        })
+        };
+        shell_spans(text)
+            .into_iter()
+            .map(|(span, quoting)| match quoting {
+                Quoting::Expands => self.rewrite(span, |rel, _| variable(rel)),
+                Quoting::Single => self.rewrite(span, |rel, _| format!("'\"{}\"'", variable(rel))),
+                Quoting::Data => span.to_owned(),
+            })
+            .collect()
     }
 
     /// For everything else (Python tests, the instruction): relative to the workspace root,
@@ -611,6 +621,121 @@ impl ContainerPaths {
         }
         out
     }
+}
+
+/// How the shell reads a span of a script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quoting {
+    /// Code, a double-quoted string, an unquoted heredoc's body: `${VAR}` expands.
+    Expands,
+    /// Inside a single-quoted string.
+    Single,
+    /// A quoted heredoc's body: nothing expands.
+    Data,
+}
+
+/// `text` cut into spans by how the shell reads them (a lexer for quotes, escapes, comments
+/// and heredocs; enough to keep rewrites out of text the shell never expands).
+fn shell_spans<'a>(text: &'a str) -> Vec<(&'a str, Quoting)> {
+    let bytes = text.as_bytes();
+    let mut spans = Vec::new();
+    let (mut start, mut i) = (0, 0);
+    // Heredocs whose bodies start at the next line: (delimiter, quoted, strip tabs).
+    let mut pending: Vec<(String, bool, bool)> = Vec::new();
+    let push = |spans: &mut Vec<(&'a str, Quoting)>, from: usize, to: usize, quoting: Quoting| {
+        if to > from {
+            spans.push((&text[from..to], quoting));
+        }
+    };
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'\'' => {
+                push(&mut spans, start, i + 1, Quoting::Expands);
+                let end = text[i + 1..].find('\'').map_or(bytes.len(), |n| i + 1 + n);
+                push(&mut spans, i + 1, end, Quoting::Single);
+                start = end;
+                i = end + 1;
+            }
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'#' if i == 0 || bytes[i - 1].is_ascii_whitespace() => {
+                i = text[i..].find('\n').map_or(bytes.len(), |n| i + n);
+            }
+            b'<' if bytes.get(i + 1) == Some(&b'<') && bytes.get(i + 2) != Some(&b'<') => {
+                i += 2;
+                let strip = bytes.get(i) == Some(&b'-');
+                if strip {
+                    i += 1;
+                }
+                while bytes.get(i).is_some_and(|c| *c == b' ' || *c == b'\t') {
+                    i += 1;
+                }
+                let word_end = text[i..]
+                    .find(|c: char| {
+                        c.is_whitespace() || matches!(c, ';' | '&' | '|' | '<' | '>' | ')')
+                    })
+                    .map_or(bytes.len(), |n| i + n);
+                let word = &text[i..word_end];
+                let quoted = word.contains(['\'', '"', '\\']);
+                let delimiter: String = word
+                    .chars()
+                    .filter(|c| !matches!(c, '\'' | '"' | '\\'))
+                    .collect();
+                if !delimiter.is_empty() {
+                    pending.push((delimiter, quoted, strip));
+                }
+                i = word_end;
+            }
+            b'\n' if !pending.is_empty() => {
+                i += 1;
+                push(&mut spans, start, i, Quoting::Expands);
+                for (delimiter, quoted, strip) in pending.drain(..) {
+                    let body = i;
+                    let mut end = bytes.len();
+                    let mut next = bytes.len();
+                    let mut at = i;
+                    while at < bytes.len() {
+                        let line_end = text[at..].find('\n').map_or(bytes.len(), |n| at + n);
+                        let line = &text[at..line_end];
+                        let line = if strip {
+                            line.trim_start_matches('\t')
+                        } else {
+                            line
+                        };
+                        if line == delimiter {
+                            end = at;
+                            next = line_end;
+                            break;
+                        }
+                        at = line_end + 1;
+                    }
+                    let end = end.min(bytes.len());
+                    let quoting = if quoted {
+                        Quoting::Data
+                    } else {
+                        Quoting::Expands
+                    };
+                    push(&mut spans, body, end, quoting);
+                    i = next.min(bytes.len());
+                    start = end;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    push(
+        &mut spans,
+        start.min(bytes.len()),
+        bytes.len(),
+        Quoting::Expands,
+    );
+    spans
 }
 
 /// True when a path ending at `end` is a whole component: `/app` in `/app/x`, `"/app"` or
@@ -790,6 +915,12 @@ mod tests {
         assert_eq!(
             paths.in_shell("cd \"${APP_DIR:-/app}\" && ls ${T:-/tests/x}"),
             "cd \"${APP_DIR:-${DELTABENCH_WORKSPACE}}\" && ls ${T:-${DELTABENCH_WORKSPACE}/.deltabench/tests/x}"
+        );
+        // Quoted heredocs are data; a single-quoted path gets its quote closed around it.
+        let script = "cat > /app/q.sql <<'EOF'\nCOPY t FROM '/app/data.csv';\nEOF\ncat '/app/x y' \"/app\" <<-END\n\t/tests/t\n\tEND\necho \"it's /app\" # /app\n";
+        assert_eq!(
+            paths.in_shell(script),
+            "cat > ${DELTABENCH_WORKSPACE}/q.sql <<'EOF'\nCOPY t FROM '/app/data.csv';\nEOF\ncat ''\"${DELTABENCH_WORKSPACE}\"'/x y' \"${DELTABENCH_WORKSPACE}\" <<-END\n\t${DELTABENCH_WORKSPACE}/.deltabench/tests/t\n\tEND\necho \"it's ${DELTABENCH_WORKSPACE}\" # ${DELTABENCH_WORKSPACE}\n"
         );
         let untouched =
             "/application /app.py $HOME/app /usr/tests https://x/app #!/bin/bash x-/app";

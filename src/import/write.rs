@@ -178,6 +178,8 @@ pub struct TaskEntry {
     pub tests: Option<String>,
     pub verify: String,
     pub verify_timeout: Option<Duration>,
+    /// The folder the test script writes its reward file in (`verify.reward`).
+    pub verify_reward: Option<String>,
     pub solution: Option<String>,
     /// The reference as a script the oracle runs (`solution_script:`).
     pub solution_script: Option<String>,
@@ -220,13 +222,21 @@ impl SuiteFile {
             if let Some(tests) = &task.tests {
                 field("tests", quote(tests));
             }
+            let mut verify = vec![format!("run: {}", quote(&task.verify))];
+            verify.extend(
+                task.verify_timeout
+                    .map(|t| format!("timeout: {}", duration(t))),
+            );
+            verify.extend(
+                task.verify_reward
+                    .as_ref()
+                    .map(|r| format!("reward: {}", quote(r))),
+            );
             field(
                 "verify",
-                match task.verify_timeout {
-                    Some(t) => {
-                        format!("{{run: {}, timeout: {}}}", quote(&task.verify), duration(t))
-                    }
-                    None => quote(&task.verify),
+                match verify.len() {
+                    1 => quote(&task.verify),
+                    _ => format!("{{{}}}", verify.join(", ")),
                 },
             );
             if let Some(solution) = &task.solution {
@@ -251,9 +261,10 @@ impl SuiteFile {
                 let pairs: Vec<String> = task
                     .environment
                     .iter()
-                    // `cpus` is a number; every other value a string.
+                    // `cpus` is a number and `verify_mounts` a mapping, written as YAML already;
+                    // every other value a string.
                     .map(|(key, value)| match *key {
-                        "cpus" => format!("{key}: {value}"),
+                        "cpus" | "verify_mounts" => format!("{key}: {value}"),
                         _ => format!("{key}: {}", quote(value)),
                     })
                     .collect();
@@ -273,7 +284,7 @@ impl SuiteFile {
     }
 }
 
-fn quote(text: &str) -> String {
+pub fn quote(text: &str) -> String {
     serde_json::Value::from(text).to_string()
 }
 

@@ -154,6 +154,12 @@ pub fn contradiction(result: &CommandResult) -> Option<String> {
     if ran == 0 {
         return Some(format!("the test runner ({runners}) ran zero tests"));
     }
+    // A task whose test script writes a reward: the reward is the verdict, and it may be lower
+    // than the tests say (other checks count too); a pass that shows failures is
+    // `failures_shown`'s.
+    if result.reward.is_some() {
+        return None;
+    }
     let failed: u64 = found.iter().map(|(_, s)| s.failed).sum();
     let unittest_ok = !found.iter().any(|(name, _)| *name == "unittest")
         || unittest_tail(&result.output).is_some_and(|tail| UNITTEST_OK.is_match(tail));

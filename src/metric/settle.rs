@@ -97,7 +97,6 @@ mod tests {
                 delta,
                 score: Score::from_passed(true),
                 tampered: &[],
-                tamper_fails: true,
                 expected: None,
             }),
             replay_mismatch: None,

@@ -41,11 +41,9 @@ impl Verdict {
 pub struct VerdictInput<'a> {
     pub delta: &'a EnvironmentDelta,
     pub score: Score,
-    /// Protected paths the diff touched.
+    /// Protected paths the diff touched: the trial fails under every metric (a grader's
+    /// verdict on a tampered verifier says nothing).
     pub tampered: &'a [String],
-    /// Whether touching a protected path fails the trial (the `delta` metric); other metrics
-    /// keep their verdict and the record keeps the flag.
-    pub tamper_fails: bool,
     /// What the reference solution's verify run showed when the suite was validated.
     pub expected: Option<&'a TestEvidence>,
 }
@@ -55,7 +53,7 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
     if let Some(why) = &input.delta.rejected {
         return Verdict::not_passed(Judgement::Fail, why.clone());
     }
-    if !input.tampered.is_empty() && input.tamper_fails {
+    if !input.tampered.is_empty() {
         return Verdict::not_passed(
             Judgement::Fail,
             format!("tampered: {}", input.tampered.join(", ")),
@@ -134,7 +132,6 @@ mod tests {
             delta,
             score: Score::from_passed(delta.command_result.succeeded()),
             tampered: &[],
-            tamper_fails: true,
             expected,
         })
     }
@@ -150,7 +147,6 @@ mod tests {
             delta: &delta(0, RAN_2),
             score: Score::from_passed(true),
             tampered: &["conftest.py".into()],
-            tamper_fails: true,
             expected: None,
         });
         assert_eq!(tampered.judgement, Judgement::Fail);

@@ -122,7 +122,7 @@ fn test_case(run: &StoredRun, record: &TrialRecord) -> TestCase {
 /// One line saying why a scored trial failed: the verify result, an empty diff, the agent's end.
 fn failure_message(record: &TrialRecord) -> String {
     let mut message = String::from("fail: ");
-    match record.verify {
+    match &record.verify {
         Some(v) if v.timed_out => {
             let _ = write!(
                 message,
@@ -261,6 +261,7 @@ mod tests {
             exit_code: Some(3),
             timed_out: false,
             duration_ms: 10,
+            reward: None,
         };
         assert_eq!(
             failure_message(&record(Some(exited))),
@@ -270,6 +271,7 @@ mod tests {
             exit_code: None,
             timed_out: true,
             duration_ms: 2500,
+            reward: None,
         };
         assert_eq!(
             failure_message(&record(Some(timed_out))),

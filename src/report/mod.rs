@@ -607,8 +607,12 @@ pub fn csv(run: &StoredRun) -> Result<String, csv::Error> {
             opt(r.diff.map(|d| d.files.to_string())),
             opt(r.diff.map(|d| d.insertions.to_string())),
             opt(r.diff.map(|d| d.deletions.to_string())),
-            opt(r.verify.and_then(|v| v.exit_code).map(|c| c.to_string())),
-            opt(r.verify.map(|v| v.timed_out.to_string())),
+            opt(r
+                .verify
+                .as_ref()
+                .and_then(|v| v.exit_code)
+                .map(|c| c.to_string())),
+            opt(r.verify.as_ref().map(|v| v.timed_out.to_string())),
             r.duration_ms.to_string(),
             opt(r.usage.map(|u| u.input_tokens.to_string())),
             opt(r.usage.map(|u| u.output_tokens.to_string())),

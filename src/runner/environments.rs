@@ -53,6 +53,8 @@ impl Environments {
                 readable: Vec::new(),
                 writable: Vec::new(),
                 read_only: Vec::new(),
+                workspace_mounts: Vec::new(),
+                binds: Vec::new(),
                 label: self.label.clone(),
                 route: None,
                 limits: environment.limits,

@@ -1,7 +1,7 @@
 //! One trial: wire the seam types for (task, agent, n), run the lifecycle, write the artifacts.
 //!
 //! After the lifecycle the verdict is checked against gaming: a diff touching a protected path
-//! is recorded as `tampered` (and fails under `delta`), a verify output that contradicts its exit
+//! is recorded as `tampered` (and fails under every metric), a verify output that contradicts its exit
 //! code makes the trial `invalid`, and secrets are redacted from every artifact and the record.
 
 mod protect;
@@ -259,7 +259,7 @@ fn wire<'a>(inputs: &'a TrialInputs, spec: &'a TrialSpec, commit: &str, dir: &Pa
             container: name.clone(),
             image: policy.image.clone(),
             label: policy.label.clone(),
-            protected: protected.container_path(),
+            toolchain: Arc::new(toolchain(task, protected)),
         }),
         _ => None,
     };
@@ -274,9 +274,13 @@ fn wire<'a>(inputs: &'a TrialInputs, spec: &'a TrialSpec, commit: &str, dir: &Pa
         // No network unless the task declares its tests need one (a host answering any
         // address fails tests).
         confinement: match places.confinement(layout::VERIFY_HOME) {
-            Confinement::Container(policy) => {
-                Confinement::Container(policy.network(verify_network))
-            }
+            Confinement::Container(policy) => Confinement::Container(
+                policy.network(verify_network).workspace_mounts(
+                    task.environment
+                        .as_ref()
+                        .map_or(&[][..], |e| &e.verify_mounts),
+                ),
+            ),
             confinement => confinement,
         },
         objects: history.to_owned(),
@@ -321,6 +325,27 @@ fn wire<'a>(inputs: &'a TrialInputs, spec: &'a TrialSpec, commit: &str, dir: &Pa
         history,
         verify_network,
     }
+}
+
+/// Where a task's container mounts the oracle's solution script folder, if it says.
+fn solution_at(task: &Task) -> Option<&Path> {
+    task.environment.as_ref()?.solution_at.as_deref()
+}
+
+/// What of the agent's container reaches its verifier: the toolchain rule for this task, with
+/// the places its workspace and tests are at inside.
+fn toolchain(task: &Task, protected: &Protected) -> crate::delta::toolchain::Toolchain {
+    let Some(env) = &task.environment else {
+        return protected.toolchain(&[], &[]);
+    };
+    let mut places = vec![env.workdir.to_string_lossy().into_owned()];
+    places.extend(
+        env.verify_mounts
+            .iter()
+            .map(|(inside, _)| inside.to_string_lossy().into_owned()),
+    );
+    let places: Vec<&str> = places.iter().map(String::as_str).collect();
+    protected.toolchain(&env.outputs, &places)
 }
 
 /// Where a trial's commands run: with an environment every command runs in a container,
@@ -440,22 +465,37 @@ fn agent_factory<'a>(
                     anyhow::anyhow!("cannot copy the solution script's folder: {e}")
                 })?;
                 let name = script.file_name().unwrap_or_default();
-                Arc::new(contain(command(crate::agent::CommandAgentConfig {
-                    run: format!(
-                        "bash {}",
-                        crate::support::shell_quote(&copy.join(name).to_string_lossy())
+                // Where the task's container expects it (`solution_at`), so it runs as authored.
+                let (at, confinement) = match (&confinement, solution_at(task)) {
+                    (Confinement::Container(policy), Some(at)) => (
+                        at.to_owned(),
+                        Confinement::Container(policy.clone().bind(
+                            copy.clone(),
+                            at.to_owned(),
+                            false,
+                        )),
                     ),
-                    timeout: task.timeout,
-                    env: [(
-                        "DELTABENCH_SOLUTION".to_owned(),
-                        copy.to_string_lossy().into_owned(),
-                    )]
-                    .into(),
-                    network: None,
-                    gateway: false,
-                    endpoint: None,
-                    budget: None,
-                })))
+                    _ => (copy.clone(), confinement.clone()),
+                };
+                Arc::new(
+                    command(crate::agent::CommandAgentConfig {
+                        run: format!(
+                            "bash {}",
+                            crate::support::shell_quote(&at.join(name).to_string_lossy())
+                        ),
+                        timeout: task.timeout,
+                        env: [(
+                            "DELTABENCH_SOLUTION".to_owned(),
+                            at.to_string_lossy().into_owned(),
+                        )]
+                        .into(),
+                        network: None,
+                        gateway: false,
+                        endpoint: None,
+                        budget: None,
+                    })
+                    .confined(confinement),
+                )
             }
             AgentSpec::Oracle => Arc::new(OracleAgent::new(
                 ctx.workspace.clone(),
@@ -574,6 +614,7 @@ fn observe(
             exit_code: verify.exit_code,
             timed_out: verify.timed_out,
             duration_ms: verify.duration_ms,
+            reward: verify.reward.clone(),
         });
         let mut evidence = TestEvidence::of(verify);
         if inputs.discover_mutants
@@ -592,8 +633,9 @@ fn observe(
     let (false, Ok(protected)) = (sandbox_failed, &trial.protected) else {
         return;
     };
-    record.tampered = protected.touched(&delta.diff, &|path| {
-        file_versions(trial.history, &trial.base.commit, &delta.diff, path)
+    let workspace_diff = delta.workspace_diff();
+    record.tampered = protected.touched(workspace_diff, &|path| {
+        file_versions(trial.history, &trial.base.commit, workspace_diff, path)
     });
     if let Some(container) = &delta.container {
         record.tampered.extend(container.tampered());
@@ -635,7 +677,6 @@ fn reached<'a>(
         delta: &outcome.delta,
         score: report.score.clone(),
         tampered: &record.tampered,
-        tamper_fails: matches!(trial.task.metric, MetricSpec::Delta),
         expected: inputs.expected.get(&trial.task.id),
     })
 }

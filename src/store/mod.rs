@@ -61,11 +61,26 @@ impl Outcome {
 }
 
 /// The verify command's result as recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerifyRecord {
     pub exit_code: Option<i32>,
     pub timed_out: bool,
     pub duration_ms: u64,
+    /// The reward the test script wrote, as deltabench read it (a task with `verify.reward`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reward: Option<crate::delta::reward::Reward>,
+}
+
+impl VerifyRecord {
+    /// Whether the verify command passed in time: a full reward where the test script writes
+    /// one, else exit 0.
+    pub fn passed(&self) -> bool {
+        !self.timed_out
+            && match &self.reward {
+                Some(reward) => reward.passed(),
+                None => self.exit_code == Some(0),
+            }
+    }
 }
 
 /// Where a trial record's `usage` was counted.

@@ -365,6 +365,19 @@ fn task(
             ),
         ));
     }
+    if let Some(reward) = &verify.reward
+        && reward.is_absolute()
+        && environment.is_none()
+    {
+        let at = t.verify.as_ref().or(defaults.verify.as_ref());
+        return Err(source.at(
+            at.expect("reward is read from a verify key"),
+            format!(
+                "task '{id}' reads its reward from {}, a container path, and has no `environment:`; give it one, or name a folder of the workspace (such as .deltabench/logs/verifier)",
+                reward.display()
+            ),
+        ));
+    }
     let timeout = t
         .timeout
         .as_ref()
@@ -587,6 +600,48 @@ fn environment(source: &Source, e: &Spanned<RawEnvironment>) -> Result<Environme
         },
         None => Network::None,
     };
+    let absolute = |path: &str, key: &str| {
+        if path.starts_with('/') && !path.trim_end_matches('/').is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "invalid {key} '{path}': use an absolute container path other than /, such as /tests"
+        ))
+    };
+    let mut verify_mounts = Vec::new();
+    if let Some(mounts) = &raw.verify_mounts {
+        for (inside, from) in &mounts.value {
+            absolute(inside, "verify_mounts path").map_err(|m| source.at(mounts, m))?;
+            if from.starts_with('/') || from.split('/').any(|p| p == "..") {
+                return Err(source.at(
+                    mounts,
+                    format!(
+                        "invalid verify_mounts source '{from}' for {inside}: use a folder of the workspace, without a leading / or `..`"
+                    ),
+                ));
+            }
+            verify_mounts.push((
+                PathBuf::from(inside),
+                PathBuf::from(from.trim_start_matches("./")),
+            ));
+        }
+    }
+    let solution_at = match &raw.solution_at {
+        Some(at) => {
+            absolute(&at.value, "solution_at").map_err(|m| source.at(at, m))?;
+            Some(PathBuf::from(&at.value))
+        }
+        None => None,
+    };
+    let outputs = match &raw.outputs {
+        Some(globs) => {
+            for glob in &globs.value {
+                absolute(glob, "outputs glob").map_err(|m| source.at(globs, m))?;
+            }
+            globs.value.clone()
+        }
+        None => Vec::new(),
+    };
     Ok(Environment {
         image,
         workdir,
@@ -594,6 +649,9 @@ fn environment(source: &Source, e: &Spanned<RawEnvironment>) -> Result<Environme
         limits: crate::workspace::Limits { millicpus, memory },
         delta,
         verify_network,
+        verify_mounts,
+        solution_at,
+        outputs,
     })
 }
 
@@ -607,10 +665,23 @@ fn verify_spec(source: &Source, v: &Spanned<RawVerify>) -> Result<VerifySpec, Su
         .as_deref()
         .map(|t| parse_duration(t).map_err(|message| source.at(v, message.to_string())))
         .transpose()?;
+    let reward = match v.value.reward.as_deref().map(str::trim) {
+        None => None,
+        Some(dir) if dir.is_empty() || dir == "/" || dir.split('/').any(|p| p == "..") => {
+            return Err(source.at(
+                v,
+                format!(
+                    "invalid reward folder '{dir}': use a container path such as /logs/verifier, or a folder of the workspace without `..`"
+                ),
+            ));
+        }
+        Some(dir) => Some(PathBuf::from(dir.trim_start_matches("./"))),
+    };
     Ok(VerifySpec {
         run: v.value.run.clone(),
         timeout,
         in_place: v.value.in_place,
+        reward,
     })
 }
 

@@ -372,6 +372,21 @@ pub struct RawEnvironment {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub verify_network: Option<Spanned<String>>,
+    /// Folders of the verify workspace mounted read-only into the verify container, by the
+    /// path they appear at (`/tests: .deltabench/tests`): a test script runs as authored.
+    #[serde(default)]
+    #[schemars(with = "Option<BTreeMap<String, String>>")]
+    pub verify_mounts: Option<Spanned<BTreeMap<String, String>>>,
+    /// Where the oracle's solution script folder is mounted (`/solution`), so the script runs
+    /// as authored.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub solution_at: Option<Spanned<String>>,
+    /// Container paths (globs) the verify image gets from the agent's container whatever the
+    /// toolchain rule says (a package the task asks to install site-wide). `delta: container`.
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<String>>")]
+    pub outputs: Option<Spanned<Vec<String>>>,
 }
 
 /// One task.
@@ -464,6 +479,7 @@ pub struct RawVerify {
     pub run: String,
     pub timeout: Option<String>,
     pub in_place: bool,
+    pub reward: Option<String>,
 }
 
 /// `metric:` as written: a name, or a grader command.
@@ -488,6 +504,11 @@ enum VerifySchema {
         /// Run in the agent's own container, still running (live state: a server the agent
         /// started): weaker evidence, marked in records and reports. Needs an `environment`.
         in_place: Option<bool>,
+        /// The folder the test script writes `reward.txt` or `reward.json` in (Harbor's
+        /// `/logs/verifier`): absolute, a fresh folder mounted there in the verify container;
+        /// relative, a folder of the verify workspace. deltabench reads the reward itself once
+        /// every process of the verify command has ended.
+        reward: Option<String>,
     },
 }
 
@@ -539,7 +560,7 @@ impl<'de> Deserialize<'de> for RawVerify {
             type Value = RawVerify;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str(
-                    "a command string or a map with `run` and optional `timeout` and `in_place`",
+                    "a command string or a map with `run` and optional `timeout`, `in_place` and `reward`",
                 )
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<RawVerify, E> {
@@ -547,16 +568,18 @@ impl<'de> Deserialize<'de> for RawVerify {
                     run: v.to_owned(),
                     timeout: None,
                     in_place: false,
+                    reward: None,
                 })
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawVerify, A::Error> {
-                const KEYS: &[&str] = &["run", "timeout", "in_place"];
-                let (mut run, mut timeout, mut in_place) = (None, None, false);
+                const KEYS: &[&str] = &["run", "timeout", "in_place", "reward"];
+                let (mut run, mut timeout, mut in_place, mut reward) = (None, None, false, None);
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "run" => run = Some(map.next_value::<String>()?),
                         "timeout" => timeout = Some(map.next_value::<String>()?),
                         "in_place" => in_place = map.next_value::<bool>()?,
+                        "reward" => reward = Some(map.next_value::<String>()?),
                         _ => return Err(de::Error::unknown_field(&key, KEYS)),
                     }
                 }
@@ -564,6 +587,7 @@ impl<'de> Deserialize<'de> for RawVerify {
                     run: run.ok_or_else(|| de::Error::missing_field("run"))?,
                     timeout,
                     in_place,
+                    reward,
                 })
             }
         }

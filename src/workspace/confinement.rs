@@ -45,6 +45,17 @@ impl Confinement {
         }
     }
 
+    /// Mounts the host folder `host` at `inside`, writable, in a container (a sandbox and the
+    /// host see it where it is).
+    pub fn bind(self, host: &std::path::Path, inside: &std::path::Path) -> Self {
+        match self {
+            Self::Container(policy) => {
+                Self::Container(policy.bind(host.to_owned(), inside.to_owned(), true))
+            }
+            other => other,
+        }
+    }
+
     /// Whether a wrapped command reached its own program; `false` is the wrapper's failure
     /// (the runtime or bubblewrap could not start it), never the command's.
     pub fn started(&self, ended: &ProcessOutput) -> bool {

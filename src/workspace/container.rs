@@ -38,6 +38,15 @@ pub struct Environment {
     pub delta: DeltaScope,
     /// The verify command's network: none, unless the task declares it needs one.
     pub verify_network: Network,
+    /// (container path, workspace folder) mounted read-only into the verify container.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub verify_mounts: Vec<(PathBuf, PathBuf)>,
+    /// Where the oracle's solution script folder is mounted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub solution_at: Option<PathBuf>,
+    /// Container globs carried into verify whatever the toolchain rule says.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
 }
 
 /// What of the agent's container the verify command sees.
@@ -197,6 +206,16 @@ impl Runtime {
             .ok()?;
         let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         (out.status.success() && !id.is_empty()).then_some(id)
+    }
+
+    /// The `PATH` `image` sets for its commands, if it sets one.
+    pub fn image_path(&self, image: &str) -> Result<Option<String>, ContainerError> {
+        let format = "{{range .Config.Env}}{{println .}}{{end}}";
+        let out = self.checked(&["image", "inspect", "--format", format, image])?;
+        Ok(String::from_utf8_lossy(&out)
+            .lines()
+            .find_map(|line| line.strip_prefix("PATH="))
+            .map(str::to_owned))
     }
 
     /// Saves the stopped container `name` as `image`, then removes the container (also when
@@ -687,6 +706,12 @@ pub struct ContainerPolicy {
     /// Files inside the workspace mounted read-only over it, at their place under the workdir
     /// (the hidden tests while verify runs).
     pub read_only: Vec<PathBuf>,
+    /// Folders of the workspace mounted read-only at a path of their own inside: (inside,
+    /// workspace-relative). The verify command's `verify_mounts` (`/tests`).
+    pub workspace_mounts: Vec<(PathBuf, PathBuf)>,
+    /// Host folders mounted at a path of their own inside: (host, inside, writable). The
+    /// reward folder, the oracle's solution folder.
+    pub binds: Vec<(PathBuf, PathBuf, bool)>,
     /// The run's lease id: the containers' label, and part of their names.
     pub label: String,
     /// How the command reaches the gateway under [`Network::Model`].
@@ -736,6 +761,18 @@ impl ContainerPolicy {
 
     pub fn home(mut self, home: PathBuf) -> Self {
         self.home = home;
+        self
+    }
+
+    /// Mounts the workspace's folders read-only at their own paths: (inside, relative).
+    pub fn workspace_mounts(mut self, mounts: &[(PathBuf, PathBuf)]) -> Self {
+        self.workspace_mounts.extend_from_slice(mounts);
+        self
+    }
+
+    /// Mounts the host folder `host` at `inside`.
+    pub fn bind(mut self, host: PathBuf, inside: PathBuf, writable: bool) -> Self {
+        self.binds.push((host, inside, writable));
         self
     }
 
@@ -859,6 +896,17 @@ impl ContainerPolicy {
                 argv.push("-v".into());
                 argv.push(bind(file, &self.workdir.join(rest), ":ro"));
             }
+        }
+        for (inside, relative) in &self.workspace_mounts {
+            let folder = workspace.join(relative);
+            if folder.is_dir() {
+                argv.push("-v".into());
+                argv.push(bind(&folder, inside, ":ro"));
+            }
+        }
+        for (host, inside, writable) in &self.binds {
+            argv.push("-v".into());
+            argv.push(bind(host, inside, if *writable { ":rw" } else { ":ro" }));
         }
         argv.push("-w".into());
         argv.push(self.workdir.clone().into());
@@ -1021,6 +1069,8 @@ mod tests {
             readable: Vec::new(),
             writable: Vec::new(),
             read_only: Vec::new(),
+            workspace_mounts: Vec::new(),
+            binds: Vec::new(),
             label: "run-1".into(),
             route: None,
             limits: Limits::default(),

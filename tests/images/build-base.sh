@@ -44,8 +44,9 @@ cache=${DELTABENCH_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deltabench/image
 suite=bookworm
 # What tasks commonly need, and no more: bash, coreutils, git, python3 (minbase brings bash,
 # coreutils, dpkg and apt); ca-certificates for HTTPS from RUN steps and verify commands that
-# are given a network; procps for ps/kill in verify scripts.
-packages=(git python3 ca-certificates procps)
+# are given a network; procps for ps/kill in verify scripts; python3-pytest for the container
+# verifier tests' pytest tasks (tests/it/container_verifier.rs).
+packages=(git python3 ca-certificates procps python3-pytest)
 
 now_ms() { date +%s%3N; }
 t0=$(now_ms)

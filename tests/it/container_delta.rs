@@ -57,7 +57,7 @@ fn a_change_outside_the_workspace_counts_only_with_delta_container_and_never_the
             // Makes the verify command's own program pass whatever it is asked. (`cd /usr/bin`
             // names a system folder: it stays the image's, never the host's mounted over it.)
             "  forger: {kind: command, run: \"cd /usr/bin && printf '#!/bin/sh\\nexit 0\\n' > grep\", timeout: 2m}\n",
-            // Puts one earlier on PATH: not the image's, so not tampering, but never carried on.
+            // Puts one earlier on PATH, shadowing the image's: never carried on, and tampering.
             "  shadow: {kind: command, run: \"cd /usr/local/bin && printf '#!/bin/sh\\nexit 0\\n' > grep && chmod +x grep\", timeout: 2m}\n",
             "  big: {kind: command, run: \"echo port=8080 > /etc/app.conf && head -c 20000 /dev/urandom > /opt/big\", timeout: 2m}\n",
         ),
@@ -105,9 +105,15 @@ fn a_change_outside_the_workspace_counts_only_with_delta_container_and_never_the
         names.push(name);
     }
     assert!(names.contains(&"etc/app.conf".to_owned()), "{names:?}");
-    // The workspace's part of the reference is in its diff as ever.
+    // The workspace's part of the reference is in its diff as ever, and the container's
+    // change after it.
     let patch = std::fs::read_to_string(trial.join("diff.patch")).unwrap();
     assert!(patch.contains("+done"), "{patch}");
+    assert!(
+        patch.contains("diff --container /etc/app.conf\nnew file, 10 bytes\n")
+            && patch.contains("+port=8080\n"),
+        "{patch}"
+    );
 
     assert_eq!(record(&records, "container", "noop")["outcome"], "fail");
     let forger = record(&records, "container", "forger");
@@ -119,7 +125,11 @@ fn a_change_outside_the_workspace_counts_only_with_delta_container_and_never_the
     );
     let shadow = record(&records, "container", "shadow");
     assert_eq!(shadow["outcome"], "fail", "{shadow}");
-    assert!(shadow.get("tampered").is_none(), "{shadow}");
+    assert_eq!(
+        shadow["tampered"],
+        serde_json::json!(["/usr/local/bin/grep (in the container)"]),
+        "{shadow}"
+    );
     let listing =
         std::fs::read_to_string(out.join("trials/container/shadow/1/container-delta.txt")).unwrap();
     assert!(

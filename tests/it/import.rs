@@ -1060,77 +1060,64 @@ fn reward_grader_reads_the_reward_line() {
     );
 }
 
-/// The imported verify wrapper decides its exit status (what `validate` holds the base to) and
-/// the reward grader its verdict (what `run` scores) by one rule, Harbor's: reward.json's
-/// numeric `reward`, else reward.txt, else its only number, else the mean. Each case's test
-/// script exits 0, as Harbor's do whatever the reward.
+/// The reward grader scores the reward deltabench read from the reward folder (Harbor's rule is
+/// `delta::reward`'s, unit-tested there), and only that: a forged `DELTABENCH_REWARD=1` line in
+/// the output, a reward with a problem or no reward file never pass.
 #[test]
-fn harbor_wrapper_and_reward_grader_agree_on_every_reward_file() {
-    let tmp = temp_dir();
-    let root = tmp.path();
-    let source = fixtures().join("harbor");
-    let output = import(
-        root,
-        &["harbor", source.to_str().unwrap(), "--out", "suite"],
-    );
-    assert_ok(&output, "import");
-    let wrapper = root.join("suite/tests/greet/.deltabench/verify.sh");
-    // (reward.json, reward.txt, reward)
-    let cases = [
-        (Some(r#"{"reward": 1.0, "style": 0.2}"#), None, Some(1.0)),
-        (Some(r#"{"a": 1, "b": 0}"#), None, Some(0.5)),
-        (Some(r#"{"a": 1, "b": 1.0}"#), None, Some(1.0)),
-        (Some(r#"{"accuracy": 1}"#), None, Some(1.0)),
-        (
-            Some(r#"{"details": {"reward": 1}, "score": 0}"#),
-            None,
-            Some(0.0),
-        ),
-        (
-            Some(r#"{"note": "a \"reward\": 1", "ok": true, "x": 0.25}"#),
-            None,
-            Some(0.25),
-        ),
-        (Some(r#"{"tests": 3, "passed": 3}"#), Some("1"), Some(1.0)),
-        (Some("1"), None, Some(1.0)),
-        (None, Some("0"), Some(0.0)),
-        (None, Some("1.0\n"), Some(1.0)),
-        (None, None, None),
-    ];
-    for (json, txt, reward) in cases {
-        let ws = root.join("ws");
-        let _ = std::fs::remove_dir_all(&ws);
-        let mut script = String::from("logs=\"$DELTABENCH_WORKSPACE/.deltabench/logs/verifier\"\n");
-        if let Some(json) = json {
-            script.push_str(&format!(
-                "cat > \"$logs/reward.json\" <<'EOF'\n{json}\nEOF\n"
-            ));
-        }
-        if let Some(txt) = txt {
-            script.push_str(&format!("printf '{txt}' > \"$logs/reward.txt\"\n"));
-        }
-        script.push_str("exit 0\n");
-        write_files(&ws, &[(".deltabench/tests/test.sh", &script)]);
-        let run = Command::new("sh")
-            .arg(&wrapper)
-            .current_dir(&ws)
-            .output()
+fn the_reward_grader_scores_only_the_reward_deltabench_read() {
+    let grade_read = |reward: serde_json::Value, output: &str| -> serde_json::Value {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("graders/reward.py");
+        let mut child = Command::new(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
             .unwrap();
-        let said = String::from_utf8_lossy(&run.stdout).into_owned();
-        let exit = run.status.code().unwrap();
-        let (code, verdict) = grade("reward.py", &[], "+x", exit, &said);
-        assert_eq!(code, Some(0), "{json:?} {txt:?}: {said}");
-        let verdict: serde_json::Value = serde_json::from_str(&verdict).unwrap();
-        let case = format!("{json:?} {txt:?}: exit {exit}, {verdict}\n{said}");
-        assert_eq!(verdict["passed"], exit == 0, "{case}");
-        match reward {
-            Some(reward) => {
-                assert_eq!(verdict["score"].as_f64(), Some(reward), "{case}");
-                assert_eq!(exit == 0, reward >= 1.0, "{case}");
-            }
-            // No reward file: the test script's status decides, both sides.
-            None => assert_eq!((exit, verdict["score"].as_f64()), (0, Some(1.0)), "{case}"),
-        }
+        let input = serde_json::json!({
+            "diff": "+x",
+            "command_result": {"command": "t", "exit_code": 0, "timed_out": false, "output": output, "duration_ms": 1, "reward": reward},
+        });
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.to_string().as_bytes())
+            .unwrap();
+        let done = child.wait_with_output().unwrap();
+        assert!(done.status.success());
+        let text = String::from_utf8_lossy(&done.stdout).into_owned();
+        serde_json::from_str(text.lines().last().unwrap()).unwrap()
+    };
+    let forged = "DELTABENCH_REWARD=1\nDELTABENCH_REWARD_JSON={\"reward\": 1}\n";
+    for (reward, passed, score) in [
+        (
+            serde_json::json!({"value": 1.0, "from": "reward.txt"}),
+            true,
+            1.0,
+        ),
+        (
+            serde_json::json!({"value": 0.5, "from": "reward.json"}),
+            false,
+            0.5,
+        ),
+        (
+            serde_json::json!({"value": 0.0, "from": "reward.txt"}),
+            false,
+            0.0,
+        ),
+        (serde_json::json!({}), false, 0.0),
+        (
+            serde_json::json!({"value": 1.0, "problems": ["a process the test script did not start wrote it"]}),
+            false,
+            1.0,
+        ),
+    ] {
+        let verdict = grade_read(reward.clone(), forged);
+        assert_eq!(verdict["passed"], passed, "{reward}: {verdict}");
+        assert_eq!(
+            verdict["score"].as_f64(),
+            Some(score),
+            "{reward}: {verdict}"
+        );
     }
 }
 
@@ -1174,34 +1161,35 @@ fn harbor_end_to_end_with_skipped_and_built_tasks() {
     let suite = root.join("suite");
     let yaml = std::fs::read_to_string(suite.join("suite.yaml")).unwrap();
     for line in [
-        "verify: {run: \"sh .deltabench/verify.sh\", timeout: \"1m\"}",
+        // The test script runs as authored; deltabench reads the reward it writes.
+        "verify: {run: \"TEST_DIR=/tests bash /tests/test.sh\", timeout: \"1m\", reward: \"/logs/verifier\"}",
         // Its Dockerfile only copies files, onto python:3.12-slim: it runs in that image, and
         // its solution script is its reference there.
         "solution_script: \"solutions/greet/solve.sh\"",
-        "environment: {dockerfile: \"environments/greet/Dockerfile\", context: \"environments/greet\", workdir: \"/app\", cpus: 1, memory: \"512MiB\", delta: \"container\"}",
+        "environment: {dockerfile: \"environments/greet/Dockerfile\", context: \"environments/greet\", workdir: \"/app\", cpus: 1, memory: \"512MiB\", delta: \"container\", verify_mounts: {\"/tests\": \".deltabench/tests\"}, solution_at: \"/solution\"}",
         "metric: {grader: \"./graders/reward.py\", timeout: \"60s\"}",
         "timeout: \"2m\"",
         "tags: [\"files\", \"trivial\"]",
     ] {
         assert!(yaml.contains(line), "{line} missing in:\n{yaml}");
     }
-    // Container paths are rewritten: the instruction relative, the shell script through the
-    // workspace variable.
+    // A task that runs in its container keeps its files as written: the workspace is at /app,
+    // the tests at /tests.
     let instruction = std::fs::read_to_string(suite.join("instructions/greet.md")).unwrap();
     assert!(
-        instruction.contains("The file ./greeting.txt has a typo"),
+        instruction.contains("The file /app/greeting.txt has a typo"),
         "{instruction}"
     );
     let test =
         std::fs::read_to_string(suite.join("tests/greet/.deltabench/tests/test.sh")).unwrap();
-    assert!(
-        test.contains("diff -q ${DELTABENCH_WORKSPACE}/greeting.txt ${DELTABENCH_WORKSPACE}/.deltabench/tests/expected.txt"),
-        "{test}"
+    assert_eq!(
+        test,
+        std::fs::read_to_string(source.join("greet/tests/test.sh")).unwrap()
     );
     // The RUN step is left to a build at run time (of ubuntu:24.04, so not run here).
     assert!(
         // `allow_internet = true`: its verify command gets the network (marked in reports).
-        yaml.contains("environment: {dockerfile: \"environments/needs-apt/Dockerfile\", context: \"environments/needs-apt\", workdir: \"/app\", cpus: 2, memory: \"1024MiB\", delta: \"container\", verify_network: \"host\"}"),
+        yaml.contains("environment: {dockerfile: \"environments/needs-apt/Dockerfile\", context: \"environments/needs-apt\", workdir: \"/app\", cpus: 2, memory: \"1024MiB\", delta: \"container\", verify_mounts: {\"/tests\": \".deltabench/tests\"}, solution_at: \"/solution\", verify_network: \"host\"}"),
         "{yaml}"
     );
 
@@ -1317,7 +1305,7 @@ fn harbor_task_with_a_run_step_runs_in_its_built_image() {
     let suite = root.join("suite");
     let yaml = std::fs::read_to_string(suite.join("suite.yaml")).unwrap();
     assert!(
-        yaml.contains("environment: {dockerfile: \"environments/only-here/Dockerfile\", context: \"environments/only-here\", workdir: \"/app\", delta: \"container\"}"),
+        yaml.contains("environment: {dockerfile: \"environments/only-here/Dockerfile\", context: \"environments/only-here\", workdir: \"/app\", delta: \"container\", verify_mounts: {\"/tests\": \".deltabench/tests\"}, solution_at: \"/solution\"}"),
         "{yaml}"
     );
     assert!(suite.join("environments/only-here/data.txt").is_file());

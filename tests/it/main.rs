@@ -8,6 +8,7 @@ mod cluster;
 mod common;
 mod compare;
 mod container_delta;
+mod container_verifier;
 mod crash;
 mod demo;
 mod environments;

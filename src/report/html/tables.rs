@@ -123,7 +123,7 @@ pub(super) fn trial_list(trials: &[&TrialRecord]) -> String {
          <th>cost</th><th>note</th></tr></thead>\n<tbody>\n",
     );
     for r in trials {
-        let verify = match r.verify {
+        let verify = match &r.verify {
             None => "\u{2013}".to_owned(),
             Some(v) if v.timed_out => "timed out".to_owned(),
             Some(v) => v

@@ -3,7 +3,7 @@
 //! reference showed, for the suite's lock.
 
 use crate::metric::TestEvidence;
-use crate::store::{TrialRecord, layout};
+use crate::store::{TrialRecord, VerifyRecord, layout};
 use std::path::{Path, PathBuf};
 
 /// Lines of `verify.log` shown under a bad task: enough for an assertion and its summary.
@@ -31,14 +31,16 @@ impl<'a> Trial<'a> {
     }
 
     pub fn verify_exit(&self) -> Option<i32> {
-        self.record.verify.and_then(|v| v.exit_code)
+        self.record.verify.as_ref().and_then(|v| v.exit_code)
     }
 
-    /// Whether the verify command exited 0 in time.
+    /// Whether the verify command passed in time: a full reward where the test script writes
+    /// one, else exit 0.
     pub fn verify_passed(&self) -> bool {
         self.record
             .verify
-            .is_some_and(|v| v.exit_code == Some(0) && !v.timed_out)
+            .as_ref()
+            .is_some_and(VerifyRecord::passed)
     }
 
     /// The test runners that reported, when they ran zero tests.

@@ -9,7 +9,7 @@
 //!
 //! The hidden tests are copied over the verify workspace whatever the agent did, so editing
 //! them cannot change the verdict directly; the flag records the attempt and fails the trial
-//! under the `delta` metric.
+//! under every metric.
 
 use std::io;
 use std::sync::LazyLock;
@@ -17,6 +17,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use crate::delta::changed_paths;
+use crate::delta::toolchain::Toolchain;
 use crate::workspace::Overlay;
 
 /// Infrastructure protected whole, at any depth or at the root.
@@ -51,36 +52,6 @@ pub const DEFAULT_GLOBS: [&str; 25] = [
     "**/.noserc",
     "**/nose.cfg",
     "**/go.work",
-];
-
-/// Container paths protected under `delta: container`: what the verify command runs through (the
-/// shell, the loader's preload list, the shells' start-up files) and Python's interpreters, test
-/// runners and start-up hooks wherever installed. Besides these, every program the verify command
-/// names, in any `bin` folder (a copy earlier on `PATH` would run instead).
-pub const CONTAINER_DEFAULT_GLOBS: [&str; 23] = [
-    "/bin/sh",
-    "/bin/bash",
-    "/bin/dash",
-    "/usr/bin/sh",
-    "/usr/bin/bash",
-    "/usr/bin/dash",
-    "/usr/bin/env",
-    "/etc/ld.so.preload",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/bash.bashrc",
-    "/etc/profile",
-    "/etc/profile.d",
-    "/etc/environment",
-    "**/sitecustomize.py",
-    "**/usercustomize.py",
-    "**/*.pth",
-    "**/*-packages/_pytest",
-    "**/*-packages/pytest",
-    "**/*-packages/pluggy",
-    "**/lib/python3*/unittest",
-    "**/bin/python*",
-    "**/bin/py.test",
 ];
 
 /// Files protected only where they configure a test runner: (file name, what counts).
@@ -122,7 +93,7 @@ pub struct Protected {
     /// modules that shadow one the verify interpreter imports from elsewhere.
     rules: bool,
     /// Container path globs (entries starting with `/`), for `delta: container`: compiled
-    /// only for a trial that has a container to check ([`Self::container_path`]).
+    /// only for a trial that has a container to check ([`Self::toolchain`]).
     container: Vec<String>,
     container_except: Vec<String>,
 }
@@ -154,14 +125,9 @@ impl Protected {
             }
             Ok(patterns)
         };
-        let container_defaults = || -> Vec<String> {
-            let mut globs: Vec<String> = CONTAINER_DEFAULT_GLOBS
-                .iter()
-                .map(|g| g.to_string())
-                .collect();
-            globs.extend(programs_named(verify));
-            globs
-        };
+        // Besides the verifier's toolchain (`delta::toolchain`), every program the verify
+        // command names, in any `bin` folder: a copy earlier on `PATH` would run instead.
+        let container_defaults = || programs_named(verify);
         let Some(globs) = globs else {
             return Ok(Self {
                 protect: defaults()?,
@@ -190,15 +156,15 @@ impl Protected {
         Ok(protected)
     }
 
-    /// Whether a container path (`/etc/x`) is protected, as a function the probe can keep.
-    pub fn container_path(&self) -> crate::delta::ProtectedPath {
-        let compile =
-            |globs: &[String]| -> Vec<Regex> { globs.iter().map(|g| glob_regex(g)).collect() };
-        let (protect, except) = (compile(&self.container), compile(&self.container_except));
-        std::sync::Arc::new(move |path: &str| {
-            let path = path.trim_start_matches('/');
-            protect.iter().any(|re| re.is_match(path)) && !except.iter().any(|re| re.is_match(path))
-        })
+    /// What of the agent's container may reach the verifier: the toolchain rule with this
+    /// task's container entries, its `outputs:` carried, for a workspace and tests at `places`.
+    pub fn toolchain(&self, outputs: &[String], places: &[&str]) -> Toolchain {
+        let carried: Vec<String> = outputs
+            .iter()
+            .chain(&self.container_except)
+            .cloned()
+            .collect();
+        Toolchain::new(&self.container, &carried, places)
     }
 
     /// The paths of `patch` that the list covers. `contents(path)` gives a file's content
@@ -467,7 +433,8 @@ mod tests {
             "only-in-image --verify out.txt && /opt/check/run x; bash /tests/t.sh; grep -q x /etc/app.conf",
         )
         .unwrap();
-        let is = protected.container_path();
+        let rule = protected.toolchain(&[], &["/app"]);
+        let is = |path: &str| held(&rule, path);
         for path in [
             "/usr/bin/bash",
             "/usr/local/lib/python3.11/site-packages/_pytest/main.py",
@@ -499,12 +466,20 @@ mod tests {
             "true",
         )
         .unwrap()
-        .container_path();
-        assert!(!narrowed("/usr/lib/python3/dist-packages/x.pth"));
-        assert!(narrowed("/srv/a/b") && narrowed("/bin/sh"));
+        .toolchain(&[], &["/app"]);
+        assert!(!held(&narrowed, "/usr/lib/python3/dist-packages/x.pth"));
+        assert!(held(&narrowed, "/srv/a/b") && held(&narrowed, "/bin/sh"));
         // A workspace glob is no container path.
         let workspace_only = Protected::for_task(Some(&["src/**".into()]), None, "true").unwrap();
-        assert!(!workspace_only.container_path()("/src/x"));
+        assert!(!held(&workspace_only.toolchain(&[], &["/app"]), "/src/x"));
+    }
+
+    fn held(rule: &Toolchain, path: &str) -> bool {
+        let change = crate::workspace::FsChange {
+            kind: crate::workspace::FsChangeKind::Changed,
+            path: path.into(),
+        };
+        rule.held_back(&change).is_some()
     }
 
     #[test]
