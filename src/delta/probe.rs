@@ -701,9 +701,18 @@ impl TaskProbe {
         })?;
         // Every process of the command has ended (its container or sandbox is gone, its cgroup
         // killed): only now is the reward read, on the host.
-        let reward = reward_dir
+        let mut reward = reward_dir
             .as_deref()
             .map(|dir| super::reward::read(dir, guard.map(super::reward::Guard::stop)));
+        // A test script killed before its end never wrote its own verdict: what is there is
+        // someone else's (code the tests ran that killed it after writing a reward). A shell
+        // reports its child's death by signal N as 128 + N.
+        let killed = ended.exit_code.is_none_or(|code| code > 128);
+        if let Some(reward) = reward.as_mut().filter(|_| killed) {
+            reward.problems.push(
+                "the test script was killed by a signal before it ended: the reward file is not its verdict".to_owned(),
+            );
+        }
         // The runtime's or bubblewrap's own failure (125, 126...): the command never ran, so
         // no verdict.
         if !self.confinement.started(&ended) {

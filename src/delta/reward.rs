@@ -113,8 +113,15 @@ pub fn read(dir: &Path, guard: Option<Guarded>) -> Reward {
                 } else if let Some(v) = value.get("reward").and_then(|v| v.as_f64()) {
                     reward.value = Some(v);
                 }
-                if reward.value.is_some() {
+                if let Some(value) = reward.value {
                     reward.from = Some("reward.json".into());
+                    // Both files, saying different things: one of them is not the test
+                    // script's (code the tests imported wrote the one the rule prefers).
+                    if let Some(other) = txt.as_deref().and_then(number).filter(|t| *t != value) {
+                        reward.problems.push(format!(
+                            "reward.json says {value} and reward.txt says {other}"
+                        ));
+                    }
                     return reward;
                 }
                 if let Some(v) = txt.as_deref().and_then(number) {
@@ -381,11 +388,15 @@ mod tests {
         let value = |files: &[(&str, &str)]| reward_of(files).value;
         assert_eq!(value(&[("reward.txt", "1\n")]), Some(1.0));
         assert_eq!(value(&[("reward.txt", " 0.5 ")]), Some(0.5));
+        let both = reward_of(&[
+            ("reward.json", r#"{"reward": 1, "x": 1}"#),
+            ("reward.txt", "0"),
+        ]);
+        assert_eq!(both.value, Some(1.0));
+        assert!(!both.passed(), "{both:?}");
+        assert_eq!(both.problems, ["reward.json says 1 and reward.txt says 0"]);
         assert_eq!(
-            value(&[
-                ("reward.json", r#"{"reward": 0, "x": 1}"#),
-                ("reward.txt", "1")
-            ]),
+            value(&[("reward.json", r#"{"reward": 0, "x": 1}"#)]),
             Some(0.0)
         );
         assert_eq!(
