@@ -270,3 +270,77 @@ fn no_attack_on_a_container_verifier_passes_and_honest_work_outside_the_workspac
     );
     expect("pytest", "killer", "killed by a signal before it ended");
 }
+
+/// The same reward race in `isolation: sandbox`, where the test script runs in bubblewrap with a
+/// reward folder of the workspace: the daemon's writes are refused there too, and an honest fix
+/// passes.
+#[test]
+fn a_daemon_rewriting_the_reward_in_the_sandbox_changes_nothing() {
+    if !crate::common::have_bwrap(
+        "container_verifier::a_daemon_rewriting_the_reward_in_the_sandbox",
+    ) {
+        return;
+    }
+    let tmp = temp_dir();
+    let root = tmp.path();
+    crate::common::git_repo(root, &[("calc.py", "def add(a, b):\n    return a - b\n")]);
+    write_files(
+        root,
+        &[
+            (
+                "hidden/.deltabench/tests/test_calc.py",
+                "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+            ),
+            (
+                "hidden/.deltabench/tests/test.sh",
+                "#!/bin/bash\nlogs=.deltabench/logs/verifier\npython3 -m pytest -q -p no:cacheprovider .deltabench/tests/test_calc.py\nif [ $? -eq 0 ]; then echo 1 > $logs/reward.txt; else echo 0 > $logs/reward.txt; fi\n",
+            ),
+            (
+                "graders/reward.py",
+                &std::fs::read_to_string(
+                    Path::new(env!("CARGO_MANIFEST_DIR")).join("graders/reward.py"),
+                )
+                .unwrap(),
+            ),
+            ("fix.sh", "sed -i 's/a - b/a + b/' calc.py\n"),
+            (
+                "daemon.sh",
+                "cat > calc.py <<'EOF'\nimport os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        for _ in range(3000):\n            try:\n                with open('.deltabench/logs/verifier/reward.txt') as f:\n                    if f.read().strip() == '0':\n                        with open('.deltabench/logs/verifier/reward.txt', 'w') as w:\n                            w.write('1\\n')\n            except OSError:\n                pass\n            time.sleep(0.002)\n    os._exit(0)\n\n\ndef add(a, b):\n    return a - b\nEOF\n",
+            ),
+        ],
+    );
+    let fix = root.join("fix.sh");
+    let daemon = root.join("daemon.sh");
+    std::fs::set_permissions(
+        root.join("graders/reward.py"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    crate::common::write_suite(
+        root,
+        &format!(
+            "name: sb\nrepo: repo\nagents:\n  fixer: {{kind: command, run: \"sh {}\", timeout: 1m}}\n  daemon: {{kind: command, run: \"sh {}\", timeout: 1m}}\ntasks:\n  - id: calc\n    instruction: fix add\n    isolation: sandbox\n    tests: hidden\n    verify: {{run: \"bash .deltabench/tests/test.sh\", reward: .deltabench/logs/verifier}}\n    metric: {{grader: ./graders/reward.py}}\n",
+            fix.display(),
+            daemon.display()
+        ),
+    );
+    let (output, _work, out) = crate::common::run_suite(
+        root,
+        &["--agent", "fixer", "--agent", "daemon", "--agent", "noop"],
+    );
+    assert!(out.join("trials.jsonl").exists(), "{}", stderr(&output));
+    let records = trials(&out);
+    assert_eq!(records.len(), 3, "{}", stderr(&output));
+    let fixer = record(&records, "calc", "fixer");
+    assert_eq!(fixer["outcome"], "pass", "{fixer}");
+    assert_eq!(fixer["verify"]["reward"]["guarded"], true, "{fixer}");
+    let daemon = record(&records, "calc", "daemon");
+    assert_ne!(daemon["outcome"], "pass", "{daemon}");
+    assert!(
+        daemon["verify"]
+            .to_string()
+            .contains("a process the test script did not start"),
+        "{daemon}"
+    );
+    assert_eq!(record(&records, "calc", "noop")["outcome"], "fail");
+}
