@@ -14,13 +14,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use super::toolchain::{DEFAULT_PATH, HeldBack, ImagePrograms, Toolchain};
+use super::toolchain::{DEFAULT_PATH, HeldBack, ImagePrograms, Toolchain, folders_of};
 use crate::workspace::{ContainerError, FsChange, FsChangeKind, Runtime};
 
 /// The archive of the changed files carried into verify, in the artifacts folder.
 pub const CONTAINER_DELTA: &str = "container-delta.tar";
 /// The list of what changed in the container, in the artifacts folder.
 pub const CONTAINER_CHANGES: &str = "container-delta.txt";
+
+/// How `container-delta.txt` marks a package installed that was held back.
+pub const INSTALLED_NOT_APPLIED: &str = "  (installed: not applied)";
 
 /// Files the runtime itself writes or mounts into every container.
 const RUNTIME_PATHS: [&str; 7] = [
@@ -105,6 +108,12 @@ impl ContainerDelta {
             .collect()
     }
 
+    /// The folders holding other changes.
+    fn folders(&self) -> HashSet<String> {
+        let changes: Vec<FsChange> = self.changes.iter().map(|c| c.change.clone()).collect();
+        folders_of(&changes)
+    }
+
     /// One line per change, as `diff` lists them, those held back marked.
     pub fn listing(&self) -> String {
         self.changes
@@ -112,7 +121,7 @@ impl ContainerDelta {
             .map(|c| match (c.applied, c.tampering) {
                 (true, _) => format!("{}\n", c.change.line()),
                 (false, true) => format!("{}  (protected: not applied)\n", c.change.line()),
-                (false, false) => format!("{}  (installed: not applied)\n", c.change.line()),
+                (false, false) => format!("{}{INSTALLED_NOT_APPLIED}\n", c.change.line()),
             })
             .collect()
     }
@@ -187,8 +196,12 @@ impl ContainerCapture {
             .image_path(&self.image)?
             .unwrap_or_else(|| DEFAULT_PATH.to_owned());
         let image = ImagePrograms::new(&path);
+        let folders = delta.folders();
         for change in delta.changes.iter_mut().filter(|c| c.applied) {
-            if let Some(held) = self.toolchain.held_back_given(&change.change, &image) {
+            if let Some(held) = self
+                .toolchain
+                .held_back_given(&change.change, &folders, &image)
+            {
                 *change = ContainerChange::new(change.change.clone(), Some(held));
             }
         }
@@ -199,11 +212,15 @@ impl ContainerCapture {
     fn listed(&self) -> Result<ContainerDelta, CaptureError> {
         let listed = self.runtime.diff(&self.container)?;
         let mounts = self.runtime.mount_targets(&self.container)?;
-        let changes: Vec<ContainerChange> = listed
+        let listed: Vec<FsChange> = listed
             .into_iter()
             .filter(|change| !harness_path(change, &mounts))
+            .collect();
+        let folders = folders_of(&listed);
+        let changes: Vec<ContainerChange> = listed
+            .into_iter()
             .map(|change| {
-                let held = self.toolchain.held_back(&change);
+                let held = self.toolchain.held_back(&change, &folders);
                 ContainerChange::new(change, held)
             })
             .collect();
@@ -259,8 +276,12 @@ impl ContainerCapture {
         };
         // Now that the image's programs are known: what shadows or changes one is held back.
         let mut dropped = HashSet::new();
+        let folders = delta.folders();
         for change in delta.changes.iter_mut().filter(|c| c.applied) {
-            if let Some(held) = self.toolchain.held_back_given(&change.change, &image) {
+            if let Some(held) = self
+                .toolchain
+                .held_back_given(&change.change, &folders, &image)
+            {
                 *change = ContainerChange::new(change.change.clone(), Some(held));
                 dropped.insert(trimmed(change));
             }

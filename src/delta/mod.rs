@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use container::{
     CONTAINER_CHANGES, CONTAINER_DELTA, CaptureError, ContainerCapture, ContainerChange,
-    ContainerDelta,
+    ContainerDelta, INSTALLED_NOT_APPLIED,
 };
 pub use diff::{DiffStats, changed_paths, commit_setup, patch_bytes};
 pub use mutate::{BitingMutant, DEFAULT_MUTANTS, Mutant, MutationReport};

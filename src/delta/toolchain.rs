@@ -240,10 +240,14 @@ impl Toolchain {
         }
     }
 
-    /// Whether a change is held back, before the image's programs are known.
-    pub fn held_back(&self, change: &FsChange) -> Option<HeldBack> {
+    /// Whether a change is held back, before the image's programs are known. `folders` are
+    /// those holding other changes ([`folders_of`]): a folder changes when a file in it does,
+    /// which is not a change of its own.
+    pub fn held_back(&self, change: &FsChange, folders: &HashSet<String>) -> Option<HeldBack> {
         let path = change.path.trim_end_matches('/');
-        if self.outputs.is_match(path) {
+        if self.outputs.is_match(path)
+            || (change.kind != FsChangeKind::Deleted && folders.contains(path))
+        {
             return None;
         }
         if self.protected.is_match(path) {
@@ -265,22 +269,43 @@ impl Toolchain {
     }
 
     /// Whether a change is held back, now that the image's `PATH` programs are known.
-    pub fn held_back_given(&self, change: &FsChange, image: &ImagePrograms) -> Option<HeldBack> {
-        if let Some(why) = self.held_back(change) {
+    pub fn held_back_given(
+        &self,
+        change: &FsChange,
+        folders: &HashSet<String>,
+        image: &ImagePrograms,
+    ) -> Option<HeldBack> {
+        if let Some(why) = self.held_back(change, folders) {
             return Some(why);
         }
         let path = change.path.trim_end_matches('/');
-        if self.outputs.is_match(path) || !image.on_path(path) {
+        if self.outputs.is_match(path)
+            || !image.on_path(path)
+            || (change.kind != FsChangeKind::Deleted && folders.contains(path))
+        {
             return None;
         }
         match change.kind {
             FsChangeKind::Added => image.shadowed_by(path).then_some(HeldBack::Shadows),
-            // A program of the image's, changed or removed. A folder on PATH itself changes when
-            // a program is added to it: that is not one.
-            _ if image.path.iter().any(|d| d == path) => None,
+            // A program of the image's, changed or removed.
             _ => Some(HeldBack::Toolchain),
         }
     }
+}
+
+/// The folders that hold other changes of `changes`.
+pub fn folders_of(changes: &[FsChange]) -> HashSet<String> {
+    let mut folders = HashSet::new();
+    for change in changes {
+        let mut at = std::path::Path::new(change.path.trim_end_matches('/')).parent();
+        while let Some(dir) = at.filter(|d| d.as_os_str().len() > 1) {
+            if !folders.insert(dir.to_string_lossy().into_owned()) {
+                break;
+            }
+            at = dir.parent();
+        }
+    }
+    folders
 }
 
 fn under(path: &str, dir: &str) -> bool {
@@ -317,6 +342,11 @@ mod tests {
         let rule = Toolchain::new(&[], &[], &["/app", "/tests"]);
         let image = image();
         use FsChangeKind::*;
+        let folders = folders_of(&[
+            change(Added, "/usr/local/bin/mytool"),
+            change(Added, "/usr/lib/python3/dist-packages/x.py"),
+        ]);
+        assert!(folders.contains("/usr/lib/python3") && folders.contains("/usr/local/bin"));
         for (kind, path, held) in [
             (Added, "/usr/local/bin/awk", Some(HeldBack::Shadows)),
             (Added, "/usr/local/bin/pytest", Some(HeldBack::Shadows)),
@@ -352,12 +382,15 @@ mod tests {
             (Changed, "/etc/app.conf", None),
             (Added, "/usr/lib/x86_64-linux-gnu/libnew.so.1", None),
             (Added, "/srv/data/pyproject.toml", None),
+            // Folders holding other changes.
             (Changed, "/usr/local/bin", None),
+            (Changed, "/usr/lib/python3", None),
+            (Changed, "/usr/lib/python3/dist-packages", None),
             // The last folder on PATH: nothing later to shadow.
             (Added, "/usr/bin/newtool", None),
         ] {
             assert_eq!(
-                rule.held_back_given(&change(kind, path), &image),
+                rule.held_back_given(&change(kind, path), &folders, &image),
                 held,
                 "{kind:?} {path}"
             );
@@ -372,7 +405,9 @@ mod tests {
             &["/app"],
         );
         let image = image();
-        let held = |path| rule.held_back_given(&change(FsChangeKind::Added, path), &image);
+        let held = |path| {
+            rule.held_back_given(&change(FsChangeKind::Added, path), &HashSet::new(), &image)
+        };
         assert_eq!(
             held("/usr/local/lib/python3.11/dist-packages/mypkg/__init__.py"),
             None

@@ -116,6 +116,15 @@ pub fn judge<'a>(noop: &'a [Trial<'a>], oracle: &'a [Trial<'a>]) -> Option<Unsou
                 .details
                 .push(format!("failed: {}", name_list(&failed)));
         }
+        let held = t.held_back_installs();
+        if !held.is_empty() {
+            unsound.details.push(format!(
+                "the reference installed {} file(s) that the verifier's toolchain rule holds back ({}, e.g. {}): if the task asks for that package site-wide, name its paths in the environment's `outputs:`",
+                held.len(),
+                crate::delta::CONTAINER_CHANGES,
+                held[0]
+            ));
+        }
         return Some(unsound);
     }
     if !base_passes.is_empty() || reference_passes < oracle.len() {

@@ -344,3 +344,57 @@ fn a_daemon_rewriting_the_reward_in_the_sandbox_changes_nothing() {
     );
     assert_eq!(record(&records, "calc", "noop")["outcome"], "fail");
 }
+
+/// A task that asks for a package installed site-wide: the toolchain rule holds the reference's
+/// install back, and `validate` says to name it in `outputs:`; with it, the task validates.
+#[test]
+fn a_site_wide_install_the_task_asks_for_validates_once_named_in_outputs() {
+    if !have_podman_image("container_verifier::a_site_wide_install_the_task_asks_for") {
+        return;
+    }
+    let tmp = crate::common::one_file_repo();
+    let root = tmp.path();
+    write_files(
+        root,
+        &[(
+            "sol/install.sh",
+            "d=/usr/lib/python3/dist-packages; printf 'def greet():\\n    return \"hi\"\\n' > $d/greeter.py\necho done > installed.txt\n",
+        )],
+    );
+    let suite = |outputs: &str| {
+        format!(
+            "name: sw\nrepo: repo\ntasks:\n  - id: install\n    instruction: install the greeter module site-wide\n    solution_script: sol/install.sh\n    environment: {{image: {BASE}, delta: container{outputs}}}\n    verify: python3 -c 'import greeter; assert greeter.greet() == \"hi\"'\n"
+        )
+    };
+    let work = root.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let validate = || {
+        deltabench(root)
+            .args(["validate", "suite.yaml", "--workdir"])
+            .arg(&work)
+            .output()
+            .unwrap()
+    };
+    crate::common::write_suite(root, &suite(""));
+    let refused = validate();
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    let said = stdout(&refused);
+    assert!(
+        said.contains("BAD  install: reference fails")
+            && said.contains("the reference installed 1 file(s) that the verifier's toolchain rule holds back (container-delta.txt, e.g. /usr/lib/python3/dist-packages/greeter.py)")
+            && said.contains("`outputs:`"),
+        "{said}"
+    );
+    crate::common::write_suite(
+        root,
+        &suite(", outputs: [\"/usr/lib/python3/dist-packages/greeter.py\"]"),
+    );
+    let validated = validate();
+    assert_eq!(
+        validated.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&validated),
+        stderr(&validated)
+    );
+}

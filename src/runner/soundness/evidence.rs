@@ -43,6 +43,17 @@ impl<'a> Trial<'a> {
             .is_some_and(VerifyRecord::passed)
     }
 
+    /// The container paths the trial's changes held back as packages installed (see
+    /// `delta::toolchain`), from its `container-delta.txt`.
+    pub fn held_back_installs(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join(crate::delta::CONTAINER_CHANGES))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| line.strip_suffix(crate::delta::INSTALLED_NOT_APPLIED))
+            .filter_map(|line| line.split_once(' ').map(|(_, path)| path.to_owned()))
+            .collect()
+    }
+
     /// The test runners that reported, when they ran zero tests.
     pub fn zero_tests(&self) -> Option<String> {
         self.tests

@@ -479,7 +479,7 @@ mod tests {
             kind: crate::workspace::FsChangeKind::Changed,
             path: path.into(),
         };
-        rule.held_back(&change).is_some()
+        rule.held_back(&change, &Default::default()).is_some()
     }
 
     #[test]
