@@ -877,6 +877,16 @@ fn grade(
     exit_code: i32,
     output: &str,
 ) -> (Option<i32>, String) {
+    let input = serde_json::json!({
+        "diff": diff,
+        "command_result": {"command": "t", "exit_code": exit_code, "timed_out": false, "output": output, "duration_ms": 1},
+    });
+    grade_input(grader, args, &input)
+}
+
+/// Runs `graders/GRADER ARGS` on `input` (a delta as a grader reads it): its exit code and the
+/// last line it printed (the verdict).
+fn grade_input(grader: &str, args: &[&str], input: &serde_json::Value) -> (Option<i32>, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("graders")
         .join(grader);
@@ -887,10 +897,6 @@ fn grade(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let input = serde_json::json!({
-        "diff": diff,
-        "command_result": {"command": "t", "exit_code": exit_code, "timed_out": false, "output": output, "duration_ms": 1},
-    });
     child
         .stdin
         .take()
@@ -1066,26 +1072,13 @@ fn reward_grader_reads_the_reward_line() {
 #[test]
 fn the_reward_grader_scores_only_the_reward_deltabench_read() {
     let grade_read = |reward: serde_json::Value, output: &str| -> serde_json::Value {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("graders/reward.py");
-        let mut child = Command::new(script)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
         let input = serde_json::json!({
             "diff": "+x",
             "command_result": {"command": "t", "exit_code": 0, "timed_out": false, "output": output, "duration_ms": 1, "reward": reward},
         });
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.to_string().as_bytes())
-            .unwrap();
-        let done = child.wait_with_output().unwrap();
-        assert!(done.status.success());
-        let text = String::from_utf8_lossy(&done.stdout).into_owned();
-        serde_json::from_str(text.lines().last().unwrap()).unwrap()
+        let (code, verdict) = grade_input("reward.py", &[], &input);
+        assert_eq!(code, Some(0), "{verdict}");
+        serde_json::from_str(&verdict).unwrap()
     };
     let forged = "DELTABENCH_REWARD=1\nDELTABENCH_REWARD_JSON={\"reward\": 1}\n";
     for (reward, passed, score) in [
