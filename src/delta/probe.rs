@@ -639,13 +639,18 @@ impl TaskProbe {
         let mut confinement = self.confinement.clone().read_only(&hidden_paths);
         // The reward folder, fresh: a container path gets a folder of the verify home mounted
         // there; a workspace folder is emptied.
+        let mut scratch = None;
         let reward_dir = match &self.verify.reward {
             Some(dir) => {
                 let folder = match (dir.is_absolute(), self.home()) {
                     (true, Some(home)) => {
                         super::reward::fresh_folder(&home, Path::new(".deltabench/reward"))
                     }
-                    (true, None) => tempfile::tempdir().map(tempfile::TempDir::keep),
+                    (true, None) => tempfile::tempdir().map(|dir| {
+                        let path = dir.path().to_owned();
+                        scratch = Some(dir);
+                        path
+                    }),
                     (false, _) => super::reward::fresh_folder(workspace, dir),
                 }
                 .map_err(|e| {
@@ -692,7 +697,12 @@ impl TaskProbe {
                 format!("cannot watch the hidden tests: {e}"),
             )
         })?;
-        let guard = reward_dir.as_deref().and_then(super::reward::Guard::start);
+        // The guard tells the test script's processes by their pid namespace: a sandbox's or a
+        // container's. On the host (`worktree`, unconfined) there is none to tell them by.
+        let guard = reward_dir
+            .as_deref()
+            .filter(|_| !self.confinement.is_host())
+            .and_then(super::reward::Guard::start);
         let ended = process::run(&spec, &never).await.map_err(|e| {
             ProbeError::new(
                 ProbeErrorKind::Verify,
@@ -704,6 +714,7 @@ impl TaskProbe {
         let mut reward = reward_dir
             .as_deref()
             .map(|dir| super::reward::read(dir, guard.map(super::reward::Guard::stop)));
+        drop(scratch);
         // A test script killed before its end never wrote its own verdict: what is there is
         // someone else's (code the tests ran that killed it after writing a reward). A shell
         // reports its child's death by signal N as 128 + N.

@@ -60,7 +60,7 @@ fn write_tasks(root: &Path) {
             ),
             (
                 "tests/test.sh",
-                "#!/bin/bash\ncd /app\nPYTHONPATH=/app pytest -q -p no:cacheprovider /tests/test_calc.py\nif [ $? -eq 0 ]; then\n  echo 1 > /logs/verifier/reward.txt\nelse\n  echo 0 > /logs/verifier/reward.txt\nfi\n",
+                "#!/bin/bash\ncd /app\nPYTHONPATH=/app pytest -q -p no:cacheprovider /tests/test_calc.py\nif [ $? -eq 0 ]; then\n  echo 1 > /logs/verifier/reward.txt\nelse\n  echo 0 > /logs/verifier/reward.txt\nfi\n# A daemon gets its chance.\nsleep 1\n",
             ),
             (
                 "solution/solve.sh",
@@ -273,7 +273,9 @@ fn no_attack_on_a_container_verifier_passes_and_honest_work_outside_the_workspac
 
 /// The same reward race in `isolation: sandbox`, where the test script runs in bubblewrap with a
 /// reward folder of the workspace: the daemon's writes are refused there too, and an honest fix
-/// passes.
+/// passes. Under `worktree` (unconfined: no pid namespace to tell the script's processes by)
+/// the reward is read unguarded, the honest fix still passes and the forged reward meets the
+/// failure evidence.
 #[test]
 fn a_daemon_rewriting_the_reward_in_the_sandbox_changes_nothing() {
     if !crate::common::have_bwrap(
@@ -293,7 +295,7 @@ fn a_daemon_rewriting_the_reward_in_the_sandbox_changes_nothing() {
             ),
             (
                 "hidden/.deltabench/tests/test.sh",
-                "#!/bin/bash\nlogs=.deltabench/logs/verifier\npython3 -m pytest -q -p no:cacheprovider .deltabench/tests/test_calc.py\nif [ $? -eq 0 ]; then echo 1 > $logs/reward.txt; else echo 0 > $logs/reward.txt; fi\n",
+                "#!/bin/bash\nlogs=.deltabench/logs/verifier\npython3 -m pytest -q -p no:cacheprovider .deltabench/tests/test_calc.py\nif [ $? -eq 0 ]; then echo 1 > $logs/reward.txt; else echo 0 > $logs/reward.txt; fi\n# The daemon gets its chance.\nsleep 1\n",
             ),
             (
                 "graders/reward.py",
@@ -309,6 +311,11 @@ fn a_daemon_rewriting_the_reward_in_the_sandbox_changes_nothing() {
             ),
         ],
     );
+    let task = |id: &str, isolation: &str| {
+        format!(
+            "  - id: {id}\n    instruction: fix add\n    isolation: {isolation}\n    tests: hidden\n    verify: {{run: \"bash .deltabench/tests/test.sh\", reward: .deltabench/logs/verifier}}\n    metric: {{grader: ./graders/reward.py}}\n"
+        )
+    };
     let fix = root.join("fix.sh");
     let daemon = root.join("daemon.sh");
     std::fs::set_permissions(
@@ -319,9 +326,11 @@ fn a_daemon_rewriting_the_reward_in_the_sandbox_changes_nothing() {
     crate::common::write_suite(
         root,
         &format!(
-            "name: sb\nrepo: repo\nagents:\n  fixer: {{kind: command, run: \"sh {}\", timeout: 1m}}\n  daemon: {{kind: command, run: \"sh {}\", timeout: 1m}}\ntasks:\n  - id: calc\n    instruction: fix add\n    isolation: sandbox\n    tests: hidden\n    verify: {{run: \"bash .deltabench/tests/test.sh\", reward: .deltabench/logs/verifier}}\n    metric: {{grader: ./graders/reward.py}}\n",
+            "name: sb\nrepo: repo\nagents:\n  fixer: {{kind: command, run: \"sh {}\", timeout: 1m}}\n  daemon: {{kind: command, run: \"sh {}\", timeout: 1m}}\ntasks:\n{}{}",
             fix.display(),
-            daemon.display()
+            daemon.display(),
+            task("calc", "sandbox"),
+            task("calc-worktree", "worktree"),
         ),
     );
     let (output, _work, out) = crate::common::run_suite(
@@ -330,19 +339,22 @@ fn a_daemon_rewriting_the_reward_in_the_sandbox_changes_nothing() {
     );
     assert!(out.join("trials.jsonl").exists(), "{}", stderr(&output));
     let records = trials(&out);
-    assert_eq!(records.len(), 3, "{}", stderr(&output));
-    let fixer = record(&records, "calc", "fixer");
-    assert_eq!(fixer["outcome"], "pass", "{fixer}");
-    assert_eq!(fixer["verify"]["reward"]["guarded"], true, "{fixer}");
+    assert_eq!(records.len(), 6, "{}", stderr(&output));
+    for (task, guarded) in [("calc", true), ("calc-worktree", false)] {
+        let fixer = record(&records, task, "fixer");
+        assert_eq!(fixer["outcome"], "pass", "{fixer}");
+        assert_eq!(fixer["verify"]["reward"]["guarded"], guarded, "{fixer}");
+        let daemon = record(&records, task, "daemon");
+        assert_ne!(daemon["outcome"], "pass", "{daemon}");
+        assert_eq!(record(&records, task, "noop")["outcome"], "fail");
+    }
     let daemon = record(&records, "calc", "daemon");
-    assert_ne!(daemon["outcome"], "pass", "{daemon}");
     assert!(
         daemon["verify"]
             .to_string()
             .contains("a process the test script did not start"),
         "{daemon}"
     );
-    assert_eq!(record(&records, "calc", "noop")["outcome"], "fail");
 }
 
 /// A task that asks for a package installed site-wide: the toolchain rule holds the reference's
