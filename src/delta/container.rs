@@ -478,8 +478,9 @@ fn copy_entries<R: Read>(
 }
 
 /// The container's changes as the diff shows them, after the workspace's patch: one section
-/// per change carried, headed `diff --container PATH` (not `diff --git`, so nothing reads it
-/// as a workspace path), with a text file's new content as an added hunk.
+/// per change carried, headed `diff --container PATH`, then its kind and size and a text file's
+/// new content as `+` lines. No `---`/`+++`/`@@` lines: `git apply` skips such a section (it
+/// reads no path from it), so `diff.patch` still applies to a workspace.
 fn container_patch(delta: &ContainerDelta, files: &BTreeMap<String, PackedEntry>) -> String {
     let mut out = String::new();
     for change in delta.changes.iter().filter(|c| c.applied) {
@@ -501,12 +502,7 @@ fn container_patch(delta: &ContainerDelta, files: &BTreeMap<String, PackedEntry>
         else {
             continue;
         };
-        let lines: Vec<&str> = text.lines().collect();
-        out.push_str(&format!(
-            "--- /dev/null\n+++ container:{path}\n@@ -0,0 +1,{} @@\n",
-            lines.len()
-        ));
-        for line in lines {
+        for line in text.lines() {
             out.push('+');
             out.push_str(line);
             out.push('\n');
@@ -612,7 +608,7 @@ mod tests {
         )]);
         assert_eq!(
             container_patch(&delta, &files),
-            "diff --container /etc/app.conf\nnew file, 8 bytes\n--- /dev/null\n+++ container:/etc/app.conf\n@@ -0,0 +1,2 @@\n+a=1\n+b=2\ndiff --container /etc/old.conf\ndeleted\n"
+            "diff --container /etc/app.conf\nnew file, 8 bytes\n+a=1\n+b=2\ndiff --container /etc/old.conf\ndeleted\n"
         );
     }
 

@@ -24,10 +24,13 @@ impl DiffStats {
         };
         let mut in_hunk = false;
         for line in patch.lines() {
-            // A container change's section (`delta: container`) counts as a file too.
-            if line.starts_with("diff --git ") || line.starts_with("diff --container ") {
+            if line.starts_with("diff --git ") {
                 stats.files += 1;
                 in_hunk = false;
+            } else if line.starts_with("diff --container ") {
+                // A container change's section (`delta: container`): a file, its content `+`.
+                stats.files += 1;
+                in_hunk = true;
             } else if line.starts_with("@@") {
                 in_hunk = true;
             } else if in_hunk && line.starts_with('+') {

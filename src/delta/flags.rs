@@ -63,6 +63,12 @@ pub fn scan(diff: &str) -> Vec<String> {
             path = rest.strip_prefix("b/").unwrap_or(rest).to_owned();
             continue;
         }
+        // A container change's section: its content from line 1.
+        if let Some(rest) = text.strip_prefix("diff --container ") {
+            path = format!("container:{rest}");
+            (line, after_eq) = (1, false);
+            continue;
+        }
         if let Some(hunk) = text.strip_prefix("@@ ") {
             // `@@ -a,b +c,d @@`: the new side starts at line c.
             line = hunk
