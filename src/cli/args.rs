@@ -71,10 +71,11 @@ pub(super) enum Command {
     /// container runtime the suite's environments use, and the suite's folder at the same
     /// path; `deltabench prepare SUITE` on a node builds its images ahead of the run.
     Submit(Box<SubmitArgs>),
-    /// Show how far a submitted or sharded run got: per shard planned, recorded and passed
-    /// trials, whether it runs, its ETA, and the shards that stopped without finishing.
+    /// Show how far a run got: per agent planned, recorded and passed trials, running, ETA.
     ///
-    /// DIR is the folder the shards share (`submit --out`, `run --shard auto --out`).
+    /// For the shards of a submitted or sharded run: the same per shard, and the shards that
+    /// stopped without finishing. DIR is a run directory (plain, a shard's, merged; running or ended), or the folder the
+    /// shards share (`submit --out`, `run --shard auto --out`).
     Status(StatusArgs),
     /// List the built-in agent CLIs, their pinned versions, and whether each is installed here.
     ///
@@ -96,7 +97,8 @@ pub(super) enum Command {
     /// Exit codes: 0 compared (with --gate: no regression beyond the tolerance); 1 with --gate,
     /// the candidate regressed; 2 usage error (runs of different suites, an unknown agent);
     /// 3 with --gate, no regression among the scored trials but some trials could not be
-    /// scored, so the gate is undecided.
+    /// scored, so the gate is undecided; 4 with --gate --require-power, an inconclusive
+    /// verdict (the line says how many tasks x trials would decide it).
     Compare(CompareArgs),
     /// Say how many tasks x trials a comparison needs to detect a given effect.
     Plan(PlanArgs),
@@ -283,15 +285,21 @@ pub(super) struct ImportArgs {
 pub(super) struct GateArgs {
     /// Exit 1 when the candidate regressed: a significant drop (across tasks, or within one
     /// task's trials) larger than --max-drop, or more tasks broken outright than --max-broken.
+    /// An inconclusive verdict passes, unless --require-power.
     #[arg(long)]
     pub(super) gate: bool,
     /// The drop in pass rate (0..1) tolerated by --gate.
     #[arg(long, value_name = "FRACTION", default_value_t = 0.0)]
     pub(super) max_drop: f64,
-    /// A regression, whatever the tests say: more than N tasks went from always passing (every
-    /// baseline trial) to never passing (no candidate trial).
-    #[arg(long, value_name = "N")]
-    pub(super) max_broken: Option<usize>,
+    /// A regression, whatever the tests say: more than N tasks not marked flaky went from
+    /// always passing (every baseline trial) to never passing (no candidate trial), with at
+    /// least two trials on each side.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(super) max_broken: usize,
+    /// With --gate: exit 4 when the verdict is inconclusive (the comparison has too few tasks
+    /// or trials to tell a regression from noise) instead of passing.
+    #[arg(long)]
+    pub(super) require_power: bool,
     /// Confidence of the intervals and the tests.
     #[arg(long, value_name = "LEVEL", default_value_t = 0.95)]
     pub(super) confidence: f64,
@@ -487,7 +495,7 @@ pub(super) struct RunArgs {
 pub(super) struct RoundArgs {
     /// Run trials in rounds and stop as soon as the sequential gate decides: `regressed`
     /// (exit 1), `not regressed` within --margin (exit 0), or `undecided` at --max-trials
-    /// (exit 3). Compares with --baseline's same agent, or else the run's first agent (the
+    /// (exit 4). Compares with --baseline's same agent, or else the run's first agent (the
     /// baseline) with its second (the candidate). The test (a betting e-process on the paired
     /// per-task differences, see docs/measurement.md) keeps each false claim under
     /// 1 − --confidence however many rounds it looks at. Implies --gate. With --shard, the
@@ -496,7 +504,7 @@ pub(super) struct RoundArgs {
     #[arg(long, conflicts_with_all = ["trials", "until_ci_width"])]
     pub(super) until_decided: bool,
     /// Run trials in rounds until every agent's pass-rate interval (at --confidence) is at
-    /// most this wide, e.g. 0.1 for ±5 points, or --max-trials.
+    /// most this wide, e.g. 0.1 for ±5 points, or --max-trials (then exit 4).
     #[arg(long, value_name = "WIDTH", conflicts_with = "trials")]
     pub(super) until_ci_width: Option<f64>,
     /// Rounds at most (trials per task and agent) for --until-decided / --until-ci-width.
@@ -701,9 +709,12 @@ pub(super) struct SubmitArgs {
 
 #[derive(Debug, clap::Args)]
 pub(super) struct StatusArgs {
-    /// The folder the shards share.
+    /// A run directory, or the folder the shards share.
     #[arg(value_name = "DIR")]
     pub(super) dir: PathBuf,
+    /// Print the status again every SECS seconds (default 2) until the run ends or Ctrl-C.
+    #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
+    pub(super) watch: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -103,7 +103,14 @@ async fn dispatch(cli: Cli) -> Result<Exit, CliError> {
         Command::Report(args) => report::report(args),
         Command::Merge(args) => merge::merge(args),
         Command::Submit(args) => submit::submit(*args),
-        Command::Status(args) => status::status(&args.dir),
+        Command::Status(args) => {
+            status::status_watch(
+                &args.dir,
+                args.watch
+                    .map(|secs| std::time::Duration::from_secs(secs.max(1))),
+            )
+            .await
+        }
         Command::Schema => {
             let schema = serde_json::to_string_pretty(&suite::json_schema()).unwrap_or_default();
             print_stdout(&format!("{schema}\n"));

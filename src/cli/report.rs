@@ -67,7 +67,8 @@ pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
             let gate = GateArgs {
                 gate: false,
                 max_drop: 0.0,
-                max_broken: None,
+                max_broken: 0,
+                require_power: false,
                 confidence: args.confidence,
                 include_flaky: false,
             };

@@ -77,6 +77,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
     if args.require_lock {
         require_lock(&plan)?;
     }
+    check_verify_programs(&plan)?;
     if let Some(recorded) = &args.replay {
         runner::check_replayable(recorded, &plan).map_err(|e| CliError::usage(e.to_string()))?;
     }
@@ -195,6 +196,50 @@ fn require_lock(plan: &runner::Plan) -> Result<(), CliError> {
     ))
     .hint(format!(
         "run `deltabench validate {}` and keep the lock file it writes beside the suite (a task changed since its validation needs it again)",
+        plan.suite.path.display()
+    )))
+}
+
+/// Before the first trial: every planned task's verify program resolves where it runs, or no
+/// trial would be scored on it (each would end `infra_error`). Only a plain name on this
+/// machine's PATH is checked: a path may be the workspace's, and a task in a container looks
+/// its program up in the image, which is not started for this.
+fn check_verify_programs(plan: &runner::Plan) -> Result<(), CliError> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut missing = Vec::new();
+    for &index in &plan.tasks {
+        let task = &plan.suite.tasks[index];
+        if task.environment.is_some() {
+            continue;
+        }
+        let Some(program) = crate::metric::verify_program(&task.verify.run) else {
+            continue;
+        };
+        let found = std::env::split_paths(&path).any(|dir| {
+            let file = dir.join(program);
+            std::fs::metadata(&file).is_ok_and(|m| {
+                use std::os::unix::fs::PermissionsExt as _;
+                m.is_file() && m.permissions().mode() & 0o111 != 0
+            })
+        });
+        if !found {
+            missing.push(format!(
+                "task '{}': verify program `{program}` is not on PATH (verify: `{}`)",
+                task.id,
+                task.verify.run.trim()
+            ));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::usage(format!(
+        "{} task(s) have a verify command that cannot run here, so none of their trials could be scored:\n  {}",
+        missing.len(),
+        missing.join("\n  ")
+    ))
+    .hint(format!(
+        "fix the verify command in {} (a typo?) or install the program; `deltabench validate` checks every task",
         plan.suite.path.display()
     )))
 }

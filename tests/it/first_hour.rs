@@ -1,0 +1,292 @@
+//! A new user's first hour (issue 39), each point through the real binary on a suite `init`
+//! wrote: what a typo, a closed pipe or a plain run directory does.
+
+use crate::cli::{Cli, deltabench_snapshot};
+use crate::common::{stderr, trials};
+
+/// `deltabench init suite` in a fresh temp dir, and a `work` folder for the workspaces.
+fn init_suite() -> Cli {
+    let cli = Cli::new();
+    let init = cli.command(&["init", "suite"]).output().unwrap();
+    assert_eq!(init.status.code(), Some(0), "{}", stderr(&init));
+    std::fs::create_dir_all(cli.path("work")).unwrap();
+    cli
+}
+
+/// Replaces `from` with `to` in the init suite's suite.yaml.
+fn edit_suite(cli: &Cli, from: &str, to: &str) {
+    let path = cli.path("suite/suite.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    assert!(yaml.contains(from), "{yaml}");
+    std::fs::write(&path, yaml.replace(from, to)).unwrap();
+}
+
+#[test]
+fn a_verify_program_that_is_not_there_refuses_the_run_naming_the_task() {
+    let cli = init_suite();
+    edit_suite(&cli, "run: python3 -m", "run: pytohn3 -m");
+    let output = deltabench_snapshot!(
+        cli,
+        "verify_program_missing",
+        &mut cli.command(&["run", "suite", "--workdir", "work", "--out", "out"])
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(!cli.path("out").exists(), "nothing was run");
+}
+
+#[test]
+fn a_verify_program_gone_during_the_run_is_infra_error_not_the_agents_failure() {
+    let cli = init_suite();
+    // A verify program on PATH when the run starts, which the agent removes (worktree isolation
+    // does not stop it): its trial is unscored and says why, naming the command.
+    let bin = cli.path("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let tool = bin.join("check-median");
+    std::fs::write(&tool, "#!/bin/sh\nexec python3 \"$@\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    edit_suite(&cli, "run: python3 -m", "run: check-median -m");
+    edit_suite(
+        &cli,
+        "run: ./agents/my-agent.sh\n",
+        &format!("run: './agents/my-agent.sh && rm {}'\n", tool.display()),
+    );
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let output = cli
+        .command(&[
+            "run",
+            "suite",
+            "--workdir",
+            "work",
+            "--out",
+            "out",
+            "--agent",
+            "my-agent",
+        ])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let records = trials(&cli.path("out"));
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0]["outcome"], "infra_error", "{records:?}");
+    let why = records[0]["infra_error"].as_str().unwrap();
+    assert!(
+        why.starts_with("the verify command's program `check-median` was not found (exit 127; command: `check-median -m unittest -v tests.test_median`)"),
+        "{why}"
+    );
+    assert!(stderr(&output).contains("INFRA"), "{}", stderr(&output));
+}
+
+#[test]
+fn an_ablation_effect_from_all_to_none_stays_inside_a_hundred_points() {
+    let cli = init_suite();
+    let agent = cli.path("suite/agents/my-agent.sh");
+    std::fs::write(
+        cli.path("ablation.yaml"),
+        format!(
+            "agents:\n  fixer:\n    kind: command\n    run: 'if [ \"$FIX\" = on ]; then {}; fi'\n    matrix:\n      env.FIX: [on, off]\n",
+            agent.display()
+        ),
+    )
+    .unwrap();
+    let output = cli
+        .command(&[
+            "run",
+            "suite",
+            "--agents",
+            "ablation.yaml",
+            "--agent",
+            "fixer",
+            "--trials",
+            "3",
+            "--workdir",
+            "work",
+            "--out",
+            "out",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    // 3/3 with FIX on, 0/3 off: -100 points, and its interval cannot reach below -100.
+    let report = cli
+        .command(&["report", "out", "--ablation", "--format", "json"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value =
+        serde_json::from_slice(&report.stdout).unwrap_or_else(|e| panic!("{e}: {report:?}"));
+    let effect = &json["ablations"][0]["factors"][0]["levels"][1]["effect"];
+    assert_eq!(effect["diff"], -1.0, "{json}");
+    assert_eq!(effect["lo"], -1.0, "{json}");
+    let hi = effect["hi"].as_f64().unwrap();
+    assert!(-1.0 < hi && hi < 0.0, "{json}");
+    let text = cli
+        .command(&["report", "out", "--ablation"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("-100.0 ("))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("-100.0 (-100.0 to -"), "{line}");
+}
+
+/// The run directory's manifest.
+fn manifest(cli: &Cli, out: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(cli.path(out).join("manifest.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn a_closed_pipe_never_kills_a_run() {
+    use std::io::BufRead as _;
+    let cli = init_suite();
+    // `deltabench run ... 2>&1 | head -1`: both outputs into one pipe, closed after a line.
+    let (reader, writer) = std::io::pipe().unwrap();
+    let mut child = cli
+        .command(&[
+            "run",
+            "suite",
+            "--trials",
+            "3",
+            "-j",
+            "1",
+            "--workdir",
+            "work",
+            "--out",
+            "out",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(writer.try_clone().unwrap())
+        .stderr(writer)
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(reader)
+        .read_line(&mut first)
+        .unwrap();
+    // The reader is dropped here: every later write fails with EPIPE.
+    assert!(!first.is_empty());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{status}");
+    let manifest = manifest(&cli, "out");
+    assert!(manifest["finished_at"].is_string(), "{manifest}");
+    assert_eq!(manifest["interrupted"], false, "{manifest}");
+    assert_eq!(trials(&cli.path("out")).len(), 6);
+    crate::common::assert_no_leftovers(&cli.path("work"));
+}
+
+#[test]
+fn a_run_ended_by_sighup_is_recorded_as_interrupted() {
+    let cli = init_suite();
+    edit_suite(&cli, "run: ./agents/my-agent.sh\n", "run: 'sleep 60'\n");
+    let mut child = cli
+        .command(&[
+            "run",
+            "suite",
+            "--agent",
+            "my-agent",
+            "--workdir",
+            "work",
+            "--out",
+            "out",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let instruction = cli.path("out/trials/fix-median/my-agent/1/instruction.md");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !instruction.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pid = nix::unistd::Pid::from_raw(child.id().try_into().unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{status}");
+    let manifest = manifest(&cli, "out");
+    assert!(manifest["finished_at"].is_string(), "{manifest}");
+    assert_eq!(manifest["interrupted"], true, "{manifest}");
+}
+
+#[test]
+fn status_reads_any_run_directory_running_or_finished() {
+    let cli = init_suite();
+    let finished = cli
+        .command(&[
+            "run",
+            "suite",
+            "--trials",
+            "2",
+            "--workdir",
+            "work",
+            "--out",
+            "done",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(finished.status.code(), Some(0), "{}", stderr(&finished));
+    let status = deltabench_snapshot!(
+        cli,
+        "status_finished",
+        &mut cli.command(&["status", "done"])
+    );
+    assert_eq!(status.status.code(), Some(0));
+
+    // A run still going: its running trial is named; then, killed outright, it is stopped.
+    edit_suite(&cli, "run: ./agents/my-agent.sh\n", "run: 'sleep 60'\n");
+    let mut child = cli
+        .command(&[
+            "run",
+            "suite",
+            "--agent",
+            "my-agent",
+            "--agent",
+            "noop",
+            "-j",
+            "1",
+            "--workdir",
+            "work",
+            "--out",
+            "going",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let instruction = cli.path("going/trials/fix-median/my-agent/1/instruction.md");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !instruction.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let running = cli.command(&["status", "going"]).output().unwrap();
+    let text = String::from_utf8_lossy(&running.stdout);
+    assert_eq!(running.status.code(), Some(0), "{text}");
+    assert!(text.contains(", running\n"), "{text}");
+    assert!(
+        text.contains("running now: fix-median / my-agent #1"),
+        "{text}"
+    );
+    assert!(text.contains("0 of 2 trials recorded, 0 passed"), "{text}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let stopped = cli.command(&["status", "going"]).output().unwrap();
+    let text = String::from_utf8_lossy(&stopped.stdout);
+    assert!(
+        text.contains(", stopped without finishing (killed?)"),
+        "{text}"
+    );
+    assert!(text.contains("finish it: deltabench resume "), "{text}");
+}
