@@ -363,7 +363,8 @@ pub(super) struct PlanArgs {
 
 #[derive(Debug, clap::Args)]
 pub(super) struct SuiteArgs {
-    /// A YAML file with a top-level `agents:` map; its agents override the suite's.
+    /// A YAML file with a top-level `agents:` map: its agents run instead of the suite's (a
+    /// suite agent runs when named with --agent; a file agent of the same name replaces it).
     #[arg(long, value_name = "FILE")]
     pub(super) agents: Option<PathBuf>,
     #[command(flatten)]

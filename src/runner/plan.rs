@@ -80,7 +80,7 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
     let names: Vec<String> = if !request.agents.is_empty() {
         request.agents.clone()
     } else if !suite.agents.is_empty() {
-        suite.agents.keys().cloned().collect()
+        suite.default_agents()
     } else {
         vec!["oracle".into(), "noop".into()]
     };

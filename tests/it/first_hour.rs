@@ -290,3 +290,64 @@ fn status_reads_any_run_directory_running_or_finished() {
     );
     assert!(text.contains("finish it: deltabench resume "), "{text}");
 }
+
+#[test]
+fn an_agents_file_replaces_the_suites_agents() {
+    let cli = init_suite();
+    std::fs::write(
+        cli.path("three.yaml"),
+        "agents:\n  a: {kind: command, run: 'true'}\n  b: {kind: command, run: 'true'}\n  noop: {kind: noop}\n",
+    )
+    .unwrap();
+    // Three agents in the file, two in the suite: the file's three run, and nothing else.
+    let output = cli
+        .command(&[
+            "run",
+            "suite",
+            "--agents",
+            "three.yaml",
+            "--workdir",
+            "work",
+            "--out",
+            "out",
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{err}");
+    let mut agents: Vec<String> = trials(&cli.path("out"))
+        .iter()
+        .map(|r| r["agent"].as_str().unwrap().to_owned())
+        .collect();
+    agents.sort();
+    assert_eq!(agents, ["a", "b", "noop"]);
+    assert!(
+        err.contains("\nagents: a (--agents three.yaml), b (--agents three.yaml), noop (--agents three.yaml)\n"),
+        "{err}"
+    );
+    // A suite agent runs when named.
+    let output = cli
+        .command(&[
+            "run",
+            "suite",
+            "--agents",
+            "three.yaml",
+            "--agent",
+            "my-agent",
+            "--agent",
+            "a",
+            "--workdir",
+            "work",
+            "--out",
+            "named",
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("\nagents: my-agent (suite), a (--agents three.yaml)\n"),
+        "{err}"
+    );
+    assert_eq!(trials(&cli.path("named")).len(), 2);
+}
