@@ -258,8 +258,9 @@ pub(super) struct ImportArgs {
     /// The suite folder to write.
     #[arg(long, value_name = "DIR")]
     pub(super) out: PathBuf,
-    /// swebench: the folder of local clones, each named owner__name or owner/name
-    /// [default: DIR/repos, cloned into from GitHub when missing].
+    /// swebench: the folder of local clones, each named owner__name or owner/name; a missing
+    /// one is listed with the command to get it and its rows skipped [default: DIR/repos,
+    /// cloned into from GitHub when missing].
     #[arg(long, value_name = "DIR")]
     pub(super) repos: Option<PathBuf>,
     /// swebench: a YAML map of owner/name (or owner/name@version) to {setup, prepare,
@@ -267,6 +268,12 @@ pub(super) struct ImportArgs {
     /// the instance's tests. Repeatable: a later file's settings win, key by key.
     #[arg(long, value_name = "FILE")]
     pub(super) env: Vec<PathBuf>,
+    /// swebench: import only this instance (repeatable).
+    #[arg(long, value_name = "ID")]
+    pub(super) instance: Vec<String>,
+    /// swebench: import only the rows of this repository, owner/name (repeatable).
+    #[arg(long, value_name = "OWNER/NAME")]
+    pub(super) repo: Vec<String>,
     /// swebench: run each row in the official harness's prebuilt image
     /// (docker.io/swebench/sweb.eval.x86_64.<instance>:latest, pulled beforehand) instead of an
     /// image built from a Dockerfile written from its recipe; --env entries still win.
@@ -413,12 +420,13 @@ Agent kinds (in the suite's `agents:` or an --agents file):
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = RUN_AFTER_HELP)]
 pub(super) struct RunArgs {
-    /// A suite file, or a folder holding suite.yaml.
-    #[arg(value_name = "SUITE", required_unless_present = "resume")]
+    /// A suite file, or a folder holding suite.yaml [default: the suite in the current folder].
+    #[arg(value_name = "SUITE")]
     pub(super) suite_path: Option<PathBuf>,
     #[command(flatten)]
     pub(super) suite: SuiteArgs,
-    /// Run only this agent (repeatable) [default: the suite's agents, or oracle and noop].
+    /// Run only this agent (repeatable) [default: the suite's agents (an --agents file's, when
+    /// given), or oracle and noop].
     #[arg(long = "agent", value_name = "NAME")]
     pub(super) agent: Vec<String>,
     /// Trials per (task, agent).
@@ -519,8 +527,8 @@ pub(super) struct RoundArgs {
 
 #[derive(Debug, clap::Args)]
 pub(super) struct ValidateArgs {
-    /// A suite file, or a folder holding suite.yaml.
-    #[arg(value_name = "SUITE")]
+    /// A suite file, or a folder holding suite.yaml [default: the suite in the current folder].
+    #[arg(value_name = "SUITE", default_value = ".", hide_default_value = true)]
     pub(super) suite_path: PathBuf,
     #[command(flatten)]
     pub(super) suite: SuiteArgs,
@@ -544,8 +552,8 @@ pub(super) struct ValidateArgs {
 
 #[derive(Debug, clap::Args)]
 pub(super) struct PrepareArgs {
-    /// A suite file, or a folder holding suite.yaml.
-    #[arg(value_name = "SUITE")]
+    /// A suite file, or a folder holding suite.yaml [default: the suite in the current folder].
+    #[arg(value_name = "SUITE", default_value = ".", hide_default_value = true)]
     pub(super) suite_path: PathBuf,
     #[command(flatten)]
     pub(super) suite: SuiteArgs,

@@ -22,9 +22,9 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         (Some(run_dir), _) => {
             return resume::resume(run_dir, &args.resume_options, args.suite.jobs).await;
         }
-        (None, Some(path)) => path,
-        // clap requires SUITE unless --resume is given.
-        (None, None) => return Err(CliError::usage("name a SUITE to run")),
+        (None, Some(path)) => path.as_path(),
+        // No SUITE: the suite in the current folder.
+        (None, None) => Path::new("."),
     };
     let (shard, out) = resolve_shard(&args)?;
     if let Some(dir) = &out
@@ -39,6 +39,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         return resume::resume(dir, &args.resume_options, args.suite.jobs).await;
     }
     let suite = load_suite(suite_path, &args.suite)?;
+    super::warn_uncommitted(&suite);
     let workdir = workdir(&args.suite)?;
     let sequential = sequential(&args);
     let request = RunRequest {
@@ -73,7 +74,17 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         },
         ..request
     };
-    let plan = runner::plan(suite.clone(), request)?;
+    let mut plan = runner::plan(suite.clone(), request)?;
+    // More at once than there are trials only reserves what nothing uses.
+    let trials = plan.trials.len().max(1);
+    if plan.request.jobs > trials {
+        if let Some(jobs) = args.suite.jobs {
+            eprintln!(
+                "note: -j {jobs} is more than the {trials} trial(s) planned: running {trials} at once"
+            );
+        }
+        plan.request.jobs = trials;
+    }
     if args.require_lock {
         require_lock(&plan)?;
     }

@@ -351,3 +351,115 @@ fn an_agents_file_replaces_the_suites_agents() {
     );
     assert_eq!(trials(&cli.path("named")).len(), 2);
 }
+
+#[test]
+fn more_jobs_than_trials_are_clamped_and_a_folder_of_notes_is_no_out() {
+    let cli = init_suite();
+    let output = cli
+        .command(&[
+            "run",
+            "suite",
+            "-j",
+            "100000",
+            "--workdir",
+            "work",
+            "--out",
+            "out",
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("note: -j 100000 is more than the 2 trial(s) planned: running 2 at once\n"),
+        "{err}"
+    );
+    assert!(err.contains(", -j 2) into "), "{err}");
+    let manifest = manifest(&cli, "out");
+    assert_eq!(manifest["jobs"], 2, "{manifest}");
+
+    // A folder holding the user's own files is not a run directory to write into.
+    std::fs::create_dir_all(cli.path("notes")).unwrap();
+    std::fs::write(cli.path("notes/todo.md"), "mine\n").unwrap();
+    let output = deltabench_snapshot!(
+        cli,
+        "out_into_notes",
+        &mut cli.command(&["run", "suite", "--workdir", "work", "--out", "notes"])
+    );
+    assert_eq!(output.status.code(), Some(2));
+    let mut left: Vec<String> = std::fs::read_dir(cli.path("notes"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["todo.md"], "nothing written beside the notes");
+}
+
+#[test]
+fn with_no_suite_named_the_current_folders_is_used() {
+    let cli = init_suite();
+    let in_suite = |args: &[&str]| {
+        let mut command = cli.command(args);
+        command.current_dir(cli.path("suite"));
+        command
+    };
+    let output = in_suite(&["validate", "--workdir", "../work"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("all 1 tasks are sound"),
+        "{output:?}"
+    );
+    let output = in_suite(&["run", "--workdir", "../work", "--out", "../out"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(trials(&cli.path("out")).len(), 2);
+    let output = in_suite(&["prepare"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    // Elsewhere, the message says where it looked.
+    let output = deltabench_snapshot!(cli, "no_suite_here", &mut cli.command(&["validate"]));
+    assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
+fn uncommitted_changes_in_the_suites_repo_are_named() {
+    let cli = init_suite();
+    let project = cli.path("suite/project");
+    let file = std::fs::read_dir(&project)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "py"))
+        .unwrap();
+    std::fs::write(&file, "# edited, not committed\n").unwrap();
+    std::fs::write(project.join("new.txt"), "new\n").unwrap();
+    let mut names = [
+        file.file_name().unwrap().to_string_lossy().into_owned(),
+        "new.txt".to_owned(),
+    ];
+    names.sort();
+    let names = names.join(", ");
+    for args in [
+        &["validate", "suite", "--workdir", "work"][..],
+        &[
+            "run",
+            "suite",
+            "--agent",
+            "noop",
+            "--workdir",
+            "work",
+            "--out",
+            "out",
+        ][..],
+    ] {
+        let output = cli.command(args).output().unwrap();
+        let err = stderr(&output);
+        assert!(
+            err.contains(&format!(
+                "/suite/project has 2 uncommitted change(s) that no trial sees ({names}): trials clone the committed tree, HEAD "
+            )),
+            "{args:?}: {err}"
+        );
+    }
+}
