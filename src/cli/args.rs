@@ -125,10 +125,24 @@ pub(super) enum Command {
     /// one task with hidden tests and a reference solution, a stand-in agent script, and a
     /// suite.yaml with every key commented.
     Init(InitArgs),
+    /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
+    ///
+    /// bash: `deltabench completions bash > ~/.local/share/bash-completion/completions/deltabench`;
+    /// zsh: as `_deltabench` in a folder on $fpath; fish: into
+    /// `~/.config/fish/completions/deltabench.fish`; elvish and powershell: source it from the
+    /// shell's startup file.
+    Completions(CompletionsArgs),
     /// Inside a sandbox with `network: model`: forward the gateway's port to its socket, then
     /// run the agent. Started by deltabench itself, never by hand.
     #[command(hide = true)]
     SandboxForward(SandboxForwardArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_name = "SHELL", value_enum)]
+    pub(super) shell: clap_complete::Shell,
 }
 
 #[derive(Debug, clap::Args)]
@@ -465,6 +479,10 @@ pub(super) struct RunArgs {
     /// Keep the workspaces after the run (for inspection).
     #[arg(long)]
     pub(super) keep_workspaces: bool,
+    /// Print the plan (tasks x agents x trials, isolation, images to build, an estimate of time
+    /// and cost from the lock and earlier runs) and run nothing, write nothing.
+    #[arg(long)]
+    pub(super) dry_run: bool,
     /// Refuse to start (exit 2) when a planned task has no validated evidence in the suite's
     /// lock (never validated, or changed since): its passes would get no evidence check and no
     /// mutation check. For CI.
@@ -492,7 +510,7 @@ pub(super) struct RunArgs {
         long,
         value_name = "RUN_DIR",
         help_heading = "Retries and resuming",
-        conflicts_with_all = ["suite_path", "out", "shard", "shards", "baseline", "agent", "task", "tag", "trials", "keep_workspaces", "record", "replay", "until_decided", "until_ci_width"]
+        conflicts_with_all = ["suite_path", "out", "shard", "shards", "baseline", "agent", "task", "tag", "trials", "keep_workspaces", "dry_run", "record", "replay", "until_decided", "until_ci_width"]
     )]
     pub(super) resume: Option<PathBuf>,
     #[command(flatten, next_help_heading = "Retries and resuming")]

@@ -6,6 +6,7 @@
 mod agents;
 mod args;
 mod compare;
+mod dry_run;
 mod error;
 pub mod exit;
 mod finish;
@@ -127,6 +128,12 @@ async fn dispatch(cli: Cli) -> Result<Exit, CliError> {
         Command::Gc(args) => gc::gc(&args),
         Command::Model(args) => model::model(args).await,
         Command::Init(args) => init::init(&args),
+        Command::Completions(args) => {
+            let mut buffer = Vec::new();
+            clap_complete::generate(args.shell, &mut command(), "deltabench", &mut buffer);
+            print_stdout(&String::from_utf8_lossy(&buffer));
+            Ok(Exit::Ok)
+        }
         Command::SandboxForward(_) => unreachable!("handled before the runtime starts"),
     }
 }

@@ -134,7 +134,7 @@ impl TerminalReporter {
 
 /// `my-agent (suite), noop (built in), fixer[...] (--agents ablation.yaml)`: each planned agent
 /// and where it was defined.
-fn agent_sources(plan: &Plan) -> String {
+pub(super) fn agent_sources(plan: &Plan) -> String {
     let file = plan
         .suite
         .agents_file

@@ -106,6 +106,15 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
     }
     let baseline = args.baseline.as_deref().map(read_run_dir).transpose()?;
     rounds::check(&plan.request, &plan, baseline.as_ref(), out.as_deref())?;
+    if args.dry_run {
+        let reports = out
+            .as_deref()
+            .and_then(Path::parent)
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("reports"));
+        super::print_stdout(&super::dry_run::describe(&plan, reports));
+        return Ok(Exit::Ok);
+    }
     let out = out.unwrap_or_else(|| match shard {
         Some(shard) if matches!(args.shard, Some(ShardArg::Auto)) => {
             default_out(&suite.name).join(store::shards::dir_name(shard))

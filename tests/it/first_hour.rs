@@ -463,3 +463,92 @@ fn uncommitted_changes_in_the_suites_repo_are_named() {
         );
     }
 }
+
+#[test]
+fn completions_for_every_shell() {
+    let cli = Cli::new();
+    for (shell, marker) in [
+        ("bash", "complete -F _deltabench"),
+        ("zsh", "#compdef deltabench"),
+        ("fish", "complete -c deltabench"),
+        ("elvish", "edit:completion:arg-completer[deltabench]"),
+        ("powershell", "Register-ArgumentCompleter"),
+    ] {
+        let output = cli.command(&["completions", shell]).output().unwrap();
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(output.status.code(), Some(0), "{shell}");
+        assert!(text.contains(marker), "{shell}: {text}");
+        assert!(
+            text.contains("until-decided"),
+            "{shell}: every flag is completed"
+        );
+    }
+    let output = deltabench_snapshot!(
+        cli,
+        "completions_unknown_shell",
+        &mut cli.command(&["completions", "tcsh"])
+    );
+    assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
+fn a_dry_run_prints_the_plan_and_writes_nothing() {
+    let cli = init_suite();
+    let before = crate::common::leftovers(&cli.path("."));
+    let output = deltabench_snapshot!(
+        cli,
+        "dry_run",
+        &mut cli.command(&[
+            "run",
+            "suite",
+            "--trials",
+            "3",
+            "-j",
+            "1",
+            "--dry-run",
+            "--workdir",
+            "work"
+        ])
+    );
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        crate::common::leftovers(&cli.path(".")),
+        before,
+        "nothing written"
+    );
+    assert!(!cli.path("reports").exists());
+
+    // With an earlier run under reports/, an estimate of time from its trials.
+    let run = cli
+        .command(&[
+            "run",
+            "suite",
+            "--workdir",
+            "work",
+            "--out",
+            "reports/first",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let output = cli
+        .command(&[
+            "run",
+            "suite",
+            "--trials",
+            "3",
+            "--dry-run",
+            "--workdir",
+            "work",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("estimate: about ")
+            && text.contains(
+                "(6 of 6 trial(s) seen in 1 earlier run(s) under reports; no cost recorded)"
+            ),
+        "{text}"
+    );
+}
