@@ -103,7 +103,8 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
             }
             return Err(PlanError::new(
                 format!(
-                    "unknown agent '{name}'. Available agents: {}",
+                    "unknown agent '{name}'{}. Available agents: {}",
+                    crate::support::suggestion(&name, known.iter().map(String::as_str)),
                     known.join(", ")
                 ),
                 Some(
@@ -131,7 +132,8 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
             let ids: Vec<&str> = suite.tasks.iter().map(|t| t.id.as_str()).collect();
             return Err(PlanError::new(
                 format!(
-                    "unknown task '{id}'. Tasks in suite '{}': {}",
+                    "unknown task '{id}'{}. Tasks in suite '{}': {}",
+                    crate::support::suggestion(id, ids.iter().copied()),
                     suite.name,
                     ids.join(", ")
                 ),

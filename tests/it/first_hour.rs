@@ -552,3 +552,49 @@ fn a_dry_run_prints_the_plan_and_writes_nothing() {
         "{text}"
     );
 }
+
+#[test]
+fn a_typo_gets_a_did_you_mean() {
+    let cli = init_suite();
+    // A key, a kind, a path: each load error names the close name.
+    edit_suite(&cli, "instruction_file:", "instrction_file:");
+    let key = deltabench_snapshot!(cli, "typo_key", &mut cli.command(&["validate", "suite"]));
+    assert_eq!(key.status.code(), Some(2));
+    edit_suite(
+        &cli,
+        "instrction_file: tasks/fix-median.md",
+        "instruction_file: tasks/fix-medain.md",
+    );
+    let path = cli.command(&["validate", "suite"]).output().unwrap();
+    assert!(
+        stderr(&path).contains("does not exist ([TEMP]/suite/tasks/fix-medain.md); did you mean 'tasks/fix-median.md'?".replace("[TEMP]", &cli.path(".").canonicalize().unwrap().display().to_string()).as_str()),
+        "{}",
+        stderr(&path)
+    );
+    edit_suite(&cli, "tasks/fix-medain.md", "tasks/fix-median.md");
+    edit_suite(&cli, "kind: command", "kind: comand");
+    let kind = cli.command(&["validate", "suite"]).output().unwrap();
+    assert!(
+        stderr(&kind)
+            .contains("unknown agent kind 'comand' for agent 'my-agent'; did you mean 'command'?"),
+        "{}",
+        stderr(&kind)
+    );
+    edit_suite(&cli, "kind: comand", "kind: command");
+    // An agent and a task on the command line.
+    let run = |args: &[&str]| {
+        let mut all = vec!["run", "suite", "--workdir", "work"];
+        all.extend(args);
+        stderr(&cli.command(&all).output().unwrap())
+    };
+    let err = run(&["--agent", "my-agnet"]);
+    assert!(
+        err.contains("unknown agent 'my-agnet'; did you mean 'my-agent'?"),
+        "{err}"
+    );
+    let err = run(&["--task", "fix-medan"]);
+    assert!(
+        err.contains("unknown task 'fix-medan'; did you mean 'fix-median'?"),
+        "{err}"
+    );
+}
