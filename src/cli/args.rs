@@ -757,6 +757,13 @@ pub(super) struct MergeArgs {
     pub(super) out: Option<PathBuf>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum OutcomeFilter {
+    Pass,
+    Fail,
+    Infra,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(super) enum ReportFormat {
     Table,
@@ -784,6 +791,13 @@ pub(super) struct ReportArgs {
     /// Report only this agent (repeatable); the name of a `matrix:` selects all its combinations.
     #[arg(long, value_name = "NAME")]
     pub(super) agent: Vec<String>,
+    /// Report only the tasks whose id matches this glob (`*` and `?`; repeatable).
+    #[arg(long, value_name = "GLOB")]
+    pub(super) task: Vec<String>,
+    /// Report only the trials of this outcome (repeatable): pass, fail (fail or invalid) or infra
+    /// (infra_error).
+    #[arg(long, value_enum, value_name = "OUTCOME")]
+    pub(super) outcome: Vec<OutcomeFilter>,
     /// Instead of the summary: each `matrix:` factor's main effect on pass rate, cost and time,
     /// the two-factor interaction, and the Pareto front (table, markdown, json; the html page
     /// shows them whenever the run has a matrix).

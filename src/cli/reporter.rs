@@ -154,6 +154,14 @@ pub(super) fn agent_sources(plan: &Plan) -> String {
 
 impl RunObserver for TerminalReporter {
     fn started(&mut self, plan: &Plan, run_dir: &Path) {
+        for (name, spec) in &plan.agents {
+            if matches!(
+                spec,
+                crate::suite::AgentSpec::Noop | crate::suite::AgentSpec::Oracle
+            ) {
+                self.tally.claims_nothing(name);
+            }
+        }
         if let Some(note) = self.note.take() {
             eprintln!("{note}");
         }

@@ -575,8 +575,8 @@ fn a_typo_gets_a_did_you_mean() {
     edit_suite(&cli, "kind: command", "kind: comand");
     let kind = cli.command(&["validate", "suite"]).output().unwrap();
     assert!(
-        stderr(&kind)
-            .contains("unknown agent kind 'comand' for agent 'my-agent'; did you mean 'command'?"),
+        stderr(&kind).contains("unknown agent kind 'comand' for agent 'my-agent'. Valid kinds: ")
+            && stderr(&kind).contains("; did you mean 'command'?"),
         "{}",
         stderr(&kind)
     );
@@ -589,12 +589,75 @@ fn a_typo_gets_a_did_you_mean() {
     };
     let err = run(&["--agent", "my-agnet"]);
     assert!(
-        err.contains("unknown agent 'my-agnet'; did you mean 'my-agent'?"),
+        err.contains(
+            "unknown agent 'my-agnet'. Available agents: my-agent, noop, oracle; did you mean 'my-agent'?"
+        ),
         "{err}"
     );
     let err = run(&["--task", "fix-medan"]);
     assert!(
-        err.contains("unknown task 'fix-medan'; did you mean 'fix-median'?"),
+        err.contains(
+            "unknown task 'fix-medan'. Tasks in suite 'suite': fix-median; did you mean 'fix-median'?"
+        ),
         "{err}"
     );
+}
+
+#[test]
+fn noop_claims_nothing_and_reports_filter_by_task_and_outcome() {
+    let cli = init_suite();
+    let output = cli
+        .command(&[
+            "run",
+            "suite",
+            "--trials",
+            "2",
+            "--workdir",
+            "work",
+            "--out",
+            "out",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec!["report", "out", "--format", "json"];
+        args.extend(extra);
+        let output = cli.command(&args).output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let all = json(&[]);
+    let agent = |value: &serde_json::Value, name: &str| {
+        value["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["agent"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name}: {value}"))
+    };
+    // noop ends `completed` and fails: a baseline, not a false claim.
+    let noop = agent(&all, "noop");
+    assert_eq!(
+        (&noop["claimed"], &noop["false_claims"]),
+        (&serde_json::json!(0), &serde_json::json!(0)),
+        "{noop}"
+    );
+    assert_eq!(agent(&all, "my-agent")["claimed"], 2);
+    // Only the failed trials: noop's two.
+    let failed = json(&["--outcome", "fail"]);
+    assert_eq!(agent(&failed, "noop")["trials"], 2, "{failed}");
+    assert_eq!(agent(&failed, "my-agent")["trials"], 0, "{failed}");
+    let table = cli
+        .command(&["report", "out", "--task", "fix-*", "--outcome", "pass"])
+        .output()
+        .unwrap();
+    assert_eq!(table.status.code(), Some(0));
+    let unknown = deltabench_snapshot!(
+        cli,
+        "report_unknown_task",
+        &mut cli.command(&["report", "out", "--task", "fix-medain"])
+    );
+    assert_eq!(unknown.status.code(), Some(2));
 }

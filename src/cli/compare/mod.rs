@@ -113,7 +113,11 @@ impl Side {
         Self {
             run: run.path.display().to_string(),
             agent: agent.to_owned(),
-            false_claims: crate::report::false_claims(&run.trials, agent, confidence),
+            false_claims: if crate::report::makes_claims(run.manifest.agents.get(agent)) {
+                crate::report::false_claims(&run.trials, agent, confidence)
+            } else {
+                crate::report::FalseClaims::of(0, 0, confidence)
+            },
             flagged: run
                 .trials
                 .iter()
