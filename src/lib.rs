@@ -6,6 +6,23 @@
 //! [`report`]. The seam types in [`agent`], [`workspace`], [`delta`] and [`metric`] know
 //! nothing of the CLI or the run directory, so the crate is usable as a library.
 
+// Before every module, so each sees these instead of std's: std's panic when stderr is closed
+// (`deltabench run 2>&1 | head -1`), and a progress line lost must not end a run half-recorded.
+/// `eprintln!` that ignores a write error (a closed pipe).
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+/// `eprint!` that ignores a write error (a closed pipe).
+macro_rules! eprint {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod agent;
 pub mod cli;
 pub mod delta;

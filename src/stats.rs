@@ -39,6 +39,11 @@ const RESAMPLES: usize = 10_000;
 const EXACT_LIMIT: usize = 1 << 20;
 /// The power [`Comparison::mde`] is computed for.
 const MDE_POWER: f64 = 0.8;
+/// Trials on each side a task needs before always -> never counts as broken outright: 1/1 -> 0/1
+/// is one flip, as likely noise as not.
+pub const OUTRIGHT_TRIALS: usize = 2;
+/// The smallest change an inconclusive verdict's [`ToDecide`] plans for.
+const MIN_EFFECT: f64 = 0.05;
 /// Trial counts [`plan`] proposes.
 const PLAN_TRIALS: [usize; 5] = [1, 2, 3, 5, 10];
 
@@ -238,6 +243,26 @@ pub struct RateEstimate {
     pub tasks: usize,
     pub trials: usize,
     pub passed: usize,
+}
+
+/// The interval of `second.rate − first.rate`, two independent pass rates, by Newcombe's
+/// hybrid score method (his method 10, 1998): each rate's own interval (Wilson's, or the
+/// clustered one of [`pass_rate`]) gives the distances
+///
+/// ```text
+/// lo = d − √((p₂ − l₂)² + (u₁ − p₁)²),   hi = d + √((u₂ − p₂)² + (p₁ − l₁)²)
+/// ```
+///
+/// Since √(a² + b²) ≤ a + b and each rate's interval lies in [0, 1], lo ≥ −1 and hi ≤ 1: a
+/// difference of two proportions never leaves [−1, 1], as adding half-widths in quadrature did.
+pub fn newcombe(first: &RateEstimate, second: &RateEstimate) -> Interval {
+    let (p1, p2) = (first.rate, second.rate);
+    let (i1, i2) = (first.interval, second.interval);
+    let d = p2 - p1;
+    Interval {
+        lo: (d - ((p2 - i2.lo).powi(2) + (i1.hi - p1).powi(2)).sqrt()).max(-1.0),
+        hi: (d + ((i2.hi - p2).powi(2) + (p1 - i1.lo).powi(2)).sqrt()).min(1.0),
+    }
 }
 
 /// The pass rate over tasks with an interval. `None` when there are no trials.
@@ -696,7 +721,8 @@ pub struct Comparison {
     /// own trials: Holm-adjusted Fisher p below 1 − confidence.
     pub dropped: Vec<String>,
     pub gained: Vec<String>,
-    /// Tasks broken outright: every baseline trial passed and no candidate trial did.
+    /// Tasks broken outright: every baseline trial passed and no candidate trial did, with at
+    /// least [`OUTRIGHT_TRIALS`] trials on each side (one flip of one trial is left to the tests).
     pub broken_outright: Vec<String>,
     /// Tasks fixed outright: no baseline trial passed and every candidate trial did.
     pub fixed_outright: Vec<String>,
@@ -705,7 +731,40 @@ pub struct Comparison {
     pub verdict: Finding,
     /// The smallest |diff| this many tasks detect with 80% power at `confidence`.
     pub mde: f64,
+    /// With an inconclusive verdict: what [`plan`] says a comparison would need to decide.
+    pub to_decide: Option<ToDecide>,
     pub confidence: f64,
+}
+
+/// The tasks × trials a comparison needs to detect a change of `effect` with `power`, from
+/// [`plan`] on both sides' trials.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToDecide {
+    pub effect: f64,
+    pub power: f64,
+    pub rows: Vec<PlanRow>,
+}
+
+impl ToDecide {
+    /// `30 tasks x 1 trial, 21 x 2, ...`.
+    pub fn text(&self) -> String {
+        let rows: Vec<String> = self
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(i, row)| match (i, row.trials) {
+                (0, 1) => format!("{} tasks x 1 trial", row.tasks),
+                (0, n) => format!("{} tasks x {n} trials", row.tasks),
+                (_, n) => format!("{} x {n}", row.tasks),
+            })
+            .collect();
+        format!(
+            "to detect a {:.1}-point change with {:.0}% power it would take {} (tasks x trials per task, as `deltabench plan`)",
+            self.effect * 100.0,
+            self.power * 100.0,
+            rows.join(", ")
+        )
+    }
 }
 
 impl Comparison {
@@ -804,8 +863,13 @@ pub fn compare(
     };
     let dropped = names(&|t| t.adjusted_p < alpha && t.diff() < 0.0);
     let gained = names(&|t| t.adjusted_p < alpha && t.diff() > 0.0);
-    let broken_outright = names(&|t| t.base_passed == t.base_trials && t.candidate_passed == 0);
-    let fixed_outright = names(&|t| t.base_passed == 0 && t.candidate_passed == t.candidate_trials);
+    let outright = |t: &TaskComparison| {
+        t.base_trials >= OUTRIGHT_TRIALS && t.candidate_trials >= OUTRIGHT_TRIALS
+    };
+    let broken_outright =
+        names(&|t| outright(t) && t.base_passed == t.base_trials && t.candidate_passed == 0);
+    let fixed_outright =
+        names(&|t| outright(t) && t.base_passed == 0 && t.candidate_passed == t.candidate_trials);
 
     let rate = |side: &dyn Fn(&(&str, Tally, Tally)) -> Tally| {
         let outcomes: Vec<TaskOutcome> = shared
@@ -856,6 +920,30 @@ pub fn compare(
     };
     let mde = ((z_for(confidence) + z_for(2.0 * MDE_POWER - 1.0)) * sd / (tasks as f64).sqrt())
         .clamp(0.0, 1.0);
+    // The change seen (or, when there is hardly any, five points, `plan`'s default) is the one
+    // to detect.
+    let to_decide = (verdict == Finding::Inconclusive).then(|| {
+        let effect = if diff.abs() >= MIN_EFFECT {
+            diff.abs()
+        } else {
+            MIN_EFFECT
+        };
+        let both: Vec<TaskOutcome> = shared
+            .iter()
+            .flat_map(|(task, b, c)| {
+                [b, c].map(|tally| TaskOutcome {
+                    task: (*task).to_owned(),
+                    passed: tally.passed,
+                    trials: tally.trials,
+                })
+            })
+            .collect();
+        ToDecide {
+            effect,
+            power: MDE_POWER,
+            rows: plan(&both, effect, MDE_POWER, confidence),
+        }
+    });
 
     Some(Comparison {
         tasks,
@@ -879,6 +967,7 @@ pub fn compare(
         max_broken,
         verdict,
         mde,
+        to_decide,
         confidence,
     })
 }
@@ -895,6 +984,34 @@ pub fn p_text(p: f64) -> String {
     } else {
         format!("p={p:.4}")
     }
+}
+
+/// What the tasks that dropped significantly within their trials cost the pass rate: their
+/// fraction changes summed over the shared tasks.
+fn within_cost(cmp: &Comparison) -> f64 {
+    cmp.dropped
+        .iter()
+        .filter_map(|name| cmp.task(name))
+        .map(|t| -t.diff())
+        .sum::<f64>()
+        / cmp.tasks as f64
+}
+
+/// The rules of [`gate`] the comparison breaks, by the flag each comes from: `max_broken`
+/// (tasks broken outright), `max_drop_across_tasks`, `max_drop_within_tasks`. Empty when the
+/// gate passes.
+pub fn failed_rules(cmp: &Comparison, max_drop: f64) -> Vec<&'static str> {
+    let mut rules = Vec::new();
+    if cmp.too_many_broken() {
+        rules.push("max_broken");
+    }
+    if cmp.paired_drop() && cmp.interval.hi < -max_drop {
+        rules.push("max_drop_across_tasks");
+    }
+    if !cmp.dropped.is_empty() && within_cost(cmp) > max_drop {
+        rules.push("max_drop_within_tasks");
+    }
+    rules
 }
 
 /// The gate: fail when the candidate is worse by more than `max_drop` (a fraction: 0.05 is five
@@ -949,13 +1066,7 @@ pub fn gate(cmp: &Comparison, max_drop: f64) -> (bool, String) {
         }
     }
     if !cmp.dropped.is_empty() {
-        let cost: f64 = cmp
-            .dropped
-            .iter()
-            .filter_map(|name| cmp.task(name))
-            .map(|t| -t.diff())
-            .sum::<f64>()
-            / cmp.tasks as f64;
+        let cost = within_cost(cmp);
         let within = format!(
             "{} dropped within its trials (Fisher exact, Holm-corrected over {} tasks, {} at most), costing {:.1} points",
             counts(&cmp.dropped),
@@ -1542,6 +1653,90 @@ mod tests {
         );
         let cmp = compare(&base, &candidate, 0.95, Some(1), 1).unwrap();
         assert_eq!(cmp.verdict, Finding::Inconclusive);
+    }
+
+    #[test]
+    fn newcombe_stays_inside_plus_minus_one_at_the_extremes() {
+        let rate = |passed, trials| pass_rate(&tasks(&[(passed, trials)]), 0.95).unwrap();
+        for n in [1, 3, 10, 100] {
+            let (none, all) = (rate(0, n), rate(n, n));
+            let down = newcombe(&all, &none);
+            let up = newcombe(&none, &all);
+            assert!(down.lo >= -1.0 && up.hi <= 1.0, "{n}: {down:?} {up:?}");
+            // One trial a side cannot exclude no change; three can.
+            assert_eq!(down.hi < 0.0, n >= 3, "{n}: {down:?}");
+            close(down.lo, -up.hi, 1e-12);
+        }
+        // 10/10 -> 0/10: Wilson [0.7225, 1] and [0, 0.2775], so exactly −1 to −1 + 0.2775·√2.
+        let down = newcombe(&rate(10, 10), &rate(0, 10));
+        assert_eq!(down.lo, -1.0);
+        close(down.hi, -1.0 + 2.0_f64.sqrt() * 0.277_533, 1e-5);
+        // Newcombe's own example (1998, table II, 56/70 vs 48/80): 0.0524 to 0.3339.
+        let a = RateEstimate {
+            rate: 56.0 / 70.0,
+            interval: wilson(56, 70, 0.95).unwrap(),
+            method: "wilson",
+            tasks: 1,
+            trials: 70,
+            passed: 56,
+        };
+        let b = RateEstimate {
+            rate: 48.0 / 80.0,
+            interval: wilson(48, 80, 0.95).unwrap(),
+            method: "wilson",
+            tasks: 1,
+            trials: 80,
+            passed: 48,
+        };
+        let i = newcombe(&b, &a);
+        close(i.lo, 0.0524, 5e-4);
+        close(i.hi, 0.3339, 5e-4);
+    }
+
+    #[test]
+    fn broken_outright_needs_two_trials_a_side_and_names_its_rule() {
+        // 1/1 -> 0/1 is one flip: not broken outright, so a default --max-broken 0 passes it.
+        let mut counts = [(1, 1); 10];
+        counts[3] = (0, 1);
+        let cmp = compare(&tasks(&[(1, 1); 10]), &tasks(&counts), 0.95, Some(0), 1).unwrap();
+        assert!(cmp.broken_outright.is_empty());
+        assert_eq!(cmp.verdict, Finding::Inconclusive);
+        assert!(failed_rules(&cmp, 0.0).is_empty());
+        // 2/2 -> 0/2 is.
+        let mut counts = [(2, 2); 10];
+        counts[3] = (0, 2);
+        let cmp = compare(&tasks(&[(2, 2); 10]), &tasks(&counts), 0.95, Some(0), 1).unwrap();
+        assert_eq!(cmp.broken_outright, ["t03"]);
+        assert_eq!(cmp.verdict, Finding::Regressed);
+        assert_eq!(failed_rules(&cmp, 0.5), ["max_broken"]);
+        assert!(cmp.to_decide.is_none());
+    }
+
+    #[test]
+    fn an_inconclusive_comparison_says_what_would_decide_it() {
+        let mut counts = [(3, 3); 10];
+        counts[5] = (1, 3);
+        let base = tasks(&[(3, 3); 10]);
+        let cmp = compare(&base, &tasks(&counts), 0.95, Some(0), 1).unwrap();
+        assert_eq!(cmp.verdict, Finding::Inconclusive);
+        let plan_rows = {
+            let mut both = base.clone();
+            both.extend(tasks(&counts));
+            plan(&both, 2.0 / 30.0, 0.8, 0.95)
+        };
+        let to_decide = cmp.to_decide.as_ref().unwrap();
+        close(to_decide.effect, 2.0 / 30.0, 1e-12);
+        assert_eq!(to_decide.rows, plan_rows);
+        assert!(
+            to_decide
+                .text()
+                .starts_with("to detect a 6.7-point change with 80% power it would take "),
+            "{}",
+            to_decide.text()
+        );
+        // Identical sides: nothing seen, so plan's default five points.
+        let cmp = compare(&base, &base, 0.95, Some(0), 1).unwrap();
+        close(cmp.to_decide.unwrap().effect, 0.05, 1e-12);
     }
 
     #[test]

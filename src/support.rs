@@ -13,6 +13,37 @@ pub fn is_secret_name(name: &str) -> bool {
         || name.contains("PASSWORD")
 }
 
+/// The candidate `word` was most likely meant to be (a typo: `instrction_file`, `claude` for
+/// `claude-code`), when one is close enough; `None` for a word like none of them.
+pub fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let word = word.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .filter(|candidate| !candidate.is_empty() && candidate.to_ascii_lowercase() != word)
+        .map(|candidate| {
+            let other = candidate.to_ascii_lowercase();
+            (
+                strsim::jaro_winkler(&word, &other),
+                strsim::levenshtein(&word, &other),
+                candidate,
+            )
+        })
+        // Close by edit distance (a third of the word), or sharing a long prefix.
+        .filter(|&(similarity, distance, _)| {
+            distance <= (word.len() / 3).max(1) || similarity >= 0.88
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)))
+        .map(|(_, _, candidate)| candidate)
+}
+
+/// `; did you mean 'X'?`, or nothing.
+pub fn suggestion<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    did_you_mean(word, candidates).map_or(String::new(), |c| format!("; did you mean '{c}'?"))
+}
+
 /// Quotes `text` for `sh` when it holds anything but safe characters (an empty string too).
 pub fn shell_quote(text: &str) -> String {
     if !text.is_empty()
@@ -118,6 +149,24 @@ pub fn copy_folder(from: &std::path::Path, to: &std::path::Path) -> std::io::Res
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn did_you_mean_finds_typos_and_prefixes_only() {
+        let keys = ["instruction", "instruction_file", "verify", "tests"];
+        assert_eq!(
+            did_you_mean("instrction_file", keys),
+            Some("instruction_file")
+        );
+        assert_eq!(did_you_mean("verfy", keys), Some("verify"));
+        let kinds = ["noop", "oracle", "command", "claude-code", "codex"];
+        assert_eq!(did_you_mean("claude", kinds), Some("claude-code"));
+        assert_eq!(did_you_mean("kubernetes", kinds), None);
+        assert_eq!(
+            suggestion("verify", keys),
+            "",
+            "an exact name needs no hint"
+        );
+    }
+
     use super::*;
 
     #[test]

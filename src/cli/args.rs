@@ -71,10 +71,11 @@ pub(super) enum Command {
     /// container runtime the suite's environments use, and the suite's folder at the same
     /// path; `deltabench prepare SUITE` on a node builds its images ahead of the run.
     Submit(Box<SubmitArgs>),
-    /// Show how far a submitted or sharded run got: per shard planned, recorded and passed
-    /// trials, whether it runs, its ETA, and the shards that stopped without finishing.
+    /// Show how far a run got: per agent planned, recorded and passed trials, running, ETA.
     ///
-    /// DIR is the folder the shards share (`submit --out`, `run --shard auto --out`).
+    /// For the shards of a submitted or sharded run: the same per shard, and the shards that
+    /// stopped without finishing. DIR is a run directory (plain, a shard's, merged; running or ended), or the folder the
+    /// shards share (`submit --out`, `run --shard auto --out`).
     Status(StatusArgs),
     /// List the built-in agent CLIs, their pinned versions, and whether each is installed here.
     ///
@@ -96,7 +97,8 @@ pub(super) enum Command {
     /// Exit codes: 0 compared (with --gate: no regression beyond the tolerance); 1 with --gate,
     /// the candidate regressed; 2 usage error (runs of different suites, an unknown agent);
     /// 3 with --gate, no regression among the scored trials but some trials could not be
-    /// scored, so the gate is undecided.
+    /// scored, so the gate is undecided; 4 with --gate --require-power, an inconclusive
+    /// verdict (the line says how many tasks x trials would decide it).
     Compare(CompareArgs),
     /// Say how many tasks x trials a comparison needs to detect a given effect.
     Plan(PlanArgs),
@@ -123,10 +125,24 @@ pub(super) enum Command {
     /// one task with hidden tests and a reference solution, a stand-in agent script, and a
     /// suite.yaml with every key commented.
     Init(InitArgs),
+    /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
+    ///
+    /// bash: `deltabench completions bash > ~/.local/share/bash-completion/completions/deltabench`;
+    /// zsh: as `_deltabench` in a folder on $fpath; fish: into
+    /// `~/.config/fish/completions/deltabench.fish`; elvish and powershell: source it from the
+    /// shell's startup file.
+    Completions(CompletionsArgs),
     /// Inside a sandbox with `network: model`: forward the gateway's port to its socket, then
     /// run the agent. Started by deltabench itself, never by hand.
     #[command(hide = true)]
     SandboxForward(SandboxForwardArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_name = "SHELL", value_enum)]
+    pub(super) shell: clap_complete::Shell,
 }
 
 #[derive(Debug, clap::Args)]
@@ -256,8 +272,9 @@ pub(super) struct ImportArgs {
     /// The suite folder to write.
     #[arg(long, value_name = "DIR")]
     pub(super) out: PathBuf,
-    /// swebench: the folder of local clones, each named owner__name or owner/name
-    /// [default: DIR/repos, cloned into from GitHub when missing].
+    /// swebench: the folder of local clones, each named owner__name or owner/name; a missing
+    /// one is listed with the command to get it and its rows skipped [default: DIR/repos,
+    /// cloned into from GitHub when missing].
     #[arg(long, value_name = "DIR")]
     pub(super) repos: Option<PathBuf>,
     /// swebench: a YAML map of owner/name (or owner/name@version) to {setup, prepare,
@@ -265,6 +282,12 @@ pub(super) struct ImportArgs {
     /// the instance's tests. Repeatable: a later file's settings win, key by key.
     #[arg(long, value_name = "FILE")]
     pub(super) env: Vec<PathBuf>,
+    /// swebench: import only this instance (repeatable).
+    #[arg(long, value_name = "ID")]
+    pub(super) instance: Vec<String>,
+    /// swebench: import only the rows of this repository, owner/name (repeatable).
+    #[arg(long, value_name = "OWNER/NAME")]
+    pub(super) repo: Vec<String>,
     /// swebench: run each row in the official harness's prebuilt image
     /// (docker.io/swebench/sweb.eval.x86_64.<instance>:latest, pulled beforehand) instead of an
     /// image built from a Dockerfile written from its recipe; --env entries still win.
@@ -283,15 +306,21 @@ pub(super) struct ImportArgs {
 pub(super) struct GateArgs {
     /// Exit 1 when the candidate regressed: a significant drop (across tasks, or within one
     /// task's trials) larger than --max-drop, or more tasks broken outright than --max-broken.
+    /// An inconclusive verdict passes, unless --require-power.
     #[arg(long)]
     pub(super) gate: bool,
     /// The drop in pass rate (0..1) tolerated by --gate.
     #[arg(long, value_name = "FRACTION", default_value_t = 0.0)]
     pub(super) max_drop: f64,
-    /// A regression, whatever the tests say: more than N tasks went from always passing (every
-    /// baseline trial) to never passing (no candidate trial).
-    #[arg(long, value_name = "N")]
-    pub(super) max_broken: Option<usize>,
+    /// A regression, whatever the tests say: more than N tasks not marked flaky went from
+    /// always passing (every baseline trial) to never passing (no candidate trial), with at
+    /// least two trials on each side.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(super) max_broken: usize,
+    /// With --gate: exit 4 when the verdict is inconclusive (the comparison has too few tasks
+    /// or trials to tell a regression from noise) instead of passing.
+    #[arg(long)]
+    pub(super) require_power: bool,
     /// Confidence of the intervals and the tests.
     #[arg(long, value_name = "LEVEL", default_value_t = 0.95)]
     pub(super) confidence: f64,
@@ -355,7 +384,8 @@ pub(super) struct PlanArgs {
 
 #[derive(Debug, clap::Args)]
 pub(super) struct SuiteArgs {
-    /// A YAML file with a top-level `agents:` map; its agents override the suite's.
+    /// A YAML file with a top-level `agents:` map: its agents run instead of the suite's (a
+    /// suite agent runs when named with --agent; a file agent of the same name replaces it).
     #[arg(long, value_name = "FILE")]
     pub(super) agents: Option<PathBuf>,
     #[command(flatten)]
@@ -404,12 +434,13 @@ Agent kinds (in the suite's `agents:` or an --agents file):
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = RUN_AFTER_HELP)]
 pub(super) struct RunArgs {
-    /// A suite file, or a folder holding suite.yaml.
-    #[arg(value_name = "SUITE", required_unless_present = "resume")]
+    /// A suite file, or a folder holding suite.yaml [default: the suite in the current folder].
+    #[arg(value_name = "SUITE")]
     pub(super) suite_path: Option<PathBuf>,
     #[command(flatten)]
     pub(super) suite: SuiteArgs,
-    /// Run only this agent (repeatable) [default: the suite's agents, or oracle and noop].
+    /// Run only this agent (repeatable) [default: the suite's agents (an --agents file's, when
+    /// given), or oracle and noop].
     #[arg(long = "agent", value_name = "NAME")]
     pub(super) agent: Vec<String>,
     /// Trials per (task, agent).
@@ -448,6 +479,10 @@ pub(super) struct RunArgs {
     /// Keep the workspaces after the run (for inspection).
     #[arg(long)]
     pub(super) keep_workspaces: bool,
+    /// Print the plan (tasks x agents x trials, isolation, images to build, an estimate of time
+    /// and cost from the lock and earlier runs) and run nothing, write nothing.
+    #[arg(long)]
+    pub(super) dry_run: bool,
     /// Refuse to start (exit 2) when a planned task has no validated evidence in the suite's
     /// lock (never validated, or changed since): its passes would get no evidence check and no
     /// mutation check. For CI.
@@ -475,7 +510,7 @@ pub(super) struct RunArgs {
         long,
         value_name = "RUN_DIR",
         help_heading = "Retries and resuming",
-        conflicts_with_all = ["suite_path", "out", "shard", "shards", "baseline", "agent", "task", "tag", "trials", "keep_workspaces", "record", "replay", "until_decided", "until_ci_width"]
+        conflicts_with_all = ["suite_path", "out", "shard", "shards", "baseline", "agent", "task", "tag", "trials", "keep_workspaces", "dry_run", "record", "replay", "until_decided", "until_ci_width"]
     )]
     pub(super) resume: Option<PathBuf>,
     #[command(flatten, next_help_heading = "Retries and resuming")]
@@ -487,7 +522,7 @@ pub(super) struct RunArgs {
 pub(super) struct RoundArgs {
     /// Run trials in rounds and stop as soon as the sequential gate decides: `regressed`
     /// (exit 1), `not regressed` within --margin (exit 0), or `undecided` at --max-trials
-    /// (exit 3). Compares with --baseline's same agent, or else the run's first agent (the
+    /// (exit 4). Compares with --baseline's same agent, or else the run's first agent (the
     /// baseline) with its second (the candidate). The test (a betting e-process on the paired
     /// per-task differences, see docs/measurement.md) keeps each false claim under
     /// 1 − --confidence however many rounds it looks at. Implies --gate. With --shard, the
@@ -496,7 +531,7 @@ pub(super) struct RoundArgs {
     #[arg(long, conflicts_with_all = ["trials", "until_ci_width"])]
     pub(super) until_decided: bool,
     /// Run trials in rounds until every agent's pass-rate interval (at --confidence) is at
-    /// most this wide, e.g. 0.1 for ±5 points, or --max-trials.
+    /// most this wide, e.g. 0.1 for ±5 points, or --max-trials (then exit 4).
     #[arg(long, value_name = "WIDTH", conflicts_with = "trials")]
     pub(super) until_ci_width: Option<f64>,
     /// Rounds at most (trials per task and agent) for --until-decided / --until-ci-width.
@@ -510,8 +545,8 @@ pub(super) struct RoundArgs {
 
 #[derive(Debug, clap::Args)]
 pub(super) struct ValidateArgs {
-    /// A suite file, or a folder holding suite.yaml.
-    #[arg(value_name = "SUITE")]
+    /// A suite file, or a folder holding suite.yaml [default: the suite in the current folder].
+    #[arg(value_name = "SUITE", default_value = ".", hide_default_value = true)]
     pub(super) suite_path: PathBuf,
     #[command(flatten)]
     pub(super) suite: SuiteArgs,
@@ -535,8 +570,8 @@ pub(super) struct ValidateArgs {
 
 #[derive(Debug, clap::Args)]
 pub(super) struct PrepareArgs {
-    /// A suite file, or a folder holding suite.yaml.
-    #[arg(value_name = "SUITE")]
+    /// A suite file, or a folder holding suite.yaml [default: the suite in the current folder].
+    #[arg(value_name = "SUITE", default_value = ".", hide_default_value = true)]
     pub(super) suite_path: PathBuf,
     #[command(flatten)]
     pub(super) suite: SuiteArgs,
@@ -701,9 +736,12 @@ pub(super) struct SubmitArgs {
 
 #[derive(Debug, clap::Args)]
 pub(super) struct StatusArgs {
-    /// The folder the shards share.
+    /// A run directory, or the folder the shards share.
     #[arg(value_name = "DIR")]
     pub(super) dir: PathBuf,
+    /// Print the status again every SECS seconds (default 2) until the run ends or Ctrl-C.
+    #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
+    pub(super) watch: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -717,6 +755,13 @@ pub(super) struct MergeArgs {
     /// [default with a shard folder DIR: DIR/merged].
     #[arg(long, value_name = "DIR")]
     pub(super) out: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum OutcomeFilter {
+    Pass,
+    Fail,
+    Infra,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -746,6 +791,13 @@ pub(super) struct ReportArgs {
     /// Report only this agent (repeatable); the name of a `matrix:` selects all its combinations.
     #[arg(long, value_name = "NAME")]
     pub(super) agent: Vec<String>,
+    /// Report only the tasks whose id matches this glob (`*` and `?`; repeatable).
+    #[arg(long, value_name = "GLOB")]
+    pub(super) task: Vec<String>,
+    /// Report only the trials of this outcome (repeatable): pass, fail (fail or invalid) or infra
+    /// (infra_error).
+    #[arg(long, value_enum, value_name = "OUTCOME")]
+    pub(super) outcome: Vec<OutcomeFilter>,
     /// Instead of the summary: each `matrix:` factor's main effect on pass rate, cost and time,
     /// the two-factor interaction, and the Pareto front (table, markdown, json; the html page
     /// shows them whenever the run has a matrix).

@@ -16,17 +16,21 @@ pub enum Exit {
     /// 3: some trials could not be scored (`infra_error`), or the harness itself failed (a file
     /// it cannot write, a `gc` that could not clean).
     Unscored,
+    /// 4: inconclusive: `--gate --require-power` found too few tasks or trials to tell, or
+    /// `run --until-decided` / `--until-ci-width` reached --max-trials undecided.
+    Inconclusive,
     /// 130: interrupted (Ctrl-C, SIGTERM); what finished is recorded.
     Interrupted,
 }
 
 impl Exit {
     /// Every exit code, in the order of the tables.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Ok,
         Self::VerdictFailed,
         Self::Usage,
         Self::Unscored,
+        Self::Inconclusive,
         Self::Interrupted,
     ];
 
@@ -36,6 +40,7 @@ impl Exit {
             Self::VerdictFailed => 1,
             Self::Usage => 2,
             Self::Unscored => 3,
+            Self::Inconclusive => 4,
             Self::Interrupted => 130,
         }
     }
@@ -53,17 +58,22 @@ impl Exit {
             Self::Unscored => {
                 "some trials could not be scored (infra_error), or the harness failed"
             }
+            Self::Inconclusive => {
+                "inconclusive: a gate with --require-power, or --until-decided, could not decide"
+            }
             Self::Interrupted => {
                 "interrupted (what finished is recorded; `deltabench resume` finishes the run)"
             }
         }
     }
 
-    /// The worse of two outcomes of a gate: a regression over an undecided gate over a pass.
+    /// The worse of two outcomes of a gate: a regression over an undecided gate over an
+    /// inconclusive one over a pass.
     pub fn worse(self, other: Self) -> Self {
         let rank = |exit| match exit {
-            Self::VerdictFailed => 2,
-            Self::Unscored => 1,
+            Self::VerdictFailed => 3,
+            Self::Unscored => 2,
+            Self::Inconclusive => 1,
             _ => 0,
         };
         if rank(other) > rank(self) {
@@ -116,5 +126,8 @@ mod tests {
         assert_eq!(Unscored.worse(VerdictFailed), VerdictFailed);
         assert_eq!(VerdictFailed.worse(Unscored), VerdictFailed);
         assert_eq!(Unscored.worse(Ok), Unscored);
+        assert_eq!(Inconclusive.worse(Unscored), Unscored);
+        assert_eq!(Ok.worse(Inconclusive), Inconclusive);
+        assert_eq!(Inconclusive.worse(VerdictFailed), VerdictFailed);
     }
 }

@@ -47,9 +47,10 @@ pub(super) fn finish_run(
     let infra = outcome.infra_errors;
     if outcome.interrupted {
         eprintln!(
-            "interrupted: {} of {} trials recorded",
+            "interrupted: {} of {} trials recorded; `deltabench resume {}` runs the rest",
             outcome.trials,
-            plan.trials.len()
+            plan.trials.len(),
+            crate::support::shell_quote(&outcome.run_dir.display().to_string())
         );
         return Ok(Exit::Interrupted);
     }

@@ -16,6 +16,8 @@ pub(super) async fn import(args: ImportArgs) -> Result<Exit, CliError> {
         out: args.out,
         repos: args.repos,
         env: args.env,
+        instances: args.instance,
+        repo_filter: args.repo,
         images: args.images,
         force: args.force,
         run_solutions: args.run_solutions,

@@ -6,6 +6,7 @@
 mod agents;
 mod args;
 mod compare;
+mod dry_run;
 mod error;
 pub mod exit;
 mod finish;
@@ -103,7 +104,14 @@ async fn dispatch(cli: Cli) -> Result<Exit, CliError> {
         Command::Report(args) => report::report(args),
         Command::Merge(args) => merge::merge(args),
         Command::Submit(args) => submit::submit(*args),
-        Command::Status(args) => status::status(&args.dir),
+        Command::Status(args) => {
+            status::status_watch(
+                &args.dir,
+                args.watch
+                    .map(|secs| std::time::Duration::from_secs(secs.max(1))),
+            )
+            .await
+        }
         Command::Schema => {
             let schema = serde_json::to_string_pretty(&suite::json_schema()).unwrap_or_default();
             print_stdout(&format!("{schema}\n"));
@@ -120,6 +128,12 @@ async fn dispatch(cli: Cli) -> Result<Exit, CliError> {
         Command::Gc(args) => gc::gc(&args),
         Command::Model(args) => model::model(args).await,
         Command::Init(args) => init::init(&args),
+        Command::Completions(args) => {
+            let mut buffer = Vec::new();
+            clap_complete::generate(args.shell, &mut command(), "deltabench", &mut buffer);
+            print_stdout(&String::from_utf8_lossy(&buffer));
+            Ok(Exit::Ok)
+        }
         Command::SandboxForward(_) => unreachable!("handled before the runtime starts"),
     }
 }
@@ -164,6 +178,66 @@ fn cache_dir(args: &SuiteArgs, workdir: &Path) -> PathBuf {
     std::path::absolute(&dir).unwrap_or(dir)
 }
 
+/// Warns, on stderr, when the suite's repo (a git work tree) has changes not committed: trials
+/// clone commits, so an edit left in the work tree is not what any agent sees or is verified on.
+fn warn_uncommitted(suite: &suite::Suite) {
+    if let Some(warning) = uncommitted(&suite.repo) {
+        eprintln!("{warning}");
+    }
+}
+
+fn uncommitted(repo: &crate::workspace::RepoSource) -> Option<String> {
+    if repo.kind != crate::workspace::RepoKind::WorkTree {
+        return None;
+    }
+    let git = git2::Repository::open(&repo.path).ok()?;
+    let mut options = git2::StatusOptions::new();
+    options
+        .include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false);
+    let statuses = git.statuses(Some(&mut options)).ok()?;
+    let changed: Vec<String> = statuses
+        .iter()
+        .filter(|entry| entry.status() != git2::Status::CURRENT)
+        .filter_map(|entry| entry.path().ok().map(str::to_owned))
+        .collect();
+    if changed.is_empty() {
+        return None;
+    }
+    let head = git
+        .head()
+        .ok()
+        .and_then(|head| head.peel_to_commit().ok())
+        .map_or("no commit yet".to_owned(), |commit| {
+            let id = commit.id().to_string();
+            let summary = commit
+                .summary()
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+                .to_owned();
+            format!("{} ({summary})", &id[..12])
+        });
+    const SHOWN: usize = 10;
+    let more = changed.len().saturating_sub(SHOWN);
+    Some(format!(
+        "warning: {} has {} uncommitted change(s) that no trial sees ({}{}): trials clone the committed tree, HEAD {head} (a task's `base:` its own commit); commit them to have them tested",
+        repo.path.display(),
+        changed.len(),
+        changed
+            .into_iter()
+            .take(SHOWN)
+            .collect::<Vec<_>>()
+            .join(", "),
+        if more > 0 {
+            format!(", +{more} more")
+        } else {
+            String::new()
+        }
+    ))
+}
+
 /// Loads the suite at SUITE (with --agents). A SUITE that is not there gets a hint at `init`.
 fn load_suite(path: &Path, args: &SuiteArgs) -> Result<Arc<suite::Suite>, CliError> {
     match suite::load(path, args.agents.as_deref()) {
@@ -172,9 +246,11 @@ fn load_suite(path: &Path, args: &SuiteArgs) -> Result<Arc<suite::Suite>, CliErr
             Ok(Arc::new(suite))
         }
         Err(err @ SuiteError::NotFound { .. }) => {
-            Err(CliError::from(err).hint(
-                "SUITE is a suite file, or a folder holding suite.yaml; `deltabench init DIR` writes a first suite",
-            ))
+            Err(CliError::from(err).hint(if path == Path::new(".") {
+                "no SUITE was given, so the current folder was looked in; name one (a suite file, or a folder holding suite.yaml), or `deltabench init DIR` writes a first suite"
+            } else {
+                "SUITE is a suite file, or a folder holding suite.yaml; `deltabench init DIR` writes a first suite"
+            }))
         }
         Err(err) => Err(err.into()),
     }

@@ -2,11 +2,51 @@
 
 use clap::ValueEnum;
 
-use super::args::{GateArgs, ReportArgs, ReportFormat};
+use super::args::{GateArgs, OutcomeFilter, ReportArgs, ReportFormat};
 use super::exit::Exit;
 use super::{CliError, ErrorKind, compare, print_stdout, read_run_dir};
 use crate::report;
 use crate::store;
+
+/// `--task GLOB` and `--outcome`: the trials (and planned tasks) every format then shows.
+fn select_trials(
+    mut run: store::StoredRun,
+    globs: &[String],
+    outcomes: &[OutcomeFilter],
+) -> Result<store::StoredRun, CliError> {
+    let patterns: Vec<regex::Regex> = globs
+        .iter()
+        .map(|glob| {
+            let pattern = regex::escape(glob).replace(r"\*", ".*").replace(r"\?", ".");
+            regex::Regex::new(&format!("^{pattern}$"))
+                .map_err(|e| CliError::usage(format!("--task {glob}: {e}")))
+        })
+        .collect::<Result<_, _>>()?;
+    let task_kept = |task: &str| patterns.is_empty() || patterns.iter().any(|p| p.is_match(task));
+    if !globs.is_empty() && !run.manifest.tasks.iter().any(|t| task_kept(t)) {
+        let ids: Vec<&str> = run.manifest.tasks.iter().map(String::as_str).collect();
+        return Err(CliError::usage(format!(
+            "--task {}: no task of the run matches (its tasks: {}){}",
+            globs.join(", --task "),
+            ids.join(", "),
+            crate::support::suggestion(&globs[0], ids.iter().copied())
+        )));
+    }
+    let outcome_kept = |outcome: store::Outcome| {
+        outcomes.is_empty()
+            || outcomes.iter().any(|filter| match filter {
+                OutcomeFilter::Pass => outcome == store::Outcome::Pass,
+                OutcomeFilter::Fail => {
+                    matches!(outcome, store::Outcome::Fail | store::Outcome::Invalid)
+                }
+                OutcomeFilter::Infra => outcome == store::Outcome::InfraError,
+            })
+    };
+    run.trials
+        .retain(|r| task_kept(&r.task) && outcome_kept(r.outcome));
+    run.manifest.tasks.retain(|t| task_kept(t));
+    Ok(run)
+}
 
 pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
     if !(0.5..1.0).contains(&args.confidence) {
@@ -60,14 +100,16 @@ pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
     };
     let run =
         report::select_agents(&run, &args.agent).map_err(|e| CliError::new(ErrorKind::Usage, e))?;
+    let run = select_trials(run, &args.task, &args.outcome)?;
     let agents: Vec<String> = run.manifest.agents.keys().cloned().collect();
-    let summaries = report::summarize(&run.trials, &agents);
+    let summaries = report::summarize(&run.trials, &agents, &run.manifest.agents);
     let baseline = match &args.baseline {
         Some(path) => {
             let gate = GateArgs {
                 gate: false,
                 max_drop: 0.0,
-                max_broken: None,
+                max_broken: 0,
+                require_power: false,
                 confidence: args.confidence,
                 include_flaky: false,
             };

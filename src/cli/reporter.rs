@@ -132,8 +132,36 @@ impl TerminalReporter {
     }
 }
 
+/// `my-agent (suite), noop (built in), fixer[...] (--agents ablation.yaml)`: each planned agent
+/// and where it was defined.
+pub(super) fn agent_sources(plan: &Plan) -> String {
+    let file = plan
+        .suite
+        .agents_file
+        .as_ref()
+        .and_then(|(path, _)| path.file_name())
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    plan.agents
+        .keys()
+        .map(|name| match plan.suite.agent_source(name) {
+            "--agents" => format!("{name} (--agents {file})"),
+            source => format!("{name} ({source})"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl RunObserver for TerminalReporter {
     fn started(&mut self, plan: &Plan, run_dir: &Path) {
+        for (name, spec) in &plan.agents {
+            if matches!(
+                spec,
+                crate::suite::AgentSpec::Noop | crate::suite::AgentSpec::Oracle
+            ) {
+                self.tally.claims_nothing(name);
+            }
+        }
         if let Some(note) = self.note.take() {
             eprintln!("{note}");
         }
@@ -161,15 +189,18 @@ impl RunObserver for TerminalReporter {
                     run_dir.display()
                 );
             }
-            (None, _) => eprintln!(
-                "running {} ({} x {} x {}, -j {}) into {}",
-                count(self.total, "trial", "trials"),
-                count(plan.tasks.len(), "task", "tasks"),
-                count(plan.agents.len(), "agent", "agents"),
-                count(plan.request.trials as usize, "trial", "trials"),
-                plan.request.jobs,
-                run_dir.display()
-            ),
+            (None, _) => {
+                eprintln!(
+                    "running {} ({} x {} x {}, -j {}) into {}",
+                    count(self.total, "trial", "trials"),
+                    count(plan.tasks.len(), "task", "tasks"),
+                    count(plan.agents.len(), "agent", "agents"),
+                    count(plan.request.trials as usize, "trial", "trials"),
+                    plan.request.jobs,
+                    run_dir.display()
+                );
+                eprintln!("agents: {}", agent_sources(plan));
+            }
         }
         if self.tty {
             let bar = ProgressBar::new(self.total as u64).with_position(self.done as u64);

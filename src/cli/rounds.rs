@@ -454,7 +454,11 @@ fn judge(
             );
             Ok(Judged {
                 decided,
-                exit: if decided { Exit::Ok } else { Exit::Unscored },
+                exit: if decided {
+                    Exit::Ok
+                } else {
+                    Exit::Inconclusive
+                },
                 status,
                 text,
             })
@@ -535,7 +539,7 @@ fn judge(
                 ),
                 SequentialDecision::Undecided => (
                     false,
-                    Exit::Unscored,
+                    Exit::Inconclusive,
                     format!(
                         "undecided after {round} round(s) (evidence {:.1} for a regression, {:.1} against one of {:.1} points; either must reach {threshold:.0})",
                         state.regression_evidence,

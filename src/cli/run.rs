@@ -22,9 +22,9 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         (Some(run_dir), _) => {
             return resume::resume(run_dir, &args.resume_options, args.suite.jobs).await;
         }
-        (None, Some(path)) => path,
-        // clap requires SUITE unless --resume is given.
-        (None, None) => return Err(CliError::usage("name a SUITE to run")),
+        (None, Some(path)) => path.as_path(),
+        // No SUITE: the suite in the current folder.
+        (None, None) => Path::new("."),
     };
     let (shard, out) = resolve_shard(&args)?;
     if let Some(dir) = &out
@@ -39,6 +39,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         return resume::resume(dir, &args.resume_options, args.suite.jobs).await;
     }
     let suite = load_suite(suite_path, &args.suite)?;
+    super::warn_uncommitted(&suite);
     let workdir = workdir(&args.suite)?;
     let sequential = sequential(&args);
     let request = RunRequest {
@@ -73,10 +74,21 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         },
         ..request
     };
-    let plan = runner::plan(suite.clone(), request)?;
+    let mut plan = runner::plan(suite.clone(), request)?;
+    // More at once than there are trials only reserves what nothing uses.
+    let trials = plan.trials.len().max(1);
+    if plan.request.jobs > trials {
+        if let Some(jobs) = args.suite.jobs {
+            eprintln!(
+                "note: -j {jobs} is more than the {trials} trial(s) planned: running {trials} at once"
+            );
+        }
+        plan.request.jobs = trials;
+    }
     if args.require_lock {
         require_lock(&plan)?;
     }
+    check_verify_programs(&plan)?;
     if let Some(recorded) = &args.replay {
         runner::check_replayable(recorded, &plan).map_err(|e| CliError::usage(e.to_string()))?;
     }
@@ -94,6 +106,15 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
     }
     let baseline = args.baseline.as_deref().map(read_run_dir).transpose()?;
     rounds::check(&plan.request, &plan, baseline.as_ref(), out.as_deref())?;
+    if args.dry_run {
+        let reports = out
+            .as_deref()
+            .and_then(Path::parent)
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("reports"));
+        super::print_stdout(&super::dry_run::describe(&plan, reports));
+        return Ok(Exit::Ok);
+    }
     let out = out.unwrap_or_else(|| match shard {
         Some(shard) if matches!(args.shard, Some(ShardArg::Auto)) => {
             default_out(&suite.name).join(store::shards::dir_name(shard))
@@ -195,6 +216,50 @@ fn require_lock(plan: &runner::Plan) -> Result<(), CliError> {
     ))
     .hint(format!(
         "run `deltabench validate {}` and keep the lock file it writes beside the suite (a task changed since its validation needs it again)",
+        plan.suite.path.display()
+    )))
+}
+
+/// Before the first trial: every planned task's verify program resolves where it runs, or no
+/// trial would be scored on it (each would end `infra_error`). Only a plain name on this
+/// machine's PATH is checked: a path may be the workspace's, and a task in a container looks
+/// its program up in the image, which is not started for this.
+fn check_verify_programs(plan: &runner::Plan) -> Result<(), CliError> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut missing = Vec::new();
+    for &index in &plan.tasks {
+        let task = &plan.suite.tasks[index];
+        if task.environment.is_some() {
+            continue;
+        }
+        let Some(program) = crate::metric::verify_program(&task.verify.run) else {
+            continue;
+        };
+        let found = std::env::split_paths(&path).any(|dir| {
+            let file = dir.join(program);
+            std::fs::metadata(&file).is_ok_and(|m| {
+                use std::os::unix::fs::PermissionsExt as _;
+                m.is_file() && m.permissions().mode() & 0o111 != 0
+            })
+        });
+        if !found {
+            missing.push(format!(
+                "task '{}': verify program `{program}` is not on PATH (verify: `{}`)",
+                task.id,
+                task.verify.run.trim()
+            ));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::usage(format!(
+        "{} task(s) have a verify command that cannot run here, so none of their trials could be scored:\n  {}",
+        missing.len(),
+        missing.join("\n  ")
+    ))
+    .hint(format!(
+        "fix the verify command in {} (a typo?) or install the program; `deltabench validate` checks every task",
         plan.suite.path.display()
     )))
 }

@@ -1,4 +1,5 @@
-//! `deltabench status DIR`: how far the shards of a submitted or sharded run got.
+//! `deltabench status DIR`: how far a run got: a run directory (plain, a shard, merged;
+//! running or ended), or the folder the shards of a submitted or sharded run share.
 
 use std::path::Path;
 
@@ -7,7 +8,36 @@ use super::submit::{engine_live, read_submission};
 use super::{CliError, ErrorKind, print_stdout};
 use crate::store::shards::{self, ShardState};
 
-pub(super) fn status(dir: &Path) -> Result<Exit, CliError> {
+/// `status DIR`, once or (with `watch`) every `watch` until the run ends or Ctrl-C.
+pub(super) async fn status_watch(
+    dir: &Path,
+    watch: Option<std::time::Duration>,
+) -> Result<Exit, CliError> {
+    let Some(every) = watch else {
+        return status(dir).map(|(exit, _)| exit);
+    };
+    loop {
+        // Clears the screen only on a terminal; a log gets one report after another.
+        if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+            print_stdout("\x1b[2J\x1b[H");
+        }
+        let (exit, running) = status(dir)?;
+        if !running {
+            return Ok(exit);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(exit),
+        }
+        print_stdout("\n");
+    }
+}
+
+/// Prints the status once; returns the exit code and whether anything still runs.
+fn status(dir: &Path) -> Result<(Exit, bool), CliError> {
+    if dir.join(crate::store::layout::MANIFEST).exists() {
+        return run_status(dir);
+    }
     let submission = read_submission(dir);
     let total = match (&submission, shards::shard_dirs(dir)) {
         (Some(submission), _) => submission.shards,
@@ -113,7 +143,136 @@ pub(super) fn status(dir: &Path) -> Result<Exit, CliError> {
         });
     }
     print_stdout(&text);
-    Ok(Exit::Ok)
+    Ok((Exit::Ok, count(ShardState::Running) > 0))
+}
+
+/// One run directory: its state, per agent planned, recorded and passed trials, the trials
+/// running now (a trial folder without a record yet), and the ETA at the pace so far.
+fn run_status(dir: &Path) -> Result<(Exit, bool), CliError> {
+    let shard = crate::store::read_run(dir)?.manifest.shard;
+    // The shard's own progress decides running/finished/stopped the way the shard table does.
+    let progress = shards::progress_of(dir, shard);
+    let run = crate::store::read_run(dir)?;
+    let manifest = &run.manifest;
+    let done: Vec<&crate::store::TrialRecord> =
+        run.trials.iter().filter(|r| !r.interrupted).collect();
+    let mut agents: Vec<String> = manifest.agents.keys().cloned().collect();
+    for record in &done {
+        if !agents.contains(&record.agent) {
+            agents.push(record.agent.clone());
+        }
+    }
+    let planned_for = |agent: &str| -> usize {
+        let mut n = 0;
+        for task in &manifest.tasks {
+            for trial in 1..=manifest.trials_per_task {
+                if shard.is_none_or(|s| s.contains(task, agent, trial)) {
+                    n += 1;
+                }
+            }
+        }
+        n
+    };
+    let mut rows: Vec<[String; 4]> =
+        vec![["agent", "planned", "recorded", "passed"].map(String::from)];
+    for agent in &agents {
+        let mine = done.iter().filter(|r| &r.agent == agent);
+        rows.push([
+            agent.clone(),
+            if manifest.agents.contains_key(agent) {
+                planned_for(agent).to_string()
+            } else {
+                "-".into()
+            },
+            mine.clone().count().to_string(),
+            mine.filter(|r| r.passed()).count().to_string(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..4)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let state = match progress.state {
+        ShardState::Finished => "finished".to_owned(),
+        ShardState::Running => "running".to_owned(),
+        ShardState::Elsewhere => format!(
+            "not finished, on host {} (whether it still runs is not visible from here)",
+            manifest.host
+        ),
+        ShardState::Stopped | ShardState::NotStarted if manifest.interrupted => {
+            "interrupted".to_owned()
+        }
+        ShardState::Stopped | ShardState::NotStarted => {
+            "stopped without finishing (killed?)".to_owned()
+        }
+    };
+    let mut text = format!(
+        "{}: suite '{}'{}, {state}\n",
+        dir.display(),
+        manifest.suite,
+        shard.map_or(String::new(), |s| format!(", shard {s}"))
+    );
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (cell, &w))| {
+                if i == 0 {
+                    format!("{cell:<w$}")
+                } else {
+                    format!("{cell:>w$}")
+                }
+            })
+            .collect();
+        text.push_str(cells.join("  ").trim_end());
+        text.push('\n');
+    }
+    let running = progress.state == ShardState::Running;
+    if running {
+        let in_flight = running_trials(dir, &run);
+        if !in_flight.is_empty() {
+            text.push_str(&format!("running now: {}\n", in_flight.join(", ")));
+        }
+    }
+    text.push_str(&format!(
+        "{} of {} trials recorded, {} passed{}\n",
+        done.len(),
+        manifest.planned_trials,
+        done.iter().filter(|r| r.passed()).count(),
+        progress
+            .eta_secs
+            .map_or(String::new(), |s| format!("; ETA {}", duration(s)))
+    ));
+    if matches!(progress.state, ShardState::Stopped | ShardState::NotStarted)
+        && done.len() < manifest.planned_trials
+    {
+        text.push_str(&format!(
+            "finish it: deltabench resume {}\n",
+            crate::support::shell_quote(&dir.display().to_string())
+        ));
+    }
+    print_stdout(&text);
+    Ok((Exit::Ok, running))
+}
+
+/// `task / agent #n` of each trial folder that holds no record yet: started, not ended.
+fn running_trials(dir: &Path, run: &crate::store::StoredRun) -> Vec<String> {
+    let recorded: std::collections::HashSet<(&str, &str, u32)> =
+        run.trials.iter().map(|r| r.key()).collect();
+    let mut running = Vec::new();
+    for task in &run.manifest.tasks {
+        for agent in run.manifest.agents.keys() {
+            for trial in 1..=run.manifest.trials_per_task {
+                let folder = crate::store::layout::trial_path(dir, task, agent, trial);
+                if folder.join("instruction.md").exists()
+                    && !recorded.contains(&(task.as_str(), agent.as_str(), trial))
+                {
+                    running.push(format!("{task} / {agent} #{trial}"));
+                }
+            }
+        }
+    }
+    running
 }
 
 fn duration(secs: u64) -> String {

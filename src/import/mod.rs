@@ -74,6 +74,10 @@ pub struct ImportOptions {
     pub repos: Option<PathBuf>,
     /// swebench: per-repository setup and test commands.
     pub env: Vec<PathBuf>,
+    /// swebench: import only these instances (empty: all).
+    pub instances: Vec<String>,
+    /// swebench: import only the rows of these repositories, `owner/name` (empty: all).
+    pub repo_filter: Vec<String>,
     /// swebench: run each row in the official harness's prebuilt instance image instead of a
     /// Dockerfile written from its recipe.
     pub images: bool,

@@ -107,8 +107,17 @@ pub async fn import(
     let env = read_envs(&options.env)?;
     let mut imported = Imported::default();
     let mut by_repo: IndexMap<String, Vec<Instance>> = IndexMap::new();
+    let mut named: Vec<&str> = options.instances.iter().map(String::as_str).collect();
     for (at, row) in read_rows(source)? {
         let instance = instance(source, &at, &row)?;
+        // --instance and --repo choose rows; the others are not imported, nor skipped.
+        if !options.instances.is_empty() && !options.instances.contains(&instance.name) {
+            continue;
+        }
+        if !options.repo_filter.is_empty() && !options.repo_filter.contains(&instance.repo) {
+            continue;
+        }
+        named.retain(|name| *name != instance.name);
         if instance.fail_to_pass.is_empty() {
             imported.skip(
                 &instance.name,
@@ -127,9 +136,49 @@ pub async fn import(
         .repos
         .clone()
         .unwrap_or_else(|| options.out.join("repos"));
-    let several = by_repo.len() > 1;
+    for name in named {
+        imported.notes.push(format!(
+            "--instance {name}: no such row in {}",
+            source.display()
+        ));
+    }
+    let clones = clones(by_repo.keys(), &repos_dir, options).await;
+    let missing: Vec<String> = clones
+        .iter()
+        .filter(|(_, clone)| clone.is_err())
+        .map(|(repo, _)| {
+            format!(
+                "git clone https://github.com/{repo}.git {}",
+                crate::support::shell_quote(
+                    &repos_dir.join(repo.replace('/', "__")).to_string_lossy()
+                )
+            )
+        })
+        .collect();
+    if !missing.is_empty() {
+        imported.notes.push(format!(
+            "{} of {} repositories have no usable clone, so their rows were skipped; get them with:\n    {}\n  then import again{}",
+            missing.len(),
+            clones.len(),
+            missing.join("\n    "),
+            if options.repos.is_some() {
+                String::new()
+            } else {
+                format!(" (or pass --repos DIR, a folder of clones named owner__name; default {})", repos_dir.display())
+            }
+        ));
+    }
+    let several = clones.values().filter(|clone| clone.is_ok()).count() > 1;
     for (repo, instances) in by_repo {
-        let clone = local_clone(&repo, &repos_dir, &*options.progress).await?;
+        let clone = match &clones[&repo] {
+            Ok(clone) => clone.clone(),
+            Err(why) => {
+                for instance in &instances {
+                    imported.skip(&instance.name, format!("no clone of {repo}: {why}"));
+                }
+                continue;
+            }
+        };
         let folder = if several {
             PathBuf::from(repo.replace('/', "__"))
         } else {
@@ -839,6 +888,74 @@ fn read_env(path: &Path) -> Result<IndexMap<String, EnvEntry>, ImportError> {
     Ok(read)
 }
 
+/// Every repository's local clone, or why there is none. All are looked for first, and the
+/// missing ones said at once, before any is cloned: with --repos (clones the user keeps) nothing
+/// is cloned; without it the missing ones are cloned from GitHub into `repos`.
+async fn clones<'a>(
+    repos: impl Iterator<Item = &'a String>,
+    dir: &Path,
+    options: &ImportOptions,
+) -> IndexMap<String, Result<PathBuf, String>> {
+    let mut found: IndexMap<String, Option<Result<PathBuf, String>>> = repos
+        .map(|repo| (repo.clone(), existing_clone(repo, dir)))
+        .collect();
+    let absent: Vec<&str> = found
+        .iter()
+        .filter(|(_, clone)| clone.is_none())
+        .map(|(repo, _)| repo.as_str())
+        .collect();
+    if !absent.is_empty() {
+        (options.progress)(&format!(
+            "{} of {} repositories have no clone under {}{}: {}",
+            absent.len(),
+            found.len(),
+            dir.display(),
+            if options.repos.is_some() {
+                ", skipping their rows"
+            } else {
+                ", cloning them"
+            },
+            absent.join(", ")
+        ));
+    }
+    for (repo, clone) in &mut found {
+        if clone.is_some() {
+            continue;
+        }
+        *clone = Some(if options.repos.is_some() {
+            Err(format!(
+                "neither {} nor {} exists",
+                dir.join(repo.replace('/', "__")).display(),
+                dir.join(repo.as_str()).display()
+            ))
+        } else {
+            local_clone(repo, dir, &*options.progress)
+                .await
+                .map_err(|e| e.to_string())
+        });
+    }
+    found
+        .into_iter()
+        .map(|(repo, clone)| (repo, clone.expect("each looked for")))
+        .collect()
+}
+
+/// The clone of `repo` already under `repos` (`owner__name` or `owner/name`), or why it cannot
+/// be used; `None` when there is none.
+fn existing_clone(repo: &str, repos: &Path) -> Option<Result<PathBuf, String>> {
+    let flat = repos.join(repo.replace('/', "__"));
+    let nested = repos.join(repo);
+    let candidate = [flat, nested].into_iter().find(|c| c.exists())?;
+    Some(match git2::Repository::open(&candidate) {
+        Ok(_) => Ok(candidate.canonicalize().unwrap_or(candidate)),
+        Err(err) => Err(format!(
+            "{} is not a git repository: {}",
+            candidate.display(),
+            err.message()
+        )),
+    })
+}
+
 /// The local clone of `repo` (`owner/name`) under `repos`: `owner__name` or `owner/name`, or a
 /// fresh clone from GitHub into `owner__name` when neither exists.
 async fn local_clone(
@@ -902,7 +1019,7 @@ async fn local_clone(
             let _ = std::fs::remove_dir(repos);
         }
         return Err(no_clone(format!(
-            "cloning {url} {} ({}); with no network, clone it there yourself or pass --repos",
+            "cloning {url} {} ({}); with no network, clone it there yourself",
             ended.ending(),
             ended.output.text().trim()
         )));

@@ -69,9 +69,62 @@ pub fn settle(facts: TrialFacts<'_>) -> Settled {
     }
     match facts.reached {
         Reached::Broken(why) => unscored(why),
-        Reached::Verdict(input) => Settled::Scored(verdict(input)),
+        Reached::Verdict(input) => match unrunnable(&input.delta.command_result) {
+            Some(why) => unscored(why),
+            None => Settled::Scored(verdict(input)),
+        },
     }
 }
+
+/// The verify command's own program could not run (the shell's 127 "not found" or 126 "cannot
+/// execute", naming that program): the environment's fault, not the agent's. A program named by
+/// a path (`./run-tests`) may be the workspace's, and a 127 from inside the tests (`bash x.sh`
+/// with x.sh gone) names another word: both stay the agent's failure.
+pub fn unrunnable(result: &crate::delta::CommandResult) -> Option<String> {
+    let code = result.exit_code.filter(|c| matches!(c, 126 | 127))?;
+    if result.timed_out {
+        return None;
+    }
+    let program = verify_program(&result.command)?;
+    let said = |what: &str| {
+        result
+            .output
+            .lines()
+            .any(|line| line.contains(&format!("{program}: {what}")))
+    };
+    let what = if code == 127 && (said("not found") || said("command not found")) {
+        "was not found"
+    } else if code == 126 && (said("Permission denied") || said("cannot execute")) {
+        "could not be executed"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "the verify command's program `{program}` {what} (exit {code}; command: `{}`): the environment's failure, not the agent's; fix the task's verify or the environment and `deltabench resume` the run",
+        result.command.trim()
+    ))
+}
+
+/// The program a shell command line starts, when it is a plain name the shell looks up on PATH:
+/// the first word after any `NAME=value` assignments; `None` for a path, a shell keyword or
+/// syntax the line cannot be read without a shell.
+pub fn verify_program(command: &str) -> Option<&str> {
+    let word = command
+        .split_whitespace()
+        .find(|word| !word.contains('=') || word.starts_with('='))?;
+    let plain = word
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.+".contains(c));
+    (plain && !SHELL_WORDS.contains(&word)).then_some(word)
+}
+
+/// Builtins and keywords a POSIX shell runs itself: never looked up on PATH.
+const SHELL_WORDS: &[&str] = &[
+    ".", "alias", "bg", "break", "case", "cd", "command", "continue", "eval", "exec", "exit",
+    "export", "false", "fg", "for", "getopts", "hash", "if", "jobs", "kill", "local", "printf",
+    "pwd", "read", "readonly", "return", "set", "shift", "source", "test", "times", "trap", "true",
+    "type", "ulimit", "umask", "unalias", "unset", "until", "wait", "while", "echo", "!",
+];
 
 #[cfg(test)]
 mod tests {
@@ -102,6 +155,51 @@ mod tests {
             replay_mismatch: None,
             interrupted: false,
             unredacted: None,
+        }
+    }
+
+    #[test]
+    fn a_verify_program_that_is_not_there_is_unscored_and_named() {
+        let failed = |command: &str, code: i32, output: &str| EnvironmentDelta {
+            diff: "+x\n".into(),
+            command_result: CommandResult {
+                command: command.into(),
+                exit_code: Some(code),
+                output: output.into(),
+                ..CommandResult::default()
+            },
+            ..EnvironmentDelta::default()
+        };
+        let delta = failed("pytohn3 -m unittest", 127, "sh: 1: pytohn3: not found\n");
+        let Settled::Unscored { why, .. } = settle(facts(&delta)) else {
+            panic!("scored");
+        };
+        assert!(
+            why.starts_with("the verify command's program `pytohn3` was not found (exit 127; command: `pytohn3 -m unittest`)"),
+            "{why}"
+        );
+        let delta = failed(
+            "LANG=C mytool",
+            126,
+            "bash: line 1: mytool: Permission denied\n",
+        );
+        assert!(matches!(settle(facts(&delta)), Settled::Unscored { .. }));
+        // A script the workspace should hold, a 127 from inside the tests, or a plain exit 127
+        // with no shell message: the agent's failure as before.
+        for (command, output) in [
+            ("./run-tests", "sh: 1: ./run-tests: not found\n"),
+            ("bash run.sh", "bash: run.sh: No such file or directory\n"),
+            ("python3 -m unittest", "exit 127 on purpose\n"),
+        ] {
+            let delta = failed(command, 127, output);
+            let mut facts = facts(&delta);
+            if let Reached::Verdict(input) = &mut facts.reached {
+                input.score = Score::from_passed(false);
+            }
+            let Settled::Scored(verdict) = settle(facts) else {
+                panic!("{command}: unscored");
+            };
+            assert_eq!(verdict.judgement, Judgement::Fail, "{command}");
         }
     }
 

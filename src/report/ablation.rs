@@ -189,14 +189,12 @@ fn main_effect(
         let (cost, time) = cost_and_time(run.trials.iter().filter(|r| mine(r)));
         let effect = match (&first, &estimate) {
             (Some(base), Some(e)) if i > 0 => {
-                // Independent-samples approximation: half-widths add in quadrature.
-                let half = |x: &stats::RateEstimate| (x.interval.hi - x.interval.lo) / 2.0;
-                let diff = e.rate - base.rate;
-                let spread = (half(base).powi(2) + half(e).powi(2)).sqrt();
+                // Two independent rates: Newcombe's hybrid score interval, inside [-1, 1].
+                let interval = stats::newcombe(base, e);
                 Some(Effect {
-                    diff,
-                    lo: diff - spread,
-                    hi: diff + spread,
+                    diff: e.rate - base.rate,
+                    lo: interval.lo,
+                    hi: interval.hi,
                 })
             }
             _ => None,

@@ -20,6 +20,17 @@ pub struct FalseClaims {
     pub interval: Option<(f64, f64)>,
 }
 
+/// Whether an agent of this recorded config says anything: `noop` and `oracle` are deltabench's
+/// own baselines, which end `completed` whatever they did, so they claim nothing.
+pub fn makes_claims(config: Option<&serde_json::Value>) -> bool {
+    !matches!(
+        config
+            .and_then(|c| c.get("kind"))
+            .and_then(serde_json::Value::as_str),
+        Some("noop" | "oracle")
+    )
+}
+
 /// The false claims of `agent` in `records`, with a Wilson interval at `confidence` (in [0, 1)).
 ///
 /// `infra_error` trials are left out: nothing verified them, so no claim was disproven. Trials

@@ -24,7 +24,7 @@ pub use ablation::{
     Ablation, Effect, Factor, Interaction, Level, NO_ABLATION, ParetoPoint, ablation,
     ablation_json, ablation_markdown, ablations,
 };
-pub use claims::{FalseClaims, false_claims};
+pub use claims::{FalseClaims, false_claims, makes_claims};
 pub use html::{HtmlOptions, html};
 pub use junit::junit;
 pub use select::{UnknownAgent, select_agents};
@@ -91,9 +91,19 @@ fn median(mut values: Vec<u64>) -> Option<u64> {
     })
 }
 
-/// Per-agent summaries, agents in the order they first appear in `agents` then the records.
-pub fn summarize(records: &[TrialRecord], agents: &[String]) -> Vec<AgentSummary> {
+/// Per-agent summaries, agents in the order they first appear in `agents` then the records;
+/// `configs` (the manifest's) says which agents are built-in baselines that claim nothing.
+pub fn summarize(
+    records: &[TrialRecord],
+    agents: &[String],
+    configs: &IndexMap<String, serde_json::Value>,
+) -> Vec<AgentSummary> {
     let mut tally = Tally::default();
+    for (name, config) in configs {
+        if !makes_claims(Some(config)) {
+            tally.claims_nothing(name);
+        }
+    }
     for record in records {
         tally.add(record);
     }
@@ -107,6 +117,8 @@ pub fn summarize(records: &[TrialRecord], agents: &[String]) -> Vec<AgentSummary
 pub struct Tally {
     /// By agent, in the order they first appeared.
     agents: IndexMap<String, AgentTally>,
+    /// Built-in baselines (`noop`, `oracle`): their `completed` is no claim.
+    no_claims: std::collections::BTreeSet<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -125,6 +137,11 @@ struct AgentTally {
 }
 
 impl Tally {
+    /// `agent` is a built-in baseline: its trials count, its claims do not.
+    pub fn claims_nothing(&mut self, agent: &str) {
+        self.no_claims.insert(agent.to_owned());
+    }
+
     pub fn add(&mut self, record: &TrialRecord) {
         if !self.agents.contains_key(&record.agent) {
             self.agents
@@ -164,7 +181,19 @@ impl Tally {
             .iter()
             .chain(self.agents.keys().filter(|agent| !agents.contains(agent)));
         order
-            .map(|agent| self.agents.get(agent).unwrap_or(&none).summary(agent))
+            .map(|agent| {
+                let tally = self.agents.get(agent).unwrap_or(&none);
+                if self.no_claims.contains(agent) {
+                    AgentTally {
+                        claimed: 0,
+                        false_claims: 0,
+                        ..tally.clone()
+                    }
+                    .summary(agent)
+                } else {
+                    tally.summary(agent)
+                }
+            })
             .collect()
     }
 }

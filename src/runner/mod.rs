@@ -540,6 +540,11 @@ async fn collect(
         signal(SignalKind::interrupt()).map_err(RunError::io("cannot handle SIGINT"))?;
     let mut sigterm =
         signal(SignalKind::terminate()).map_err(RunError::io("cannot handle SIGTERM"))?;
+    // A closed terminal (SIGHUP) or SIGQUIT ends the run as SIGINT does: recorded, finished_at
+    // and `interrupted: true` written. SIGPIPE stays ignored (Rust's default): a closed pipe
+    // only loses output.
+    let mut sighup = signal(SignalKind::hangup()).map_err(RunError::io("cannot handle SIGHUP"))?;
+    let mut sigquit = signal(SignalKind::quit()).map_err(RunError::io("cannot handle SIGQUIT"))?;
     loop {
         tokio::select! {
             event = rx.recv() => {
@@ -557,7 +562,14 @@ async fn collect(
                 collected.trials += 1;
                 collected.infra_errors += usize::from(record.outcome == Outcome::InfraError);
             }
-            _ = async { tokio::select! { _ = sigint.recv() => {}, _ = sigterm.recv() => {} } } => {
+            _ = async {
+                tokio::select! {
+                    _ = sigint.recv() => {},
+                    _ = sigterm.recv() => {},
+                    _ = sighup.recv() => {},
+                    _ = sigquit.recv() => {},
+                }
+            } => {
                 interrupts += 1;
                 if interrupts == 1 {
                     cancel.cancel();

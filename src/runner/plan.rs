@@ -80,7 +80,7 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
     let names: Vec<String> = if !request.agents.is_empty() {
         request.agents.clone()
     } else if !suite.agents.is_empty() {
-        suite.agents.keys().cloned().collect()
+        suite.default_agents()
     } else {
         vec!["oracle".into(), "noop".into()]
     };
@@ -103,8 +103,9 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
             }
             return Err(PlanError::new(
                 format!(
-                    "unknown agent '{name}'. Available agents: {}",
-                    known.join(", ")
+                    "unknown agent '{name}'. Available agents: {}{}",
+                    known.join(", "),
+                    crate::support::suggestion(&name, known.iter().map(String::as_str))
                 ),
                 Some(
                     "define it under `agents:` in the suite or in a file passed with --agents"
@@ -131,9 +132,10 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
             let ids: Vec<&str> = suite.tasks.iter().map(|t| t.id.as_str()).collect();
             return Err(PlanError::new(
                 format!(
-                    "unknown task '{id}'. Tasks in suite '{}': {}",
+                    "unknown task '{id}'. Tasks in suite '{}': {}{}",
                     suite.name,
-                    ids.join(", ")
+                    ids.join(", "),
+                    crate::support::suggestion(id, ids.iter().copied())
                 ),
                 None,
             ));

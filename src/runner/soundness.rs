@@ -31,6 +31,19 @@ impl<'a> Unsound<'a> {
 
 /// Why a task is unsound, from its noop and oracle trials and what their folders hold.
 pub fn judge<'a>(noop: &'a [Trial<'a>], oracle: &'a [Trial<'a>]) -> Option<Unsound<'a>> {
+    // A shell's "command not found" (127) or "not executable" (126), not a test verdict (first:
+    // such a trial is unscored, and this says more than "could not be checked"). Only the
+    // reference's counts: on the base, a tool the solution adds is rightly missing.
+    if let Some(t) = oracle
+        .iter()
+        .find(|t| matches!(t.verify_exit(), Some(126 | 127)))
+    {
+        let reason = match t.verify_exit() {
+            Some(127) => "the verify command was not found: exit 127 (with the solution applied)",
+            _ => "the verify command could not be executed: exit 126 (with the solution applied)",
+        };
+        return Some(Unsound::new(reason, Some(t)));
+    }
     if let Some(t) = noop
         .iter()
         .chain(oracle)
@@ -55,18 +68,6 @@ pub fn judge<'a>(noop: &'a [Trial<'a>], oracle: &'a [Trial<'a>]) -> Option<Unsou
             format!("reference solution could not be applied: {why}"),
             None,
         ));
-    }
-    // A shell's "command not found" (127) or "not executable" (126), not a test verdict. Only
-    // the reference's counts: on the base, a tool the solution adds is rightly missing.
-    if let Some(t) = oracle
-        .iter()
-        .find(|t| matches!(t.verify_exit(), Some(126 | 127)))
-    {
-        let reason = match t.verify_exit() {
-            Some(127) => "the verify command was not found: exit 127 (with the solution applied)",
-            _ => "the verify command could not be executed: exit 126 (with the solution applied)",
-        };
-        return Some(Unsound::new(reason, Some(t)));
     }
     const WHERE_TESTS_GO: &str = "check that it runs the hidden tests where `tests:` puts them (its folder is copied onto the workspace root)";
     if let Some((t, runners)) = oracle.iter().find_map(|t| Some((t, t.zero_tests()?))) {

@@ -414,6 +414,19 @@ impl RunDir {
                 ),
             ));
         }
+        // A folder of the user's own (notes, another tool's output): run files would mix in.
+        if let Ok(mut entries) = fs::read_dir(path)
+            && entries.next().is_some()
+            && !path.join(layout::MANIFEST).exists()
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} is not empty and holds no run: the run's files would mix with what is there; choose a new or empty folder for --out",
+                    path.display()
+                ),
+            ));
+        }
         fs::create_dir_all(path.join(layout::TRIALS_DIR))?;
         let trials = OpenOptions::new()
             .create(true)

@@ -318,6 +318,12 @@ pub fn progress(parent: &Path, total: u32, live: &dyn Fn(Shard) -> bool) -> Vec<
         .collect()
 }
 
+/// How far the one run directory `dir` got (a plain run holds the whole plan: shard 1/1).
+pub fn progress_of(dir: &Path, shard: Option<Shard>) -> ShardProgress {
+    let shard = shard.unwrap_or(Shard { index: 1, total: 1 });
+    shard_progress(shard, dir.to_path_buf(), &super::host_name(), false)
+}
+
 fn shard_progress(shard: Shard, dir: PathBuf, this_host: &str, live: bool) -> ShardProgress {
     let mut progress = ShardProgress {
         shard,

@@ -49,8 +49,9 @@ pub(super) fn agent_spec(
             return Err(source.at(
                 &agent.kind,
                 format!(
-                    "unknown agent kind '{other}' for agent '{name}'. Valid kinds: {}",
-                    AgentKind::VARIANTS.join(", ")
+                    "unknown agent kind '{other}' for agent '{name}'. Valid kinds: {}{}",
+                    AgentKind::VARIANTS.join(", "),
+                    crate::support::suggestion(other, AgentKind::VARIANTS.iter().copied())
                 ),
             ));
         }

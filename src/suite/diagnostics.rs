@@ -75,10 +75,28 @@ impl Source<'_> {
         if path.exists() {
             Ok(path)
         } else {
+            // A sibling of the same folder that is close: `tasks/fix-medain.md`.
+            let siblings: Vec<String> = path
+                .parent()
+                .and_then(|dir| std::fs::read_dir(dir).ok())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .collect();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let hint = crate::support::did_you_mean(&name, siblings.iter().map(String::as_str))
+                .map_or(String::new(), |close| {
+                    let shown = Path::new(&spanned.value).with_file_name(close);
+                    format!("; did you mean '{}'?", shown.display())
+                });
             Err(self.at(
                 spanned,
                 format!(
-                    "{what} '{}' does not exist ({})",
+                    "{what} '{}' does not exist ({}){hint}",
                     spanned.value,
                     path.display()
                 ),
@@ -117,6 +135,7 @@ fn yaml_message(err: &serde_saphyr::Error) -> String {
         Some(m) => format!("{}{}", &text[..m.start()], &text[m.end()..]),
         None => text,
     };
+    let text = with_suggestion(text);
     if text.starts_with("budget breached") {
         format!(
             "the document exceeds the parser's limits (too deeply nested, or an alias bomb): {text}"
@@ -124,6 +143,25 @@ fn yaml_message(err: &serde_saphyr::Error) -> String {
     } else {
         text
     }
+}
+
+/// serde's "unknown field `x`, expected one of a, b" (or "unknown variant"), with the closest
+/// of the expected names: `; did you mean 'instruction_file'?`.
+fn with_suggestion(text: String) -> String {
+    let Some(caps) =
+        regex::Regex::new(r"unknown (?:field|variant) `([^`]*)`, expected (?:one of )?(.*)$")
+            .ok()
+            .and_then(|re| re.captures(&text))
+    else {
+        return text;
+    };
+    let expected: Vec<&str> = caps[2]
+        .split(", ")
+        .flat_map(|part| part.split(" or "))
+        .map(|name| name.trim().trim_matches('`'))
+        .collect();
+    let hint = crate::support::suggestion(&caps[1], expected);
+    format!("{text}{hint}")
 }
 
 fn snippet(text: &str, line: u64, column: u64) -> String {

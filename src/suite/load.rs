@@ -60,7 +60,7 @@ fn read(path: &Path) -> Result<String, SuiteError> {
 }
 
 /// Loads and validates a suite (a file, or a folder holding `suite.yaml`) and an optional agents
-/// file whose agents override the suite's.
+/// file whose agents override the suite's of the same name and are the ones run by default.
 pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteError> {
     let path = suite_file(suite)?;
     // Absolute, so relative paths resolve the same whatever the working directory.
@@ -182,6 +182,15 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
         tasks,
         max_diff,
         base_images: raw.base_images.clone(),
+        agents_file: agents_source
+            .as_ref()
+            .zip(agents_file.as_ref())
+            .map(|(source, file)| {
+                (
+                    source.path.to_owned(),
+                    file.agents.keys().cloned().collect(),
+                )
+            }),
     })
 }
 

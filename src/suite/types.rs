@@ -212,6 +212,41 @@ pub struct Suite {
     pub max_diff: u64,
     /// `FROM` images replaced when environments are built (`base_images:`, `--base-image`).
     pub base_images: IndexMap<String, String>,
+    /// The `--agents` file and the agents it names (a matrix by its base name), in its order:
+    /// they replace the suite's agents as the ones a run without `--agent` runs.
+    pub agents_file: Option<(PathBuf, Vec<String>)>,
+}
+
+impl Suite {
+    /// The agents a run without `--agent` runs: the agents file's when one is given, else the
+    /// suite's (matrix bases by name, each standing for its combinations).
+    pub fn default_agents(&self) -> Vec<String> {
+        if let Some((_, names)) = &self.agents_file {
+            return names.clone();
+        }
+        let mut names: Vec<String> = Vec::new();
+        for name in self.agents.keys() {
+            let name = self
+                .variants
+                .get(name)
+                .map_or(name.as_str(), |v| v.base.as_str());
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_owned());
+            }
+        }
+        names
+    }
+
+    /// Where agent `name` (or the matrix it belongs to) was defined: `--agents FILE` or the
+    /// suite file; built-in agents nowhere.
+    pub fn agent_source(&self, name: &str) -> &'static str {
+        let base = self.variants.get(name).map_or(name, |v| v.base.as_str());
+        match &self.agents_file {
+            Some((_, names)) if names.iter().any(|n| n == base) => "--agents",
+            _ if self.agents.contains_key(name) => "suite",
+            _ => "built in",
+        }
+    }
 }
 
 /// `max_diff` when the suite does not set it.

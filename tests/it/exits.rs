@@ -1,7 +1,8 @@
 //! Each exit code of `deltabench::cli::exit`, produced by the real binary and snapshotted whole,
 //! and the tables that list them (`--help`, README) checked against that module. Also covered
 //! elsewhere: 1 by `compare::*regress*` and validate's tests, 3 by `crash::retries_*` and
-//! `gaming::a_sandbox_that_cannot_start_*`, 130 by `lifecycle::*interrupt*`.
+//! `gaming::a_sandbox_that_cannot_start_*`, 4 by
+//! `compare::max_broken_*` and `sequential::*`, 130 by `lifecycle::*interrupt*`.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -45,6 +46,21 @@ fn each_exit_code_through_the_binary() {
         )
     );
     check(Exit::Ok, &ok);
+
+    // 4: a gate that cannot decide on one task and one trial, asked for a decided one.
+    let inconclusive = deltabench_snapshot!(
+        cli,
+        "exit_4_inconclusive",
+        &mut cli.command(&[
+            "compare",
+            "out",
+            "noop",
+            "oracle",
+            "--gate",
+            "--require-power"
+        ])
+    );
+    check(Exit::Inconclusive, &inconclusive);
 
     // 2: a folder that holds no run, named as one; the chain says why.
     std::fs::create_dir_all(cli.path("not-a-run")).unwrap();

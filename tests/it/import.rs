@@ -858,13 +858,115 @@ fn swebench_without_a_clone_or_network_names_the_expected_path() {
         .args(["import", "swebench", "rows.jsonl", "--out", "suite"])
         .output()
         .unwrap();
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    let expected = "no local clone of acme/calc: looked for suite/repos/acme__calc and suite/repos/acme/calc; cloning https://github.com/acme/calc.git";
-    assert!(stderr(&output).contains(expected), "{}", stderr(&output));
+    // Nothing to import: the row is skipped with the reason, and the clone command is given.
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.contains("  acme__calc-1: no clone of acme/calc: no local clone of acme/calc: looked for suite/repos/acme__calc and suite/repos/acme/calc; cloning https://github.com/acme/calc.git"),
+        "{text}"
+    );
+    assert!(
+        text.contains("    git clone https://github.com/acme/calc.git suite/repos/acme__calc\n"),
+        "{text}"
+    );
     assert!(
         !root.join("suite").exists(),
         "a failed import leaves nothing behind"
     );
+}
+
+#[test]
+fn swebench_lists_every_missing_clone_and_imports_what_is_there() {
+    let tmp = temp_dir();
+    let root = tmp.path();
+    let (base, _, patch, test_patch) = upstream(&root.join("repos/acme__calc"));
+    write_rows(
+        &root.join("rows.jsonl"),
+        &[
+            swe_row("acme__calc-1", "acme/calc", &base, &patch, &test_patch),
+            swe_row("acme__calc-2", "acme/calc", &base, &patch, &test_patch),
+            swe_row("gone__one-1", "gone/one", &base, &patch, &test_patch),
+            swe_row("gone__two-1", "gone/two", &base, &patch, &test_patch),
+        ],
+    );
+    let output = import(
+        root,
+        &[
+            "swebench",
+            "rows.jsonl",
+            "--repos",
+            "repos",
+            "--out",
+            "suite",
+        ],
+    );
+    assert_ok(&output, "import");
+    let text = stdout(&output);
+    assert!(text.contains("skipped 2 tasks:\n"), "{text}");
+    assert!(
+        text.contains("  gone__one-1: no clone of gone/one: neither repos/gone__one nor repos/gone/one exists\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("note: 2 of 3 repositories have no usable clone, so their rows were skipped; get them with:\n    git clone https://github.com/gone/one.git repos/gone__one\n    git clone https://github.com/gone/two.git repos/gone__two\n  then import again\n"),
+        "{text}"
+    );
+    assert!(!text.contains("pass --repos"), "--repos was given: {text}");
+    // Said before anything is imported.
+    assert!(
+        stderr(&output).starts_with(
+            "2 of 3 repositories have no clone under repos, skipping their rows: gone/one, gone/two"
+        ),
+        "{}",
+        stderr(&output)
+    );
+
+    // --instance and --repo choose the rows.
+    let output = import(
+        root,
+        &[
+            "swebench",
+            "rows.jsonl",
+            "--repos",
+            "repos",
+            "--out",
+            "one",
+            "--instance",
+            "acme__calc-2",
+            "--instance",
+            "nosuch-1",
+        ],
+    );
+    assert_ok(&output, "import --instance");
+    let text = stdout(&output);
+    assert!(
+        text.starts_with("imported 1 task (swebench) into one\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("note: --instance nosuch-1: no such row in rows.jsonl"),
+        "{text}"
+    );
+    let output = import(
+        root,
+        &[
+            "swebench",
+            "rows.jsonl",
+            "--repos",
+            "repos",
+            "--out",
+            "acme",
+            "--repo",
+            "acme/calc",
+        ],
+    );
+    assert_ok(&output, "import --repo");
+    let text = stdout(&output);
+    assert!(
+        text.starts_with("imported 2 tasks (swebench) into acme\n"),
+        "{text}"
+    );
+    assert!(!text.contains("skipped"), "{text}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ mod crash;
 mod demo;
 mod environments;
 mod exits;
+mod first_hour;
 mod gaming;
 mod gateway;
 mod history_objects;

@@ -120,7 +120,7 @@ fn manifest() -> Value {
         "suite": "fixed",
         "suite_path": "/suites/fixed/suite.yaml",
         "suite_digest": "sha256:0000000000000000000000000000000000000000000000000000000000000000",
-        "agents": {"alpha": {"kind": "noop"}, "beta": {"kind": "command", "run": "./agent.sh", "timeout": null, "env": {}}},
+        "agents": {"alpha": {"kind": "command", "run": "./alpha.sh", "timeout": null, "env": {}}, "beta": {"kind": "command", "run": "./agent.sh", "timeout": null, "env": {}}},
         "tasks": TASKS,
         "trials_per_task": 2,
         "jobs": 4,

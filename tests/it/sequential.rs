@@ -113,7 +113,7 @@ fn a_broken_task_is_a_regression_before_the_cap_and_the_same_agent_is_not() {
     );
     assert!(out.contains(": regressed after round"), "{out}");
 
-    // Too few rounds to decide: undecided at the cap, exit 3.
+    // Too few rounds to decide: undecided at the cap, exit 4 (inconclusive, not unscored).
     let (code, out, err) = run(
         root,
         &[
@@ -128,7 +128,7 @@ fn a_broken_task_is_a_regression_before_the_cap_and_the_same_agent_is_not() {
             "short",
         ],
     );
-    assert_eq!(code, Some(3), "{out}{err}");
+    assert_eq!(code, Some(4), "{out}{err}");
     assert!(out.contains("UNDECIDED at the cap"), "{out}");
 }
 
@@ -253,7 +253,7 @@ fn until_ci_width_stops_when_the_interval_is_narrow() {
         "{out}"
     );
     assert_eq!(crate::common::trials(&root.join("ci")).len(), 20);
-    // Unreachable within the cap: exit 3, said.
+    // Unreachable within the cap: exit 4, said.
     let (code, out, err) = run(
         root,
         &[
@@ -267,7 +267,7 @@ fn until_ci_width_stops_when_the_interval_is_narrow() {
             "wide",
         ],
     );
-    assert_eq!(code, Some(3), "{out}{err}");
+    assert_eq!(code, Some(4), "{out}{err}");
     assert!(out.contains("NOT met (the --max-trials cap)"), "{out}");
 }
 

@@ -113,7 +113,11 @@ impl Side {
         Self {
             run: run.path.display().to_string(),
             agent: agent.to_owned(),
-            false_claims: crate::report::false_claims(&run.trials, agent, confidence),
+            false_claims: if crate::report::makes_claims(run.manifest.agents.get(agent)) {
+                crate::report::false_claims(&run.trials, agent, confidence)
+            } else {
+                crate::report::FalseClaims::of(0, 0, confidence)
+            },
             flagged: run
                 .trials
                 .iter()
@@ -143,6 +147,8 @@ enum Decision {
     Failed,
     /// No regression among the scored trials, but some trials could not be scored.
     Undecided,
+    /// No regression found, but the verdict is inconclusive and --require-power asks for one.
+    Inconclusive,
 }
 
 impl Decision {
@@ -150,6 +156,7 @@ impl Decision {
         match self {
             Self::Failed => Exit::VerdictFailed,
             Self::Undecided => Exit::Unscored,
+            Self::Inconclusive => Exit::Inconclusive,
             Self::Off | Self::Passed => Exit::Ok,
         }
     }
@@ -159,8 +166,12 @@ impl Decision {
 struct Gate {
     decision: Decision,
     reason: Option<String>,
+    /// The rules the candidate broke, by flag: `max_broken`, `max_drop_across_tasks`,
+    /// `max_drop_within_tasks`.
+    failed_rules: Vec<&'static str>,
     max_drop: f64,
-    max_broken: Option<usize>,
+    max_broken: usize,
+    require_power: bool,
 }
 
 /// A comparison and the gate's decision on it: what every output format shows.
@@ -192,6 +203,18 @@ fn decide(cmp: &Comparison, args: &GateArgs, unscored: usize) -> Gate {
                     "{reason}; but {unscored} trial(s) could not be scored (infra_error), and they could change that"
                 ),
             )
+        } else if args.require_power && cmp.verdict == stats::Finding::Inconclusive {
+            let needs = cmp
+                .to_decide
+                .as_ref()
+                .map(|plan| format!("; {}", plan.text()))
+                .unwrap_or_default();
+            (
+                Decision::Inconclusive,
+                format!(
+                    "{reason}; the verdict is inconclusive and --require-power asks for a decided one{needs}"
+                ),
+            )
         } else {
             (Decision::Passed, reason)
         }
@@ -201,8 +224,14 @@ fn decide(cmp: &Comparison, args: &GateArgs, unscored: usize) -> Gate {
     Gate {
         decision,
         reason: (decision != Decision::Off).then_some(reason),
+        failed_rules: if decision == Decision::Failed {
+            stats::failed_rules(cmp, args.max_drop)
+        } else {
+            Vec::new()
+        },
         max_drop: args.max_drop,
         max_broken: args.max_broken,
+        require_power: args.require_power,
     }
 }
 
@@ -212,6 +241,7 @@ fn compared(
     (base_run, base_agent): (&StoredRun, &str),
     (candidate_run, candidate_agent): (&StoredRun, &str),
     gate: &GateArgs,
+    max_broken: Option<usize>,
 ) -> Option<Compared> {
     let mut tasks = crate::report::flaky_tasks(base_run);
     tasks.extend(crate::report::flaky_tasks(candidate_run));
@@ -228,7 +258,7 @@ fn compared(
     };
     let base = kept(base_run, base_agent);
     let candidate = kept(candidate_run, candidate_agent);
-    let comparison = stats::compare(&base, &candidate, gate.confidence, gate.max_broken, SEED)?;
+    let comparison = stats::compare(&base, &candidate, gate.confidence, max_broken, SEED)?;
     let baseline = Side::new(base_run, base_agent, candidate_run, gate.confidence);
     let candidate = Side::new(candidate_run, candidate_agent, base_run, gate.confidence);
     let gate = decide(
@@ -274,6 +304,7 @@ pub(super) fn compare(args: CompareArgs) -> Result<Exit, CliError> {
         (&base_run, &base_agent),
         (&candidate_run, &candidate_agent),
         &args.gate,
+        Some(args.gate.max_broken),
     ) else {
         // Both planned tasks in common (checked above), so none of them was scored on both
         // sides.
@@ -307,11 +338,13 @@ pub(super) fn plain_text(
     let gate = GateArgs {
         gate: false,
         max_drop: 0.0,
-        max_broken: None,
+        max_broken: 0,
+        require_power: false,
         confidence,
         include_flaky,
     };
-    let outcome = compared((base_run, base_agent), (run, agent), &gate)?;
+    // Rounds are judged by the sequential gate alone.
+    let outcome = compared((base_run, base_agent), (run, agent), &gate, None)?;
     let base_label = if same_run {
         format!("'{base_agent}' (this run)")
     } else {
@@ -354,7 +387,12 @@ pub(super) fn against_baseline(
     let mut exit = Exit::Ok;
     let mut text = String::new();
     for (base_agent, agent) in pairs {
-        let Some(outcome) = compared((baseline, &base_agent), (current, &agent), gate) else {
+        let Some(outcome) = compared(
+            (baseline, &base_agent),
+            (current, &agent),
+            gate,
+            Some(gate.max_broken),
+        ) else {
             let _ = writeln!(
                 text,
                 "'{agent}': no scored task in common with the baseline"

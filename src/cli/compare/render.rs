@@ -123,9 +123,13 @@ fn verdict_text(cmp: &Comparison) -> String {
             format!("improved ({})", why.join("; "))
         }
         Finding::Inconclusive => format!(
-            "inconclusive (with {} tasks, the smallest difference this comparison can reliably detect is {:.1} points)",
+            "inconclusive (with {} tasks, the smallest difference this comparison can reliably detect is {:.1} points{})",
             cmp.tasks,
-            cmp.mde * 100.0
+            cmp.mde * 100.0,
+            cmp.to_decide
+                .as_ref()
+                .map(|plan| format!("; {}", plan.text()))
+                .unwrap_or_default()
         ),
     }
 }
@@ -189,6 +193,7 @@ fn gate_label(decision: Decision) -> &'static str {
     match decision {
         Decision::Failed => "FAILED",
         Decision::Undecided => "UNDECIDED",
+        Decision::Inconclusive => "INCONCLUSIVE",
         Decision::Passed | Decision::Off => "passed",
     }
 }

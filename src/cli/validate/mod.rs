@@ -21,6 +21,7 @@ use crate::suite::{self, AgentSpec};
 
 pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
     let mut loaded = (*load_suite(&args.suite_path, &args.suite)?).clone();
+    super::warn_uncommitted(&loaded);
     // The checks always use the real built-ins, whatever the suite calls its agents.
     loaded.agents = IndexMap::from([
         ("noop".to_owned(), AgentSpec::Noop),
