@@ -345,6 +345,7 @@ mod tests {
         let folders = folders_of(&[
             change(Added, "/usr/local/bin/mytool"),
             change(Added, "/usr/lib/python3/dist-packages/x.py"),
+            change(Added, "/usr/lib/x86_64-linux-gnu/libnew.so.1"),
         ]);
         assert!(folders.contains("/usr/lib/python3") && folders.contains("/usr/local/bin"));
         for (kind, path, held) in [
@@ -386,6 +387,7 @@ mod tests {
             (Changed, "/usr/local/bin", None),
             (Changed, "/usr/lib/python3", None),
             (Changed, "/usr/lib/python3/dist-packages", None),
+            (Changed, "/usr/lib/x86_64-linux-gnu", None),
             // The last folder on PATH: nothing later to shadow.
             (Added, "/usr/bin/newtool", None),
         ] {
