@@ -415,8 +415,11 @@ impl RunDir {
             ));
         }
         // A folder of the user's own (notes, another tool's output): run files would mix in.
-        if let Ok(mut entries) = fs::read_dir(path)
-            && entries.next().is_some()
+        // A shard in rounds writes its round mark before its run starts: that one is ours.
+        if let Ok(entries) = fs::read_dir(path)
+            && entries
+                .flatten()
+                .any(|entry| entry.file_name() != layout::ROUNDS)
             && !path.join(layout::MANIFEST).exists()
         {
             return Err(io::Error::new(
