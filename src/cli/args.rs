@@ -479,6 +479,11 @@ pub(super) struct RunArgs {
     /// Keep the workspaces after the run (for inspection).
     #[arg(long)]
     pub(super) keep_workspaces: bool,
+    /// Keep each agent CLI's home whole in its trial folder: by default what the CLI writes
+    /// of its own there (bundled skills, plugin installs, npm caches, telemetry) is removed
+    /// after the trial; its sessions, settings and logs stay.
+    #[arg(long)]
+    pub(super) keep_homes: bool,
     /// Print the plan (tasks x agents x trials, isolation, images to build, an estimate of time
     /// and cost from the lock and earlier runs) and run nothing, write nothing.
     #[arg(long)]
@@ -510,7 +515,7 @@ pub(super) struct RunArgs {
         long,
         value_name = "RUN_DIR",
         help_heading = "Retries and resuming",
-        conflicts_with_all = ["suite_path", "out", "shard", "shards", "baseline", "agent", "task", "tag", "trials", "keep_workspaces", "dry_run", "record", "replay", "until_decided", "until_ci_width"]
+        conflicts_with_all = ["suite_path", "out", "shard", "shards", "baseline", "agent", "task", "tag", "trials", "keep_workspaces", "keep_homes", "dry_run", "record", "replay", "until_decided", "until_ci_width"]
     )]
     pub(super) resume: Option<PathBuf>,
     #[command(flatten, next_help_heading = "Retries and resuming")]

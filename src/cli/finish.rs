@@ -14,9 +14,10 @@ pub(super) fn finish_run(
 ) -> Result<Exit, CliError> {
     let agents: Vec<String> = plan.agents.keys().cloned().collect();
     let summaries = tally.summaries(&agents);
+    let width = super::terminal_width();
     print_stdout(&format!(
         "{}\nrun directory: {}\n",
-        report::table(&summaries),
+        report::table(&summaries, width),
         outcome.run_dir.display()
     ));
     if let Some(note) = unconfined_note(plan) {
@@ -24,12 +25,15 @@ pub(super) fn finish_run(
     }
     let unvalidated = plan.unvalidated();
     if !unvalidated.is_empty() {
-        print_stdout(&format!(
-            "{} of {} task(s) {}: {}\n",
-            unvalidated.len(),
-            plan.tasks.len(),
-            report::UNVALIDATED_NOTE,
-            unvalidated.join(", ")
+        print_stdout(&report::wrap(
+            &format!(
+                "{} of {} task(s) {}: {}\n",
+                unvalidated.len(),
+                plan.tasks.len(),
+                report::UNVALIDATED_NOTE,
+                unvalidated.join(", ")
+            ),
+            width,
         ));
     }
     for leftover in &outcome.leftovers {

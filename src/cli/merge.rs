@@ -113,11 +113,10 @@ pub(super) fn merge(args: MergeArgs) -> Result<Exit, CliError> {
     let planned = manifest.planned_trials;
     text.push_str(&format!(
         "{}\nmerged {} of {planned} planned trials into {}\n",
-        report::table(&report::summarize(
-            &merged.records,
-            &agents,
-            &merged.manifest.agents
-        )),
+        report::table(
+            &report::summarize(&merged.records, &agents, &merged.manifest.agents),
+            super::terminal_width()
+        ),
         merged.records.iter().filter(|r| !r.interrupted).count(),
         out.display()
     ));

@@ -145,6 +145,15 @@ fn print_stdout(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
+/// The terminal's width for reports: `COLUMNS`, else 100.
+fn terminal_width() -> usize {
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|columns| columns.trim().parse().ok())
+        .filter(|&columns: &usize| columns > 0)
+        .unwrap_or(crate::report::DEFAULT_WIDTH)
+}
+
 /// Reads a run directory named on the command line; one that cannot be read is a usage error.
 fn read_run_dir(path: &Path) -> Result<StoredRun, CliError> {
     Ok(store::read_run(path)?)

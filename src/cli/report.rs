@@ -126,7 +126,7 @@ pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
         ReportFormat::Markdown if args.ablation => report::ablation_markdown(&run, args.confidence),
         ReportFormat::Json if args.ablation => report::ablation_json(&run, args.confidence),
         ReportFormat::Table => {
-            let mut text = report::text(&run, &summaries);
+            let mut text = report::text(&run, &summaries, super::terminal_width());
             if let Some(baseline) = &baseline {
                 text.push_str(&format!(
                     "\nAgainst the baseline {}:\n{}",

@@ -51,6 +51,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         cache: cache_dir(&args.suite, &workdir),
         workdir,
         keep_workspaces: args.keep_workspaces,
+        keep_homes: args.keep_homes,
         shard,
         agents_file: args
             .suite

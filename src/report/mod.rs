@@ -20,6 +20,7 @@ mod html;
 mod junit;
 mod select;
 mod tasks;
+mod terminal;
 pub use ablation::{
     Ablation, Effect, Factor, Interaction, Level, NO_ABLATION, ParetoPoint, ablation,
     ablation_json, ablation_markdown, ablations,
@@ -29,6 +30,7 @@ pub use html::{HtmlOptions, html};
 pub use junit::junit;
 pub use select::{UnknownAgent, select_agents};
 pub use tasks::{PER_TASK_NOTE, TaskCell, TaskRow, per_task, per_task_markdown, per_task_table};
+pub use terminal::{DEFAULT_WIDTH, wrap};
 
 /// The comparison of a run with an earlier one, as `compare` words it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -72,10 +74,70 @@ pub struct AgentSummary {
     pub pass_hat_k: Option<f64>,
     /// Mean cost per trial over the trials that reported one.
     pub mean_cost_usd: Option<f64>,
+    /// The sum of the reported costs; None when no trial reported one.
+    pub total_cost_usd: Option<f64>,
+    /// `total_cost_usd` over the passing trials (one pass is one solved task): what a solve cost.
+    pub cost_per_solved_usd: Option<f64>,
+    /// Tokens summed over the trials that reported usage; None when none did.
+    pub tokens: Option<TokenTotals>,
     /// Some of those costs were priced by deltabench, not reported by the agent.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cost_estimated: bool,
     pub median_duration_ms: Option<u64>,
+}
+
+/// Tokens summed over trials.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TokenTotals {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+}
+
+impl TokenTotals {
+    fn add(&mut self, other: &TokenTotals) {
+        self.input += other.input;
+        self.output += other.output;
+        self.cache_read += other.cache_read;
+        self.cache_write += other.cache_write;
+    }
+}
+
+/// What a whole run used: the agents' tokens and costs summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct RunTotals {
+    pub trials: usize,
+    pub passed: usize,
+    pub tokens: Option<TokenTotals>,
+    pub cost_usd: Option<f64>,
+    pub cost_per_solved_usd: Option<f64>,
+    /// Some of the costs were priced by deltabench, not reported by the agents.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cost_estimated: bool,
+}
+
+/// The run's totals over `summaries`.
+pub fn totals(summaries: &[AgentSummary]) -> RunTotals {
+    let mut totals = RunTotals::default();
+    for s in summaries {
+        totals.trials += s.trials;
+        totals.passed += s.passed;
+        if let Some(tokens) = &s.tokens {
+            totals.tokens.get_or_insert_default().add(tokens);
+        }
+        if let Some(cost) = s.total_cost_usd {
+            *totals.cost_usd.get_or_insert(0.0) += cost;
+        }
+        totals.cost_estimated |= s.cost_estimated;
+    }
+    totals.cost_per_solved_usd = per_solved(totals.cost_usd, totals.passed);
+    totals
+}
+
+/// What one pass cost; None without a cost or a pass.
+fn per_solved(cost: Option<f64>, passed: usize) -> Option<f64> {
+    cost.filter(|_| passed > 0).map(|cost| cost / passed as f64)
 }
 
 fn median(mut values: Vec<u64>) -> Option<u64> {
@@ -132,6 +194,7 @@ struct AgentTally {
     false_claims: usize,
     /// The sum and count of the reported costs, summed in record order.
     cost: (f64, usize),
+    tokens: Option<TokenTotals>,
     cost_estimated: bool,
     durations: Vec<u64>,
 }
@@ -171,6 +234,14 @@ impl Tally {
             agent.cost.1 += 1;
         }
         agent.cost_estimated |= record.usage.is_some_and(|u| u.cost_estimated);
+        if let Some(usage) = record.usage {
+            agent.tokens.get_or_insert_default().add(&TokenTotals {
+                input: usage.input_tokens,
+                output: usage.output_tokens,
+                cache_read: usage.cache_read_tokens,
+                cache_write: usage.cache_write_tokens,
+            });
+        }
         agent.durations.push(record.duration_ms);
     }
 
@@ -213,10 +284,12 @@ impl AgentTally {
         let scored = outcomes.iter().map(|o| o.trials).sum();
         let k = outcomes.iter().map(|o| o.trials).min().filter(|k| *k > 1);
         let claims = FalseClaims::of(self.claimed, self.false_claims, 0.95);
+        let passed = outcomes.iter().map(|o| o.passed).sum();
+        let total_cost = (self.cost.1 > 0).then_some(self.cost.0);
         AgentSummary {
             trials: self.trials,
             scored,
-            passed: outcomes.iter().map(|o| o.passed).sum(),
+            passed,
             invalid: self.invalid,
             flagged: self.flagged,
             infra_errors: self.trials - scored,
@@ -230,7 +303,10 @@ impl AgentTally {
             k,
             pass_at_k: k.and_then(|k| stats::mean_pass_at_k(&outcomes, k)),
             pass_hat_k: k.and_then(|k| stats::mean_pass_hat_k(&outcomes, k)),
-            mean_cost_usd: (self.cost.1 > 0).then(|| self.cost.0 / self.cost.1 as f64),
+            mean_cost_usd: total_cost.map(|cost| cost / self.cost.1 as f64),
+            total_cost_usd: total_cost,
+            cost_per_solved_usd: per_solved(total_cost, passed),
+            tokens: self.tokens,
             cost_estimated: self.cost_estimated,
             median_duration_ms: median(self.durations.clone()),
             agent: agent.to_owned(),
@@ -262,6 +338,55 @@ fn interval_text(interval: Option<(f64, f64)>) -> String {
 
 fn seconds(ms: Option<u64>) -> String {
     ms.map_or("-".into(), |ms| format!("{:.2}s", ms as f64 / 1000.0))
+}
+
+/// `$0.0123`, `~$0.0123` when priced by deltabench from its price table (not reported by the
+/// agent), or `-`.
+fn dollars(cost: Option<f64>, estimated: bool) -> String {
+    cost.map_or("-".into(), |c| {
+        format!("{}${c:.4}", if estimated { "~" } else { "" })
+    })
+}
+
+/// `12.3k in / 4.5k out`: tokens read and written (cache reads count as read).
+fn tokens_text(tokens: &TokenTotals) -> String {
+    format!(
+        "{} in / {} out",
+        count(tokens.input + tokens.cache_read),
+        count(tokens.output)
+    )
+}
+
+/// `950`, `12.3k`, `4.56M`.
+fn count(n: u64) -> String {
+    match n {
+        0..1_000 => n.to_string(),
+        1_000..1_000_000 => format!("{:.1}k", n as f64 / 1e3),
+        _ => format!("{:.2}M", n as f64 / 1e6),
+    }
+}
+
+/// `total: 18 trials, 9 passed; 12.3k in / 4.5k out tokens; $0.1234, $0.0137 per solved task`.
+pub fn totals_line(totals: &RunTotals) -> String {
+    let mut line = format!("total: {} trials, {} passed", totals.trials, totals.passed);
+    if let Some(tokens) = &totals.tokens {
+        let _ = write!(line, "; tokens {}", tokens_text(tokens));
+    }
+    if totals.cost_usd.is_some() {
+        let _ = write!(
+            line,
+            "; cost {}",
+            dollars(totals.cost_usd, totals.cost_estimated)
+        );
+        if totals.cost_per_solved_usd.is_some() {
+            let _ = write!(
+                line,
+                ", {} per solved task",
+                dollars(totals.cost_per_solved_usd, totals.cost_estimated)
+            );
+        }
+    }
+    line
 }
 
 /// `1/6 16.7% (3.0-56.4%)`: false claims of claimed, the rate and its interval.
@@ -310,8 +435,13 @@ struct Row {
     flagged: String,
     #[tabled(rename = "infra errors")]
     infra_errors: usize,
+    tokens: String,
     #[tabled(rename = "mean cost")]
     cost: String,
+    #[tabled(rename = "total cost")]
+    total_cost: String,
+    #[tabled(rename = "cost/solved")]
+    cost_per_solved: String,
     #[tabled(rename = "median time")]
     median: String,
 }
@@ -335,20 +465,22 @@ fn rows(summaries: &[AgentSummary]) -> Vec<Row> {
             invalid: s.invalid,
             flagged: flagged_text(s),
             infra_errors: s.infra_errors,
-            // `~`: priced by deltabench from its price table, not reported by the agent.
-            cost: s.mean_cost_usd.map_or("-".into(), |c| {
-                format!("{}${c:.4}", if s.cost_estimated { "~" } else { "" })
-            }),
+            tokens: s.tokens.as_ref().map_or("-".into(), tokens_text),
+            cost: dollars(s.mean_cost_usd, s.cost_estimated),
+            total_cost: dollars(s.total_cost_usd, s.cost_estimated),
+            cost_per_solved: dollars(s.cost_per_solved_usd, s.cost_estimated),
             median: seconds(s.median_duration_ms),
         })
         .collect()
 }
 
-/// The terminal summary table.
-pub fn table(summaries: &[AgentSummary]) -> String {
-    Table::new(rows(summaries))
-        .with(Style::rounded())
-        .to_string()
+/// The terminal summary: the table fitted to `width` with its legend, then the run's totals.
+pub fn table(summaries: &[AgentSummary], width: usize) -> String {
+    format!(
+        "{}\n{}",
+        terminal::summary(summaries, width),
+        terminal::wrap(&totals_line(&totals(summaries)), width)
+    )
 }
 
 fn agents_of(summaries: &[AgentSummary]) -> Vec<String> {
@@ -417,13 +549,13 @@ fn flaky_line(run: &StoredRun, bullet: &str) -> String {
     )
 }
 
-/// The terminal report: the summary table, then the per-task table.
-pub fn text(run: &StoredRun, summaries: &[AgentSummary]) -> String {
+/// The terminal report fitted to `width`: the summary table, then the per-task table.
+pub fn text(run: &StoredRun, summaries: &[AgentSummary], width: usize) -> String {
     let agents = agents_of(summaries);
     let mut out = format!(
-        "{}\n{FALSE_CLAIMS_NOTE}\n\nPer task: {PER_TASK_NOTE}\n{}\n",
-        table(summaries),
-        per_task_table(&per_task(run, &agents), &agents)
+        "{}\n\nPer task: {PER_TASK_NOTE}\n{}\n",
+        table(summaries, width),
+        per_task_table(&per_task(run, &agents), &agents, width)
     );
     out.push_str(&preparation_lines(run, ""));
     out.push_str(&flaky_line(run, ""));
@@ -443,7 +575,7 @@ pub fn text(run: &StoredRun, summaries: &[AgentSummary]) -> String {
             );
         }
     }
-    out
+    terminal::wrap(&out, width)
 }
 
 /// What preparing each task cost apart from its trials' times, one line per task after
@@ -521,7 +653,11 @@ pub fn markdown(run: &StoredRun, summaries: &[AgentSummary]) -> String {
             .with(Style::markdown())
             .to_string(),
     );
-    let _ = writeln!(out, "\n\n{FALSE_CLAIMS_NOTE}.");
+    let _ = writeln!(
+        out,
+        "\n\n{}.\n\n{FALSE_CLAIMS_NOTE}.",
+        capitalized(&totals_line(&totals(summaries)))
+    );
     let agents = agents_of(summaries);
     let _ = writeln!(
         out,
@@ -582,7 +718,7 @@ fn trial_notes(
     }
 }
 
-fn capitalized(text: &str) -> String {
+pub(super) fn capitalized(text: &str) -> String {
     let mut chars = text.chars();
     chars.next().map_or(String::new(), |first| {
         first.to_uppercase().chain(chars).collect()
@@ -700,6 +836,7 @@ pub fn json(run: &StoredRun, summaries: &[AgentSummary], baseline: Option<&Basel
         "planned_trials": run.manifest.planned_trials,
         "interrupted": run.manifest.interrupted,
         "agents": summaries,
+        "totals": totals(summaries),
         "tasks": per_task(run, &agents_of(summaries)),
     });
     if !run.manifest.preparation.is_empty() {

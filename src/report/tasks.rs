@@ -138,12 +138,63 @@ fn builder(rows: &[TaskRow], headers: impl Iterator<Item = String>) -> Builder {
 pub const PER_TASK_NOTE: &str =
     "passed/scored trials per task and agent, failing tasks first (+N infra: trials not scored)";
 
-/// The per-task table for a terminal.
-pub fn per_task_table(rows: &[TaskRow], agents: &[String]) -> String {
-    builder(rows, agents.iter().map(|a| stacked(a)))
-        .build()
-        .with(Style::rounded())
-        .to_string()
+/// Task names are shortened to this many characters in a terminal table too wide for them.
+const TASK_NAME_LIMIT: usize = 40;
+
+/// The per-task table for a terminal `width` wide: when the agents' columns do not fit side by
+/// side, as many tables as it takes, each with the task column and the agents that fit.
+pub fn per_task_table(rows: &[TaskRow], agents: &[String], width: usize) -> String {
+    let render = |rows: &[TaskRow], from: usize, to: usize| {
+        let mut table = builder_of(rows, agents, from, to);
+        table.with(Style::rounded());
+        table
+    };
+    let fits = |from, to| render(rows, from, to).total_width() <= width;
+    let shortened: Vec<TaskRow>;
+    let rows = if fits(0, agents.len().min(1)) {
+        rows
+    } else {
+        shortened = rows
+            .iter()
+            .map(|row| TaskRow {
+                task: super::terminal::shortened(&row.task, TASK_NAME_LIMIT),
+                agents: row.agents.clone(),
+            })
+            .collect();
+        &shortened
+    };
+    let fits = |from, to| render(rows, from, to).total_width() <= width;
+    let mut tables = Vec::new();
+    let mut from = 0;
+    while from < agents.len() || tables.is_empty() {
+        let mut to = (from + 1).min(agents.len());
+        while to < agents.len() && fits(from, to + 1) {
+            to += 1;
+        }
+        tables.push(render(rows, from, to).to_string());
+        from = to.max(from + 1);
+    }
+    tables.join("\n")
+}
+
+/// The terminal table of `rows` for the agents `from..to`.
+fn builder_of(rows: &[TaskRow], agents: &[String], from: usize, to: usize) -> tabled::Table {
+    let mut builder = Builder::default();
+    builder.push_record(
+        std::iter::once("task".to_owned()).chain(agents[from..to].iter().map(|a| stacked(a))),
+    );
+    for row in rows {
+        builder.push_record(
+            std::iter::once(row.task.clone()).chain(
+                row.agents
+                    .values()
+                    .skip(from)
+                    .take(to - from)
+                    .map(TaskCell::text),
+            ),
+        );
+    }
+    builder.build()
 }
 
 /// The per-task table in markdown.
@@ -172,6 +223,27 @@ mod tests {
         assert_eq!(cell(1, 1, 1), "1/1 +1 infra");
         assert_eq!(cell(0, 0, 2), "2 infra");
         assert_eq!(cell(0, 0, 0), "-");
+    }
+
+    #[test]
+    fn agents_that_do_not_fit_side_by_side_get_tables_of_their_own() {
+        let agents: Vec<String> = (1..=6).map(|n| format!("agent-number-{n}")).collect();
+        let rows = vec![TaskRow {
+            task: "a-task-with-a-name-longer-than-forty-characters-in-all".into(),
+            agents: agents
+                .iter()
+                .map(|a| (a.clone(), TaskCell::default()))
+                .collect(),
+        }];
+        let text = per_task_table(&rows, &agents, 72);
+        for line in text.lines() {
+            assert!(line.chars().count() <= 72, "{line}\n{text}");
+        }
+        for agent in &agents {
+            assert_eq!(text.matches(agent.as_str()).count(), 1, "{text}");
+        }
+        assert!(text.matches("╭").count() > 1, "{text}");
+        assert!(text.contains("a-task-with-a-name-l…"), "{text}");
     }
 
     #[test]

@@ -447,6 +447,7 @@ async fn trial_inputs(
             expected: plan.expected.clone(),
             discover_mutants: plan.discover_mutants,
             record: plan.request.record,
+            keep_homes: plan.request.keep_homes,
             replay: plan.request.replay.clone(),
             environments,
             preparations,

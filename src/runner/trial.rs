@@ -81,6 +81,8 @@ pub struct TrialInputs {
     pub model_route: Option<ModelRoute>,
     /// Keep each gateway trial's model calls in its folder.
     pub record: bool,
+    /// Keep the CLIs' own files in their homes ([`crate::agent::harness::prune_home`]).
+    pub keep_homes: bool,
     /// The recorded run whose same trial answers each gateway trial's model calls.
     pub replay: Option<PathBuf>,
 }
@@ -167,6 +169,11 @@ pub async fn run_trial(
                 .map(|(calls, total)| Counted { calls, total }),
         },
     );
+    if !inputs.keep_homes
+        && let Some((kind, config)) = agent.as_harness()
+    {
+        crate::agent::harness::prune_home(&dir.join("home"), config.adapter(kind).bundled());
+    }
     // A secret may remain on disk: the record says so rather than the run failing.
     let unredacted = trial
         .secrets

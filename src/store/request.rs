@@ -20,6 +20,10 @@ pub struct RunRequest {
     /// Prepared sources and workspace templates, reused across runs.
     pub cache: PathBuf,
     pub keep_workspaces: bool,
+    /// Keep what each CLI writes of its own in its trial's home (bundled skills, plugin
+    /// installs, caches); pruned otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_homes: bool,
     /// Run only this slice of the plan.
     pub shard: Option<Shard>,
     /// The `--agents` file the suite was loaded with.

@@ -1003,6 +1003,32 @@ fn claude_code_timeout_kills_its_whole_tree() {
     times_out_and_kills_the_tree(HarnessKind::ClaudeCode, "sleep 47.1");
 }
 
+/// What Codex unpacks into its home of its own (its system skills) is gone from the trial
+/// folder after the trial; its session stays; `--keep-homes` keeps the whole home.
+#[test]
+fn codex_home_is_pruned_of_its_bundled_skills_unless_kept() {
+    if !installed(HarnessKind::Codex) {
+        return;
+    }
+    let tmp = suite(HarnessKind::Codex, WRITE_SHOW_DONE, "");
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    for (out, keep) in [("pruned", false), ("kept", true)] {
+        let mut command = deltabench(tmp.path());
+        command.args(["run", "suite.yaml", "--out", out, "--workdir"]);
+        command.arg(&work);
+        if keep {
+            command.arg("--keep-homes");
+        }
+        let output = command.output().unwrap();
+        let out = tmp.path().join(out);
+        assert_eq!(only_record(&out)["outcome"], "pass", "{}", stderr(&output));
+        let home = trial_dir(&out).join("home/.codex");
+        assert_eq!(home.join("skills/.system").exists(), keep, "{out:?}");
+        assert!(home.join("sessions").is_dir(), "the session stays: {out:?}");
+    }
+}
+
 #[test]
 fn codex_timeout_kills_its_whole_tree() {
     times_out_and_kills_the_tree(HarnessKind::Codex, "sleep 47.2");

@@ -183,13 +183,23 @@ pub fn have_command(test: &str, command: &str) -> bool {
 
 /// Whether bubblewrap can run here (see [`have_tool`]).
 pub fn have_bwrap(test: &str) -> bool {
-    let found = Command::new("bwrap")
-        .args(["--unshare-all", "--ro-bind", "/", "/", "true"])
-        .output()
-        .is_ok_and(|o| o.status.success());
     have_tool(
         test,
         "a bubblewrap that can create namespaces (apt-get install bubblewrap; a chroot or a container may forbid user namespaces)",
-        found,
+        bwrap_works(),
     )
+}
+
+/// Whether bubblewrap makes its namespaces here. Asked up to three times: under a full test
+/// run's load one attempt can fail for want of a moment's resources, not for want of the tool.
+pub fn bwrap_works() -> bool {
+    (0..3).any(|attempt| {
+        if attempt > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        Command::new("bwrap")
+            .args(["--unshare-all", "--ro-bind", "/", "/", "true"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
 }

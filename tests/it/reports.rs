@@ -217,11 +217,17 @@ fn write_artifacts(run: &Path) {
     );
 }
 
+/// `deltabench report RUN EXTRA` with a terminal 200 columns wide (every column fits).
 fn report(cwd: &Path, run: &Path, extra: &[&str]) -> Output {
+    report_at(cwd, run, extra, 200)
+}
+
+fn report_at(cwd: &Path, run: &Path, extra: &[&str], columns: usize) -> Output {
     deltabench(cwd)
         .arg("report")
         .arg(run)
         .args(extra)
+        .env("COLUMNS", columns.to_string())
         .output()
         .unwrap()
 }
@@ -234,6 +240,35 @@ fn formatted(format: &str) -> String {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(output.stderr.is_empty(), "{}", stderr(&output));
     stdout(&output)
+}
+
+/// At 100 columns (the default) and narrower, no line of the report is wider than the
+/// terminal: empty columns left out, cells compact, a legend; the totals and cost per solved
+/// task are there at every width.
+#[test]
+fn the_table_fits_the_terminal_with_totals_and_cost_per_solved_task() {
+    let tmp = temp_dir();
+    let run = write_run(tmp.path());
+    for columns in [100, 72, 48] {
+        let output = report_at(tmp.path(), &run, &[], columns);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let text = stdout(&output);
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= columns,
+                "{columns}: {} columns: {line}\n{text}",
+                line.chars().count()
+            );
+        }
+        let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            words.contains("total: 12 trials, 7 passed; tokens 7.2k in / 2.0k out; cost $0.0750, $0.0107 per solved task"),
+            "{text}"
+        );
+        if columns == 100 {
+            insta::assert_snapshot!(text);
+        }
+    }
 }
 
 #[test]

@@ -25,6 +25,44 @@ pub struct RunStart<'a> {
 pub trait CliAdapter: Send + Sync {
     /// Starts reading one run of the CLI (called just before it is spawned).
     fn begin(&self, run: &RunStart<'_>) -> Box<dyn CliRun>;
+
+    /// Paths under HOME the CLI writes of its own, not of the trial (bundled skills, plugin
+    /// installs, telemetry): removed after the trial unless `run --keep-homes`, with
+    /// [`COMMON_BUNDLED`].
+    fn bundled(&self) -> &'static [&'static str] {
+        &[]
+    }
+}
+
+/// What any Node or Python CLI may leave in HOME that is a cache, not the trial's.
+pub const COMMON_BUNDLED: [&str; 3] = [".npm/_cacache", ".npm/_npx", ".cache/pip"];
+
+/// Removes `bundled` and [`COMMON_BUNDLED`] from `home`: never a symlink's target, never a path
+/// that leaves `home`. What cannot be removed stays (a run never fails on it).
+pub fn prune_home(home: &Path, bundled: &[&str]) {
+    for relative in COMMON_BUNDLED.iter().chain(bundled) {
+        let path = home.join(relative);
+        let inside = Path::new(relative)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        // A parent that is a symlink would take the removal out of the home.
+        let real_parent = path
+            .parent()
+            .and_then(|p| std::fs::canonicalize(p).ok())
+            .zip(std::fs::canonicalize(home).ok())
+            .is_some_and(|(parent, home)| parent.starts_with(home));
+        if !inside || !real_parent {
+            continue;
+        }
+        let _ = if meta.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+    }
 }
 
 /// One run of a CLI as the run loop sees it: lines in, events out, a verdict at the end.
@@ -177,5 +215,28 @@ mod tests {
         save_usage(&file, "t", total.clone());
         save_usage(&file, "u", Usage::default());
         assert_eq!(saved_usage(&file, "t"), total);
+    }
+
+    #[test]
+    fn a_home_loses_its_bundled_files_and_nothing_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let (home, outside) = (dir.path().join("home"), dir.path().join("outside"));
+        for folder in [".codex/skills/.system", ".codex/sessions", ".npm/_cacache"] {
+            std::fs::create_dir_all(home.join(folder)).unwrap();
+        }
+        std::fs::create_dir_all(outside.join("skills/.system")).unwrap();
+        std::os::unix::fs::symlink(&outside, home.join(".cfg")).unwrap();
+        prune_home(
+            &home,
+            &[".codex/skills/.system", ".cfg/skills/.system", "../outside"],
+        );
+        assert!(!home.join(".codex/skills/.system").exists());
+        assert!(!home.join(".npm/_cacache").exists());
+        assert!(home.join(".codex/sessions").is_dir());
+        assert!(
+            outside.join("skills/.system").is_dir(),
+            "not through a symlink"
+        );
+        assert!(outside.is_dir(), "never out of the home");
     }
 }

@@ -333,6 +333,11 @@ impl super::adapter::CliAdapter for Adapter {
     fn begin(&self, _: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
         super::adapter::Plain::boxed(ClaudeParser::new())
     }
+
+    /// Telemetry it queues for sending (never sent offline).
+    fn bundled(&self) -> &'static [&'static str] {
+        &[".claude/telemetry"]
+    }
 }
 
 #[cfg(test)]

@@ -316,6 +316,11 @@ impl super::adapter::CliAdapter for Adapter {
         };
         Box::new(CodexRun { parser, file })
     }
+
+    /// The system skills it unpacks into its home on every start.
+    fn bundled(&self) -> &'static [&'static str] {
+        &[".codex/skills/.system"]
+    }
 }
 
 struct CodexRun {

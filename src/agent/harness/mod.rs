@@ -26,6 +26,7 @@
 //!   them (often absolute); [`ParsedRun::relative_to`] makes them workspace-relative.
 
 pub mod adapter;
+pub use adapter::prune_home;
 mod agent;
 pub mod aider;
 pub mod claude;

@@ -206,6 +206,11 @@ impl super::adapter::CliAdapter for Adapter {
     fn begin(&self, _: &super::adapter::RunStart<'_>) -> Box<dyn super::adapter::CliRun> {
         super::adapter::Plain::locally_priced(OpencodeParser::new())
     }
+
+    /// Its plugin SDK, installed from npm into its config folder on every start (~63 MB).
+    fn bundled(&self) -> &'static [&'static str] {
+        &[".config/opencode/node_modules"]
+    }
 }
 
 #[cfg(test)]

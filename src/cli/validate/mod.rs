@@ -39,6 +39,7 @@ pub(super) async fn validate(args: ValidateArgs) -> Result<Exit, CliError> {
         cache: cache_dir(&args.suite, &workdir),
         workdir: workdir.clone(),
         keep_workspaces: false,
+        keep_homes: false,
         shard: None,
         agents_file: None,
         retries: 0,

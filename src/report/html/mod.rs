@@ -17,7 +17,9 @@ use chrono::{DateTime, Utc};
 
 use super::junit::task_position;
 use super::tasks::task_order;
-use super::{AgentSummary, Baseline, FALSE_CLAIMS_NOTE, ablations};
+use super::{
+    AgentSummary, Baseline, FALSE_CLAIMS_NOTE, ablations, capitalized, totals, totals_line,
+};
 use crate::store::{StoredRun, TrialRecord};
 use charts::{cost_scatter, pass_rate_chart};
 use data::Data;
@@ -132,8 +134,10 @@ pub fn html(
     out.push_str("</div>\n");
     let _ = write!(
         out,
-        "<section class=\"panel\">\n<h2>Summary</h2>\n{}<p class=\"note\">{}.</p>\n</section>\n",
+        "<section class=\"panel\">\n<h2>Summary</h2>\n{}<p class=\"note\" id=\"totals\">{}.</p>\n\
+         <p class=\"note\">{}.</p>\n</section>\n",
         summary_table(summaries),
+        esc(&capitalized(&totals_line(&totals(summaries)))),
         code_spans(&esc(FALSE_CLAIMS_NOTE))
     );
     if let Some(baseline) = options.baseline {

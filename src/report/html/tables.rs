@@ -15,7 +15,8 @@ pub(super) fn summary_table(summaries: &[AgentSummary]) -> String {
     let mut out = String::from(
         "<table id=\"summary\">\n<thead><tr><th>agent</th><th>trials</th><th>passed</th>\
          <th>pass rate</th><th>95% CI</th><th>false claims</th><th>pass@k / pass^k</th>\
-         <th>invalid</th><th>flagged</th><th>infra errors</th><th>mean cost</th><th>median time</th></tr>\
+         <th>invalid</th><th>flagged</th><th>infra errors</th><th>tokens</th><th>mean cost</th>\
+         <th>total cost</th><th>cost/solved</th><th>median time</th></tr>\
          </thead>\n<tbody>\n",
     );
     for row in rows(summaries) {
@@ -23,7 +24,7 @@ pub(super) fn summary_table(summaries: &[AgentSummary]) -> String {
             out,
             "<tr data-agent=\"{agent}\"><td class=\"name\">{name}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td class=\"false-claims\">{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             row.trials,
             row.passed,
             esc(&row.pass_rate),
@@ -33,7 +34,10 @@ pub(super) fn summary_table(summaries: &[AgentSummary]) -> String {
             row.invalid,
             esc(&row.flagged),
             row.infra_errors,
+            esc(&row.tokens),
             esc(&row.cost),
+            esc(&row.total_cost),
+            esc(&row.cost_per_solved),
             esc(&row.median),
             agent = esc(&row.agent),
             name = name_cell(&row.agent),
