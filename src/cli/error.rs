@@ -52,7 +52,12 @@ pub struct CliError {
     /// The offending line of a file, with a caret under the column.
     snippet: Option<String>,
     hints: Vec<String>,
+    /// More errors of the same command (a suite file's), each printed as its own block.
+    more: Vec<CliError>,
 }
+
+/// The most errors printed; past them, how many more there are.
+const SHOWN_ERRORS: usize = 20;
 
 /// A message with what caused it.
 #[derive(Debug)]
@@ -83,6 +88,7 @@ impl CliError {
             error: error.into(),
             snippet: None,
             hints: Vec::new(),
+            more: Vec::new(),
         }
     }
 
@@ -140,6 +146,25 @@ impl CliError {
 
     /// What is printed on stderr, each line ending in a newline.
     pub fn render(&self) -> String {
+        let mut text = String::new();
+        for err in std::iter::once(self).chain(&self.more).take(SHOWN_ERRORS) {
+            text.push_str(&err.render_error());
+        }
+        let all = 1 + self.more.len();
+        if all > SHOWN_ERRORS {
+            text.push_str(&format!(
+                "... and {} more errors ({all} in all)\n",
+                all - SHOWN_ERRORS
+            ));
+        }
+        for hint in &self.hints {
+            text.push_str(&format!("hint: {hint}\n"));
+        }
+        text
+    }
+
+    /// The error's own lines: its message, its causes and its snippet.
+    fn render_error(&self) -> String {
         let mut text = format!("error: {}\n", self.error);
         let mut above = self.error.to_string();
         let mut cause = self.error.source();
@@ -157,16 +182,14 @@ impl CliError {
             text.push_str(snippet);
             text.push('\n');
         }
-        for hint in &self.hints {
-            text.push_str(&format!("hint: {hint}\n"));
-        }
         text
     }
 }
 
 impl From<SuiteError> for CliError {
     fn from(err: SuiteError) -> Self {
-        let hint = match &err {
+        let hint = match err {
+            SuiteError::Several(errors) => return Self::several(errors),
             SuiteError::At { .. } => {
                 Some("`deltabench schema` prints every key the suite file accepts")
             }
@@ -180,6 +203,23 @@ impl From<SuiteError> for CliError {
         let mut error = Self::new(ErrorKind::Usage, err).maybe_hint(hint);
         error.snippet = snippet;
         error
+    }
+}
+
+impl CliError {
+    /// A suite's several errors: one block each, the hints of all said once at the end.
+    fn several(errors: Vec<SuiteError>) -> Self {
+        let mut all = errors.into_iter().map(Self::from);
+        let mut first = all.next().expect("several errors are two or more");
+        for mut other in all {
+            for hint in std::mem::take(&mut other.hints) {
+                if !first.hints.contains(&hint) {
+                    first.hints.push(hint);
+                }
+            }
+            first.more.push(other);
+        }
+        first
     }
 }
 

@@ -8,13 +8,13 @@ use indexmap::IndexMap;
 use serde_saphyr::Spanned;
 use sha2::{Digest, Sha256};
 
-use super::diagnostics::{Source, SuiteError};
+use super::diagnostics::{Errors, Source, SuiteError};
 use super::matrix::add_agents;
 use super::names::{is_safe_name, resolve_command};
 use super::raw::{
-    RawAgent, RawAgentsFile, RawDefaults, RawEnvironment, RawMetric, RawSuite, RawTask, RawVerify,
-    loc,
+    RawAgent, RawAgentsFile, RawEnvironment, RawMetric, RawSuite, RawTask, RawVerify, loc,
 };
+use super::read::{Lost, Read, read};
 use super::types::{AgentSpec, DEFAULT_MAX_DIFF, Located, MetricKind, MetricSpec, Suite, Task};
 use crate::agent::harness::Endpoint;
 use crate::delta::VerifySpec;
@@ -52,7 +52,7 @@ pub fn suite_file(path: &Path) -> Result<PathBuf, SuiteError> {
     }
 }
 
-fn read(path: &Path) -> Result<String, SuiteError> {
+fn read_text(path: &Path) -> Result<String, SuiteError> {
     std::fs::read_to_string(path).map_err(|source| SuiteError::Read {
         path: path.to_owned(),
         source,
@@ -61,89 +61,107 @@ fn read(path: &Path) -> Result<String, SuiteError> {
 
 /// Loads and validates a suite (a file, or a folder holding `suite.yaml`) and an optional agents
 /// file whose agents override the suite's of the same name and are the ones run by default.
+/// Every error of both files is reported, not only the first.
 pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteError> {
     let path = suite_file(suite)?;
     // Absolute, so relative paths resolve the same whatever the working directory.
     let path = path.canonicalize().unwrap_or(path);
-    let text = read(&path)?;
-    let source = Source {
-        path: &path,
-        text: &text,
-        dir: path.parent().map(Path::to_owned).unwrap_or_default(),
+    let text = read_text(&path)?;
+    let source = Source::new(&path, &text);
+    let agents_text = agents_file.map(read_text).transpose()?;
+    let agents_source = agents_file
+        .zip(agents_text.as_deref())
+        .map(|(path, text)| Source::new(path, text));
+    let mut errors = Errors::in_files(std::iter::once(path.as_path()).chain(agents_file));
+    let raw = read::<RawSuite>(&source, &mut errors);
+    let agents_file = agents_source
+        .as_ref()
+        .and_then(|agents_source| read::<RawAgentsFile>(agents_source, &mut errors));
+    let Some(Read { raw, lost }) = raw else {
+        return errors.finish(None);
     };
-    let raw: RawSuite = source.parse()?;
     let mut digest = Sha256::new();
     digest.update(text.as_bytes());
 
     let mut agents = IndexMap::new();
     let mut variants = IndexMap::new();
-    add_agents(&source, &raw.agents, &mut agents, &mut variants)?;
-    let agents_text = agents_file.map(read).transpose()?;
-    let agents_source = agents_file
-        .zip(agents_text.as_deref())
-        .map(|(path, text)| Source {
-            path,
-            text,
-            dir: path.parent().map(Path::to_owned).unwrap_or_default(),
-        });
-    let agents_file: Option<RawAgentsFile> = match &agents_source {
-        Some(agents_source) => {
-            digest.update(agents_source.text.as_bytes());
-            let file: RawAgentsFile = agents_source.parse()?;
-            add_agents(agents_source, &file.agents, &mut agents, &mut variants)?;
-            Some(file)
-        }
-        None => None,
-    };
+    add_agents(
+        &source,
+        &raw.agents,
+        &lost,
+        &mut agents,
+        &mut variants,
+        &mut errors,
+    );
+    if let (Some(agents_source), Some(file)) = (&agents_source, &agents_file) {
+        digest.update(agents_source.text.as_bytes());
+        let (file, lost) = (&file.raw, &file.lost);
+        add_agents(
+            agents_source,
+            &file.agents,
+            lost,
+            &mut agents,
+            &mut variants,
+            &mut errors,
+        );
+    }
 
-    if let Some(defaults) = &raw.budget {
-        let defaults = super::agents::budget(&source, &defaults.value)?;
+    if let Some(defaults) = &raw.budget
+        && let Some(defaults) = errors.keep(super::agents::budget(&source, &defaults.value))
+    {
         super::agents::apply_default_budget(&mut agents, defaults);
     }
     let name = raw.name.value.trim().to_owned();
     if name.is_empty() {
-        return Err(source.at(&raw.name, "the suite `name` is empty"));
+        errors.push(source.at(&raw.name, "the suite `name` is empty"));
     }
-    let repo = repo_source(&source, &raw.repo)?;
+    let repo = errors.keep(repo_source(&source, &raw.repo));
     let max_diff = match &raw.max_diff {
         None => DEFAULT_MAX_DIFF,
         Some(size) => match size.value.trim().parse::<bytesize::ByteSize>() {
             Ok(bytes) if bytes.as_u64() > 0 => bytes.as_u64(),
             _ => {
-                return Err(source.at(
+                errors.push(source.at(
                     size,
                     format!(
                         "invalid max_diff '{}': use a size greater than zero such as 20MiB, 500KB or 1048576",
                         size.value
                     ),
                 ));
+                DEFAULT_MAX_DIFF
             }
         },
     };
     let mut tasks = Vec::with_capacity(raw.tasks.value.len());
-    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut seen: HashMap<&str, u64> = HashMap::new();
     for raw_task in &raw.tasks.value {
-        let task = task(&source, &raw, &raw.defaults, raw_task)?;
-        if let Some(first) = seen.insert(task.id.clone(), loc(&raw_task.id).0) {
-            return Err(source.at(
+        if let Some(first) = seen.insert(&raw_task.id.value, loc(&raw_task.id).0) {
+            errors.push(source.at(
                 &raw_task.id,
                 format!(
                     "duplicate task id '{}' (first defined on line {first})",
-                    task.id
+                    raw_task.id.value
                 ),
             ));
         }
-        tasks.push(task);
+        tasks.extend(task(&source, &raw, &lost, raw_task, &mut errors));
     }
-    if tasks.is_empty() {
-        return Err(source.at(
+    // Tasks left out for their errors are not missing.
+    if raw.tasks.value.is_empty() && !lost.under("tasks") {
+        errors.push(source.at(
             &raw.tasks,
             "the suite has no tasks; add at least one under `tasks:`",
         ));
     }
-    check_model_network(&source, &raw.agents, &agents, &tasks)?;
+    check_model_network(&source, &raw.agents, &agents, &tasks, &mut errors);
     if let (Some(agents_source), Some(file)) = (&agents_source, &agents_file) {
-        check_model_network(agents_source, &file.agents, &agents, &tasks)?;
+        check_model_network(
+            agents_source,
+            &file.raw.agents,
+            &agents,
+            &tasks,
+            &mut errors,
+        );
     }
     // What the files name counts too, so resume and merge notice an edited hidden test.
     for task in &tasks {
@@ -171,7 +189,16 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
             hash_tree(&mut digest, script);
         }
     }
-    Ok(Suite {
+    let agents_file = agents_source
+        .as_ref()
+        .zip(agents_file.as_ref())
+        .map(|(source, file)| {
+            (
+                source.path.to_owned(),
+                file.raw.agents.keys().cloned().collect(),
+            )
+        });
+    errors.finish(repo.map(|repo| Suite {
         name,
         description: raw.description.clone(),
         path: path.clone(),
@@ -182,16 +209,8 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
         tasks,
         max_diff,
         base_images: raw.base_images.clone(),
-        agents_file: agents_source
-            .as_ref()
-            .zip(agents_file.as_ref())
-            .map(|(source, file)| {
-                (
-                    source.path.to_owned(),
-                    file.agents.keys().cloned().collect(),
-                )
-            }),
-    })
+        agents_file,
+    }))
 }
 
 /// `network: model` needs a network of the agent's own: the sandbox's or a container's. An
@@ -201,7 +220,8 @@ fn check_model_network(
     raw: &IndexMap<String, RawAgent>,
     agents: &IndexMap<String, AgentSpec>,
     tasks: &[Task],
-) -> Result<(), SuiteError> {
+    errors: &mut Errors,
+) {
     for (name, agent) in raw {
         let Some(network) = &agent.network else {
             continue;
@@ -214,7 +234,7 @@ fn check_model_network(
             .iter()
             .find(|task| task.environment.is_none() && task.isolation != Isolation::Sandbox);
         if let Some(task) = outside {
-            return Err(source.at(
+            errors.push(source.at(
                 network,
                 format!(
                     "agent '{name}' sets `network: model`, which needs `isolation: sandbox` or an \
@@ -225,7 +245,6 @@ fn check_model_network(
             ));
         }
     }
-    Ok(())
 }
 
 /// Adds a file's bytes, or a folder's file names and bytes in sorted order, to `digest`.
@@ -278,41 +297,56 @@ fn repo_source(source: &Source, repo: &Spanned<String>) -> Result<RepoSource, Su
     Ok(RepoSource { path, kind })
 }
 
+/// One task, each of its values checked; None when any is wrong, every error kept.
 fn task(
     source: &Source,
     raw: &RawSuite,
-    defaults: &RawDefaults,
+    lost: &Lost,
     t: &RawTask,
-) -> Result<Task, SuiteError> {
+    errors: &mut Errors,
+) -> Option<Task> {
+    let defaults = &raw.defaults;
+    let found = errors.count();
+    // A key left out for its error is not also missing.
+    let lost_keys = lost.keys_near(loc(&t.id));
     let id = t.id.value.clone();
     if !is_safe_name(&id) {
-        return Err(source.at(
+        errors.push(source.at(
             &t.id,
             format!("task id '{id}' is not allowed: use letters, digits, '.', '_' and '-'"),
         ));
     }
     let instruction = match (&t.instruction, &t.instruction_file) {
-        (Some(text), None) => text.value.clone(),
-        (None, Some(file)) => {
-            let path = source.existing_path(file, "instruction_file")?;
-            std::fs::read_to_string(&path)
-                .map_err(|err| source.at(file, format!("cannot read {}: {err}", path.display())))?
-        }
+        (Some(text), None) => Some(text.value.clone()),
+        (None, Some(file)) => errors.keep(source.existing_path(file, "instruction_file").and_then(
+            |path| {
+                std::fs::read_to_string(&path).map_err(|err| {
+                    source.at(file, format!("cannot read {}: {err}", path.display()))
+                })
+            },
+        )),
         (Some(_), Some(file)) => {
-            return Err(source.at(
+            errors.push(source.at(
                 file,
                 format!("task '{id}' sets both `instruction` and `instruction_file`; keep one"),
             ));
+            None
         }
         (None, None) => {
-            return Err(source.at(
-                &t.id,
-                format!("task '{id}' has no `instruction` or `instruction_file`"),
-            ));
+            if !lost_keys {
+                errors.push(source.at(
+                    &t.id,
+                    format!("task '{id}' has no `instruction` or `instruction_file`"),
+                ));
+            }
+            None
         }
     };
-    if instruction.trim().is_empty() {
-        return Err(source.at(&t.id, format!("task '{id}' has an empty instruction")));
+    if instruction
+        .as_ref()
+        .is_some_and(|text| text.trim().is_empty())
+    {
+        errors.push(source.at(&t.id, format!("task '{id}' has an empty instruction")));
     }
     let base = t
         .base
@@ -329,86 +363,124 @@ fn task(
             line: loc(&raw.repo).0,
             column: loc(&raw.repo).1,
         });
-    let overlay =
-        |field: &Option<Spanned<String>>, what: &str| -> Result<Option<Overlay>, SuiteError> {
+    let mut overlay = |field: &Option<Spanned<String>>, what: &str| -> Option<Option<Overlay>> {
+        errors.keep(
             field
                 .as_ref()
                 .map(|p| source.existing_path(p, what).map(Overlay::from_path))
-                .transpose()
-        };
-    let verify = match t.verify.as_ref().or(defaults.verify.as_ref()) {
-        Some(v) => verify_spec(source, v)?,
+                .transpose(),
+        )
+    };
+    let tests = overlay(&t.tests, "tests");
+    let solution = overlay(&t.solution, "solution");
+    let verify_at = t.verify.as_ref().or(defaults.verify.as_ref());
+    let verify = match verify_at {
+        Some(v) => errors.keep(verify_spec(source, v)),
         None => {
-            return Err(source.at(
-                &t.id,
-                format!(
-                    "task '{id}' has no `verify` command; set it on the task or under `defaults:`"
-                ),
-            ));
+            if !lost_keys && !lost.under("defaults") {
+                errors.push(source.at(
+                    &t.id,
+                    format!(
+                        "task '{id}' has no `verify` command; set it on the task or under `defaults:`"
+                    ),
+                ));
+            }
+            None
         }
     };
     let metric = match t.metric.as_ref().or(defaults.metric.as_ref()) {
-        Some(m) => metric_spec(source, m)?,
-        None => MetricSpec::Delta,
+        Some(m) => errors.keep(metric_spec(source, m)),
+        None => Some(MetricSpec::Delta),
     };
     let isolation = match t.isolation.as_ref().or(defaults.isolation.as_ref()) {
-        Some(s) => s
-            .value
-            .parse()
-            .map_err(|err| source.at(s, format!("{err}")))?,
-        None => Isolation::Worktree,
+        Some(s) => errors.keep(
+            s.value
+                .parse::<Isolation>()
+                .map_err(|err| source.at(s, format!("{err}"))),
+        ),
+        None => Some(Isolation::Worktree),
     };
     // A task's mapping replaces the default's whole: no key-by-key merge.
-    let environment = t
-        .environment
-        .as_ref()
-        .or(defaults.environment.as_ref())
-        .map(|e| environment(source, e))
-        .transpose()?;
-    if verify.in_place && environment.is_none() {
-        let at = t.verify.as_ref().or(defaults.verify.as_ref());
-        return Err(source.at(
-            at.expect("in_place is read from a verify key"),
-            format!(
-                "task '{id}' sets `in_place: true`, which runs verify in the agent's own container, and has no `environment:`; give it one, or drop `in_place`"
-            ),
-        ));
+    let environment = match t.environment.as_ref().or(defaults.environment.as_ref()) {
+        Some(e) => environment(source, e, lost, errors).map(Some),
+        None => Some(None),
+    };
+    // What needs a container is checked once the environment is known to be sound.
+    if let (Some(verify), Some(environment), Some(at)) = (&verify, &environment, verify_at) {
+        if verify.in_place && environment.is_none() {
+            errors.push(source.at(
+                at,
+                format!(
+                    "task '{id}' sets `in_place: true`, which runs verify in the agent's own container, and has no `environment:`; give it one, or drop `in_place`"
+                ),
+            ));
+        }
+        if let Some(reward) = &verify.reward
+            && reward.is_absolute()
+            && environment.is_none()
+        {
+            errors.push(source.at(
+                at,
+                format!(
+                    "task '{id}' reads its reward from {}, a container path, and has no `environment:`; give it one, or name a folder of the workspace (such as .deltabench/logs/verifier)",
+                    reward.display()
+                ),
+            ));
+        }
     }
-    if let Some(reward) = &verify.reward
-        && reward.is_absolute()
-        && environment.is_none()
-    {
-        let at = t.verify.as_ref().or(defaults.verify.as_ref());
-        return Err(source.at(
-            at.expect("reward is read from a verify key"),
-            format!(
-                "task '{id}' reads its reward from {}, a container path, and has no `environment:`; give it one, or name a folder of the workspace (such as .deltabench/logs/verifier)",
-                reward.display()
-            ),
-        ));
-    }
-    let timeout = t
-        .timeout
-        .as_ref()
-        .or(defaults.timeout.as_ref())
-        .map(|d| source.duration(d))
-        .transpose()?;
+    let timeout = errors.keep(
+        t.timeout
+            .as_ref()
+            .or(defaults.timeout.as_ref())
+            .map(|d| source.duration(d))
+            .transpose(),
+    );
     let setup = t
         .setup
         .as_ref()
         .or(defaults.setup.as_ref())
         .map(|s| s.value.clone());
-    let prepare = match t.prepare.as_ref().or(defaults.prepare.as_ref()) {
-        Some(p) if p.value && isolation == Isolation::Session => {
-            return Err(source.at(
+    let prepare = match (t.prepare.as_ref().or(defaults.prepare.as_ref()), isolation) {
+        (Some(p), Some(Isolation::Session)) if p.value => {
+            errors.push(source.at(
                 p,
                 "`prepare: true` needs a cached template, which the `session` strategy never uses \
                  (it works in your own tree); use `worktree` or `sandbox`, or drop `prepare`"
                     .to_owned(),
             ));
+            None
         }
-        Some(p) => p.value,
-        None => environment.is_some() && isolation != Isolation::Session,
+        (Some(p), _) => Some(p.value),
+        (None, Some(isolation)) => environment
+            .as_ref()
+            .map(|environment| environment.is_some() && isolation != Isolation::Session),
+        (None, None) => None,
+    };
+    let solution_script = match (&t.solution_script, &t.solution) {
+        (Some(script), Some(_)) => {
+            errors.push(source.at(
+                script,
+                "the task sets both `solution` and `solution_script`; keep one",
+            ));
+            None
+        }
+        (Some(script), None) => errors
+            .keep(
+                source
+                    .existing_path(script, "solution_script")
+                    .and_then(|path| {
+                        if path.is_file() {
+                            Ok(path.canonicalize().unwrap_or(path))
+                        } else {
+                            Err(source.at(
+                                script,
+                                format!("solution_script '{}' is not a file", script.value),
+                            ))
+                        }
+                    }),
+            )
+            .map(Some),
+        (None, _) => Some(None),
     };
     let mut tags = defaults.tags.clone().unwrap_or_default();
     for tag in t.tags.iter().flatten() {
@@ -416,40 +488,25 @@ fn task(
             tags.push(tag.clone());
         }
     }
-    Ok(Task {
+    if errors.count() > found {
+        return None;
+    }
+    Some(Task {
         id,
-        instruction,
+        instruction: instruction?,
         base,
         setup,
-        prepare,
-        tests: overlay(&t.tests, "tests")?,
+        prepare: prepare?,
+        tests: tests?,
         protected: t.protected.clone(),
-        verify,
-        solution: overlay(&t.solution, "solution")?,
-        solution_script: match (&t.solution_script, &t.solution) {
-            (Some(script), Some(_)) => {
-                return Err(source.at(
-                    script,
-                    "the task sets both `solution` and `solution_script`; keep one",
-                ));
-            }
-            (Some(script), None) => {
-                let path = source.existing_path(script, "solution_script")?;
-                if !path.is_file() {
-                    return Err(source.at(
-                        script,
-                        format!("solution_script '{}' is not a file", script.value),
-                    ));
-                }
-                Some(path.canonicalize().unwrap_or(path))
-            }
-            (None, _) => None,
-        },
-        metric,
+        verify: verify?,
+        solution: solution?,
+        solution_script: solution_script?,
+        metric: metric?,
         tags,
-        timeout,
-        isolation,
-        environment,
+        timeout: timeout?,
+        isolation: isolation?,
+        environment: environment?,
         mutants: t
             .mutants
             .as_ref()
@@ -458,97 +515,92 @@ fn task(
     })
 }
 
-fn environment(source: &Source, e: &Spanned<RawEnvironment>) -> Result<Environment, SuiteError> {
+/// A task's `environment:`, each key checked; None when any is wrong, every error kept.
+fn environment(
+    source: &Source,
+    e: &Spanned<RawEnvironment>,
+    lost: &Lost,
+    errors: &mut Errors,
+) -> Option<Environment> {
     let raw = &e.value;
+    let found = errors.count();
     let image = match (&raw.image, &raw.dockerfile) {
         (Some(image), None) => {
             if let Some(context) = &raw.context {
-                return Err(source.at(
+                errors.push(source.at(
                     context,
                     "`context` applies to a `dockerfile` environment, not an `image` one",
                 ));
             }
             let name = image.value.trim();
             if name.is_empty() || name.chars().any(char::is_whitespace) {
-                return Err(source.at(
+                errors.push(source.at(
                     image,
                     format!(
                         "invalid image name '{}': use a local image such as localhost/NAME:TAG",
                         image.value
                     ),
                 ));
+                None
+            } else {
+                Some(ImageSource::Image(name.to_owned()))
             }
-            ImageSource::Image(name.to_owned())
         }
         (None, Some(dockerfile)) => {
-            let path = source.existing_path(dockerfile, "dockerfile")?;
-            if !path.is_file() {
-                return Err(source.at(
-                    dockerfile,
-                    format!("dockerfile '{}' is not a file", dockerfile.value),
-                ));
-            }
-            let path = path.canonicalize().unwrap_or(path);
-            let context = match &raw.context {
-                Some(context) => {
-                    let dir = source.existing_path(context, "context")?;
-                    if !dir.is_dir() {
-                        return Err(source.at(
-                            context,
-                            format!("context '{}' is not a folder", context.value),
-                        ));
-                    }
-                    dir.canonicalize().unwrap_or(dir)
-                }
-                None => path.parent().map(Path::to_owned).unwrap_or_default(),
-            };
-            ImageSource::Dockerfile { path, context }
+            errors.keep(dockerfile_image(source, dockerfile, raw.context.as_ref()))
         }
         (Some(_), Some(dockerfile)) => {
-            return Err(source.at(
+            errors.push(source.at(
                 dockerfile,
                 "the environment sets both `image` and `dockerfile`; keep exactly one",
             ));
+            None
         }
         (None, None) => {
-            return Err(source.at(
-                e,
-                "the environment needs exactly one of `image` (a local image name) and `dockerfile` (a path)",
-            ));
+            if !lost.keys_near(loc(e)) {
+                errors.push(source.at(
+                    e,
+                    "the environment needs exactly one of `image` (a local image name) and `dockerfile` (a path)",
+                ));
+            }
+            None
         }
     };
     let workdir = match &raw.workdir {
         Some(w) if w.value.starts_with('/') && w.value.trim() != "/" => PathBuf::from(&w.value),
         Some(w) => {
-            return Err(source.at(
+            errors.push(source.at(
                 w,
                 format!(
                     "invalid workdir '{}': use an absolute folder other than /, such as {DEFAULT_WORKDIR}",
                     w.value
                 ),
             ));
+            PathBuf::new()
         }
         None => PathBuf::from(DEFAULT_WORKDIR),
     };
     let network = match &raw.network {
         Some(n) => match n.value.parse::<Network>() {
             Ok(Network::Model) => {
-                return Err(source.at(
+                errors.push(source.at(
                     n,
                     "network `model` is an agent's setting (set it on the agent, for this \
                      container too), not an environment's. Valid networks for an environment: \
                      none, host",
                 ));
+                Network::None
             }
             Ok(network) => network,
             Err(_) => {
-                return Err(source.at(
+                errors.push(source.at(
                     n,
                     format!(
                         "unknown network mode: '{}'. Valid networks for an environment: none, host",
                         n.value
                     ),
                 ));
+                Network::None
             }
         },
         None => Network::None,
@@ -558,13 +610,14 @@ fn environment(source: &Source, e: &Spanned<RawEnvironment>) -> Result<Environme
             Some((c.value * 1000.0).round() as u32)
         }
         Some(c) => {
-            return Err(source.at(
+            errors.push(source.at(
                 c,
                 format!(
                     "invalid cpus {}: use a number above 0, such as 2 or 0.5",
                     c.value
                 ),
             ));
+            None
         }
         None => None,
     };
@@ -572,13 +625,14 @@ fn environment(source: &Source, e: &Spanned<RawEnvironment>) -> Result<Environme
         Some(m) => match m.value.trim().parse::<bytesize::ByteSize>() {
             Ok(size) if size.as_u64() >= 6 << 20 => Some(size.as_u64()),
             _ => {
-                return Err(source.at(
+                errors.push(source.at(
                     m,
                     format!(
                         "invalid memory '{}': use a size of at least 6MiB (the runtimes' least), such as 512MiB or 2GB",
                         m.value
                     ),
                 ));
+                None
             }
         },
         None => None,
@@ -588,10 +642,11 @@ fn environment(source: &Source, e: &Spanned<RawEnvironment>) -> Result<Environme
             "workspace" => DeltaScope::Workspace,
             "container" => DeltaScope::Container,
             other => {
-                return Err(source.at(
+                errors.push(source.at(
                     d,
                     format!("unknown delta '{other}'. Valid deltas: workspace, container"),
                 ));
+                DeltaScope::Workspace
             }
         },
         None => DeltaScope::Workspace,
@@ -601,10 +656,11 @@ fn environment(source: &Source, e: &Spanned<RawEnvironment>) -> Result<Environme
             "none" => Network::None,
             "host" => Network::Host,
             other => {
-                return Err(source.at(
+                errors.push(source.at(
                     n,
                     format!("unknown verify_network '{other}'. Valid networks for the verify command: none, host"),
                 ));
+                Network::None
             }
         },
         None => Network::None,
@@ -620,9 +676,9 @@ fn environment(source: &Source, e: &Spanned<RawEnvironment>) -> Result<Environme
     let mut verify_mounts = Vec::new();
     if let Some(mounts) = &raw.verify_mounts {
         for (inside, from) in &mounts.value {
-            absolute(inside, "verify_mounts path").map_err(|m| source.at(mounts, m))?;
+            errors.keep(absolute(inside, "verify_mounts path").map_err(|m| source.at(mounts, m)));
             if from.starts_with('/') || from.split('/').any(|p| p == "..") {
-                return Err(source.at(
+                errors.push(source.at(
                     mounts,
                     format!(
                         "invalid verify_mounts source '{from}' for {inside}: use a folder of the workspace, without a leading / or `..`"
@@ -635,24 +691,24 @@ fn environment(source: &Source, e: &Spanned<RawEnvironment>) -> Result<Environme
             ));
         }
     }
-    let solution_at = match &raw.solution_at {
-        Some(at) => {
-            absolute(&at.value, "solution_at").map_err(|m| source.at(at, m))?;
-            Some(PathBuf::from(&at.value))
-        }
-        None => None,
-    };
+    let solution_at = raw.solution_at.as_ref().map(|at| {
+        errors.keep(absolute(&at.value, "solution_at").map_err(|m| source.at(at, m)));
+        PathBuf::from(&at.value)
+    });
     let outputs = match &raw.outputs {
         Some(globs) => {
             for glob in &globs.value {
-                absolute(glob, "outputs glob").map_err(|m| source.at(globs, m))?;
+                errors.keep(absolute(glob, "outputs glob").map_err(|m| source.at(globs, m)));
             }
             globs.value.clone()
         }
         None => Vec::new(),
     };
-    Ok(Environment {
-        image,
+    if errors.count() > found {
+        return None;
+    }
+    Some(Environment {
+        image: image?,
         workdir,
         network,
         limits: crate::workspace::Limits { millicpus, memory },
@@ -662,6 +718,36 @@ fn environment(source: &Source, e: &Spanned<RawEnvironment>) -> Result<Environme
         solution_at,
         outputs,
     })
+}
+
+/// A `dockerfile:` environment's Dockerfile and build context, which must exist.
+fn dockerfile_image(
+    source: &Source,
+    dockerfile: &Spanned<String>,
+    context: Option<&Spanned<String>>,
+) -> Result<ImageSource, SuiteError> {
+    let path = source.existing_path(dockerfile, "dockerfile")?;
+    if !path.is_file() {
+        return Err(source.at(
+            dockerfile,
+            format!("dockerfile '{}' is not a file", dockerfile.value),
+        ));
+    }
+    let path = path.canonicalize().unwrap_or(path);
+    let context = match context {
+        Some(context) => {
+            let dir = source.existing_path(context, "context")?;
+            if !dir.is_dir() {
+                return Err(source.at(
+                    context,
+                    format!("context '{}' is not a folder", context.value),
+                ));
+            }
+            dir.canonicalize().unwrap_or(dir)
+        }
+        None => path.parent().map(Path::to_owned).unwrap_or_default(),
+    };
+    Ok(ImageSource::Dockerfile { path, context })
 }
 
 fn verify_spec(source: &Source, v: &Spanned<RawVerify>) -> Result<VerifySpec, SuiteError> {

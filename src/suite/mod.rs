@@ -6,6 +6,8 @@
 //!
 //! - `types`: the validated suite, tasks and agent specs;
 //! - `diagnostics`: errors located in the file, with a snippet;
+//! - `read`: the YAML into the raw types, every error of its shape found;
+//! - `indentation`: a syntax error that is a broken indentation, in plain words;
 //! - `load`: the suite file and its tasks;
 //! - `agents`: one agent's keys by kind;
 //! - `matrix`: ablation matrices expanded into agents;
@@ -13,11 +15,13 @@
 
 mod agents;
 mod diagnostics;
+mod indentation;
 mod load;
 mod lock;
 mod matrix;
 mod names;
 mod raw;
+mod read;
 mod types;
 
 pub use agents::BUILTIN_AGENTS;

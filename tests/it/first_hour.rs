@@ -661,3 +661,95 @@ fn noop_claims_nothing_and_reports_filter_by_task_and_outcome() {
     );
     assert_eq!(unknown.status.code(), Some(2));
 }
+
+/// Two more tasks after the init suite's one; the third names a solution folder not there.
+const TWO_MORE_TASKS: &str = "    tags: [bugfix, python]
+  - id: second
+    instruction: Do the second thing.
+    verify: \"true\"
+  - id: third
+    instruction: Do the third thing.
+    verify: \"true\"
+    solution: solutions/third/
+";
+
+#[test]
+fn every_load_error_of_a_suite_is_reported_at_once() {
+    let cli = init_suite();
+    edit_suite(&cli, "    tags: [bugfix, python]\n", TWO_MORE_TASKS);
+    // An unknown key in task 1, a bad agent kind, a missing solution folder in task 3 and a
+    // bad timeout: a shape error and three of values, each at its line.
+    edit_suite(&cli, "    tests: tests/", "    tsets: tests/");
+    edit_suite(&cli, "kind: command", "kind: comand");
+    edit_suite(&cli, "  timeout: 10m", "  timeout: 10 mintues");
+    let output = deltabench_snapshot!(
+        cli,
+        "four_errors_at_once",
+        &mut cli.command(&["validate", "suite"])
+    );
+    assert_eq!(output.status.code(), Some(2));
+    let run = cli
+        .command(&["run", "suite", "--workdir", "work"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    assert_eq!(stderr(&run), stderr(&output), "run reports the same errors");
+}
+
+#[test]
+fn past_twenty_errors_the_rest_are_counted() {
+    let cli = init_suite();
+    let tasks: String = (1..=24)
+        .map(|n| {
+            format!(
+                "  - id: t{n}\n    instruction: Do {n}.\n    verify: \"true\"\n    timout: 1m\n"
+            )
+        })
+        .collect();
+    edit_suite(
+        &cli,
+        "    tags: [bugfix, python]\n",
+        &format!("    tags: [bugfix, python]\n{tasks}"),
+    );
+    let output = cli.command(&["validate", "suite"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let err = stderr(&output);
+    assert_eq!(err.matches("error: ").count(), 20, "{err}");
+    assert!(
+        err.contains("unknown field `timout`") && err.contains("did you mean 'timeout'?"),
+        "{err}"
+    );
+    assert!(
+        err.ends_with(
+            "... and 4 more errors (24 in all)\nhint: `deltabench schema` prints every key the suite file accepts\n"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_broken_indentation_is_said_in_plain_words_at_its_line() {
+    let cli = init_suite();
+    let original = std::fs::read_to_string(cli.path("suite/suite.yaml")).unwrap();
+    // A task key by 3 spaces instead of 4, a tab, the list item of a task moved to column 0,
+    // and a first key of `defaults` off the file's 2-space step (the parser fails a line later).
+    for (name, from, to) in [
+        ("indent_3_not_4", "    tests: tests/", "   tests: tests/"),
+        ("indent_tab", "    tests: tests/", "\ttests: tests/"),
+        (
+            "indent_dedented_list_item",
+            "  - id: fix-median",
+            "- id: fix-median",
+        ),
+        (
+            "indent_first_key_off_step",
+            "  isolation: worktree",
+            "   isolation: worktree",
+        ),
+    ] {
+        std::fs::write(cli.path("suite/suite.yaml"), &original).unwrap();
+        edit_suite(&cli, from, to);
+        let output = deltabench_snapshot!(cli, name, &mut cli.command(&["validate", "suite"]));
+        assert_eq!(output.status.code(), Some(2), "{name}");
+    }
+}
