@@ -123,12 +123,23 @@ fn stacked(name: &str) -> String {
     name.replacen('[', "\n[", 1).replace(',', ",\n")
 }
 
-fn builder(rows: &[TaskRow], headers: impl Iterator<Item = String>) -> Builder {
+/// The table of `rows` for the agents `columns` of each row, under `headers`.
+fn builder(
+    rows: &[TaskRow],
+    headers: impl Iterator<Item = String>,
+    columns: std::ops::Range<usize>,
+) -> Builder {
     let mut builder = Builder::default();
     builder.push_record(std::iter::once("task".to_owned()).chain(headers));
     for row in rows {
         builder.push_record(
-            std::iter::once(row.task.clone()).chain(row.agents.values().map(TaskCell::text)),
+            std::iter::once(row.task.clone()).chain(
+                row.agents
+                    .values()
+                    .skip(columns.start)
+                    .take(columns.len())
+                    .map(TaskCell::text),
+            ),
         );
     }
     builder
@@ -144,62 +155,41 @@ const TASK_NAME_LIMIT: usize = 40;
 /// The per-task table for a terminal `width` wide: when the agents' columns do not fit side by
 /// side, as many tables as it takes, each with the task column and the agents that fit.
 pub fn per_task_table(rows: &[TaskRow], agents: &[String], width: usize) -> String {
-    let render = |rows: &[TaskRow], from: usize, to: usize| {
-        let mut table = builder_of(rows, agents, from, to);
+    let table = |rows: &[TaskRow], columns: std::ops::Range<usize>| {
+        let headers = agents[columns.clone()].iter().map(|a| stacked(a));
+        let mut table = builder(rows, headers, columns).build();
         table.with(Style::rounded());
         table
     };
-    let fits = |from, to| render(rows, from, to).total_width() <= width;
-    let shortened: Vec<TaskRow>;
-    let rows = if fits(0, agents.len().min(1)) {
+    let narrow: Vec<TaskRow>;
+    let rows = if table(rows, 0..agents.len().min(1)).total_width() <= width {
         rows
     } else {
-        shortened = rows
+        narrow = rows
             .iter()
             .map(|row| TaskRow {
                 task: super::terminal::shortened(&row.task, TASK_NAME_LIMIT),
                 agents: row.agents.clone(),
             })
             .collect();
-        &shortened
+        &narrow
     };
-    let fits = |from, to| render(rows, from, to).total_width() <= width;
     let mut tables = Vec::new();
     let mut from = 0;
     while from < agents.len() || tables.is_empty() {
         let mut to = (from + 1).min(agents.len());
-        while to < agents.len() && fits(from, to + 1) {
+        while to < agents.len() && table(rows, from..to + 1).total_width() <= width {
             to += 1;
         }
-        tables.push(render(rows, from, to).to_string());
+        tables.push(table(rows, from..to).to_string());
         from = to.max(from + 1);
     }
     tables.join("\n")
 }
 
-/// The terminal table of `rows` for the agents `from..to`.
-fn builder_of(rows: &[TaskRow], agents: &[String], from: usize, to: usize) -> tabled::Table {
-    let mut builder = Builder::default();
-    builder.push_record(
-        std::iter::once("task".to_owned()).chain(agents[from..to].iter().map(|a| stacked(a))),
-    );
-    for row in rows {
-        builder.push_record(
-            std::iter::once(row.task.clone()).chain(
-                row.agents
-                    .values()
-                    .skip(from)
-                    .take(to - from)
-                    .map(TaskCell::text),
-            ),
-        );
-    }
-    builder.build()
-}
-
 /// The per-task table in markdown.
 pub fn per_task_markdown(rows: &[TaskRow], agents: &[String]) -> String {
-    builder(rows, agents.iter().cloned())
+    builder(rows, agents.iter().cloned(), 0..agents.len())
         .build()
         .with(Style::markdown())
         .to_string()
