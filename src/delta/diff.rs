@@ -175,7 +175,23 @@ pub fn commit_setup(workspace: &Path, keep_in: &Path) -> Result<String, git2::Er
     copy_tree(&repo, &from, &to, tree.id())?;
     copy_object(&from, &to, commit)?;
     // Named, so the check of the history store (`workspace::history_store`) keeps its objects.
-    target.reference(&format!("refs/setup/{commit}"), commit, true, "setup")?;
+    // Trials of one task make the same commit: the one that names it first holds the ref's
+    // lock for a moment, and the others find the ref there once it is let go.
+    let name = format!("refs/setup/{commit}");
+    let mut attempts = 0;
+    loop {
+        if target.refname_to_id(&name).is_ok_and(|id| id == commit) {
+            break;
+        }
+        match target.reference(&name, commit, true, "setup") {
+            Ok(_) => break,
+            Err(e) if e.code() == git2::ErrorCode::Locked && attempts < 100 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(e) => return Err(e),
+        }
+    }
     Ok(commit.to_string())
 }
 
@@ -247,5 +263,56 @@ mod tests {
     #[test]
     fn empty_patch_has_no_files() {
         assert_eq!(DiffStats::from_patch(""), DiffStats::default());
+    }
+
+    /// Trials of one task record the same setup commit at the same moment: every one of them
+    /// must provision (one used to lose the ref's lock and end as an infra error).
+    #[test]
+    fn the_same_setup_recorded_by_trials_at_once_all_succeed() {
+        // A race: ten rounds, so that a regression shows on (almost) every run.
+        for _ in 0..10 {
+            let tmp = tempfile::tempdir().unwrap();
+            let store = tmp.path().join("store.git");
+            Repository::init_bare(&store).unwrap();
+            let signature = crate::workspace::harness_signature().unwrap();
+            let workspaces: Vec<_> = (0..8)
+                .map(|n| {
+                    let path = tmp.path().join(format!("w{n}"));
+                    let repo = Repository::init(&path).unwrap();
+                    std::fs::write(path.join("a.txt"), "a\n").unwrap();
+                    let mut index = repo.index().unwrap();
+                    index.add_path(Path::new("a.txt")).unwrap();
+                    let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+                    repo.commit(Some("HEAD"), &signature, &signature, "base", &tree, &[])
+                        .unwrap();
+                    std::fs::write(path.join("setup.txt"), "made by setup\n").unwrap();
+                    path
+                })
+                .collect();
+            let start = std::sync::Barrier::new(workspaces.len());
+            let commits: Vec<_> = std::thread::scope(|scope| {
+                let handles: Vec<_> = workspaces
+                    .iter()
+                    .map(|path| {
+                        let (start, store) = (&start, &store);
+                        scope.spawn(move || {
+                            start.wait();
+                            commit_setup(path, store)
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let first = commits[0].as_ref().unwrap().clone();
+            for commit in &commits {
+                assert_eq!(
+                    commit.as_ref().map_err(|e| e.message().to_owned()),
+                    Ok(&first)
+                );
+            }
+            let store = Repository::open_bare(&store).unwrap();
+            let named = store.refname_to_id(&format!("refs/setup/{first}")).unwrap();
+            assert_eq!(named.to_string(), first);
+        }
     }
 }
