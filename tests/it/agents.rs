@@ -1080,8 +1080,13 @@ async fn aborting_a_real_cli_mid_tool_call_kills_its_tree() {
     let mut handle = agent.run(CodingTask::from("Wait for a while."));
     while let Some(event) = handle.next().await {
         if let Ok(deltabench::agent::StreamEvent::ToolCall { .. }) = event {
-            // Give the shell command time to start before pulling the plug.
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            // The plug is pulled once the shell command runs.
+            crate::common::wait_until_async(
+                std::time::Duration::from_secs(60),
+                "the agent's shell command running",
+                || crate::common::descendant_running(std::process::id(), &["sleep", "53.3"]),
+            )
+            .await;
             handle.abort();
         }
     }

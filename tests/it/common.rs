@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 /// A temp dir on `/dev/shm` when it exists (this VM's root disk creates files slowly).
 pub fn temp_dir() -> tempfile::TempDir {
@@ -201,5 +202,128 @@ pub fn bwrap_works() -> bool {
             .args(["--unshare-all", "--ro-bind", "/", "/", "true"])
             .output()
             .is_ok_and(|o| o.status.success())
+    })
+}
+
+/// Filters that replace the temp dir `root` (as given and canonicalized) with `[TMP]`.
+pub fn tmp_filters(root: &Path) -> Vec<(String, &'static str)> {
+    let mut paths = vec![root.display().to_string()];
+    if let Ok(canonical) = root.canonicalize() {
+        let canonical = canonical.display().to_string();
+        if !paths.contains(&canonical) {
+            paths.push(canonical);
+        }
+    }
+    // Longest first, so a canonical path that extends the given one is replaced whole.
+    paths.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    paths
+        .into_iter()
+        .map(|p| (regex::escape(&p), "[TMP]"))
+        .collect()
+}
+
+/// Snapshots `$text` (a message as the user sees it) with the temp dir `$root` replaced by
+/// `[TMP]`. Named `$name`, or after the calling test when no name is given (a macro, so that
+/// insta sees the caller).
+macro_rules! assert_tmp_snapshot {
+    ($root:expr, $text:expr) => {{
+        let filters = $crate::common::tmp_filters($root);
+        let filters: Vec<(&str, &str)> = filters.iter().map(|(p, r)| (p.as_str(), *r)).collect();
+        insta::with_settings!({filters => filters}, {
+            insta::assert_snapshot!($text);
+        });
+    }};
+    ($name:expr, $root:expr, $text:expr) => {{
+        let filters = $crate::common::tmp_filters($root);
+        let filters: Vec<(&str, &str)> = filters.iter().map(|(p, r)| (p.as_str(), *r)).collect();
+        insta::with_settings!({filters => filters}, {
+            insta::assert_snapshot!($name, $text);
+        });
+    }};
+}
+pub(crate) use assert_tmp_snapshot;
+
+/// How often [`eventually`] asks again.
+const POLL: Duration = Duration::from_millis(5);
+
+/// Whether `condition` holds within `timeout`, asked every few ms.
+pub fn eventually(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let started = Instant::now();
+    loop {
+        if condition() {
+            return true;
+        }
+        if started.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Waits until `condition` holds; fails the test after `timeout` saying that `what` never
+/// happened. A hang guard, not a timing assertion: give it a generous timeout.
+pub fn wait_until(timeout: Duration, what: &str, condition: impl FnMut() -> bool) {
+    assert!(
+        eventually(timeout, condition),
+        "waited {timeout:?}, and {what} never happened"
+    );
+}
+
+/// [`wait_until`] inside an async test: polls without blocking the runtime.
+pub async fn wait_until_async(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !condition() {
+        assert!(
+            started.elapsed() < timeout,
+            "waited {timeout:?}, and {what} never happened"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Whether a descendant of process `ancestor` runs with the arguments `args` in a row in its
+/// command line (`["sleep", "60"]` finds `sleep 60`).
+pub fn descendant_running(ancestor: u32, args: &[&str]) -> bool {
+    // A command line is its arguments joined by NULs.
+    let needle = args.join("\0");
+    let mut parents = std::collections::HashMap::new();
+    let mut matching = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // The parent is the second field after the command name, which may hold spaces.
+        let Some(parent) = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse()
+                    .ok()
+            })
+        else {
+            continue;
+        };
+        parents.insert(pid, parent);
+        if std::fs::read(entry.path().join("cmdline"))
+            .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(&needle))
+        {
+            matching.push(pid);
+        }
+    }
+    matching.into_iter().any(|mut pid| {
+        while let Some(&parent) = parents.get(&pid) {
+            if parent == ancestor {
+                return true;
+            }
+            pid = parent;
+        }
+        false
     })
 }

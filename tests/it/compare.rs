@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::common::{
-    deltabench, one_file_repo, run_suite, stderr, stdout, temp_dir, trials, write_suite,
+    assert_tmp_snapshot, deltabench, one_file_repo, run_suite, stderr, stdout, temp_dir, trials,
+    write_suite,
 };
 
 /// Ten tasks; each agent passes a fixed set of them (by writing `done`), the rest it leaves.
@@ -275,17 +276,6 @@ fn three_task_fixture() -> (tempfile::TempDir, PathBuf) {
     (tmp, out)
 }
 
-/// Snapshots `$text` with the temp dir `$root` replaced by `[TMP]` (no compare line carries a
-/// time). A macro, so that insta names the snapshot after the calling test.
-macro_rules! assert_compare_snapshot {
-    ($name:expr, $root:expr, $text:expr) => {{
-        let root = regex::escape(&$root.display().to_string());
-        insta::with_settings!({filters => vec![(root.as_str(), "[TMP]")]}, {
-            insta::assert_snapshot!($name, $text);
-        });
-    }};
-}
-
 #[test]
 fn gate_fails_a_task_broken_in_every_trial_even_on_three_tasks() {
     let (tmp, run) = three_task_fixture();
@@ -301,7 +291,7 @@ fn gate_fails_a_task_broken_in_every_trial_even_on_three_tasks() {
         text.contains("verdict: regressed (within tasks: t1;"),
         "{text}"
     );
-    assert_compare_snapshot!("gate_regressed", root, text);
+    assert_tmp_snapshot!("gate_regressed", root, text);
 
     let (code, text) = compare(
         root,
@@ -324,7 +314,7 @@ fn gate_fails_a_task_broken_in_every_trial_even_on_three_tasks() {
 
     let (code, text) = compare(root, &[run, "base", "same", "--gate"]);
     assert_eq!(code, Some(0), "{text}");
-    assert_compare_snapshot!("gate_identical", root, text);
+    assert_tmp_snapshot!("gate_identical", root, text);
 }
 
 #[test]
@@ -379,7 +369,7 @@ fn compare_prints_json_and_markdown() {
         text.contains("| t1 | 5/5 | 0/5 | broken | 0.0079 | **0.0238** |"),
         "{text}"
     );
-    assert_compare_snapshot!("markdown_regressed", root, text);
+    assert_tmp_snapshot!("markdown_regressed", root, text);
 
     // Its message (the possible values): the snapshot `cli::compare_unknown_format`.
     let (code, text) = compare(root, &[run, "base", "cand", "--format", "yaml"]);
@@ -406,7 +396,7 @@ fn max_broken_fails_the_gate_on_tasks_that_went_from_always_to_never() {
         text.contains("always -> never passing   1: t9 2/2 -> 0/2 (--max-broken 0)"),
         "{text}"
     );
-    assert_compare_snapshot!("max_broken_default", tmp.path(), text);
+    assert_tmp_snapshot!("max_broken_default", tmp.path(), text);
     let (code, text) = compare(
         tmp.path(),
         &[run, "all", "nine", "--gate", "--format", "markdown"],

@@ -4,10 +4,11 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::process::Child;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::{
-    assert_no_leftovers, deltabench, one_file_repo, run_suite, stderr, stdout, trials, write_suite,
+    assert_no_leftovers, deltabench, eventually, one_file_repo, run_suite, stderr, stdout, trials,
+    wait_until, write_suite,
 };
 
 /// 5 tasks x 2 agents x 3 trials = 30 trials; `fixer` passes every task, `idle` none.
@@ -55,21 +56,22 @@ fn records_in(out: &Path) -> usize {
 
 /// Waits until `out` holds at least `records` records (and a manifest), then `kill -9`s `child`.
 fn kill_at(mut child: Child, out: &Path, records: usize) -> usize {
-    let started = Instant::now();
-    while !(out.join("manifest.json").exists() && records_in(out) >= records) {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the run ended before {records} records"
-        );
-        assert!(started.elapsed() < Duration::from_secs(60), "no progress");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(
+        Duration::from_secs(60),
+        "a manifest and enough records",
+        || {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the run ended before {records} records"
+            );
+            out.join("manifest.json").exists() && records_in(out) >= records
+        },
+    );
     if records == 0 {
         // Kill mid-trial: once the first workspace exists.
-        while !workspaces_exist(&out.parent().unwrap().join("work")) {
-            assert!(started.elapsed() < Duration::from_secs(60), "no workspace");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_until(Duration::from_secs(60), "a workspace", || {
+            workspaces_exist(&out.parent().unwrap().join("work"))
+        });
     }
     child.kill().unwrap();
     child.wait().unwrap();
@@ -229,20 +231,18 @@ fn gc_reaps_a_killed_run_its_mounts_and_its_processes() {
         .unwrap();
     // The premise: all three agents' inner shells and their `sleep`s run, and the run holds
     // its lease, before the kill.
-    let started = Instant::now();
     let leases = root.join("cache/leases");
     let lease_held = || std::fs::read_dir(&leases).is_ok_and(|mut d| d.next().is_some());
     // A `sleep`'s command line is its arguments joined by NULs.
     let sleeps = format!("sleep\0{seconds}");
-    while processes_with(&token) < 3 || processes_with(&sleeps) < 3 || !lease_held() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "premise not established in 60 s: {} of 3 agents started, lease held: {}",
-            processes_with(&token),
-            lease_held()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            processes_with(&token) >= 3 && processes_with(&sleeps) >= 3 && lease_held()
+        }),
+        "premise not established in 60 s: {} of 3 agents started, lease held: {}",
+        processes_with(&token),
+        lease_held()
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(
@@ -268,14 +268,11 @@ fn gc_reaps_a_killed_run_its_mounts_and_its_processes() {
         "{}",
         stdout(&gc)
     );
-    let started = Instant::now();
-    while processes_with(&token) > 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "gc left the agents running"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        Duration::from_secs(5),
+        "the end of the agents after gc",
+        || processes_with(&token) == 0,
+    );
     assert_eq!(mounts_under(&root.join("work")), Vec::<String>::new());
     assert_no_leftovers(&root.join("work"));
     let again = deltabench(root).arg("gc").output().unwrap();

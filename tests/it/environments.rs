@@ -9,7 +9,7 @@ use deltabench::agent::harness::{HarnessKind, find_program};
 
 use crate::common::{
     assert_no_leftovers, deltabench, have_tool, one_file_repo, run_suite, stderr, stdout, trials,
-    write_files, write_suite,
+    wait_until, write_files, write_suite,
 };
 use crate::crash::{mounts_under, processes_with};
 
@@ -678,15 +678,12 @@ fn gc_removes_the_containers_of_a_killed_run() {
         .spawn()
         .unwrap();
     let label = format!("out-{}", child.id());
-    let started = Instant::now();
     // The client's command line holds the token too: wait for the container itself.
-    while running_labelled(&label) == 0 || processes_with(&token) < 2 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the agent's container never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        Duration::from_secs(60),
+        "the start of the agent's container",
+        || running_labelled(&label) > 0 && processes_with(&token) >= 2,
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(
@@ -713,14 +710,11 @@ fn gc_removes_the_containers_of_a_killed_run() {
         events()
     );
     assert_eq!(containers_labelled(&label), Vec::<String>::new());
-    let started = Instant::now();
-    while processes_with(&token) > 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "gc left the container's process running"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        Duration::from_secs(5),
+        "the end of the container's process after gc",
+        || processes_with(&token) == 0,
+    );
     assert_eq!(mounts_under(&root.join("work")), Vec::<String>::new());
     assert_no_leftovers(&root.join("work"));
 }

@@ -5,12 +5,15 @@
 //! `compare::max_broken_*` and `sequential::*`, 130 by `lifecycle::*interrupt*`.
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use deltabench::cli::exit::Exit;
 
 use crate::cli::{Cli, deltabench_snapshot};
-use crate::common::{git_repo, one_file_repo, run_suite, stderr, write_files, write_suite};
+use crate::common::{
+    descendant_running, git_repo, one_file_repo, run_suite, stderr, wait_until, write_files,
+    write_suite,
+};
 
 const SUITE: &str = "name: exits\nrepo: repo\ntasks:\n  - {id: t, instruction: x, verify: \"grep -q fixed a.txt\", solution: sol}\n";
 
@@ -133,12 +136,11 @@ fn interrupt_when_started(cli: &Cli, command: &mut std::process::Command) -> std
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !instruction.exists() {
-        assert!(Instant::now() < deadline, "the agent never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until(
+        Duration::from_secs(60),
+        "the agent's `sleep 60` running",
+        || instruction.exists() && descendant_running(child.id(), &["sleep", "60"]),
+    );
     let pid = nix::unistd::Pid::from_raw(child.id().try_into().unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     let output = child.wait_with_output().unwrap();

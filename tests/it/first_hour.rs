@@ -2,7 +2,7 @@
 //! wrote: what a typo, a closed pipe or a plain run directory does.
 
 use crate::cli::{Cli, deltabench_snapshot};
-use crate::common::{stderr, trials};
+use crate::common::{descendant_running, stderr, trials, wait_until};
 
 /// `deltabench init suite` in a fresh temp dir, and a `work` folder for the workspaces.
 fn init_suite() -> Cli {
@@ -198,15 +198,11 @@ fn a_run_ended_by_sighup_is_recorded_as_interrupted() {
         .spawn()
         .unwrap();
     let instruction = cli.path("out/trials/fix-median/my-agent/1/instruction.md");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !instruction.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the agent never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    wait_until(
+        std::time::Duration::from_secs(60),
+        "the agent's `sleep 60` running",
+        || instruction.exists() && descendant_running(child.id(), &["sleep", "60"]),
+    );
     let pid = nix::unistd::Pid::from_raw(child.id().try_into().unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
     let status = child.wait().unwrap();
@@ -263,14 +259,11 @@ fn status_reads_any_run_directory_running_or_finished() {
         .spawn()
         .unwrap();
     let instruction = cli.path("going/trials/fix-median/my-agent/1/instruction.md");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !instruction.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the agent never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_until(
+        std::time::Duration::from_secs(60),
+        "the agent's start (its instruction file)",
+        || instruction.exists(),
+    );
     let running = cli.command(&["status", "going"]).output().unwrap();
     let text = String::from_utf8_lossy(&running.stdout);
     assert_eq!(running.status.code(), Some(0), "{text}");

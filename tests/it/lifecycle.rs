@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use crate::common::{assert_no_leftovers, one_file_repo, run_suite, stderr, trials, write_suite};
+use crate::common::{
+    assert_no_leftovers, descendant_running, one_file_repo, run_suite, stderr, trials, wait_until,
+    write_suite,
+};
 
 const AGENTS: &str = r#"
 agents:
@@ -234,14 +237,34 @@ fn a_second_interrupt_kills_everything_and_exits_130() {
         tmp.path(),
         "name: abort\nrepo: repo\nagents:\n  stubborn: {kind: command, run: \"trap '' TERM INT; sleep 60\"}\ntasks:\n  - id: fix\n    instruction: x\n    verify: \"true\"\n",
     );
-    let (child, work, out) = run_until_the_agent_runs(tmp.path(), "stubborn");
+    let (mut child, work, out) = run_until_the_agent_runs(tmp.path(), "stubborn");
+    // Stderr read as it comes, so the second SIGINT follows the first one's notice (two
+    // signals sent at once may arrive as one).
+    let err = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let err = err.clone();
+        let mut stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut chunk = [0; 4096];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut stderr, &mut chunk) {
+                err.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&chunk[..n]));
+            }
+        })
+    };
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until(
+        Duration::from_secs(30),
+        "the notice of the first interrupt",
+        || err.lock().unwrap().contains("press Ctrl-C again"),
+    );
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-    let output = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert_eq!(output.status.code(), Some(130), "{err}");
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let err = err.lock().unwrap().clone();
+    assert_eq!(status.code(), Some(130), "{err}");
     assert!(
         err.contains("a forced stop leaves it to `deltabench gc`"),
         "{err}"
@@ -276,14 +299,11 @@ fn run_until_the_agent_runs(
         .spawn()
         .unwrap();
     let instruction = out.join(format!("trials/fix/{agent}/1/instruction.md"));
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !instruction.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the agent never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    // Both agents end in `sleep 60`: once it runs, the agent's traps are set.
+    wait_until(
+        Duration::from_secs(60),
+        "the agent's `sleep 60` running",
+        || instruction.exists() && descendant_running(child.id(), &["sleep", "60"]),
+    );
     (child, work, out)
 }

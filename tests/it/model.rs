@@ -189,14 +189,15 @@ fn serve_answers_the_protocols_logs_and_stops_on_sigterm() {
     let pid = nix::unistd::Pid::from_raw(server.child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let mut exited = None;
-    for _ in 0..100 {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            exited = Some(status);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let status = exited.expect("the server did not stop on SIGTERM");
+    crate::common::wait_until(
+        Duration::from_secs(5),
+        "the server's exit on SIGTERM",
+        || {
+            exited = server.child.try_wait().unwrap();
+            exited.is_some()
+        },
+    );
+    let status = exited.unwrap();
     assert_eq!(status.code(), Some(0));
 
     let log = std::fs::read_to_string(dir.path().join("requests.jsonl")).unwrap();

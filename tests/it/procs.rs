@@ -71,10 +71,7 @@ fn run_misbehaving_agents(cgroups: &str) -> Option<u64> {
         assert_ne!(record["outcome"], "infra_error", "{record}");
     }
     // Killed processes may take a moment to be reaped by init.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while processes_with(&token) > 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::common::eventually(Duration::from_secs(3), || processes_with(&token) == 0);
     assert_eq!(processes_with(&token), 0, "processes survived the run");
     let flood = std::fs::read_to_string(out.join("trials/t/flood/1/agent.log"))
         .map(|log| log.len())

@@ -385,10 +385,7 @@ fn report_of_a_missing_dir_is_a_usage_error_with_a_hint() {
         err.contains("hint: RUN_DIR is a folder written by `deltabench run`"),
         "{err}"
     );
-    let root = regex::escape(&tmp.path().display().to_string());
-    insta::with_settings!({filters => vec![(root.as_str(), "[TMP]")]}, {
-        insta::assert_snapshot!(err);
-    });
+    crate::common::assert_tmp_snapshot!(tmp.path(), err);
 }
 
 #[test]

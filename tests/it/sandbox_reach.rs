@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::{deltabench, git_repo, run_suite, stderr, temp_dir, trials, write_files};
 
@@ -60,17 +60,12 @@ impl Drop for Background {
 
 /// Polls `found` until it returns a value; a hang guard, not a timing assertion.
 fn wait_for<T>(what: &str, mut found: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = found() {
-            return value;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(300),
-            "gave up waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut value = None;
+    crate::common::wait_until(Duration::from_secs(300), what, || {
+        value = found();
+        value.is_some()
+    });
+    value.unwrap()
 }
 
 /// The workspace of run B's `wait` trial, once its agent has put the fix in and said where.

@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use crate::common::{deltabench, one_file_repo, stderr, stdout, write_suite};
+use crate::common::{deltabench, one_file_repo, stderr, stdout, wait_until, write_suite};
+use std::time::Duration;
 
 /// Ten tasks; `all` and `same` pass every one (by writing `done`), `nine` breaks t9.
 fn ten_task_suite(root: &Path, name: &str) {
@@ -476,12 +477,10 @@ fn a_killed_run_in_rounds_resumes_at_its_last_round_and_decides() {
         .spawn()
         .unwrap();
     // Two rounds of 20 trials, and some of the third.
-    let started = std::time::Instant::now();
-    while records_in(&out) < 45 {
+    wait_until(Duration::from_secs(120), "a 45th record", || {
         assert!(child.try_wait().unwrap().is_none(), "the run ended early");
-        assert!(started.elapsed().as_secs() < 120, "no progress");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+        records_in(&out) >= 45
+    });
     child.kill().unwrap();
     child.wait().unwrap();
     let killed_at = records_in(&out);
@@ -713,11 +712,9 @@ fn a_shard_waiting_for_its_siblings_stops_on_sigterm() {
             .and_then(|text| serde_json::from_str(&text).ok())
             .unwrap_or_default()
     };
-    let started = std::time::Instant::now();
-    while read_mark()["round"] != 1 {
-        assert!(started.elapsed().as_secs() < 120, "round 1 never ended");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_until(Duration::from_secs(120), "the end of round 1", || {
+        read_mark()["round"] == 1
+    });
     let kill = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

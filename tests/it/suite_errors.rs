@@ -6,40 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use crate::common::{deltabench, git_repo, stderr, temp_dir, write_files, write_suite};
+use crate::common::{
+    assert_tmp_snapshot, deltabench, git_repo, stderr, temp_dir, write_files, write_suite,
+};
 
 /// The smallest valid suite; every error case below starts from it.
 const VALID: &str =
     "name: t\nrepo: repo\ntasks:\n  - id: t1\n    instruction: do it\n    verify: \"true\"\n";
-
-/// Filters that replace the temp dir (as given and canonicalized) with `[TMP]`.
-fn tmp_filters(root: &Path) -> Vec<(String, &'static str)> {
-    let mut paths = vec![root.display().to_string()];
-    if let Ok(canonical) = root.canonicalize() {
-        let canonical = canonical.display().to_string();
-        if !paths.contains(&canonical) {
-            paths.push(canonical);
-        }
-    }
-    // Longest first, so a canonical path that extends the given one is replaced whole.
-    paths.sort_by_key(|p| std::cmp::Reverse(p.len()));
-    paths
-        .into_iter()
-        .map(|p| (regex::escape(&p), "[TMP]"))
-        .collect()
-}
-
-/// Snapshots `$text` with the temp dir `$root` replaced by `[TMP]`. A macro, so that insta
-/// names the snapshot after the calling test.
-macro_rules! assert_tmp_snapshot {
-    ($root:expr, $text:expr) => {{
-        let filters = tmp_filters($root);
-        let filters: Vec<(&str, &str)> = filters.iter().map(|(p, r)| (p.as_str(), *r)).collect();
-        insta::with_settings!({filters => filters}, {
-            insta::assert_snapshot!($text);
-        });
-    }};
-}
 
 /// A temp dir holding a git repo at `repo/` (one commit: `a.txt`).
 fn fixture() -> tempfile::TempDir {
@@ -732,18 +705,16 @@ fn output_within(
         .stderr(File::create(&err_path).unwrap())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: no exit within {deadline:?} (a hang)");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let mut exited = None;
+    if !crate::common::eventually(deadline, || {
+        exited = child.try_wait().unwrap();
+        exited.is_some()
+    }) {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{what}: no exit within {deadline:?} (a hang)");
+    }
+    let status = exited.unwrap();
     let err = String::from_utf8_lossy(&std::fs::read(&err_path).unwrap()).into_owned();
     let Some(code) = status.code() else {
         panic!(

@@ -4,11 +4,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::{
-    assert_no_leftovers, deltabench, git_repo, leftovers, stderr, stdout, temp_dir, write_files,
-    write_suite,
+    assert_no_leftovers, deltabench, git_repo, leftovers, stderr, stdout, temp_dir, wait_until,
+    write_files, write_suite,
 };
 use crate::crash::processes_with;
 
@@ -273,15 +273,10 @@ fn gc_removes_the_scratch_of_a_killed_validate() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while !marker.exists() {
+    wait_until(Duration::from_secs(60), "the start of verify", || {
         assert!(child.try_wait().unwrap().is_none(), "validate ended early");
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "verify never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        marker.exists()
+    });
     child.kill().unwrap();
     child.wait().unwrap();
     let scratch: Vec<String> = leftovers(&work)
@@ -300,13 +295,10 @@ fn gc_removes_the_scratch_of_a_killed_validate() {
         )),
         "{text}"
     );
-    let started = Instant::now();
-    while processes_with(&token) > 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "gc left the verify command running"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        Duration::from_secs(5),
+        "the end of the verify command after gc",
+        || processes_with(&token) == 0,
+    );
     assert_no_leftovers(&work);
 }
