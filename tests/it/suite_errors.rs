@@ -296,6 +296,7 @@ fn unknown_metric_name() {
             "{err}"
         );
         assert!(err.contains("suite.yaml:7:13: "), "{err}");
+        assert_tmp_snapshot!(format!("unknown_metric_name_{name}"), tmp.path(), err);
     }
 }
 
@@ -383,7 +384,7 @@ fn a_command_budget_needs_the_gateway() {
     );
     let err = load_error(tmp.path(), &yaml, &[]);
     assert!(err.contains("suite.yaml:7:13: "), "{err}");
-    assert!(err.contains("needs `gateway: true`"), "{err}");
+    assert_tmp_snapshot!(tmp.path(), err);
 }
 
 #[test]
