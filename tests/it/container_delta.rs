@@ -314,7 +314,7 @@ fn in_place_verify_sees_the_server_the_reference_left_running_and_says_so() {
         root,
         &[(
             "sol/solve.sh",
-            "mkdir -p /tmp/site && echo hello > /tmp/site/index.html\n(python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/site >/dev/null 2>&1 &)\nsleep 1\n",
+            "mkdir -p /tmp/site && echo hello > /tmp/site/index.html\n(python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/site >/dev/null 2>&1 &)\n# Until the server answers.\nfor _ in $(seq 200); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8000))' 2>/dev/null && break; sleep 0.05; done\n",
         )],
     );
     let fetch = "python3 -c \"import urllib.request; assert urllib.request.urlopen(''http://127.0.0.1:8000/'').read() == b''hello\\\\n''\"";
