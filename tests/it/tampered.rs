@@ -211,6 +211,11 @@ fn resume_refuses_a_record_off_the_plan_and_runs_nothing() {
             )),
             "{args:?}: {err}"
         );
+        crate::common::assert_tmp_snapshot!(
+            format!("unplanned_agent_{}", args.join("_").replace("--", "")),
+            root,
+            err
+        );
         assert_eq!(
             std::fs::read_to_string(out.join("trials.jsonl")).unwrap(),
             before,
@@ -233,11 +238,10 @@ fn resume_refuses_a_changed_set_of_agents_even_with_force() {
         let output = deltabench(root).args(args).output().unwrap();
         let err = stderr(&output);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {err}");
-        assert!(
-            err.contains(
-                "the agents changed since the run started (no longer planned: idle[env.LEVEL=high]; newly planned: idle[env.LEVEL=mid])"
-            ),
-            "{args:?}: {err}"
+        crate::common::assert_tmp_snapshot!(
+            format!("changed_agents_{}", args.join("_").replace("--", "")),
+            root,
+            err
         );
         assert!(!err.contains("--force"), "not forcible: {err}");
     }
