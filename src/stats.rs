@@ -28,8 +28,9 @@ use crate::store::{Outcome, TrialRecord};
 
 mod sequential;
 pub use sequential::{
-    SequentialDecision, SequentialSpec, SequentialState, SimResult, SimRow, SimSuite, fixed_trials,
-    paired_rounds, planned_fixed_trials, sequential, simulate, simulation_table,
+    GateReading, SequentialDecision, SequentialSpec, SequentialState, SimResult, SimRow, SimSuite,
+    fixed_trials, gate_after, gate_sides, interval_widths, paired_rounds, planned_fixed_trials,
+    sequential, simulate, simulation_table,
 };
 
 /// Random sign assignments [`compare`] draws when enumerating them all is too much.
