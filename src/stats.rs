@@ -28,8 +28,9 @@ use crate::store::{Outcome, TrialRecord};
 
 mod sequential;
 pub use sequential::{
-    SequentialDecision, SequentialSpec, SequentialState, SimResult, SimRow, SimSuite, fixed_trials,
-    paired_rounds, planned_fixed_trials, sequential, simulate, simulation_table,
+    GateReading, SequentialDecision, SequentialSpec, SequentialState, SimResult, SimRow, SimSuite,
+    fixed_trials, gate_after, gate_sides, interval_widths, paired_rounds, planned_fixed_trials,
+    sequential, simulate, simulation_table,
 };
 
 /// Random sign assignments [`compare`] draws when enumerating them all is too much.
@@ -819,16 +820,63 @@ pub fn compare(
     seed: u64,
 ) -> Option<Comparison> {
     let candidate = by_task(candidate);
-    let shared: Vec<(&str, Tally, Tally)> = by_task(base)
+    let shared: Vec<SharedTask> = by_task(base)
         .into_iter()
         .filter_map(|(task, b)| candidate.get(task).map(|c| (task, b, *c)))
         .collect();
     if shared.is_empty() {
         return None;
     }
-    let alpha = 1.0 - confidence;
+    let per_task = per_task(&shared);
+    let within = Within::of(&per_task, 1.0 - confidence);
+    let diffs: Vec<f64> = per_task.iter().map(TaskComparison::diff).collect();
+    let base_rate = mean(&shared.iter().map(|s| s.1.fraction()).collect::<Vec<_>>());
+    let candidate_rate = mean(&shared.iter().map(|s| s.2.fraction()).collect::<Vec<_>>());
+    let diff = candidate_rate - base_rate;
+    let paired = sign_flip(&diffs, confidence, RESAMPLES, seed);
+    let too_many_broken = max_broken.is_some_and(|max| within.broken_outright.len() > max);
+    let verdict = finding(
+        paired.p_value < 1.0 - confidence,
+        diff,
+        &within,
+        too_many_broken,
+    );
+    let to_decide =
+        (verdict == Finding::Inconclusive).then(|| to_decide(&shared, diff, confidence));
+    Some(Comparison {
+        tasks: shared.len(),
+        per_task,
+        flips: flips(&shared),
+        base_rate,
+        base_interval: side_rate(&shared, |s| s.1, confidence),
+        candidate_rate,
+        candidate_interval: side_rate(&shared, |s| s.2, confidence),
+        diff,
+        test: "paired-permutation",
+        p_value: paired.p_value,
+        interval: paired.interval,
+        exact: paired.exact,
+        min_p: paired.min_p,
+        powerless: paired.powerless,
+        dropped: within.dropped,
+        gained: within.gained,
+        broken_outright: within.broken_outright,
+        fixed_outright: within.fixed_outright,
+        max_broken,
+        verdict,
+        mde: mde(&shared, &diffs, confidence),
+        to_decide,
+        confidence,
+    })
+}
+
+/// A task both sides ran: its name and each side's tally (base, candidate).
+type SharedTask<'a> = (&'a str, Tally, Tally);
+
+/// Each shared task's flip of its majority outcome.
+fn flips(shared: &[SharedTask]) -> Flips {
     let mut flips = Flips::default();
-    for (task, b, c) in &shared {
+    for (task, b, c) in shared {
         let list = match (b.passes(), c.passes()) {
             (false, true) => &mut flips.fixed,
             (true, false) => &mut flips.broken,
@@ -837,11 +885,16 @@ pub fn compare(
         };
         list.push((*task).to_owned());
     }
+    flips
+}
+
+/// Each shared task's counts and its within-task test, [`holm`]-corrected over the tasks.
+fn per_task(shared: &[SharedTask]) -> Vec<TaskComparison> {
     let p_values: Vec<f64> = shared
         .iter()
         .map(|(_, b, c)| fisher_exact(b.passed, b.trials, c.passed, c.trials))
         .collect();
-    let per_task: Vec<TaskComparison> = shared
+    shared
         .iter()
         .zip(p_values.iter().zip(holm(&p_values)))
         .map(|((task, b, c), (&p_value, adjusted_p))| TaskComparison {
@@ -853,123 +906,115 @@ pub fn compare(
             p_value,
             adjusted_p,
         })
-        .collect();
-    let names = |keep: &dyn Fn(&TaskComparison) -> bool| -> Vec<String> {
-        per_task
-            .iter()
-            .filter(|t| keep(t))
-            .map(|t| t.task.clone())
-            .collect()
-    };
-    let dropped = names(&|t| t.adjusted_p < alpha && t.diff() < 0.0);
-    let gained = names(&|t| t.adjusted_p < alpha && t.diff() > 0.0);
-    let outright = |t: &TaskComparison| {
-        t.base_trials >= OUTRIGHT_TRIALS && t.candidate_trials >= OUTRIGHT_TRIALS
-    };
-    let broken_outright =
-        names(&|t| outright(t) && t.base_passed == t.base_trials && t.candidate_passed == 0);
-    let fixed_outright =
-        names(&|t| outright(t) && t.base_passed == 0 && t.candidate_passed == t.candidate_trials);
+        .collect()
+}
 
-    let rate = |side: &dyn Fn(&(&str, Tally, Tally)) -> Tally| {
-        let outcomes: Vec<TaskOutcome> = shared
-            .iter()
-            .map(|shared| {
-                let tally = side(shared);
-                TaskOutcome {
-                    task: shared.0.to_owned(),
-                    passed: tally.passed,
-                    trials: tally.trials,
-                }
-            })
-            .collect();
-        pass_rate(&outcomes, confidence).expect("a shared task has trials")
-    };
-    let base_estimate = rate(&|s| s.1);
-    let candidate_estimate = rate(&|s| s.2);
-    let diffs: Vec<f64> = per_task.iter().map(TaskComparison::diff).collect();
-    let base_rate = mean(&shared.iter().map(|s| s.1.fraction()).collect::<Vec<_>>());
-    let candidate_rate = mean(&shared.iter().map(|s| s.2.fraction()).collect::<Vec<_>>());
-    let diff = candidate_rate - base_rate;
-    let paired = sign_flip(&diffs, confidence, RESAMPLES, seed);
+/// What the tasks' own trials say, task by task (see the fields of [`Comparison`]).
+struct Within {
+    dropped: Vec<String>,
+    gained: Vec<String>,
+    broken_outright: Vec<String>,
+    fixed_outright: Vec<String>,
+}
 
-    let significant = paired.p_value < alpha;
-    let too_many_broken = max_broken.is_some_and(|max| broken_outright.len() > max);
-    let verdict = if (significant && diff < 0.0) || !dropped.is_empty() || too_many_broken {
+impl Within {
+    fn of(per_task: &[TaskComparison], alpha: f64) -> Self {
+        let names = |keep: &dyn Fn(&TaskComparison) -> bool| -> Vec<String> {
+            per_task
+                .iter()
+                .filter(|t| keep(t))
+                .map(|t| t.task.clone())
+                .collect()
+        };
+        let outright = |t: &TaskComparison| {
+            t.base_trials >= OUTRIGHT_TRIALS && t.candidate_trials >= OUTRIGHT_TRIALS
+        };
+        Self {
+            dropped: names(&|t| t.adjusted_p < alpha && t.diff() < 0.0),
+            gained: names(&|t| t.adjusted_p < alpha && t.diff() > 0.0),
+            broken_outright: names(&|t| {
+                outright(t) && t.base_passed == t.base_trials && t.candidate_passed == 0
+            }),
+            fixed_outright: names(&|t| {
+                outright(t) && t.base_passed == 0 && t.candidate_passed == t.candidate_trials
+            }),
+        }
+    }
+}
+
+/// The verdict: a significant paired drop, a task dropping within its trials, or too many
+/// broken outright is a regression; else a significant gain either way an improvement.
+fn finding(significant: bool, diff: f64, within: &Within, too_many_broken: bool) -> Finding {
+    if (significant && diff < 0.0) || !within.dropped.is_empty() || too_many_broken {
         Finding::Regressed
-    } else if (significant && diff > 0.0) || !gained.is_empty() {
+    } else if (significant && diff > 0.0) || !within.gained.is_empty() {
         Finding::Improved
     } else {
         Finding::Inconclusive
-    };
+    }
+}
 
-    // MDE = (z_{1−α/2} + z_power)·sd/√tasks. An observed sd of 0 (identical or too few tasks)
-    // says nothing about the noise, so it is floored at the largest sd of a pass fraction over
-    // the mean trials per task and side, 0.5/√trials, and the MDE is never 0.
+/// One side's [`pass_rate`] interval over the shared tasks.
+fn side_rate(shared: &[SharedTask], side: fn(&SharedTask) -> Tally, confidence: f64) -> Interval {
+    let outcomes: Vec<TaskOutcome> = shared
+        .iter()
+        .map(|shared| {
+            let tally = side(shared);
+            TaskOutcome {
+                task: shared.0.to_owned(),
+                passed: tally.passed,
+                trials: tally.trials,
+            }
+        })
+        .collect();
+    pass_rate(&outcomes, confidence)
+        .expect("a shared task has trials")
+        .interval
+}
+
+/// MDE = (z_{1−α/2} + z_power)·sd/√tasks. An observed sd of 0 (identical or too few tasks)
+/// says nothing about the noise, so it is floored at the largest sd of a pass fraction over
+/// the mean trials per task and side, 0.5/√trials, and the MDE is never 0.
+fn mde(shared: &[SharedTask], diffs: &[f64], confidence: f64) -> f64 {
     let tasks = shared.len();
     let trials_per_side = shared
         .iter()
         .map(|(_, b, c)| b.trials + c.trials)
         .sum::<usize>() as f64
         / (2 * tasks) as f64;
-    let observed_sd = sample_variance(&diffs).sqrt();
+    let observed_sd = sample_variance(diffs).sqrt();
     let sd = if observed_sd > 0.0 {
         observed_sd
     } else {
         0.5 / trials_per_side.sqrt()
     };
-    let mde = ((z_for(confidence) + z_for(2.0 * MDE_POWER - 1.0)) * sd / (tasks as f64).sqrt())
-        .clamp(0.0, 1.0);
-    // The change seen (or, when there is hardly any, five points, `plan`'s default) is the one
-    // to detect.
-    let to_decide = (verdict == Finding::Inconclusive).then(|| {
-        let effect = if diff.abs() >= MIN_EFFECT {
-            diff.abs()
-        } else {
-            MIN_EFFECT
-        };
-        let both: Vec<TaskOutcome> = shared
-            .iter()
-            .flat_map(|(task, b, c)| {
-                [b, c].map(|tally| TaskOutcome {
-                    task: (*task).to_owned(),
-                    passed: tally.passed,
-                    trials: tally.trials,
-                })
-            })
-            .collect();
-        ToDecide {
-            effect,
-            power: MDE_POWER,
-            rows: plan(&both, effect, MDE_POWER, confidence),
-        }
-    });
+    ((z_for(confidence) + z_for(2.0 * MDE_POWER - 1.0)) * sd / (tasks as f64).sqrt())
+        .clamp(0.0, 1.0)
+}
 
-    Some(Comparison {
-        tasks,
-        per_task,
-        flips,
-        base_rate,
-        base_interval: base_estimate.interval,
-        candidate_rate,
-        candidate_interval: candidate_estimate.interval,
-        diff,
-        test: "paired-permutation",
-        p_value: paired.p_value,
-        interval: paired.interval,
-        exact: paired.exact,
-        min_p: paired.min_p,
-        powerless: paired.powerless,
-        dropped,
-        gained,
-        broken_outright,
-        fixed_outright,
-        max_broken,
-        verdict,
-        mde,
-        to_decide,
-        confidence,
-    })
+/// What [`plan`] says an inconclusive comparison would need: to detect the change seen (or,
+/// when there is hardly any, five points, `plan`'s default), on both sides' trials.
+fn to_decide(shared: &[SharedTask], diff: f64, confidence: f64) -> ToDecide {
+    let effect = if diff.abs() >= MIN_EFFECT {
+        diff.abs()
+    } else {
+        MIN_EFFECT
+    };
+    let both: Vec<TaskOutcome> = shared
+        .iter()
+        .flat_map(|(task, b, c)| {
+            [b, c].map(|tally| TaskOutcome {
+                task: (*task).to_owned(),
+                passed: tally.passed,
+                trials: tally.trials,
+            })
+        })
+        .collect();
+    ToDecide {
+        effect,
+        power: MDE_POWER,
+        rows: plan(&both, effect, MDE_POWER, confidence),
+    }
 }
 
 /// Points; `+ 0.0` turns −0 into 0, so nothing prints "-0.0".
@@ -1902,6 +1947,28 @@ mod tests {
         );
         assert!(plan(&outcomes, 0.0, 0.8, 0.95).is_empty());
         assert!(plan(&[], 0.1, 0.8, 0.95).is_empty());
+    }
+
+    #[test]
+    fn the_verdict_is_a_regression_on_any_drop_else_an_improvement_on_any_gain() {
+        let within = |dropped: &[&str], gained: &[&str]| Within {
+            dropped: dropped.iter().map(|s| (*s).to_owned()).collect(),
+            gained: gained.iter().map(|s| (*s).to_owned()).collect(),
+            broken_outright: Vec::new(),
+            fixed_outright: Vec::new(),
+        };
+        let none = within(&[], &[]);
+        assert_eq!(finding(true, -0.1, &none, false), Finding::Regressed);
+        assert_eq!(finding(true, 0.1, &none, false), Finding::Improved);
+        assert_eq!(finding(false, -0.1, &none, false), Finding::Inconclusive);
+        assert_eq!(finding(false, 0.0, &none, true), Finding::Regressed);
+        // A task that dropped within its trials outweighs a paired gain and one that rose.
+        let both = within(&["t1"], &["t2"]);
+        assert_eq!(finding(true, 0.1, &both, false), Finding::Regressed);
+        assert_eq!(
+            finding(false, 0.0, &within(&[], &["t2"]), false),
+            Finding::Improved
+        );
     }
 
     fn record(task: &str, agent: &str, outcome: Outcome) -> TrialRecord {

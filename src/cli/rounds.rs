@@ -430,124 +430,35 @@ fn judge(
     include_flaky: bool,
     plan: &runner::Plan,
 ) -> Result<Judged, CliError> {
+    let agents: Vec<String> = plan.agents.keys().cloned().collect();
     match rule {
-        StoppingRule::CiWidth { width, confidence } => {
-            let mut widest = 0.0f64;
-            let mut lines = Vec::new();
-            for agent in plan.agents.keys() {
-                let outcomes = stats::outcomes_of(&run.trials, agent);
-                let w = stats::pass_rate(&outcomes, *confidence)
-                    .map_or(1.0, |r| r.interval.hi - r.interval.lo);
-                widest = widest.max(w);
-                lines.push(format!("'{agent}' {:.1} points", w * 100.0));
-            }
-            let decided = widest <= *width;
-            let status = format!("interval widths {}", lines.join(", "));
-            let text = format!(
-                "\nstopping rule: {} after {round} trial(s) per task: {status} (target {:.1})\n",
-                if decided {
-                    "met"
-                } else {
-                    "NOT met (the --max-trials cap)"
-                },
-                width * 100.0
-            );
-            Ok(Judged {
-                decided,
-                exit: if decided {
-                    Exit::Ok
-                } else {
-                    Exit::Inconclusive
-                },
-                status,
-                text,
-            })
-        }
+        StoppingRule::CiWidth { width, confidence } => Ok(judge_widths(
+            &stats::interval_widths(&run.trials, &agents, *confidence, *width),
+            *width,
+            round,
+        )),
         StoppingRule::Decided {
             margin,
             max_drop,
             confidence,
             ..
         } => {
-            let (base_run, base_agent, candidate_agent) = match baseline {
-                Some(base) => {
-                    let agent = plan.agents.keys().next().cloned().unwrap_or_default();
-                    let base_agent = if base.manifest.agents.contains_key(&agent) {
-                        agent.clone()
-                    } else {
-                        compare::agents_of(base)
-                            .into_iter()
-                            .next()
-                            .unwrap_or_default()
-                    };
-                    (base, base_agent, agent)
-                }
-                None => {
-                    let mut agents = plan.agents.keys().cloned();
-                    let base = agents.next().unwrap_or_default();
-                    (run, base, agents.next().unwrap_or_default())
-                }
-            };
+            let base_agents = baseline.map(compare::agents_of);
+            let (base_agent, candidate_agent) = stats::gate_sides(&agents, base_agents.as_deref());
+            let base_run = baseline.unwrap_or(run);
             let skip = left_out(plan, include_flaky);
-            let rounds = stats::paired_rounds(
-                (&base_run.trials, &base_agent),
-                (&run.trials, &candidate_agent),
-                round,
-                &skip,
-            );
             let spec = SequentialSpec {
                 alpha: 1.0 - confidence,
                 max_drop: *max_drop,
                 margin: *margin,
             };
-            let state = stats::sequential(&rounds, spec);
-            let threshold = 1.0 / spec.alpha;
-            let used = state.rounds;
-            let candidate_trials: usize = rounds.iter().take(used).map(Vec::len).sum();
-            let base = stats::outcomes_of(&base_run.trials, &base_agent);
-            let candidate = stats::outcomes_of(&run.trials, &candidate_agent);
-            let keep = |o: &Vec<stats::TaskOutcome>| -> Vec<stats::TaskOutcome> {
-                o.iter()
-                    .filter(|t| !skip.contains(&t.task))
-                    .cloned()
-                    .collect()
-            };
-            let fixed = stats::planned_fixed_trials(
-                &keep(&base),
-                &keep(&candidate),
-                spec.alpha,
-                0.8,
-                *margin,
+            let reading = stats::gate_after(
+                (&base_run.trials, &base_agent),
+                (&run.trials, &candidate_agent),
+                round,
+                &skip,
+                spec,
             );
-            let (decided, exit, what) = match state.decision {
-                SequentialDecision::Regressed => (
-                    true,
-                    Exit::VerdictFailed,
-                    format!(
-                        "regressed after round {used} (evidence {:.1} against no regression reached 1/alpha = {threshold:.0})",
-                        state.regression_evidence
-                    ),
-                ),
-                SequentialDecision::NotRegressed => (
-                    true,
-                    Exit::Ok,
-                    format!(
-                        "not regressed by {:.1} points or more after round {used} (evidence {:.1} against such a regression reached 1/alpha = {threshold:.0})",
-                        margin * 100.0,
-                        state.no_regression_evidence
-                    ),
-                ),
-                SequentialDecision::Undecided => (
-                    false,
-                    Exit::Inconclusive,
-                    format!(
-                        "undecided after {round} round(s) (evidence {:.1} for a regression, {:.1} against one of {:.1} points; either must reach {threshold:.0})",
-                        state.regression_evidence,
-                        state.no_regression_evidence,
-                        margin * 100.0
-                    ),
-                ),
-            };
             let mut text = String::from("\n");
             if let Some(cmp) = compare::plain_text(
                 (base_run, &base_agent),
@@ -559,29 +470,101 @@ fn judge(
                 text.push_str(&cmp);
                 text.push('\n');
             }
-            text.push_str(&format!(
-                "sequential gate ('{candidate_agent}' against '{base_agent}', e-process at {}%, valid at every round): {}{}\n",
-                (confidence * 1000.0).round() / 10.0,
-                if decided { "" } else { "UNDECIDED at the cap: " },
-                what
-            ));
-            text.push_str(&format!(
-                "trials used: {used} per task and side ({candidate_trials} paired trials); a fixed design (`plan`, 80% power to find a drop of {:.1} points) would ask for {} per task\n",
-                margin * 100.0,
-                fixed.map_or("-".into(), |n| n.to_string())
-            ));
-            if !skip.is_empty() {
-                text.push_str(&format!(
-                    "flaky tasks left out of the gate (the lock's `validate --repeat`; --include-flaky keeps them): {}\n",
-                    skip.iter().cloned().collect::<Vec<_>>().join(", ")
-                ));
-            }
-            Ok(Judged {
-                decided: decided || round as usize > rounds.len(),
-                exit,
-                status: what,
-                text,
-            })
+            let sides = (base_agent.as_str(), candidate_agent.as_str());
+            let levels = (*margin, *confidence);
+            Ok(judge_gate(&reading, sides, levels, round, &skip, text))
         }
+    }
+}
+
+/// `--until-ci-width`'s closing lines after `round` rounds, from each agent's interval width.
+fn judge_widths((widths, met): &(Vec<(String, f64)>, bool), target: f64, round: u32) -> Judged {
+    let lines: Vec<String> = widths
+        .iter()
+        .map(|(agent, w)| format!("'{agent}' {:.1} points", w * 100.0))
+        .collect();
+    let status = format!("interval widths {}", lines.join(", "));
+    let text = format!(
+        "\nstopping rule: {} after {round} trial(s) per task: {status} (target {:.1})\n",
+        if *met {
+            "met"
+        } else {
+            "NOT met (the --max-trials cap)"
+        },
+        target * 100.0
+    );
+    Judged {
+        decided: *met,
+        exit: if *met { Exit::Ok } else { Exit::Inconclusive },
+        status,
+        text,
+    }
+}
+
+/// `--until-decided`'s closing lines after `round` rounds: `text` (the comparison) followed by
+/// the gate's reading of `(base, candidate)` at the rule's `(margin, confidence)`.
+fn judge_gate(
+    reading: &stats::GateReading,
+    (base_agent, candidate_agent): (&str, &str),
+    (margin, confidence): (f64, f64),
+    round: u32,
+    skip: &BTreeSet<String>,
+    mut text: String,
+) -> Judged {
+    let state = &reading.state;
+    let threshold = 1.0 / (1.0 - confidence);
+    let used = state.rounds;
+    let (decided, exit, what) = match state.decision {
+        SequentialDecision::Regressed => (
+            true,
+            Exit::VerdictFailed,
+            format!(
+                "regressed after round {used} (evidence {:.1} against no regression reached 1/alpha = {threshold:.0})",
+                state.regression_evidence
+            ),
+        ),
+        SequentialDecision::NotRegressed => (
+            true,
+            Exit::Ok,
+            format!(
+                "not regressed by {:.1} points or more after round {used} (evidence {:.1} against such a regression reached 1/alpha = {threshold:.0})",
+                margin * 100.0,
+                state.no_regression_evidence
+            ),
+        ),
+        SequentialDecision::Undecided => (
+            false,
+            Exit::Inconclusive,
+            format!(
+                "undecided after {round} round(s) (evidence {:.1} for a regression, {:.1} against one of {:.1} points; either must reach {threshold:.0})",
+                state.regression_evidence,
+                state.no_regression_evidence,
+                margin * 100.0
+            ),
+        ),
+    };
+    text.push_str(&format!(
+        "sequential gate ('{candidate_agent}' against '{base_agent}', e-process at {}%, valid at every round): {}{}\n",
+        (confidence * 1000.0).round() / 10.0,
+        if decided { "" } else { "UNDECIDED at the cap: " },
+        what
+    ));
+    text.push_str(&format!(
+        "trials used: {used} per task and side ({} paired trials); a fixed design (`plan`, 80% power to find a drop of {:.1} points) would ask for {} per task\n",
+        reading.paired_trials,
+        margin * 100.0,
+        reading.fixed_trials.map_or("-".into(), |n| n.to_string())
+    ));
+    if !skip.is_empty() {
+        text.push_str(&format!(
+            "flaky tasks left out of the gate (the lock's `validate --repeat`; --include-flaky keeps them): {}\n",
+            skip.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Judged {
+        decided: reading.stop,
+        exit,
+        status: what,
+        text,
     }
 }

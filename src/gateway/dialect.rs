@@ -71,24 +71,42 @@ impl Dialect {
         }
     }
 
-    /// The error body this API answers a refused call with, and its status.
-    pub fn refusal(self, message: &str) -> (u16, Value) {
-        match self {
-            Self::Anthropic => (
-                400,
-                json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}}),
-            ),
-            Self::Responses | Self::Chat => (
-                400,
+    /// The error body this API answers with when the gateway answers for the upstream: a
+    /// refused call (the budget, a replay's mismatch) or an upstream it cannot reach.
+    pub fn error_body(self, kind: ErrorKind, message: &str) -> Value {
+        match (self, kind) {
+            (Self::Anthropic, ErrorKind::Refused) => {
+                json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}})
+            }
+            (Self::Anthropic, ErrorKind::Unreachable) => {
+                json!({"type": "error", "error": {"type": "api_error", "message": message}})
+            }
+            (Self::Responses | Self::Chat, ErrorKind::Refused) => {
                 json!({"error": {"message": message, "type": "invalid_request_error",
-                    "param": null, "code": "budget_exceeded"}}),
-            ),
-            Self::Gemini => (
-                400,
-                json!({"error": {"code": 400, "message": message, "status": "FAILED_PRECONDITION"}}),
-            ),
+                    "param": null, "code": "budget_exceeded"}})
+            }
+            (Self::Gemini, ErrorKind::Refused) => {
+                json!({"error": {"code": 400, "message": message, "status": "FAILED_PRECONDITION"}})
+            }
+            (Self::Responses | Self::Chat | Self::Gemini, ErrorKind::Unreachable) => {
+                plain_error(message)
+            }
         }
     }
+}
+
+/// What an error the gateway answers in an API's own shape is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The call is refused (400): the trial's budget, or no recorded answer matches it.
+    Refused,
+    /// The upstream could not be reached (502).
+    Unreachable,
+}
+
+/// The error body of a request no API's shape applies to: `{"error": {"message": ...}}`.
+pub fn plain_error(message: &str) -> Value {
+    json!({"error": {"message": message}})
 }
 
 impl Dialect {
@@ -400,17 +418,34 @@ mod tests {
 
     #[test]
     fn refusals_wear_each_apis_error_shape() {
-        let (status, body) = Dialect::Anthropic.refusal("spent");
-        assert_eq!(status, 400);
+        let refusal = |dialect: Dialect, message| dialect.error_body(ErrorKind::Refused, message);
+        let body = refusal(Dialect::Anthropic, "spent");
         assert_eq!(body["type"], "error");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
         assert_eq!(body["error"]["message"], "spent");
         assert_eq!(
-            Dialect::Gemini.refusal("x").1["error"]["status"],
-            "FAILED_PRECONDITION"
+            refusal(Dialect::Gemini, "x")["error"],
+            json!({"code": 400, "message": "x", "status": "FAILED_PRECONDITION"})
         );
+        for dialect in [Dialect::Chat, Dialect::Responses] {
+            assert_eq!(
+                refusal(dialect, "x")["error"],
+                json!({"message": "x", "type": "invalid_request_error", "param": null,
+                    "code": "budget_exceeded"})
+            );
+        }
+    }
+
+    #[test]
+    fn an_unreachable_upstream_is_anthropics_api_error_and_plain_elsewhere() {
+        let unreachable = |dialect: Dialect| dialect.error_body(ErrorKind::Unreachable, "down");
         assert_eq!(
-            Dialect::Chat.refusal("x").1["error"]["code"],
-            "budget_exceeded"
+            unreachable(Dialect::Anthropic),
+            json!({"type": "error", "error": {"type": "api_error", "message": "down"}})
         );
+        for dialect in [Dialect::Chat, Dialect::Responses, Dialect::Gemini] {
+            assert_eq!(unreachable(dialect), plain_error("down"));
+        }
+        assert_eq!(plain_error("down"), json!({"error": {"message": "down"}}));
     }
 }

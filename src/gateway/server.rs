@@ -13,13 +13,14 @@ use crate::model::Served;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 use futures::Stream;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::dialect::{Dialect, MAX_BODY, Meter, Provider};
+use super::dialect::{Dialect, ErrorKind, MAX_BODY, Meter, Provider, plain_error};
 use super::record::{
     Exchange, Recorder, Tape, kept_answer, kept_query, key_of, request_body, with_places,
 };
@@ -489,55 +490,194 @@ fn request_model(dialect: Dialect, path: &str, body: &[u8]) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// What the gateway answers itself, in place of the upstream's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Failure {
+    NotATrial,
+    NoSuchTrial,
+    Websocket,
+    TooLarge,
+    /// The trial's budget, or a replay without a matching recording (the trial's stop trips).
+    Refused(String),
+    NoUpstream,
+    /// The upstream at this root cannot be reached.
+    Unreachable {
+        root: String,
+        error: String,
+    },
+    BadAnswer,
+    BadRecording,
+}
+
+impl Failure {
+    fn status(&self) -> u16 {
+        match self {
+            Self::NotATrial | Self::NoSuchTrial => 404,
+            Self::Websocket => 426,
+            Self::TooLarge => 413,
+            Self::Refused(_) => 400,
+            Self::NoUpstream | Self::Unreachable { .. } | Self::BadAnswer | Self::BadRecording => {
+                502
+            }
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Self::NotATrial => "not a trial's path".into(),
+            Self::NoSuchTrial => "no such trial".into(),
+            Self::Websocket => "the gateway does not carry websockets; use SSE".into(),
+            Self::TooLarge => "request body too large".into(),
+            Self::Refused(why) => why.clone(),
+            Self::NoUpstream => "no upstream for this API".into(),
+            Self::Unreachable { root, error } => {
+                format!("deltabench gateway: cannot reach {root}: {error}")
+            }
+            Self::BadAnswer => "bad answer".into(),
+            Self::BadRecording => "bad recording".into(),
+        }
+    }
+
+    /// The answer to a request of `dialect`: a refused call and an unreachable upstream in the
+    /// API's own shape, the gateway's own errors plain.
+    fn response(&self, dialect: Option<Dialect>) -> Response {
+        let kind = match self {
+            Self::Refused(_) => Some(ErrorKind::Refused),
+            Self::Unreachable { .. } => Some(ErrorKind::Unreachable),
+            _ => None,
+        };
+        let message = self.message();
+        let body = match (dialect, kind) {
+            (Some(dialect), Some(kind)) => dialect.error_body(kind, &message),
+            _ => plain_error(&message),
+        };
+        json_response(self.status(), &body)
+    }
+}
+
+/// One request on its way through a trial's gateway: what the agent sent, and what a
+/// recording keeps of it.
+struct Call {
+    account: Arc<Account>,
+    /// The path after the trial's token.
+    rest: String,
+    dialect: Option<Dialect>,
+    /// A model call's number among the trial's admitted calls; `None` for other requests.
+    admitted: Option<usize>,
+    model: Option<String>,
+    /// The request's number in the recording (every request counts).
+    n: usize,
+    places: Vec<(String, String)>,
+    /// The exchange to record or to match in a replay, its answer still empty.
+    kept: Option<Exchange>,
+    /// The body as it goes upstream (without the web tools, when the trial asks).
+    forwarded: Bytes,
+}
+
 async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    let path = parts.uri.path();
-    let Some((token, rest)) = path
+    let (account, rest) = match route(&shared, &parts) {
+        Ok(routed) => routed,
+        Err(failure) => return failure.response(None),
+    };
+    let dialect = Dialect::of_call(&rest);
+    let call = match admit(account, rest, dialect, &parts, body).await {
+        Ok(call) => call,
+        Err(failure) => return failure.response(dialect),
+    };
+    if let (Some(tape), Some(kept)) = (&call.account.setup.replay, &call.kept) {
+        return replay(&call, tape, kept);
+    }
+    match forward(&shared, &call, &parts).await {
+        Ok((answer, key)) => metered(call, answer, key),
+        Err(failure) => failure.response(dialect),
+    }
+}
+
+/// Sends the request to its provider's upstream with the trial's key; returns the answer and
+/// the key (which a recording redacts).
+async fn forward(
+    shared: &Shared,
+    call: &Call,
+    parts: &Parts,
+) -> Result<(reqwest::Response, Option<String>), Failure> {
+    let provider = call
+        .dialect
+        .map(Dialect::provider)
+        .or_else(|| guess_provider(&parts.headers, &call.rest))
+        .unwrap_or(Provider::OpenAi);
+    let (root, key) = call
+        .account
+        .setup
+        .upstream
+        .root(provider)
+        .cloned()
+        .ok_or(Failure::NoUpstream)?;
+    let client = if is_loopback(&root) {
+        &shared.direct
+    } else {
+        &shared.client
+    };
+    let (url, headers) = keyed(&root, &call.rest, parts, key.as_deref());
+    let mut request = client.request(parts.method.clone(), &url);
+    for (name, value) in &headers {
+        request = request.header(name, value);
+    }
+    match request.body(call.forwarded.clone()).send().await {
+        Ok(answer) => Ok((answer, key)),
+        Err(err) => Err(Failure::Unreachable {
+            root,
+            error: err.to_string(),
+        }),
+    }
+}
+
+/// The trial a request's path names, and the path after its token; a websocket is refused.
+fn route(shared: &Shared, parts: &Parts) -> Result<(Arc<Account>, String), Failure> {
+    let (token, rest) = parts
+        .uri
+        .path()
         .strip_prefix("/t/")
         .map(|p| p.split_once('/').unwrap_or((p, "")))
-    else {
-        return json_response(404, &json!({"error": {"message": "not a trial's path"}}));
-    };
+        .ok_or(Failure::NotATrial)?;
     let account = shared
         .trials
         .lock()
         .ok()
-        .and_then(|trials| trials.get(token).cloned());
-    let Some(account) = account else {
-        return json_response(404, &json!({"error": {"message": "no such trial"}}));
-    };
-    let rest = format!("/{rest}");
+        .and_then(|trials| trials.get(token).cloned())
+        .ok_or(Failure::NoSuchTrial)?;
     let upgrade = parts
         .headers
         .get(header::UPGRADE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
     if upgrade {
-        return json_response(
-            426,
-            &json!({"error": {"message": "the gateway does not carry websockets; use SSE"}}),
-        );
+        return Err(Failure::Websocket);
     }
-    let dialect = Dialect::of_call(&rest);
-    // A model call is admitted (numbered) or refused; other requests pass uncounted.
-    let call = match dialect {
-        Some(dialect) => match account.admit() {
-            Ok(index) => Some(index),
-            Err(why) => {
-                let why = why.to_string();
-                account.setup.stop.trip(why.clone());
-                let (status, body) = dialect.refusal(&why);
-                return json_response(status, &body);
-            }
-        },
+    Ok((account, format!("/{rest}")))
+}
+
+/// Takes a request into the trial: a model call is counted against the budget (or refused,
+/// which trips the trial's stop; other requests pass uncounted), its body read whole up to
+/// [`MAX_BODY`], and what a recording keeps of it made.
+async fn admit(
+    account: Arc<Account>,
+    rest: String,
+    dialect: Option<Dialect>,
+    parts: &Parts,
+    body: Body,
+) -> Result<Call, Failure> {
+    let admitted = match dialect {
+        Some(_) => Some(account.admit().map_err(|why| {
+            let why = why.to_string();
+            account.setup.stop.trip(why.clone());
+            Failure::Refused(why)
+        })?),
         None => None,
     };
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
-        return json_response(
-            413,
-            &json!({"error": {"message": "request body too large"}}),
-        );
-    };
+    let bytes = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|_| Failure::TooLarge)?;
     let model = dialect.and_then(|d| request_model(d, &rest, &bytes));
     // What the agent sent is what a recording keeps and a replay matches; only the forwarded
     // copy loses the web tools.
@@ -557,88 +697,78 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         headers: Default::default(),
         response: String::new(),
     });
-    if let (Some(tape), Some(kept)) = (account.setup.replay.clone(), kept.clone()) {
-        let key = key_of(
-            &kept.method,
-            &kept.path,
-            kept.query.as_deref(),
-            &kept.request,
-        );
-        return match tape.answer(n, &key) {
-            Ok(recorded) => replayed(&account, call.zip(dialect), model, n, recorded, &places),
-            Err(why) => {
-                let why = why.to_string();
-                account.setup.stop.trip(why.clone());
-                let (status, body) = match dialect {
-                    Some(dialect) => dialect.refusal(&why),
-                    None => (400, json!({"error": {"message": why}})),
-                };
-                json_response(status, &body)
-            }
-        };
-    }
-    let provider = dialect
-        .map(Dialect::provider)
-        .or_else(|| guess_provider(&parts.headers, &rest))
-        .unwrap_or(Provider::OpenAi);
-    let Some((root, key)) = account.setup.upstream.root(provider).cloned() else {
-        return json_response(
-            502,
-            &json!({"error": {"message": "no upstream for this API"}}),
-        );
-    };
+    Ok(Call {
+        account,
+        rest,
+        dialect,
+        admitted,
+        model,
+        n,
+        places,
+        kept,
+        forwarded,
+    })
+}
+
+/// The URL and headers a request goes upstream with: `root` and the path after the trial's
+/// token, the client's query, and its headers, with `key` in place of any key the client sent
+/// (Gemini's `key=`, each of [`AUTH`]); with no key the client's own pass as they came. The
+/// connection's headers and `accept-encoding` stay behind (the meter reads the body as sent).
+fn keyed(root: &str, rest: &str, parts: &Parts, key: Option<&str>) -> (String, HeaderMap) {
     let mut url = format!("{root}{rest}");
     if let Some(query) = parts.uri.query() {
         let query: Vec<String> = query
             .split('&')
-            .map(|pair| match (&key, pair.split_once('=')) {
+            .map(|pair| match (key, pair.split_once('=')) {
                 (Some(key), Some(("key", _))) => format!("key={key}"),
                 _ => pair.to_owned(),
             })
             .collect();
         url = format!("{url}?{}", query.join("&"));
     }
-    let client = if is_loopback(&root) {
-        &shared.direct
-    } else {
-        &shared.client
-    };
-    let mut request = client.request(parts.method.clone(), &url);
+    let mut headers = HeaderMap::new();
     for (name, value) in &parts.headers {
         let lower = name.as_str();
         if HOP_BY_HOP.contains(&lower) || lower == "accept-encoding" {
             continue;
         }
-        let value = match (&key, AUTH.contains(&lower)) {
-            (Some(key), true) => {
-                let text = if lower == "authorization" {
-                    format!("Bearer {key}")
-                } else {
-                    key.clone()
-                };
-                match HeaderValue::from_str(&text) {
-                    Ok(v) => v,
-                    Err(_) => continue,
-                }
+        let value = match key.filter(|_| AUTH.contains(&lower)) {
+            Some(key) if lower == "authorization" => {
+                HeaderValue::from_str(&format!("Bearer {key}"))
             }
-            _ => value.clone(),
+            Some(key) => HeaderValue::from_str(key),
+            None => Ok(value.clone()),
         };
-        request = request.header(name, value);
-    }
-    let answer = match request.body(forwarded).send().await {
-        Ok(answer) => answer,
-        Err(err) => {
-            let message = format!("deltabench gateway: cannot reach {root}: {err}");
-            return match dialect {
-                Some(Dialect::Anthropic) => json_response(
-                    502,
-                    &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
-                ),
-                _ => json_response(502, &json!({"error": {"message": message}})),
-            };
+        if let Ok(value) = value {
+            headers.append(name, value);
         }
-    };
-    let mut response = Response::builder().status(answer.status().as_u16());
+    }
+    (url, headers)
+}
+
+/// The answer of a replay to the request `kept`: the recorded one, or the trial's stop tripped
+/// when none matches.
+fn replay(call: &Call, tape: &Tape, kept: &Exchange) -> Response {
+    let key = key_of(
+        &kept.method,
+        &kept.path,
+        kept.query.as_deref(),
+        &kept.request,
+    );
+    match tape.answer(call.n, &key) {
+        Ok(recorded) => replayed(call, recorded),
+        Err(why) => {
+            let why = why.to_string();
+            call.account.setup.stop.trip(why.clone());
+            Failure::Refused(why).response(call.dialect)
+        }
+    }
+}
+
+/// The upstream's answer passed to the client as it comes, metered (and recorded) on the way.
+fn metered(call: Call, answer: reqwest::Response, key: Option<String>) -> Response {
+    let status = answer.status().as_u16();
+    let mut response = Response::builder().status(status);
     let sse = answer
         .headers()
         .get(header::CONTENT_TYPE)
@@ -653,31 +783,33 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             response = response.header(name, value.as_bytes());
         }
     }
-    let recording = kept
-        .filter(|_| account.recorder.is_some())
+    let recording = call
+        .kept
+        .filter(|_| call.account.recorder.is_some())
         .map(|mut exchange| {
-            exchange.status = answer.status().as_u16();
+            exchange.status = status;
             exchange.headers = kept_headers(answer.headers());
             Recording {
                 exchange,
                 bytes: Vec::new(),
-                secret: key.clone(),
-                stream: dialect.filter(|_| sse),
-                places,
+                secret: key,
+                stream: call.dialect.filter(|_| sse),
+                places: call.places,
             }
         });
     let stream = Metered {
         inner: Box::pin(answer.bytes_stream()),
         meter: call
-            .zip(dialect)
-            .map(|(call, d)| (call, Meter::new(d, sse))),
-        account,
-        model,
+            .admitted
+            .zip(call.dialect)
+            .map(|(index, d)| (index, Meter::new(d, sse))),
+        account: call.account,
+        model: call.model,
         recording,
     };
     response
         .body(Body::from_stream(stream))
-        .unwrap_or_else(|_| json_response(502, &json!({"error": {"message": "bad answer"}})))
+        .unwrap_or_else(|_| Failure::BadAnswer.response(None))
 }
 
 /// The answer headers a recording keeps: its content type (nothing that could hold a key).
@@ -690,38 +822,31 @@ fn kept_headers(headers: &HeaderMap) -> std::collections::BTreeMap<String, Strin
         .collect()
 }
 
-/// The recorded answer to request `n`, as recorded (the trial's places back in), counted as
-/// the upstream's would be, and kept again when this run records too.
-fn replayed(
-    account: &Account,
-    call: Option<(usize, Dialect)>,
-    model: Option<String>,
-    n: usize,
-    mut recorded: Exchange,
-    places: &[(String, String)],
-) -> Response {
-    let text = with_places(&recorded.response, places);
+/// The recorded answer to a request, as recorded (the trial's places back in), counted as the
+/// upstream's would be, and kept again when this run records too.
+fn replayed(call: &Call, mut recorded: Exchange) -> Response {
+    let text = with_places(&recorded.response, &call.places);
     let content_type = recorded
         .headers
         .get("content-type")
         .cloned()
         .unwrap_or_else(|| "application/json".into());
-    if let Some((call, dialect)) = call {
+    if let Some((index, dialect)) = call.admitted.zip(call.dialect) {
         let mut meter = Meter::new(dialect, content_type.starts_with("text/event-stream"));
         meter.feed(text.as_bytes());
         if let Some(usage) = meter.finish() {
-            account.record(call, usage, model.as_deref());
+            call.account.record(index, usage, call.model.as_deref());
         }
     }
-    if let Some(recorder) = &account.recorder {
-        recorded.n = n;
+    if let Some(recorder) = &call.account.recorder {
+        recorded.n = call.n;
         recorder.write(&recorded);
     }
     Response::builder()
         .status(recorded.status)
         .header(header::CONTENT_TYPE, content_type)
         .body(Body::from(text))
-        .unwrap_or_else(|_| json_response(502, &json!({"error": {"message": "bad recording"}})))
+        .unwrap_or_else(|_| Failure::BadRecording.response(None))
 }
 
 /// An answer being recorded as it passes.
@@ -800,5 +925,142 @@ impl Stream for Metered {
 impl Drop for Metered {
     fn drop(&mut self) {
         self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Script, ScriptedServer};
+    use serde_json::json;
+
+    fn parts(uri: &str, headers: &[(&str, &str)]) -> Parts {
+        let mut request = axum::http::Request::post(uri);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.body(()).unwrap().into_parts().0
+    }
+
+    const CLIENT: [(&str, &str); 6] = [
+        ("authorization", "Bearer sk-placeholder"),
+        ("x-api-key", "sk-placeholder"),
+        ("x-goog-api-key", "sk-placeholder"),
+        ("host", "127.0.0.1:1"),
+        ("accept-encoding", "gzip"),
+        ("content-type", "application/json"),
+    ];
+
+    #[test]
+    fn the_trials_key_replaces_the_clients_in_the_query_and_each_key_header() {
+        let request = parts(
+            "/t/x/v1beta/models/m:streamGenerateContent?alt=sse&key=sk-placeholder",
+            &CLIENT,
+        );
+        let rest = "/v1beta/models/m:streamGenerateContent";
+        let (url, headers) = keyed("http://up", rest, &request, Some("REAL"));
+        assert_eq!(url, format!("http://up{rest}?alt=sse&key=REAL"));
+        let shown: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("authorization", "Bearer REAL"),
+                ("x-api-key", "REAL"),
+                ("x-goog-api-key", "REAL"),
+                ("content-type", "application/json"),
+            ]
+        );
+        // No key of the trial's (a local endpoint): the client's own pass as they came.
+        let (url, headers) = keyed("http://up", rest, &request, None);
+        assert!(url.ends_with("?alt=sse&key=sk-placeholder"), "{url}");
+        assert_eq!(headers["authorization"], "Bearer sk-placeholder");
+        assert_eq!(headers.len(), 4);
+    }
+
+    #[test]
+    fn refused_and_unreachable_calls_wear_the_apis_shape_and_the_gateways_own_errors_are_plain() {
+        let body = |response: Response| {
+            let status = response.status().as_u16();
+            let bytes =
+                futures::executor::block_on(axum::body::to_bytes(response.into_body(), usize::MAX))
+                    .unwrap();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+        };
+        let refused = Failure::Refused("spent".into());
+        assert_eq!(
+            body(refused.response(Some(Dialect::Gemini))),
+            (400, Dialect::Gemini.error_body(ErrorKind::Refused, "spent"))
+        );
+        assert_eq!(body(refused.response(None)), (400, plain_error("spent")));
+        let unreachable = Failure::Unreachable {
+            root: "http://up".into(),
+            error: "refused".into(),
+        };
+        let (status, anthropic) = body(unreachable.response(Some(Dialect::Anthropic)));
+        assert_eq!(status, 502);
+        assert_eq!(anthropic["error"]["type"], "api_error");
+        assert_eq!(
+            anthropic["error"]["message"],
+            "deltabench gateway: cannot reach http://up: refused"
+        );
+        assert_eq!(
+            body(Failure::TooLarge.response(Some(Dialect::Anthropic))),
+            (413, plain_error("request body too large"))
+        );
+        assert_eq!(Failure::NoSuchTrial.status(), 404);
+        assert_eq!(Failure::Websocket.status(), 426);
+    }
+
+    /// The real key goes upstream, and neither it nor the client's placeholder reaches the
+    /// recording (its query keeps the rest).
+    #[tokio::test]
+    async fn the_upstream_key_never_reaches_a_recording() {
+        let script = Script::parse(
+            "usage: {input_tokens: 3, output_tokens: 4}\nsteps:\n  - text: Done.\n",
+            Path::new("model.yaml"),
+        )
+        .unwrap();
+        let upstream = ScriptedServer::start(script, SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let recording = dir.path().join("model-calls.jsonl");
+        let gateway = Gateway::start().await.unwrap();
+        let lease = gateway.register(TrialSetup {
+            upstream: Upstream::single(&upstream.url(), Some("the-real-key-31".into())),
+            record: Some(recording.clone()),
+            ..TrialSetup::default()
+        });
+        let path = "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse&key=sk-placeholder";
+        let mut request = reqwest::Client::new().post(format!("{}{path}", lease.url()));
+        for (name, value) in CLIENT.iter().filter(|(n, _)| *n != "host") {
+            request = request.header(*name, *value);
+        }
+        // With a tool: the scripted model's main calls are the ones with tools.
+        let body = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "tools": [{"functionDeclarations": [{"name": "shell", "parameters": {"type": "object"}}]}]});
+        let answer = request.body(body.to_string()).send().await.unwrap();
+        assert_eq!(answer.status(), 200);
+        let text = answer.text().await.unwrap();
+        assert!(text.contains("Done."), "{text}");
+        assert_eq!(lease.usage().model_calls, 1);
+        drop(lease);
+        let seen = upstream.requests();
+        assert!(
+            seen[0]["path"]
+                .as_str()
+                .unwrap()
+                .ends_with("key=the-real-key-31"),
+            "{seen:?}"
+        );
+        let recorded = std::fs::read_to_string(&recording).unwrap();
+        assert!(recorded.contains("\"query\":\"alt=sse\""), "{recorded}");
+        for key in ["the-real-key-31", "sk-placeholder"] {
+            assert!(!recorded.contains(key), "{key} recorded: {recorded}");
+        }
+        upstream.stop().await;
     }
 }

@@ -218,6 +218,95 @@ pub fn planned_fixed_trials(
     Some(fixed_trials(alpha, power, effect, per_task / n as f64))
 }
 
+/// The power of the fixed design a run in rounds is compared with (as `plan`'s default).
+const FIXED_POWER: f64 = 0.8;
+
+/// The two agents a sequential gate pairs, `(base, candidate)`: against a baseline run, the
+/// run's (first) agent against the baseline's agent of that name, else the baseline's first;
+/// within one run, its first agent against its second. A missing agent is `""`.
+pub fn gate_sides(agents: &[String], baseline_agents: Option<&[String]>) -> (String, String) {
+    let first = |names: &[String]| names.first().cloned().unwrap_or_default();
+    match baseline_agents {
+        Some(base) => {
+            let candidate = first(agents);
+            let base = if base.contains(&candidate) {
+                candidate.clone()
+            } else {
+                first(base)
+            };
+            (base, candidate)
+        }
+        None => (first(agents), agents.get(1).cloned().unwrap_or_default()),
+    }
+}
+
+/// The sequential gate after some rounds of a run in rounds, and what a fixed design would ask.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateReading {
+    pub state: SequentialState,
+    /// The candidate's trials in the rounds the gate read, each paired with a baseline trial.
+    pub paired_trials: usize,
+    /// Trials per task a fixed design (80% power to find a drop of the margin) asks for.
+    pub fixed_trials: Option<usize>,
+    /// The rounds stop here: the gate decided, or the sides hold fewer rounds than asked.
+    pub stop: bool,
+}
+
+/// Reads rounds 1..=`round` of `base` against `candidate` (records and agent each) with the
+/// sequential gate; tasks in `left_out` (flaky ones) count nowhere.
+pub fn gate_after(
+    base: (&[TrialRecord], &str),
+    candidate: (&[TrialRecord], &str),
+    round: u32,
+    left_out: &BTreeSet<String>,
+    spec: SequentialSpec,
+) -> GateReading {
+    let rounds = paired_rounds(base, candidate, round, left_out);
+    let state = sequential(&rounds, spec);
+    let paired_trials = rounds.iter().take(state.rounds).map(Vec::len).sum();
+    let kept = |(records, agent): (&[TrialRecord], &str)| -> Vec<super::TaskOutcome> {
+        super::outcomes_of(records, agent)
+            .into_iter()
+            .filter(|t| !left_out.contains(&t.task))
+            .collect()
+    };
+    let fixed_trials = planned_fixed_trials(
+        &kept(base),
+        &kept(candidate),
+        spec.alpha,
+        FIXED_POWER,
+        spec.margin,
+    );
+    let stop = state.decision != SequentialDecision::Undecided || round as usize > rounds.len();
+    GateReading {
+        state,
+        paired_trials,
+        fixed_trials,
+        stop,
+    }
+}
+
+/// Each agent's pass-rate interval width at `confidence` (1 when it has no scored trial), in
+/// the order given, and whether every one is at most `target` (`run --until-ci-width`).
+pub fn interval_widths(
+    records: &[TrialRecord],
+    agents: &[String],
+    confidence: f64,
+    target: f64,
+) -> (Vec<(String, f64)>, bool) {
+    let widths: Vec<(String, f64)> = agents
+        .iter()
+        .map(|agent| {
+            let outcomes = super::outcomes_of(records, agent);
+            let width = super::pass_rate(&outcomes, confidence)
+                .map_or(1.0, |r| r.interval.hi - r.interval.lo);
+            (agent.clone(), width)
+        })
+        .collect();
+    let widest = widths.iter().map(|(_, w)| *w).fold(0.0f64, f64::max);
+    (widths, widest <= target)
+}
+
 /// A simulated suite: each task's baseline pass probability; the candidate's is lower by `drop`.
 #[derive(Debug, Clone)]
 pub struct SimSuite {
@@ -399,6 +488,99 @@ mod tests {
             sequential(&mixed, SPEC).decision,
             SequentialDecision::Undecided
         );
+    }
+
+    /// `agent`'s trials 1..=`rounds` of tasks t0..t9; `fails` says which (task, trial) fail.
+    fn trials(agent: &str, rounds: u32, fails: impl Fn(usize, u32) -> bool) -> Vec<TrialRecord> {
+        let mut records = Vec::new();
+        for trial in 1..=rounds {
+            for task in 0..10 {
+                let mut record = TrialRecord::unscored(
+                    &format!("t{task}"),
+                    agent,
+                    trial,
+                    "delta".into(),
+                    String::new(),
+                );
+                record.outcome = if fails(task, trial) {
+                    Outcome::Fail
+                } else {
+                    Outcome::Pass
+                };
+                records.push(record);
+            }
+        }
+        records
+    }
+
+    #[test]
+    fn the_gate_pairs_the_baselines_same_agent_else_its_first_else_the_runs_two() {
+        let names = |n: &[&str]| n.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let pair = |b: &str, c: &str| (b.to_owned(), c.to_owned());
+        let base = names(&["old", "new"]);
+        assert_eq!(
+            gate_sides(&names(&["new"]), Some(&base)),
+            pair("new", "new")
+        );
+        assert_eq!(gate_sides(&names(&["x"]), Some(&base)), pair("old", "x"));
+        assert_eq!(gate_sides(&names(&["a", "b"]), None), pair("a", "b"));
+        assert_eq!(gate_sides(&names(&["a"]), None), pair("a", ""));
+    }
+
+    #[test]
+    fn each_outcome_of_the_gate_after_rounds() {
+        let spec = SequentialSpec {
+            alpha: 0.05,
+            max_drop: 0.0,
+            margin: 0.1,
+        };
+        let none = BTreeSet::new();
+        let base = trials("base", 10, |_, _| false);
+        let broken = trials("cand", 10, |task, _| task == 9);
+        let regressed = gate_after((&base, "base"), (&broken, "cand"), 10, &none, spec);
+        assert_eq!(regressed.state.decision, SequentialDecision::Regressed);
+        assert!(regressed.stop);
+        assert_eq!(regressed.paired_trials, 10 * regressed.state.rounds);
+        assert!(
+            regressed.fixed_trials.is_some_and(|n| n > 0),
+            "{regressed:?}"
+        );
+
+        let same = trials("cand", 10, |_, _| false);
+        let not_regressed = gate_after((&base, "base"), (&same, "cand"), 10, &none, spec);
+        assert_eq!(
+            not_regressed.state.decision,
+            SequentialDecision::NotRegressed
+        );
+        assert!(not_regressed.stop);
+
+        // One round of a small drop is evidence for neither claim: the rounds go on.
+        let undecided = gate_after((&base, "base"), (&broken, "cand"), 1, &none, spec);
+        assert_eq!(undecided.state.decision, SequentialDecision::Undecided);
+        assert!(!undecided.stop);
+        assert_eq!(undecided.paired_trials, 10);
+
+        // The broken task left out (flaky): nothing is lost, and no trial of it is paired.
+        let flaky = BTreeSet::from(["t9".to_owned()]);
+        let without = gate_after((&base, "base"), (&broken, "cand"), 10, &flaky, spec);
+        assert_eq!(without.state.decision, SequentialDecision::NotRegressed);
+        assert_eq!(without.paired_trials, 9 * without.state.rounds);
+    }
+
+    #[test]
+    fn interval_widths_meet_the_target_or_not() {
+        let agents = vec!["a".to_owned(), "gone".to_owned()];
+        let records = trials("a", 10, |task, trial| task < 5 && trial % 2 == 0);
+        let (widths, met) = interval_widths(&records, &agents, 0.95, 1.0);
+        assert_eq!(widths.len(), 2);
+        assert!(widths[0].1 > 0.0 && widths[0].1 < 1.0, "{widths:?}");
+        // An agent without a scored trial is as wide as can be, and a target of 1 still holds.
+        assert_eq!(widths[1], ("gone".to_owned(), 1.0));
+        assert!(met);
+        let (_, met) = interval_widths(&records, &agents[..1], 0.95, widths[0].1 / 2.0);
+        assert!(!met);
+        let (_, met) = interval_widths(&records, &agents[..1], 0.95, widths[0].1);
+        assert!(met);
     }
 
     /// The acceptance simulation: under no difference the false-`regressed` rate stays within α
