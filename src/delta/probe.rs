@@ -5,8 +5,9 @@
 //! 2. The verify command runs in a *fresh* workspace made from the base, with exactly that diff
 //!    applied and the hidden tests laid over it. Nothing the diff does not show (an ignored file,
 //!    a git trick, a process the agent left behind in its own workspace) reaches the verdict.
-//! 3. Under `isolation: sandbox` the verify command runs in the sandbox too, with a home of its
-//!    own, and Python test runs report through a hook that the workspace cannot shadow.
+//! 3. Under a sandbox or a container the verify command runs confined the same way, with a home
+//!    of its own (on the host too), and Python test runs report through a hook that the
+//!    workspace cannot shadow.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
