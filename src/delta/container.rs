@@ -237,19 +237,6 @@ impl ContainerCapture {
         max_diff: u64,
     ) -> Result<Captured, CaptureError> {
         let mut delta = self.listed()?;
-        let trimmed = |c: &ContainerChange| c.change.path.trim_start_matches('/').to_owned();
-        let added: HashSet<String> = delta
-            .changes
-            .iter()
-            .filter(|c| c.change.kind == FsChangeKind::Added)
-            .map(trimmed)
-            .collect();
-        let candidates: HashSet<String> = delta
-            .changes
-            .iter()
-            .filter(|c| c.applied && c.change.kind != FsChangeKind::Deleted)
-            .map(trimmed)
-            .collect();
         let scratch;
         let archive = match artifacts {
             Some(dir) => dir.join(CONTAINER_DELTA),
@@ -258,34 +245,9 @@ impl ContainerCapture {
                 scratch.path().join(CONTAINER_DELTA)
             }
         };
-        let path = self
-            .runtime
-            .image_path(&self.image)?
-            .unwrap_or_else(|| DEFAULT_PATH.to_owned());
-        let mut image = ImagePrograms::new(&path);
-        let any_applied = delta.changes.iter().any(|c| c.applied);
-        let packed = match any_applied {
-            true => Some(self.runtime.export(&self.container, |stream| {
-                pack(stream, &archive, &candidates, max_diff, &mut |path| {
-                    if !added.contains(path) {
-                        image.note(&format!("/{path}"));
-                    }
-                })
-            })?),
-            false => None,
-        };
+        let (packed, image) = self.export_applied(&delta, &archive, max_diff)?;
         // Now that the image's programs are known: what shadows or changes one is held back.
-        let mut dropped = HashSet::new();
-        let folders = delta.folders();
-        for change in delta.changes.iter_mut().filter(|c| c.applied) {
-            if let Some(held) = self
-                .toolchain
-                .held_back_given(&change.change, &folders, &image)
-            {
-                *change = ContainerChange::new(change.change.clone(), Some(held));
-                dropped.insert(trimmed(change));
-            }
-        }
+        let dropped = self.hold_back(&mut delta, &image);
         self.save_listing(&delta, artifacts)?;
         let Some(mut packed) = packed else {
             return Ok(Captured {
@@ -308,19 +270,8 @@ impl ContainerCapture {
             packed =
                 repack(&archive, &dropped).map_err(|source| CaptureError::Scratch { source })?;
         }
-        delta.bytes = packed.bytes;
-        for change in &mut delta.changes {
-            if let Some(file) = packed.files.get(&trimmed(change)) {
-                change.size = Some(file.size);
-            }
-        }
-        delta.patch = container_patch(&delta, &packed.files);
-        let deleted: Vec<String> = delta
-            .changes
-            .iter()
-            .filter(|c| c.applied && c.change.kind == FsChangeKind::Deleted)
-            .map(|c| c.change.path.clone())
-            .collect();
+        record_packed(&mut delta, &packed);
+        let deleted = deleted_paths(&delta);
         if packed.files.is_empty() && deleted.is_empty() {
             return Ok(Captured {
                 delta,
@@ -350,6 +301,62 @@ impl ContainerCapture {
         })
     }
 
+    /// The applied changes exported from the container into `archive` (none when nothing
+    /// applies), and the image's programs, noted from the changed files it already had.
+    fn export_applied(
+        &self,
+        delta: &ContainerDelta,
+        archive: &Path,
+        max_diff: u64,
+    ) -> Result<(Option<Packed>, ImagePrograms), CaptureError> {
+        let added: HashSet<String> = delta
+            .changes
+            .iter()
+            .filter(|c| c.change.kind == FsChangeKind::Added)
+            .map(archive_path)
+            .collect();
+        let candidates: HashSet<String> = delta
+            .changes
+            .iter()
+            .filter(|c| c.applied && c.change.kind != FsChangeKind::Deleted)
+            .map(archive_path)
+            .collect();
+        let path = self
+            .runtime
+            .image_path(&self.image)?
+            .unwrap_or_else(|| DEFAULT_PATH.to_owned());
+        let mut image = ImagePrograms::new(&path);
+        let any_applied = delta.changes.iter().any(|c| c.applied);
+        let packed = match any_applied {
+            true => Some(self.runtime.export(&self.container, |stream| {
+                pack(stream, archive, &candidates, max_diff, &mut |path| {
+                    if !added.contains(path) {
+                        image.note(&format!("/{path}"));
+                    }
+                })
+            })?),
+            false => None,
+        };
+        Ok((packed, image))
+    }
+
+    /// Holds back the applied changes that shadow or change one of the image's programs;
+    /// returns their archive paths.
+    fn hold_back(&self, delta: &mut ContainerDelta, image: &ImagePrograms) -> HashSet<String> {
+        let mut dropped = HashSet::new();
+        let folders = delta.folders();
+        for change in delta.changes.iter_mut().filter(|c| c.applied) {
+            if let Some(held) = self
+                .toolchain
+                .held_back_given(&change.change, &folders, image)
+            {
+                *change = ContainerChange::new(change.change.clone(), Some(held));
+                dropped.insert(archive_path(change));
+            }
+        }
+        dropped
+    }
+
     fn save_listing(
         &self,
         delta: &ContainerDelta,
@@ -374,6 +381,32 @@ fn harness_path(change: &FsChange, mounts: &[PathBuf]) -> bool {
     made.any(|made| {
         path.starts_with(made) || (change.kind != FsChangeKind::Deleted && made.starts_with(path))
     })
+}
+
+/// A change's path in the exported archive: without the leading `/`.
+fn archive_path(change: &ContainerChange) -> String {
+    change.change.path.trim_start_matches('/').to_owned()
+}
+
+/// The archive's size, each change's size in it, and the patch shown for them.
+fn record_packed(delta: &mut ContainerDelta, packed: &Packed) {
+    delta.bytes = packed.bytes;
+    for change in &mut delta.changes {
+        if let Some(file) = packed.files.get(&archive_path(change)) {
+            change.size = Some(file.size);
+        }
+    }
+    delta.patch = container_patch(delta, &packed.files);
+}
+
+/// The applied deletions, as the container lists them.
+fn deleted_paths(delta: &ContainerDelta) -> Vec<String> {
+    delta
+        .changes
+        .iter()
+        .filter(|c| c.applied && c.change.kind == FsChangeKind::Deleted)
+        .map(|c| c.change.path.clone())
+        .collect()
 }
 
 struct Packed {
@@ -533,6 +566,24 @@ mod tests {
             kind,
             path: path.into(),
         }
+    }
+
+    #[test]
+    fn only_applied_deletions_are_deleted_and_archive_paths_lose_their_slash() {
+        let delta = ContainerDelta {
+            changes: vec![
+                ContainerChange::new(change(FsChangeKind::Deleted, "/etc/gone"), None),
+                ContainerChange::new(
+                    change(FsChangeKind::Deleted, "/usr/bin/held"),
+                    Some(HeldBack::Shadows),
+                ),
+                ContainerChange::new(change(FsChangeKind::Added, "/etc/new"), None),
+            ],
+            bytes: 0,
+            patch: String::new(),
+        };
+        assert_eq!(deleted_paths(&delta), ["/etc/gone"]);
+        assert_eq!(archive_path(&delta.changes[2]), "etc/new");
     }
 
     #[test]

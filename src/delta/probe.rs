@@ -5,8 +5,9 @@
 //! 2. The verify command runs in a *fresh* workspace made from the base, with exactly that diff
 //!    applied and the hidden tests laid over it. Nothing the diff does not show (an ignored file,
 //!    a git trick, a process the agent left behind in its own workspace) reaches the verdict.
-//! 3. Under `isolation: sandbox` the verify command runs in the sandbox too, with a home of its
-//!    own, and Python test runs report through a hook that the workspace cannot shadow.
+//! 3. Under a sandbox or a container the verify command runs confined the same way, with a home
+//!    of its own (on the host too), and Python test runs report through a hook that the
+//!    workspace cannot shadow.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::apart::{Apart, mutant_name};
 use super::channel::Channel;
-use super::container::ContainerCapture;
+use super::container::{ContainerCapture, ContainerDelta};
 use super::mutate::{self, BitingMutant, Listing, Mutant, MutateError, MutationReport};
 use super::snapshot::{EntryKind, FileChange, Snapshot, SnapshotError, snapshot};
 use super::tests_report::Outcomes;
@@ -132,85 +133,19 @@ impl DeltaProbe for TaskProbe {
         ctx: &'a ProbeContext<'a>,
     ) -> BoxFuture<'a, Result<EnvironmentDelta, ProbeError>> {
         Box::pin(async move {
-            let err = |kind| move |message: String| ProbeError::new(kind, message);
-            let (objects, workspace, base) = (
-                self.objects.clone(),
-                ctx.workspace.to_owned(),
-                ctx.base.to_owned(),
-            );
-            let upper = ctx.changes.map(Path::to_owned);
-            let limit = self.max_diff;
-            // git2 and file reads block: keep them off the runtime's workers.
-            let taken = tokio::task::spawn_blocking(move || {
-                let only = upper
-                    .map(|dir| crate::workspace::overlay_changes(&dir))
-                    .transpose()
-                    .map_err(|e| SnapshotError::Io {
-                        path: PathBuf::from("the overlay's upper dir"),
-                        source: e,
-                    })?;
-                snapshot(&objects, &workspace, &base, only.as_deref(), limit)
-            })
-            .await
-            .map_err(|e| err(ProbeErrorKind::Diff)(e.to_string()))?;
-            let snapshot = match taken {
+            let snapshot = match self.take_snapshot(ctx).await? {
                 Ok(snapshot) => snapshot,
-                Err(too_large @ SnapshotError::TooLarge { .. }) => {
-                    return Ok(EnvironmentDelta {
-                        rejected: Some(too_large.to_string()),
-                        command_result: CommandResult {
-                            command: self.verify.run.clone(),
-                            ..CommandResult::default()
-                        },
-                        ..EnvironmentDelta::default()
-                    });
-                }
-                Err(e) => return Err(err(ProbeErrorKind::Diff)(e.to_string())),
+                Err(too_large) => return Ok(self.rejected(String::new(), too_large, None)),
             };
             if let Some(dir) = &self.artifacts {
-                std::fs::write(dir.join(DIFF_PATCH), &snapshot.patch).map_err(|e| {
-                    err(ProbeErrorKind::Diff)(format!("cannot save {DIFF_PATCH}: {e}"))
-                })?;
-            }
-            if let Some(why) = escaping_symlink(&snapshot) {
-                return Ok(EnvironmentDelta {
-                    diff: String::from_utf8_lossy(&snapshot.patch).into_owned(),
-                    rejected: Some(why),
-                    command_result: CommandResult {
-                        command: self.verify.run.clone(),
-                        ..CommandResult::default()
-                    },
-                    ..EnvironmentDelta::default()
-                });
+                save_diff(dir, &snapshot.patch)?;
             }
             let diff = String::from_utf8_lossy(&snapshot.patch).into_owned();
+            if let Some(why) = escaping_symlink(&snapshot) {
+                return Ok(self.rejected(diff, why, None));
+            }
             if let Some(policy) = &self.in_place {
-                // What the agent changed, listed before the verify command changes more.
-                let container = match &self.container_delta {
-                    Some(capture) => {
-                        let (capture, artifacts) = (capture.clone(), self.artifacts.clone());
-                        let listed =
-                            tokio::task::spawn_blocking(move || capture.list(artifacts.as_deref()))
-                                .await
-                                .map_err(|e| err(ProbeErrorKind::Verify)(e.to_string()))?;
-                        Some(listed.map_err(|e| {
-                            err(ProbeErrorKind::Verify)(format!(
-                                "cannot list the container's changes: {e}"
-                            ))
-                        })?)
-                    }
-                    None => None,
-                };
-                let verified = self.verify_in_place(policy, ctx.workspace, ctx.base).await;
-                policy
-                    .runtime
-                    .remove_container(policy.keep.as_deref().unwrap_or_default());
-                return Ok(EnvironmentDelta {
-                    diff,
-                    command_result: verified?,
-                    container,
-                    ..EnvironmentDelta::default()
-                });
+                return self.probe_in_place(ctx, policy, diff).await;
             }
             let Some(capture) = &self.container_delta else {
                 let (command_result, mutation, changed_tests) = self.verify_all(&snapshot).await?;
@@ -223,63 +158,156 @@ impl DeltaProbe for TaskProbe {
                     container: None,
                 });
             };
-            let (capture, artifacts, limit) =
-                (capture.clone(), self.artifacts.clone(), self.max_diff);
-            let captured =
-                tokio::task::spawn_blocking(move || capture.capture(artifacts.as_deref(), limit))
-                    .await
-                    .map_err(|e| err(ProbeErrorKind::Verify)(e.to_string()))?
-                    .map_err(|e| {
-                        err(ProbeErrorKind::Verify)(format!(
-                            "cannot take the container's delta: {e}"
-                        ))
-                    })?;
-            // What the agent changed in its container is its work too: a task solved in /etc
-            // shows a diff.
-            let diff = diff + &captured.delta.patch;
-            if let (Some(dir), false) = (&self.artifacts, captured.delta.patch.is_empty()) {
-                std::fs::write(dir.join(DIFF_PATCH), &diff).map_err(|e| {
-                    err(ProbeErrorKind::Diff)(format!("cannot save {DIFF_PATCH}: {e}"))
-                })?;
-            }
-            if let Some(why) = captured.rejected {
-                return Ok(EnvironmentDelta {
-                    diff,
-                    rejected: Some(why),
-                    command_result: CommandResult {
-                        command: self.verify.run.clone(),
-                        ..CommandResult::default()
-                    },
-                    container: Some(captured.delta),
-                    ..EnvironmentDelta::default()
-                });
-            }
-            // The verify command runs in the image holding the container's changes.
-            let probe = TaskProbe {
-                confinement: match (&self.confinement, &captured.image) {
-                    (Confinement::Container(policy), Some(image)) => {
-                        Confinement::Container(policy.clone().image(image))
-                    }
-                    (confinement, _) => confinement.clone(),
-                },
-                container_delta: None,
-                ..self.clone()
-            };
-            let verified = probe.verify_all(&snapshot).await;
-            if let (Some(image), Some(capture)) = (&captured.image, &self.container_delta) {
-                capture.runtime.remove_image(image);
-            }
-            let (command_result, mutation, changed_tests) = verified?;
-            Ok(EnvironmentDelta {
-                diff,
-                command_result,
-                rejected: None,
-                mutation,
-                changed_tests,
-                container: Some(captured.delta),
-            })
+            self.probe_container(capture, &snapshot, diff).await
         })
     }
+}
+
+impl TaskProbe {
+    /// The harness's own diff of the agent's workspace (only the overlay's changed paths when
+    /// it has one), off the runtime's workers: git2 and file reads block. A diff over the
+    /// limit is the inner error, its rejection.
+    async fn take_snapshot(
+        &self,
+        ctx: &ProbeContext<'_>,
+    ) -> Result<Result<Snapshot, String>, ProbeError> {
+        let (objects, workspace, base) = (
+            self.objects.clone(),
+            ctx.workspace.to_owned(),
+            ctx.base.to_owned(),
+        );
+        let upper = ctx.changes.map(Path::to_owned);
+        let limit = self.max_diff;
+        let taken = tokio::task::spawn_blocking(move || {
+            let only = upper
+                .map(|dir| crate::workspace::overlay_changes(&dir))
+                .transpose()
+                .map_err(|e| SnapshotError::Io {
+                    path: PathBuf::from("the overlay's upper dir"),
+                    source: e,
+                })?;
+            snapshot(&objects, &workspace, &base, only.as_deref(), limit)
+        })
+        .await
+        .map_err(|e| diff_error(e.to_string()))?;
+        match taken {
+            Ok(snapshot) => Ok(Ok(snapshot)),
+            Err(too_large @ SnapshotError::TooLarge { .. }) => Ok(Err(too_large.to_string())),
+            Err(e) => Err(diff_error(e.to_string())),
+        }
+    }
+
+    /// A delta whose verify command never ran, and why.
+    fn rejected(
+        &self,
+        diff: String,
+        why: String,
+        container: Option<ContainerDelta>,
+    ) -> EnvironmentDelta {
+        EnvironmentDelta {
+            diff,
+            rejected: Some(why),
+            command_result: CommandResult {
+                command: self.verify.run.clone(),
+                ..CommandResult::default()
+            },
+            container,
+            ..EnvironmentDelta::default()
+        }
+    }
+
+    /// `in_place`: the container's changes listed, then the verify command run in the agent's
+    /// own container, which goes once it ran.
+    async fn probe_in_place(
+        &self,
+        ctx: &ProbeContext<'_>,
+        policy: &ContainerPolicy,
+        diff: String,
+    ) -> Result<EnvironmentDelta, ProbeError> {
+        // What the agent changed, listed before the verify command changes more.
+        let container = match &self.container_delta {
+            Some(capture) => {
+                let (capture, artifacts) = (capture.clone(), self.artifacts.clone());
+                let listed =
+                    tokio::task::spawn_blocking(move || capture.list(artifacts.as_deref()))
+                        .await
+                        .map_err(|e| verify_error(e.to_string()))?;
+                Some(listed.map_err(|e| {
+                    verify_error(format!("cannot list the container's changes: {e}"))
+                })?)
+            }
+            None => None,
+        };
+        let verified = self.verify_in_place(policy, ctx.workspace, ctx.base).await;
+        policy
+            .runtime
+            .remove_container(policy.keep.as_deref().unwrap_or_default());
+        Ok(EnvironmentDelta {
+            diff,
+            command_result: verified?,
+            container,
+            ..EnvironmentDelta::default()
+        })
+    }
+
+    /// `delta: container`: the container's changes taken into an image, and the verify runs in
+    /// that image; the image goes once they ran.
+    async fn probe_container(
+        &self,
+        capture: &ContainerCapture,
+        snapshot: &Snapshot,
+        diff: String,
+    ) -> Result<EnvironmentDelta, ProbeError> {
+        let (capture, artifacts, limit) = (capture.clone(), self.artifacts.clone(), self.max_diff);
+        let captured =
+            tokio::task::spawn_blocking(move || capture.capture(artifacts.as_deref(), limit))
+                .await
+                .map_err(|e| verify_error(e.to_string()))?
+                .map_err(|e| verify_error(format!("cannot take the container's delta: {e}")))?;
+        // What the agent changed in its container is its work too: a task solved in /etc
+        // shows a diff.
+        let diff = diff + &captured.delta.patch;
+        if let (Some(dir), false) = (&self.artifacts, captured.delta.patch.is_empty()) {
+            save_diff(dir, diff.as_bytes())?;
+        }
+        if let Some(why) = captured.rejected {
+            return Ok(self.rejected(diff, why, Some(captured.delta)));
+        }
+        // The verify command runs in the image holding the container's changes.
+        let probe = TaskProbe {
+            confinement: match (&self.confinement, &captured.image) {
+                (Confinement::Container(policy), Some(image)) => {
+                    Confinement::Container(policy.clone().image(image))
+                }
+                (confinement, _) => confinement.clone(),
+            },
+            container_delta: None,
+            ..self.clone()
+        };
+        let verified = probe.verify_all(snapshot).await;
+        if let (Some(image), Some(capture)) = (&captured.image, &self.container_delta) {
+            capture.runtime.remove_image(image);
+        }
+        let (command_result, mutation, changed_tests) = verified?;
+        Ok(EnvironmentDelta {
+            diff,
+            command_result,
+            rejected: None,
+            mutation,
+            changed_tests,
+            container: Some(captured.delta),
+        })
+    }
+}
+
+fn diff_error(message: String) -> ProbeError {
+    ProbeError::new(ProbeErrorKind::Diff, message)
+}
+
+/// The diff in the artifacts folder, as [`DIFF_PATCH`].
+fn save_diff(dir: &Path, patch: &[u8]) -> Result<(), ProbeError> {
+    std::fs::write(dir.join(DIFF_PATCH), patch)
+        .map_err(|e| diff_error(format!("cannot save {DIFF_PATCH}: {e}")))
 }
 
 /// Why a diff is not verified: a symlink pointing outside the workspace (the verify command
@@ -535,222 +563,37 @@ impl TaskProbe {
         snapshot: &Snapshot,
         step: Step<'_>,
     ) -> Result<Verified, ProbeError> {
-        let (workspace, base) = (provisioned.path.as_path(), provisioned.base.as_str());
-        let (dir, base_owned, changes) = (
-            workspace.to_owned(),
-            base.to_owned(),
-            snapshot.changes.clone(),
-        );
-        let (hidden, objects) = (self.hidden_tests.clone(), self.objects.clone());
-        let (listing_wanted, mutants) = match step {
-            Step::Plain => (false, Vec::new()),
-            Step::PlainListing => (true, Vec::new()),
-            Step::Mutants(mutants) => (false, mutants.to_vec()),
-        };
-        let laid = tokio::task::spawn_blocking(move || -> Result<Laid, ProbeError> {
-            for change in changes.iter().filter(|c| !not_verified(c)) {
-                let (path, content, kind) = match change {
-                    FileChange::Remove { path } => (path, None, EntryKind::File),
-                    FileChange::Write {
-                        path,
-                        content,
-                        kind,
-                    } => (path, Some(content.as_slice()), *kind),
-                };
-                write_entry(&dir, path, content, kind).map_err(|e| {
-                    ProbeError::new(
-                        ProbeErrorKind::Verify,
-                        format!("cannot apply the diff to the verify workspace: {e}"),
-                    )
-                })?;
-            }
-            // The mutants go into the bytes before they are written: one write per file, the
-            // same in every run.
-            let mut splicer = mutate::Splicer::new(&mutants);
-            let written = match &hidden {
-                Some(overlay) => apply_overlay_edited(
-                    &dir,
-                    &base_owned,
-                    overlay,
-                    Some(&objects),
-                    &mut |path, bytes| splicer.edit(path, bytes),
-                )
-                .map_err(|e| ProbeError::new(ProbeErrorKind::HiddenTests, e.to_string()))?,
-                None => Vec::new(),
-            };
-            let listing = listing_wanted.then(|| mutate::list(&dir, &written));
-            let (applied, notes) = splicer.finish();
-            // Read-only, and hashed: a hidden test the command rewrites (a build script, a
-            // plugin) is caught after it ran.
-            let hashes = hidden_hashes(&dir, &written);
-            // Last, after every read and mode change of the laid files.
-            let laid_paths = changes
-                .iter()
-                .filter(|c| !not_verified(c))
-                .map(|c| c.path())
-                .chain(written.iter().map(Path::new));
-            settle_times(&dir, laid_paths).map_err(|e| {
-                ProbeError::new(
-                    ProbeErrorKind::Verify,
-                    format!("cannot set the verify workspace's times: {e}"),
-                )
-            })?;
-            Ok(Laid {
-                listing,
-                applied,
-                notes,
-                hashes,
-            })
-        })
-        .await
-        .map_err(|e| ProbeError::new(ProbeErrorKind::Verify, e.to_string()))??;
-
-        let hook = self.install_hook().map_err(|e| {
-            ProbeError::new(
-                ProbeErrorKind::Verify,
-                format!("cannot install the test hook: {e}"),
-            )
-        })?;
-        // The verify command runs even when the run was cancelled: evidence first.
-        let never = CancellationToken::new();
-        // Every run at the plain run's names: a mutant run's files are renamed once both ran.
-        let mut spec = CommandSpec::shell(&self.verify.run, workspace)
-            .timeout(self.verify.timeout)
-            .log_path(self.artifacts.as_ref().map(|dir| dir.join(VERIFY_LOG)));
-        if let Some(hook) = &hook {
-            spec = hook.env(spec, workspace);
-        }
-        // On the host a home of its own too (the sandbox and the container set theirs): the
-        // user's site-packages, `.pth` files and config are not the verify run's.
-        if self.confinement.is_host()
-            && let Some(home) = self.home()
-        {
-            spec = host_home(spec, &home).map_err(|e| {
-                ProbeError::new(
-                    ProbeErrorKind::Verify,
-                    format!("cannot prepare the verify command's home: {e}"),
-                )
-            })?;
-        }
-        // The hidden tests read-only inside the sandbox or container (a write fails there), and
-        // watched in every isolation: a write, even one undone before the end, is tampering.
-        let hidden_paths: Vec<PathBuf> =
-            laid.hashes.iter().map(|(p, _)| workspace.join(p)).collect();
-        let mut confinement = self.confinement.clone().read_only(&hidden_paths);
-        // The reward folder, fresh: a container path gets a folder of the verify home mounted
-        // there; a workspace folder is emptied.
-        let mut scratch = None;
-        let reward_dir = match &self.verify.reward {
-            Some(dir) => {
-                let folder = match (dir.is_absolute(), self.home()) {
-                    (true, Some(home)) => {
-                        super::reward::fresh_folder(&home, Path::new(".deltabench/reward"))
-                    }
-                    (true, None) => tempfile::tempdir().map(|dir| {
-                        let path = dir.path().to_owned();
-                        scratch = Some(dir);
-                        path
-                    }),
-                    (false, _) => super::reward::fresh_folder(workspace, dir),
-                }
-                .map_err(|e| {
-                    ProbeError::new(
-                        ProbeErrorKind::Verify,
-                        format!("cannot make the reward folder {}: {e}", dir.display()),
-                    )
-                })?;
-                if dir.is_absolute() {
-                    confinement = confinement.bind(&folder, dir);
-                }
-                Some(folder)
-            }
-            None => None,
-        };
-        let spec = confinement.wrap(workspace, spec).map_err(|e| {
-            ProbeError::new(
-                ProbeErrorKind::Verify,
-                format!("cannot prepare the verify command's home: {e}"),
-            )
-        })?;
-        // The home's times too, and those of the overlay's own folders beside the workspace
-        // (its upper and work folders), the same in every run (see `settle_times`).
-        let beside = provisioned.changes.as_deref().and_then(Path::parent);
-        let settled = self
-            .home()
-            .filter(|home| home.exists())
-            .map_or(Ok(()), |home| settle_tree(&home))
-            .and_then(|()| beside.map_or(Ok(()), |own| settle_beside(own, workspace)));
-        settled.map_err(|e| {
-            ProbeError::new(
-                ProbeErrorKind::Verify,
-                format!("cannot set the verify run's file times: {e}"),
-            )
-        })?;
+        let workspace = provisioned.path.as_path();
+        let laid = self.lay(provisioned, snapshot, step).await?;
+        let hook = self
+            .install_hook()
+            .map_err(|e| verify_error(format!("cannot install the test hook: {e}")))?;
+        let prepared = self.prepare_command(workspace, hook.as_ref(), &laid)?;
+        self.settle_run_times(provisioned)?;
         let watch = super::watch::Watch::files(
             workspace,
             provisioned.changes.as_deref(),
             laid.hashes.iter().map(|(p, _)| p.as_str()),
         )
-        .map_err(|e| {
-            ProbeError::new(
-                ProbeErrorKind::Verify,
-                format!("cannot watch the hidden tests: {e}"),
-            )
-        })?;
-        // The guard tells the test script's processes by their pid namespace: a sandbox's or a
-        // container's. On the host (`worktree`, unconfined) there is none to tell them by.
-        let guard = reward_dir
-            .as_deref()
-            .filter(|_| !self.confinement.is_host())
-            .and_then(super::reward::Guard::start);
-        let ended = process::run(&spec, &never).await.map_err(|e| {
-            ProbeError::new(
-                ProbeErrorKind::Verify,
-                format!("`{}`: {e}", self.verify.run),
-            )
-        })?;
-        // Every process of the command has ended (its container or sandbox is gone, its cgroup
-        // killed): only now is the reward read, on the host.
-        let mut reward = reward_dir
-            .as_deref()
-            .map(|dir| super::reward::read(dir, guard.map(super::reward::Guard::stop)));
-        drop(scratch);
-        // A test script killed before its end never wrote its own verdict: what is there is
-        // someone else's (code the tests ran that killed it after writing a reward). A shell
-        // reports its child's death by signal N as 128 + N.
-        let killed = ended.exit_code.is_none_or(|code| code > 128);
-        if let Some(reward) = reward.as_mut().filter(|_| killed) {
-            reward.problems.push(
-                "the test script was killed by a signal before it ended: the reward file is not its verdict".to_owned(),
-            );
-        }
+        .map_err(|e| verify_error(format!("cannot watch the hidden tests: {e}")))?;
+        let (ended, reward) = self.run_for_reward(prepared).await?;
         // The runtime's or bubblewrap's own failure (125, 126...): the command never ran, so
         // no verdict.
         if !self.confinement.started(&ended) {
-            return Err(ProbeError::new(
-                ProbeErrorKind::Verify,
-                format!(
-                    "{} could not start the verify command: {}",
-                    self.confinement.starter(),
-                    ended.last_line()
-                ),
-            ));
+            return Err(verify_error(format!(
+                "{} could not start the verify command: {}",
+                self.confinement.starter(),
+                ended.last_line()
+            )));
         }
-        let tests = match hook {
-            Some(hook) => Some(hook.report(workspace).await.map_err(|e| {
-                ProbeError::new(
-                    ProbeErrorKind::Verify,
-                    format!("cannot keep the test hook's report: {e}"),
-                )
-            })?),
-            None => None,
-        };
-        let mut changed_tests = watch.written();
-        for (path, hash) in &laid.hashes {
-            if file_hash(&workspace.join(path)) != *hash && !changed_tests.contains(path) {
-                changed_tests.push(path.clone());
-            }
-        }
+        let tests =
+            match hook {
+                Some(hook) => Some(hook.report(workspace).await.map_err(|e| {
+                    verify_error(format!("cannot keep the test hook's report: {e}"))
+                })?),
+                None => None,
+            };
+        let changed_tests = changed_tests(watch.written(), workspace, &laid.hashes);
         Ok(Verified {
             result: CommandResult {
                 command: self.verify.run.clone(),
@@ -766,6 +609,166 @@ impl TaskProbe {
             notes: laid.notes,
             changed_tests,
         })
+    }
+
+    /// The agent's changes, the hidden tests (with this step's mutants) and their times, laid
+    /// over the fresh workspace off the runtime's workers.
+    async fn lay(
+        &self,
+        provisioned: &LaidAt,
+        snapshot: &Snapshot,
+        step: Step<'_>,
+    ) -> Result<Laid, ProbeError> {
+        let (dir, base, changes) = (
+            provisioned.path.clone(),
+            provisioned.base.clone(),
+            snapshot.changes.clone(),
+        );
+        let (hidden, objects) = (self.hidden_tests.clone(), self.objects.clone());
+        let (listing_wanted, mutants) = match step {
+            Step::Plain => (false, Vec::new()),
+            Step::PlainListing => (true, Vec::new()),
+            Step::Mutants(mutants) => (false, mutants.to_vec()),
+        };
+        tokio::task::spawn_blocking(move || {
+            lay_over(
+                &dir,
+                &base,
+                &changes,
+                hidden.as_ref().map(|overlay| (overlay, objects.as_path())),
+                listing_wanted,
+                &mutants,
+            )
+        })
+        .await
+        .map_err(|e| verify_error(e.to_string()))?
+    }
+
+    /// The verify command, its hook, home and reward folder, wrapped in its confinement with
+    /// the hidden tests read-only.
+    fn prepare_command(
+        &self,
+        workspace: &Path,
+        hook: Option<&TestHook>,
+        laid: &Laid,
+    ) -> Result<Prepared, ProbeError> {
+        // Every run at the plain run's names: a mutant run's files are renamed once both ran.
+        let mut spec = CommandSpec::shell(&self.verify.run, workspace)
+            .timeout(self.verify.timeout)
+            .log_path(self.artifacts.as_ref().map(|dir| dir.join(VERIFY_LOG)));
+        if let Some(hook) = hook {
+            spec = hook.env(spec, workspace);
+        }
+        // On the host a home of its own too (the sandbox and the container set theirs): the
+        // user's site-packages, `.pth` files and config are not the verify run's.
+        if self.confinement.is_host()
+            && let Some(home) = self.home()
+        {
+            spec = host_home(spec, &home).map_err(|e| {
+                verify_error(format!("cannot prepare the verify command's home: {e}"))
+            })?;
+        }
+        // The hidden tests read-only inside the sandbox or container (a write fails there), and
+        // watched in every isolation: a write, even one undone before the end, is tampering.
+        let hidden_paths: Vec<PathBuf> =
+            laid.hashes.iter().map(|(p, _)| workspace.join(p)).collect();
+        let mut confinement = self.confinement.clone().read_only(&hidden_paths);
+        let mut scratch = None;
+        let reward_dir = match &self.verify.reward {
+            Some(dir) => {
+                let folder = self.reward_folder(workspace, dir, &mut scratch)?;
+                if dir.is_absolute() {
+                    confinement = confinement.bind(&folder, dir);
+                }
+                Some(folder)
+            }
+            None => None,
+        };
+        let spec = confinement
+            .wrap(workspace, spec)
+            .map_err(|e| verify_error(format!("cannot prepare the verify command's home: {e}")))?;
+        Ok(Prepared {
+            spec,
+            reward_dir,
+            scratch,
+        })
+    }
+
+    /// The reward folder, fresh: a container path gets a folder of the verify home mounted
+    /// there (or a scratch folder, kept in `scratch`, when there is no home); a workspace
+    /// folder is emptied.
+    fn reward_folder(
+        &self,
+        workspace: &Path,
+        dir: &Path,
+        scratch: &mut Option<tempfile::TempDir>,
+    ) -> Result<PathBuf, ProbeError> {
+        match (dir.is_absolute(), self.home()) {
+            (true, Some(home)) => {
+                super::reward::fresh_folder(&home, Path::new(".deltabench/reward"))
+            }
+            (true, None) => tempfile::tempdir().map(|made| {
+                let path = made.path().to_owned();
+                *scratch = Some(made);
+                path
+            }),
+            (false, _) => super::reward::fresh_folder(workspace, dir),
+        }
+        .map_err(|e| {
+            verify_error(format!(
+                "cannot make the reward folder {}: {e}",
+                dir.display()
+            ))
+        })
+    }
+
+    /// The home's times too, and those of the overlay's own folders beside the workspace
+    /// (its upper and work folders), the same in every run (see `settle_times`).
+    fn settle_run_times(&self, provisioned: &LaidAt) -> Result<(), ProbeError> {
+        let beside = provisioned.changes.as_deref().and_then(Path::parent);
+        self.home()
+            .filter(|home| home.exists())
+            .map_or(Ok(()), |home| settle_tree(&home))
+            .and_then(|()| beside.map_or(Ok(()), |own| settle_beside(own, &provisioned.path)))
+            .map_err(|e| verify_error(format!("cannot set the verify run's file times: {e}")))
+    }
+
+    /// Runs the prepared command to its end, then reads the reward on the host.
+    async fn run_for_reward(
+        &self,
+        prepared: Prepared,
+    ) -> Result<(process::ProcessOutput, Option<super::reward::Reward>), ProbeError> {
+        let Prepared {
+            spec,
+            reward_dir,
+            scratch,
+        } = prepared;
+        // The verify command runs even when the run was cancelled: evidence first.
+        let never = CancellationToken::new();
+        // The guard tells the test script's processes by their pid namespace: a sandbox's or a
+        // container's. On the host (`worktree`, unconfined) there is none to tell them by.
+        let guard = reward_dir
+            .as_deref()
+            .filter(|_| !self.confinement.is_host())
+            .and_then(super::reward::Guard::start);
+        let ended = process::run(&spec, &never)
+            .await
+            .map_err(|e| verify_error(format!("`{}`: {e}", self.verify.run)))?;
+        // Every process of the command has ended (its container or sandbox is gone, its cgroup
+        // killed): only now is the reward read, on the host.
+        let mut reward = reward_dir
+            .as_deref()
+            .map(|dir| super::reward::read(dir, guard.map(super::reward::Guard::stop)));
+        drop(scratch);
+        if let Some(reward) = reward
+            .as_mut()
+            .filter(|_| killed_by_signal(ended.exit_code))
+        {
+            reward.problems.push(
+                "the test script was killed by a signal before it ended: the reward file is not its verdict".to_owned(),
+            );
+        }
+        Ok((ended, reward))
     }
 
     /// Writes the hook under the verify command's home (writable inside the sandbox too) and
@@ -838,6 +841,98 @@ struct Laid {
     applied: Vec<Mutant>,
     notes: Vec<String>,
     hashes: Vec<(String, Option<[u8; 32]>)>,
+}
+
+/// A verify command ready to run, with the reward folder it writes in.
+struct Prepared {
+    spec: CommandSpec,
+    reward_dir: Option<PathBuf>,
+    /// The reward folder's scratch home when the verify run has none: gone once it is read.
+    scratch: Option<tempfile::TempDir>,
+}
+
+fn verify_error(message: String) -> ProbeError {
+    ProbeError::new(ProbeErrorKind::Verify, message)
+}
+
+/// Writes the agent's changes and the hidden tests (with `mutants` spliced in) into `dir`,
+/// makes the hidden tests read-only and hashes them, then settles the laid files' times.
+fn lay_over(
+    dir: &Path,
+    base: &str,
+    changes: &[FileChange],
+    hidden: Option<(&Overlay, &Path)>,
+    listing_wanted: bool,
+    mutants: &[Mutant],
+) -> Result<Laid, ProbeError> {
+    for change in changes.iter().filter(|c| !not_verified(c)) {
+        let (path, content, kind) = match change {
+            FileChange::Remove { path } => (path, None, EntryKind::File),
+            FileChange::Write {
+                path,
+                content,
+                kind,
+            } => (path, Some(content.as_slice()), *kind),
+        };
+        write_entry(dir, path, content, kind).map_err(|e| {
+            verify_error(format!(
+                "cannot apply the diff to the verify workspace: {e}"
+            ))
+        })?;
+    }
+    // The mutants go into the bytes before they are written: one write per file, the same in
+    // every run.
+    let mut splicer = mutate::Splicer::new(mutants);
+    let written = match hidden {
+        Some((overlay, objects)) => {
+            apply_overlay_edited(dir, base, overlay, Some(objects), &mut |path, bytes| {
+                splicer.edit(path, bytes)
+            })
+            .map_err(|e| ProbeError::new(ProbeErrorKind::HiddenTests, e.to_string()))?
+        }
+        None => Vec::new(),
+    };
+    let listing = listing_wanted.then(|| mutate::list(dir, &written));
+    let (applied, notes) = splicer.finish();
+    // Read-only, and hashed: a hidden test the command rewrites (a build script, a plugin) is
+    // caught after it ran.
+    let hashes = hidden_hashes(dir, &written);
+    // Last, after every read and mode change of the laid files.
+    let laid_paths = changes
+        .iter()
+        .filter(|c| !not_verified(c))
+        .map(|c| c.path())
+        .chain(written.iter().map(Path::new));
+    settle_times(dir, laid_paths)
+        .map_err(|e| verify_error(format!("cannot set the verify workspace's times: {e}")))?;
+    Ok(Laid {
+        listing,
+        applied,
+        notes,
+        hashes,
+    })
+}
+
+/// A test script killed before its end never wrote its own verdict: what is there is someone
+/// else's (code the tests ran that killed it after writing a reward). A shell reports its
+/// child's death by signal N as 128 + N.
+fn killed_by_signal(exit_code: Option<i32>) -> bool {
+    exit_code.is_none_or(|code| code > 128)
+}
+
+/// The hidden test files the command wrote: those the watch saw, then those whose content
+/// no longer has its laid hash.
+fn changed_tests(
+    mut written: Vec<String>,
+    workspace: &Path,
+    hashes: &[(String, Option<[u8; 32]>)],
+) -> Vec<String> {
+    for (path, hash) in hashes {
+        if file_hash(&workspace.join(path)) != *hash && !written.contains(path) {
+            written.push(path.clone());
+        }
+    }
+    written
 }
 
 /// What of the agent's diff never reaches the verify run (the diff still records it): Python
@@ -916,5 +1011,43 @@ fn check_report(biting: &[BitingMutant], run: Verified) -> MutationReport {
             .collect(),
         survived,
         notes: run.notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signal_or_no_code_means_the_script_was_killed() {
+        assert!(killed_by_signal(None));
+        assert!(killed_by_signal(Some(137)));
+        assert!(killed_by_signal(Some(129)));
+        assert!(!killed_by_signal(Some(128)));
+        assert!(!killed_by_signal(Some(1)));
+        assert!(!killed_by_signal(Some(0)));
+    }
+
+    #[test]
+    fn changed_tests_adds_rewritten_files_once_after_the_watched_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["kept.py", "rewritten.py", "watched.py"] {
+            std::fs::write(dir.path().join(name), name).unwrap();
+        }
+        let hashes: Vec<(String, Option<[u8; 32]>)> = ["kept.py", "rewritten.py", "watched.py"]
+            .iter()
+            .map(|name| (name.to_string(), file_hash(&dir.path().join(name))))
+            .collect();
+        std::fs::write(dir.path().join("rewritten.py"), "other").unwrap();
+        std::fs::write(dir.path().join("watched.py"), "other").unwrap();
+        let changed = changed_tests(vec!["watched.py".to_owned()], dir.path(), &hashes);
+        assert_eq!(changed, ["watched.py", "rewritten.py"]);
+    }
+
+    #[test]
+    fn a_removed_hidden_test_counts_as_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let hashes = vec![("gone.py".to_owned(), Some([0u8; 32]))];
+        assert_eq!(changed_tests(Vec::new(), dir.path(), &hashes), ["gone.py"]);
     }
 }

@@ -1,10 +1,14 @@
-//! Cross-checks a verify command's exit code with what its output says.
+//! Cross-checks a verify command's exit code with what its output and the test hook say.
 //!
-//! Three findings make a trial `invalid` (not passed, shown apart): a test runner that ran zero
-//! tests, a runner summary claiming every test passed while the command exited non-zero, and one
-//! reporting failures while it exited 0 (an exit code the agent's code rewrote). Only the summary lines of unittest, pytest and `cargo test` are read, each anchored
-//! to a whole line, so ordinary output (a bare `PASSED`, a log line saying "OK") never triggers
-//! it; a verify command that prints no such summary is never `invalid`.
+//! What makes a trial `invalid` (not passed, shown apart): a test runner that ran zero tests, a
+//! runner summary claiming every test passed while the command exited non-zero, or reporting
+//! failures while it exited 0 (an exit code the agent's code rewrote) ([`contradiction`]); a
+//! hooked Python process that never exited normally ([`unclean_exit`]); and, for a pass, a
+//! failed test the reference did not fail ([`failures_shown`]) or less than the reference's
+//! evidence ([`TestEvidence::unmet_by`]). Only the summary lines of unittest, pytest and
+//! `cargo test` are read, each anchored to a whole line, so ordinary output (a bare `PASSED`, a
+//! log line saying "OK") never triggers it; a verify command that prints no such summary is
+//! never `invalid` by its output.
 
 use std::sync::LazyLock;
 

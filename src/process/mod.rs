@@ -565,6 +565,76 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
         }
         None => (None, Stdio::from(write_end)),
     };
+    set_stdio(
+        &mut command,
+        spec,
+        args,
+        stdout_write,
+        Stdio::from(write_err),
+    );
+    let cgroup = cgroup::Cgroup::create();
+    become_subreaper();
+    let procs = cgroup.as_ref().map(cgroup::Cgroup::procs_fd);
+    let harness = std::process::id() as libc::pid_t;
+    let status_pipe = if spec.status_fd { Some(pipe()?) } else { None };
+    let status_write = status_pipe
+        .as_ref()
+        .map(|(_, write)| std::os::fd::AsRawFd::as_raw_fd(write));
+    set_pre_exec(&mut command, harness, status_write, procs);
+    let (mut child, pgid) = spawn_registered(command)?;
+    // Only the child keeps the status pipe's write end, so its EOF comes with the child.
+    let status_read = status_pipe.map(|(read, write)| {
+        drop(write);
+        read
+    });
+    if let Some(cgroup) = &cgroup
+        && let Ok(mut live) = LIVE_CGROUPS.lock()
+    {
+        live.insert(cgroup.dir().to_owned());
+    }
+    let guard = GroupGuard { pgid, cgroup };
+    let mut cleanup = Cleanup(spec.cleanup.clone());
+    if let (Some(bytes), Some(mut stdin)) = (spec.stdin.clone(), child.stdin.take()) {
+        // A child that never reads stdin must not block us: write in the background.
+        tokio::spawn(async move {
+            let _ = stdin.write_all(&bytes).await;
+        });
+    }
+    let (mut reader, mut stdout_reader) = spawn_readers(spec, read_end, stdout_read).await?;
+    let ended = wait_for_end(&mut child, &guard, &mut cleanup, spec, cancel).await?;
+    let drained = drain(&mut reader, stdout_reader.as_mut(), &guard, spec.keep_bytes).await?;
+    let mut killed = ended.timed_out || ended.cancelled || drained.leaked;
+    // A daemon that let go of the pipe outlives the leader: the tree dies with the command.
+    if guard.remains() {
+        killed = true;
+    }
+    let kill_method = killed.then(|| guard.method());
+    drop(guard);
+    let status_bytes = status_read.map(read_status);
+
+    use std::os::unix::process::ExitStatusExt;
+    Ok(ProcessOutput {
+        exit_code: ended.status.code(),
+        signal: ended.status.signal(),
+        timed_out: ended.timed_out,
+        cancelled: ended.cancelled,
+        leaked: drained.leaked,
+        kill_method,
+        duration: started.elapsed(),
+        output: drained.output,
+        status: status_bytes,
+    })
+}
+
+/// The command's arguments, folder, environment and standard streams, in a process group of
+/// its own that is not killed on drop (the group guard does that).
+fn set_stdio(
+    command: &mut tokio::process::Command,
+    spec: &CommandSpec,
+    args: &[OsString],
+    stdout: Stdio,
+    stderr: Stdio,
+) {
     command
         .args(args)
         .current_dir(&spec.cwd)
@@ -574,18 +644,20 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
         } else {
             Stdio::null()
         })
-        .stdout(stdout_write)
-        .stderr(Stdio::from(write_err))
+        .stdout(stdout)
+        .stderr(stderr)
         .process_group(0)
         .kill_on_drop(false);
-    let cgroup = cgroup::Cgroup::create();
-    become_subreaper();
-    let procs = cgroup.as_ref().map(cgroup::Cgroup::procs_fd);
-    let harness = std::process::id() as libc::pid_t;
-    let status_pipe = if spec.status_fd { Some(pipe()?) } else { None };
-    let status_write = status_pipe
-        .as_ref()
-        .map(|(_, write)| std::os::fd::AsRawFd::as_raw_fd(write));
+}
+
+/// What the child does between fork and exec: die with the harness, refuse to run orphaned,
+/// take the status pipe as fd 3, close the rest at exec and join its cgroup.
+fn set_pre_exec(
+    command: &mut tokio::process::Command,
+    harness: libc::pid_t,
+    status_write: Option<std::os::fd::RawFd>,
+    procs: Option<std::os::fd::RawFd>,
+) {
     // SAFETY: between fork and exec the closure only makes async-signal-safe system calls
     // (prctl, getppid, write) on values computed before the fork; it allocates nothing.
     unsafe {
@@ -623,33 +695,25 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
             }
         });
     }
-    let (mut child, pgid) = spawn_registered(command)?;
-    // Only the child keeps the status pipe's write end, so its EOF comes with the child.
-    let status_read = status_pipe.map(|(read, write)| {
-        drop(write);
-        read
-    });
-    if let Some(cgroup) = &cgroup
-        && let Ok(mut live) = LIVE_CGROUPS.lock()
-    {
-        live.insert(cgroup.dir().to_owned());
-    }
-    let guard = GroupGuard { pgid, cgroup };
-    let mut cleanup = Cleanup(spec.cleanup.clone());
-    if let (Some(bytes), Some(mut stdin)) = (spec.stdin.clone(), child.stdin.take()) {
-        // A child that never reads stdin must not block us: write in the background.
-        tokio::spawn(async move {
-            let _ = stdin.write_all(&bytes).await;
-        });
-    }
+}
 
+/// The readers of the combined pipe (into the log and memory) and of the separate stdout
+/// pipe (into its raw file and lines), when the spec asked for one.
+async fn spawn_readers(
+    spec: &CommandSpec,
+    read_end: std::os::fd::OwnedFd,
+    stdout_read: Option<std::os::fd::OwnedFd>,
+) -> io::Result<(
+    tokio::task::JoinHandle<BoundedOutput>,
+    Option<tokio::task::JoinHandle<()>>,
+)> {
     let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(read_end)?;
     let log = match &spec.log_path {
         Some(path) => Some(tokio::fs::File::create(path).await?),
         None => None,
     };
-    let mut reader = tokio::spawn(capture(pipe, log, spec.log_cap, spec.keep_bytes));
-    let mut stdout_reader = match (stdout_read, &spec.stdout) {
+    let reader = tokio::spawn(capture(pipe, log, spec.log_cap, spec.keep_bytes));
+    let stdout_reader = match (stdout_read, &spec.stdout) {
         (Some(read_end), Some(sink)) => {
             let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(read_end)?;
             let raw = tokio::fs::File::create(&sink.raw_path).await?;
@@ -662,7 +726,25 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
         }
         _ => None,
     };
+    Ok((reader, stdout_reader))
+}
 
+/// How the leader ended: by itself, at the deadline, or cancelled.
+struct Ended {
+    status: ExitStatus,
+    timed_out: bool,
+    cancelled: bool,
+}
+
+/// Waits for the leader's end, its deadline or the cancellation, whichever comes first; on
+/// the last two the cleanup runs, then the group is terminated.
+async fn wait_for_end(
+    child: &mut tokio::process::Child,
+    guard: &GroupGuard,
+    cleanup: &mut Cleanup,
+    spec: &CommandSpec,
+    cancel: &CancellationToken,
+) -> io::Result<Ended> {
     let deadline = spec.timeout.map(|t| tokio::time::Instant::now() + t);
     let sleep_until_deadline = async {
         match deadline {
@@ -683,42 +765,60 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
             timed_out = true;
             // First: the client's end would not stop its container.
             cleanup.run().await;
-            terminate(&mut child, &guard, spec.grace).await?
+            terminate(child, guard, spec.grace).await?
         }
         () = cancel.cancelled() => {
             cancelled = true;
             cleanup.run().await;
-            terminate(&mut child, &guard, spec.grace).await?
+            terminate(child, guard, spec.grace).await?
         }
     };
+    Ok(Ended {
+        status,
+        timed_out,
+        cancelled,
+    })
+}
 
+/// The captured output, and whether a process kept a pipe open past the leak timeout (the
+/// tree was killed for it).
+struct Drained {
+    output: BoundedOutput,
+    leaked: bool,
+}
+
+/// Waits for the readers to reach EOF, each within the leak timeout; a pipe still held then
+/// gets the tree killed and one more timeout, then its reader is given up.
+async fn drain(
+    reader: &mut tokio::task::JoinHandle<BoundedOutput>,
+    stdout_reader: Option<&mut tokio::task::JoinHandle<()>>,
+    guard: &GroupGuard,
+    keep_bytes: usize,
+) -> io::Result<Drained> {
     let mut leaked = false;
-    let mut killed = timed_out || cancelled;
-    let output = match tokio::time::timeout(LEAK_TIMEOUT, &mut reader).await {
+    let output = match tokio::time::timeout(LEAK_TIMEOUT, &mut *reader).await {
         Ok(joined) => joined.map_err(io::Error::other)?,
         Err(_) => {
             leaked = true;
-            killed = true;
             guard.kill_tree();
-            match tokio::time::timeout(LEAK_TIMEOUT, &mut reader).await {
+            match tokio::time::timeout(LEAK_TIMEOUT, &mut *reader).await {
                 Ok(joined) => joined.map_err(io::Error::other)?,
                 // Something outside the group (a setsid escapee) still holds the pipe.
                 Err(_) => {
                     reader.abort();
-                    let mut lost = BoundedOutput::new(spec.keep_bytes);
+                    let mut lost = BoundedOutput::new(keep_bytes);
                     lost.push(b"[output lost: a process that left the group kept the pipe open]\n");
                     lost
                 }
             }
         }
     };
-    if let Some(stdout) = stdout_reader.as_mut()
+    if let Some(stdout) = stdout_reader
         && tokio::time::timeout(LEAK_TIMEOUT, &mut *stdout)
             .await
             .is_err()
     {
         leaked = true;
-        killed = true;
         guard.kill_tree();
         if tokio::time::timeout(LEAK_TIMEOUT, &mut *stdout)
             .await
@@ -727,26 +827,7 @@ pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<P
             stdout.abort();
         }
     }
-    // A daemon that let go of the pipe outlives the leader: the tree dies with the command.
-    if guard.remains() {
-        killed = true;
-    }
-    let kill_method = killed.then(|| guard.method());
-    drop(guard);
-    let status_bytes = status_read.map(read_status);
-
-    use std::os::unix::process::ExitStatusExt;
-    Ok(ProcessOutput {
-        exit_code: status.code(),
-        signal: status.signal(),
-        timed_out,
-        cancelled,
-        leaked,
-        kill_method,
-        duration: started.elapsed(),
-        output,
-        status: status_bytes,
-    })
+    Ok(Drained { output, leaked })
 }
 
 /// A spec's cleanup command: run once, awaited where the command ends, or blocking on drop.

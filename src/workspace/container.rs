@@ -850,89 +850,8 @@ impl ContainerPolicy {
         std::fs::create_dir_all(&self.home)?;
         let owner = std::fs::metadata(workspace)?;
         let user = format!("{}:{}", owner.uid(), owner.gid());
-        let mut argv: Vec<OsString> = vec![self.runtime.program.clone().into()];
-        let mut add = |args: &[&str]| argv.extend(args.iter().map(OsString::from));
-        add(&["run"]);
-        if remove {
-            add(&["--rm"]);
-        } else if self.live {
-            add(&["-d"]);
-        }
-        add(&["--init", "--pull=never"]);
-        if self.runtime.kind == RuntimeKind::Podman {
-            // Podman copies the host's *_proxy variables in otherwise.
-            add(&["--http-proxy=false"]);
-        }
-        add(&["--name", name]);
-        // Not the container's id: two runs of one trial see the same host name.
-        add(&["--hostname", "deltabench"]);
-        add(&["--label", &format!("{RUN_LABEL}={}", self.label)]);
-        // `model`: the container's own network, with only the forwarded port in it.
-        let network = match self.network {
-            Network::Model => Network::None,
-            network => network,
-        };
-        add(&["--network", &network.to_string()]);
-        add(&["--user", &user]);
-        if let Some(millicpus) = self.limits.millicpus {
-            add(&["--cpus", &(f64::from(millicpus) / 1000.0).to_string()]);
-        }
-        if let Some(bytes) = self.limits.memory {
-            add(&["--memory", &format!("{bytes}b")]);
-        }
-        let bind = |host: &Path, inside: &Path, mode: &str| {
-            let mut arg = host.as_os_str().to_owned();
-            arg.push(":");
-            arg.push(inside.as_os_str());
-            arg.push(mode);
-            arg
-        };
-        argv.push("-v".into());
-        argv.push(bind(workspace, &self.workdir, ":rw"));
-        for file in &self.read_only {
-            if let Ok(rest) = file.strip_prefix(workspace)
-                && file.exists()
-            {
-                argv.push("-v".into());
-                argv.push(bind(file, &self.workdir.join(rest), ":ro"));
-            }
-        }
-        for (inside, relative) in &self.workspace_mounts {
-            let folder = workspace.join(relative);
-            if folder.is_dir() {
-                argv.push("-v".into());
-                argv.push(bind(&folder, inside, ":ro"));
-            }
-        }
-        for (host, inside, writable) in &self.binds {
-            argv.push("-v".into());
-            argv.push(bind(host, inside, if *writable { ":rw" } else { ":ro" }));
-        }
-        argv.push("-w".into());
-        argv.push(self.workdir.clone().into());
-        argv.push("-v".into());
-        argv.push(bind(&self.home, &self.home, ":rw"));
-        if let Some(route) = route {
-            let folder = route.socket.parent().unwrap_or(Path::new("/"));
-            argv.push("-v".into());
-            argv.push(bind(folder, Path::new(SANDBOX_SOCKET_DIR), ":ro"));
-        }
-        let mut readable: Vec<&PathBuf> = self
-            .readable
-            .iter()
-            .chain(route.map(|route| &route.forwarder))
-            .filter(|p| p.is_absolute() && p.exists())
-            .collect();
-        readable.sort();
-        readable.dedup();
-        for path in readable {
-            argv.push("-v".into());
-            argv.push(bind(path, path, ":ro"));
-        }
-        for path in self.writable.iter().filter(|p| p.is_absolute()) {
-            argv.push("-v".into());
-            argv.push(bind(path, path, ":rw"));
-        }
+        let mut argv = self.run_flags(name, remove, &user);
+        self.push_mounts(&mut argv, workspace, route);
         if self.live {
             // The container outlives its commands: each runs in it by `exec`, and what they
             // leave running (a server) is still there for the next.
@@ -941,30 +860,7 @@ impl ContainerPolicy {
             add_all(&mut argv, &["exec", "--user", &user, "-w"]);
             argv.push(self.workdir.clone().into());
         }
-        let mut env = vec![(OsString::from("HOME"), self.home.clone().into_os_string())];
-        env.extend(std::mem::take(&mut spec.env));
-        for (key, value) in env {
-            // A secret's value stays out of the command line, which Podman keeps in the
-            // container's configuration on disk (`CreateCommand`): `-e KEY` takes it from the
-            // client's environment instead.
-            if crate::support::is_secret_name(&key.to_string_lossy()) {
-                argv.push("-e".into());
-                argv.push(key.clone());
-                spec.env.push((key, value));
-                continue;
-            }
-            // Only the workspace moves: a value naming it names the workdir inside.
-            let value = match Path::new(&value).strip_prefix(workspace) {
-                Ok(rest) if rest.as_os_str().is_empty() => self.workdir.clone().into_os_string(),
-                Ok(rest) => self.workdir.join(rest).into_os_string(),
-                Err(_) => value,
-            };
-            let mut pair = key;
-            pair.push("=");
-            pair.push(value);
-            argv.push("-e".into());
-            argv.push(pair);
-        }
+        self.push_env(&mut argv, workspace, &mut spec);
         if spec.stdin.is_some() {
             argv.push("-i".into());
         }
@@ -1006,6 +902,114 @@ impl ContainerPolicy {
         Ok(spec)
     }
 
+    /// `RUNTIME run` and its flags up to the mounts: removal or detaching, the name, host
+    /// name, label, network, user and limits.
+    fn run_flags(&self, name: &str, remove: bool, user: &str) -> Vec<OsString> {
+        let mut argv: Vec<OsString> = vec![self.runtime.program.clone().into()];
+        let mut add = |args: &[&str]| argv.extend(args.iter().map(OsString::from));
+        add(&["run"]);
+        if remove {
+            add(&["--rm"]);
+        } else if self.live {
+            add(&["-d"]);
+        }
+        add(&["--init", "--pull=never"]);
+        if self.runtime.kind == RuntimeKind::Podman {
+            // Podman copies the host's *_proxy variables in otherwise.
+            add(&["--http-proxy=false"]);
+        }
+        add(&["--name", name]);
+        // Not the container's id: two runs of one trial see the same host name.
+        add(&["--hostname", "deltabench"]);
+        add(&["--label", &format!("{RUN_LABEL}={}", self.label)]);
+        // `model`: the container's own network, with only the forwarded port in it.
+        let network = match self.network {
+            Network::Model => Network::None,
+            network => network,
+        };
+        add(&["--network", &network.to_string()]);
+        add(&["--user", user]);
+        if let Some(millicpus) = self.limits.millicpus {
+            add(&["--cpus", &(f64::from(millicpus) / 1000.0).to_string()]);
+        }
+        if let Some(bytes) = self.limits.memory {
+            add(&["--memory", &format!("{bytes}b")]);
+        }
+        argv
+    }
+
+    /// The `-v` mounts: the workspace, its read-only files and folders, the binds, then `-w`,
+    /// then the home, the model route's socket folder and the readable and writable paths.
+    fn push_mounts(&self, argv: &mut Vec<OsString>, workspace: &Path, route: Option<&ModelRoute>) {
+        push_mount(argv, workspace, &self.workdir, ":rw");
+        for file in &self.read_only {
+            if let Ok(rest) = file.strip_prefix(workspace)
+                && file.exists()
+            {
+                push_mount(argv, file, &self.workdir.join(rest), ":ro");
+            }
+        }
+        for (inside, relative) in &self.workspace_mounts {
+            let folder = workspace.join(relative);
+            if folder.is_dir() {
+                push_mount(argv, &folder, inside, ":ro");
+            }
+        }
+        for (host, inside, writable) in &self.binds {
+            push_mount(argv, host, inside, if *writable { ":rw" } else { ":ro" });
+        }
+        argv.push("-w".into());
+        argv.push(self.workdir.clone().into());
+        push_mount(argv, &self.home, &self.home, ":rw");
+        if let Some(route) = route {
+            let folder = route.socket.parent().unwrap_or(Path::new("/"));
+            push_mount(argv, folder, Path::new(SANDBOX_SOCKET_DIR), ":ro");
+        }
+        let mut readable: Vec<&PathBuf> = self
+            .readable
+            .iter()
+            .chain(route.map(|route| &route.forwarder))
+            .filter(|p| p.is_absolute() && p.exists())
+            .collect();
+        readable.sort();
+        readable.dedup();
+        for path in readable {
+            push_mount(argv, path, path, ":ro");
+        }
+        for path in self.writable.iter().filter(|p| p.is_absolute()) {
+            push_mount(argv, path, path, ":rw");
+        }
+    }
+
+    /// `HOME` and the command's environment as `-e` flags, values naming the workspace moved
+    /// to the workdir; a secret goes by name only and stays in the client's environment.
+    fn push_env(&self, argv: &mut Vec<OsString>, workspace: &Path, spec: &mut CommandSpec) {
+        let mut env = vec![(OsString::from("HOME"), self.home.clone().into_os_string())];
+        env.extend(std::mem::take(&mut spec.env));
+        for (key, value) in env {
+            // A secret's value stays out of the command line, which Podman keeps in the
+            // container's configuration on disk (`CreateCommand`): `-e KEY` takes it from the
+            // client's environment instead.
+            if crate::support::is_secret_name(&key.to_string_lossy()) {
+                argv.push("-e".into());
+                argv.push(key.clone());
+                spec.env.push((key, value));
+                continue;
+            }
+            argv.push("-e".into());
+            argv.push(env_pair(key, self.moved_value(workspace, value)));
+        }
+    }
+
+    /// Only the workspace moves: a value naming it names the workdir inside.
+    fn moved_value(&self, workspace: &Path, value: OsString) -> OsString {
+        match Path::new(&value).strip_prefix(workspace) {
+            Ok(rest) if rest.as_os_str().is_empty() => self.workdir.clone().into_os_string(),
+            Ok(rest) => self.workdir.join(rest).into_os_string(),
+            Err(_) => value,
+        }
+    }
+
     /// Starts the live container `name` (`run -d`, `argv` being its flags), unless it runs.
     fn start_live(&self, mut argv: Vec<OsString>, name: &str) -> std::io::Result<()> {
         if self.runtime.container_exists(name) {
@@ -1037,6 +1041,23 @@ const STARTED_SCRIPT: &str = "printf started >&3 && exec 3>&- && exec \"$@\"";
 
 fn add_all(argv: &mut Vec<OsString>, args: &[&str]) {
     argv.extend(args.iter().map(OsString::from));
+}
+
+/// `-v HOST:INSIDE:MODE`.
+fn push_mount(argv: &mut Vec<OsString>, host: &Path, inside: &Path, mode: &str) {
+    let mut arg = host.as_os_str().to_owned();
+    arg.push(":");
+    arg.push(inside.as_os_str());
+    arg.push(mode);
+    argv.push("-v".into());
+    argv.push(arg);
+}
+
+/// `KEY=VALUE`, as `-e` takes it.
+fn env_pair(mut key: OsString, value: OsString) -> OsString {
+    key.push("=");
+    key.push(value);
+    key
 }
 
 /// Without fd 3 (Docker): the mark is a line of the command's output, written before the task runs.
@@ -1077,6 +1098,43 @@ mod tests {
             keep: None,
             live: false,
         }
+    }
+
+    #[test]
+    fn a_value_naming_the_workspace_names_the_workdir() {
+        let policy = policy(PathBuf::from("/h"));
+        let ws = Path::new("/w/ws");
+        let moved = |value: &str| policy.moved_value(ws, value.into());
+        assert_eq!(moved("/w/ws"), OsString::from("/app"));
+        assert_eq!(moved("/w/ws/a/b"), OsString::from("/app/a/b"));
+        assert_eq!(moved("/w/wsx"), OsString::from("/w/wsx"));
+        assert_eq!(moved("plain"), OsString::from("plain"));
+    }
+
+    #[test]
+    fn run_flags_remove_or_detach_and_map_the_model_network_to_none() {
+        let mut policy = policy(PathBuf::from("/h"));
+        policy.network = Network::Model;
+        let text = |argv: Vec<OsString>| {
+            argv.iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(
+            text(policy.run_flags("c1", true, "1:2")),
+            format!(
+                "/usr/bin/podman run --rm --init --pull=never --http-proxy=false --name c1 \
+                 --hostname deltabench --label {RUN_LABEL}=run-1 --network none --user 1:2"
+            )
+        );
+        policy.live = true;
+        assert!(text(policy.run_flags("c1", false, "1:2")).starts_with("/usr/bin/podman run -d "));
+    }
+
+    #[test]
+    fn env_pairs_join_key_and_value() {
+        assert_eq!(env_pair("K".into(), "v=w".into()), OsString::from("K=v=w"));
     }
 
     #[test]

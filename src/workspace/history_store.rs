@@ -220,28 +220,79 @@ fn enforce_one(repo: &Path, may_borrow: bool) -> Result<Removed, StoreError> {
 
 fn clean(repo: &Path, may_borrow: bool) -> Result<Removed, StoreError> {
     let objects = repo.join("objects");
-    let read = |path: &Path| {
-        let path = path.to_owned();
-        move |source| StoreError::Read { path, source }
+    let kept = kept_packs(repo, &objects.join("pack"))?;
+    let mut cleaner = Cleaner {
+        repo,
+        removed: Removed::default(),
     };
-    let pack_dir = objects.join("pack");
+    let mut loose = Vec::new();
+    for (name, path) in sorted_entries(&objects).map_err(read_error(&objects))? {
+        let is_dir = path.symlink_metadata().is_ok_and(|m| m.is_dir());
+        match name.as_str() {
+            "pack" if is_dir => cleaner.clean_packs(&path, &kept)?,
+            "info" if is_dir => cleaner.clean_info(&path, may_borrow)?,
+            fan if is_dir && is_fan(fan) => loose.extend(cleaner.clean_fan(fan, &path)?),
+            _ => cleaner.remove_other(&path)?,
+        }
+    }
+    cleaner.clean_unreached(&loose)?;
+    for stray in STRAY_FILES {
+        let path = repo.join(stray);
+        if path.symlink_metadata().is_ok() {
+            cleaner.remove(&path)?;
+            cleaner.removed.other.push(stray.to_owned());
+        }
+    }
+    let mut removed = cleaner.removed;
+    removed.loose.sort();
+    Ok(removed)
+}
+
+fn read_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + use<> {
+    let path = path.to_owned();
+    move |source| StoreError::Read { path, source }
+}
+
+/// The packs the store keeps, from its manifest; a store without one, made before manifests,
+/// gets one written when it holds exactly one pack.
+fn kept_packs(repo: &Path, pack_dir: &Path) -> Result<HashSet<String>, StoreError> {
     let manifest = repo.join(MANIFEST);
-    let kept: HashSet<String> = match std::fs::read_to_string(&manifest) {
-        Ok(text) => text.lines().map(str::to_owned).collect(),
+    match std::fs::read_to_string(&manifest) {
+        Ok(text) => Ok(text.lines().map(str::to_owned).collect()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let packs = pack_names(&pack_dir).map_err(read(&pack_dir))?;
+            let packs = pack_names(pack_dir).map_err(read_error(pack_dir))?;
             if packs.len() != 1 {
                 return Err(StoreError::Unknown {
                     repo: repo.to_owned(),
                     packs: packs.len(),
                 });
             }
-            write_manifest(repo).map_err(read(&manifest))?;
-            packs.into_iter().collect()
+            write_manifest(repo).map_err(read_error(&manifest))?;
+            Ok(packs.into_iter().collect())
         }
-        Err(e) => return Err(read(&manifest)(e)),
-    };
-    let remove = |path: &Path| {
+        Err(e) => Err(read_error(&manifest)(e)),
+    }
+}
+
+/// A loose objects' fan-out folder's name: two hex digits.
+fn is_fan(name: &str) -> bool {
+    name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Whether a file of `objects/pack` stays: a plain file of a kept pack, of a known kind.
+fn keeps_pack_file(file: &str, plain: bool, kept: &HashSet<String>) -> bool {
+    let (stem, ext) = file.rsplit_once('.').unwrap_or((file, ""));
+    plain && kept.contains(stem) && PACK_FILES.contains(&ext)
+}
+
+/// One store's removals, and the list of what went.
+struct Cleaner<'a> {
+    repo: &'a Path,
+    removed: Removed,
+}
+
+impl Cleaner<'_> {
+    fn remove(&self, path: &Path) -> Result<(), StoreError> {
         let removed = match std::fs::symlink_metadata(path) {
             Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
             Ok(_) => std::fs::remove_file(path),
@@ -249,96 +300,87 @@ fn clean(repo: &Path, may_borrow: bool) -> Result<Removed, StoreError> {
             Err(e) => Err(e),
         };
         removed.map_err(|source| StoreError::Remove {
-            repo: repo.to_owned(),
+            repo: self.repo.to_owned(),
             path: path.to_owned(),
             source,
         })
-    };
-    let shown = |path: &Path| {
-        path.strip_prefix(repo)
-            .unwrap_or(path)
-            .display()
-            .to_string()
-    };
-    let mut removed = Removed::default();
-    let mut loose = Vec::new();
-    for entry in sorted_entries(&objects).map_err(read(&objects))? {
-        let (name, path) = entry;
-        let is_dir = path.symlink_metadata().is_ok_and(|m| m.is_dir());
-        match name.as_str() {
-            "pack" if is_dir => {
-                for (file, path) in sorted_entries(&path).map_err(read(&path))? {
-                    let (stem, ext) = file.rsplit_once('.').unwrap_or((&file, ""));
-                    let plain = path.symlink_metadata().is_ok_and(|m| m.is_file());
-                    if plain && kept.contains(stem) && PACK_FILES.contains(&ext) {
-                        continue;
-                    }
-                    remove(&path)?;
-                    if ext == "pack" {
-                        removed.packs.push(file);
-                    } else {
-                        removed.other.push(shown(&path));
-                    }
+    }
+
+    /// Removes `path`, listed among the other removals by its path in the store.
+    fn remove_other(&mut self, path: &Path) -> Result<(), StoreError> {
+        self.remove(path)?;
+        let shown = path.strip_prefix(self.repo).unwrap_or(path).display();
+        self.removed.other.push(shown.to_string());
+        Ok(())
+    }
+
+    /// `objects/pack`: every file but the kept packs' own.
+    fn clean_packs(&mut self, dir: &Path, kept: &HashSet<String>) -> Result<(), StoreError> {
+        for (file, path) in sorted_entries(dir).map_err(read_error(dir))? {
+            let plain = path.symlink_metadata().is_ok_and(|m| m.is_file());
+            if keeps_pack_file(&file, plain, kept) {
+                continue;
+            }
+            if file.rsplit_once('.').is_some_and(|(_, ext)| ext == "pack") {
+                self.remove(&path)?;
+                self.removed.packs.push(file);
+            } else {
+                self.remove_other(&path)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `objects/info`: all of it, but the alternates file of a store that may borrow.
+    fn clean_info(&mut self, dir: &Path, may_borrow: bool) -> Result<(), StoreError> {
+        for (file, path) in sorted_entries(dir).map_err(read_error(dir))? {
+            if file == "alternates" && may_borrow {
+                continue;
+            }
+            self.remove_other(&path)?;
+        }
+        Ok(())
+    }
+
+    /// A fan-out folder: its loose objects are returned, anything else goes.
+    fn clean_fan(&mut self, fan: &str, dir: &Path) -> Result<Vec<(Oid, PathBuf)>, StoreError> {
+        let mut loose = Vec::new();
+        for (rest, path) in sorted_entries(dir).map_err(read_error(dir))? {
+            let plain = path.symlink_metadata().is_ok_and(|m| m.is_file());
+            match Oid::from_str(&format!("{fan}{rest}")) {
+                Ok(id) if plain && rest.len() == 38 => loose.push((id, path)),
+                // A temporary file of an interrupted write, or no object at all.
+                _ => self.remove_other(&path)?,
+            }
+        }
+        Ok(loose)
+    }
+
+    /// Stale setup references go, then the loose objects no setup commit reaches.
+    fn clean_unreached(&mut self, loose: &[(Oid, PathBuf)]) -> Result<(), StoreError> {
+        let git = |source| StoreError::Git {
+            repo: self.repo.to_owned(),
+            source,
+        };
+        let handle = Repository::open_bare(self.repo).map_err(git)?;
+        let (setups, stale) = setup_commits(&handle).map_err(git)?;
+        for name in stale {
+            if let Ok(mut reference) = handle.find_reference(&name) {
+                reference.delete().map_err(git)?;
+            }
+            self.removed.other.push(name);
+        }
+        if !loose.is_empty() {
+            let reached = reached_loose(&handle, &setups, loose).map_err(git)?;
+            for (id, path) in loose {
+                if !reached.contains(id) {
+                    self.remove(path)?;
+                    self.removed.loose.push(id.to_string());
                 }
             }
-            "info" if is_dir => {
-                for (file, path) in sorted_entries(&path).map_err(read(&path))? {
-                    if file == "alternates" && may_borrow {
-                        continue;
-                    }
-                    remove(&path)?;
-                    removed.other.push(shown(&path));
-                }
-            }
-            fan if is_dir && fan.len() == 2 && fan.bytes().all(|b| b.is_ascii_hexdigit()) => {
-                for (rest, path) in sorted_entries(&path).map_err(read(&path))? {
-                    let plain = path.symlink_metadata().is_ok_and(|m| m.is_file());
-                    match Oid::from_str(&format!("{fan}{rest}")) {
-                        Ok(id) if plain && rest.len() == 38 => loose.push((id, path)),
-                        // A temporary file of an interrupted write, or no object at all.
-                        _ => {
-                            remove(&path)?;
-                            removed.other.push(shown(&path));
-                        }
-                    }
-                }
-            }
-            _ => {
-                remove(&path)?;
-                removed.other.push(shown(&path));
-            }
         }
+        Ok(())
     }
-    let git = |source| StoreError::Git {
-        repo: repo.to_owned(),
-        source,
-    };
-    let handle = Repository::open_bare(repo).map_err(git)?;
-    let (setups, stale) = setup_commits(&handle).map_err(git)?;
-    for name in stale {
-        if let Ok(mut reference) = handle.find_reference(&name) {
-            reference.delete().map_err(git)?;
-        }
-        removed.other.push(name);
-    }
-    if !loose.is_empty() {
-        let reached = reached_loose(&handle, &setups, &loose).map_err(git)?;
-        for (id, path) in &loose {
-            if !reached.contains(id) {
-                remove(path)?;
-                removed.loose.push(id.to_string());
-            }
-        }
-    }
-    for stray in STRAY_FILES {
-        let path = repo.join(stray);
-        if path.symlink_metadata().is_ok() {
-            remove(&path)?;
-            removed.other.push(stray.to_owned());
-        }
-    }
-    removed.loose.sort();
-    Ok(removed)
 }
 
 /// The entries of `dir` by name, sorted; none when it does not exist.
@@ -417,6 +459,27 @@ fn reached_loose(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fan_folder_is_two_hex_digits() {
+        assert!(is_fan("0a"));
+        assert!(is_fan("FF"));
+        assert!(!is_fan("0g"));
+        assert!(!is_fan("abc"));
+        assert!(!is_fan("a"));
+    }
+
+    #[test]
+    fn only_a_kept_packs_plain_known_files_stay() {
+        let kept: HashSet<String> = ["pack-1".to_owned()].into();
+        assert!(keeps_pack_file("pack-1.pack", true, &kept));
+        assert!(keeps_pack_file("pack-1.idx", true, &kept));
+        assert!(keeps_pack_file("pack-1.rev", true, &kept));
+        assert!(!keeps_pack_file("pack-1.keep", true, &kept));
+        assert!(!keeps_pack_file("pack-1.pack", false, &kept));
+        assert!(!keeps_pack_file("pack-2.pack", true, &kept));
+        assert!(!keeps_pack_file("pack-1", true, &kept));
+    }
 
     fn git(dir: &Path, args: &[&str]) -> String {
         let out = std::process::Command::new("git")

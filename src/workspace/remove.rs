@@ -309,51 +309,69 @@ fn path_in(dir: &Path, name: &CStr) -> PathBuf {
 /// device or mount differs from the root's. Returns what is left.
 fn remove_within(root: &Path) -> Vec<LeftBehind> {
     let mut left = Vec::new();
-    let fail = |left: &mut Vec<LeftBehind>, path: &Path, reason: String| {
-        left.push(LeftBehind {
-            path: path.to_owned(),
-            reason,
-        })
-    };
-    let (Some(parent), Some(name)) = (root.parent(), root.file_name()) else {
-        fail(&mut left, root, "not a removable path".into());
+    let Some((parent_fd, frame, place)) = enter_root(root, &mut left) else {
         return left;
+    };
+    let mut removal = Removal {
+        parent_fd,
+        place,
+        stack: vec![frame],
+        left,
+        moved: 0,
+    };
+    removal.run();
+    removal.left
+}
+
+fn fail(left: &mut Vec<LeftBehind>, path: &Path, reason: String) {
+    left.push(LeftBehind {
+        path: path.to_owned(),
+        reason,
+    });
+}
+
+/// The root's parent, the root entered as the first frame, and the mount it sits on; `None`
+/// when there is nothing more to do (gone, not a directory and unlinked, or refused).
+fn enter_root(root: &Path, left: &mut Vec<LeftBehind>) -> Option<(OwnedFd, Frame, Place)> {
+    let (Some(parent), Some(name)) = (root.parent(), root.file_name()) else {
+        fail(left, root, "not a removable path".into());
+        return None;
     };
     let Ok(name) = CString::new(name.as_bytes()) else {
-        fail(&mut left, root, "a path with a NUL byte".into());
-        return left;
+        fail(left, root, "a path with a NUL byte".into());
+        return None;
     };
     let parent_fd = match fs::File::open(parent) {
         Ok(file) => OwnedFd::from(file),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return left,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return None,
         Err(err) => {
-            fail(&mut left, root, format!("cannot open its parent: {err}"));
-            return left;
+            fail(left, root, format!("cannot open its parent: {err}"));
+            return None;
         }
     };
     let (mode, ino, place) = match stat_at(parent_fd.as_raw_fd(), &name) {
         Ok(found) => found,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return left,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return None,
         Err(err) => {
-            fail(&mut left, root, err.to_string());
-            return left;
+            fail(left, root, err.to_string());
+            return None;
         }
     };
     if !is_dir(mode) {
         if let Err(err) = unlink_in(&parent_fd, &name, 0) {
-            fail(&mut left, root, err.to_string());
+            fail(left, root, err.to_string());
         }
-        return left;
+        return None;
     }
     // The root itself must sit on its parent's mount: if not, it is a mount point still.
     match stat_at(parent_fd.as_raw_fd(), c"") {
         Ok((_, _, parent_place)) if parent_place != place => {
-            fail(&mut left, root, "a mount point".into());
-            return left;
+            fail(left, root, "a mount point".into());
+            return None;
         }
         Err(err) => {
-            fail(&mut left, root, format!("cannot stat its parent: {err}"));
-            return left;
+            fail(left, root, format!("cannot stat its parent: {err}"));
+            return None;
         }
         Ok(_) => {}
     }
@@ -363,77 +381,82 @@ fn remove_within(root: &Path) -> Vec<LeftBehind> {
     let (todo, fd) = match entered {
         Ok(found) => found,
         Err(err) => {
-            fail(&mut left, root, err.to_string());
-            return left;
+            fail(left, root, err.to_string());
+            return None;
         }
     };
-    let mut stack = vec![Frame {
+    let frame = Frame {
         fd,
-        name: name.clone(),
+        name,
         path: root.to_owned(),
         todo,
         left_before: 0,
-    }];
-    let mut moved = 0u64;
-    loop {
-        let depth = stack.len();
-        let Some(top) = stack.last_mut() else {
-            break;
-        };
-        let Some(name) = top.todo.pop() else {
-            let done = stack.pop().expect("the stack is not empty");
-            let below = stack.last().map_or(&parent_fd, |f| &f.fd);
-            drop(done.fd);
-            match unlink_in(below, &done.name, libc::AT_REMOVEDIR) {
-                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                Err(_) if left.len() > done.left_before => {}
-                Err(err) => fail(&mut left, &done.path, err.to_string()),
-                Ok(()) => {}
+    };
+    Some((parent_fd, frame, place))
+}
+
+/// A tree being emptied depth first, one open directory per level.
+struct Removal {
+    parent_fd: OwnedFd,
+    /// The root's device and mount: nothing elsewhere is entered.
+    place: Place,
+    stack: Vec<Frame>,
+    left: Vec<LeftBehind>,
+    /// How many too-deep directories were moved up to the root.
+    moved: u64,
+}
+
+impl Removal {
+    fn run(&mut self) {
+        while let Some(top) = self.stack.last_mut() {
+            match top.todo.pop() {
+                Some(name) => self.visit(name),
+                None => self.leave(),
             }
-            continue;
-        };
+        }
+    }
+
+    /// The top directory is empty (or what stayed is named): it goes from the one below.
+    fn leave(&mut self) {
+        let done = self.stack.pop().expect("the stack is not empty");
+        let below = self.stack.last().map_or(&self.parent_fd, |f| &f.fd);
+        drop(done.fd);
+        match unlink_in(below, &done.name, libc::AT_REMOVEDIR) {
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(_) if self.left.len() > done.left_before => {}
+            Err(err) => fail(&mut self.left, &done.path, err.to_string()),
+            Ok(()) => {}
+        }
+    }
+
+    /// One entry of the top directory: unlinked, refused, moved up, or entered.
+    fn visit(&mut self, name: CString) {
+        let depth = self.stack.len();
+        let top = self.stack.last().expect("the stack is not empty");
         let path = path_in(&top.path, &name);
         let (mode, ino, found) = match stat_at(top.fd.as_raw_fd(), &name) {
             Ok(found) => found,
-            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
-            Err(err) => {
-                fail(&mut left, &path, err.to_string());
-                continue;
-            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return,
+            Err(err) => return fail(&mut self.left, &path, err.to_string()),
         };
         if !is_dir(mode) {
             // Unlinking only drops a name: a bind-mounted file fails with EBUSY, untouched.
             match unlink_in(&top.fd, &name, 0) {
                 Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                Err(err) => fail(&mut left, &path, err.to_string()),
+                Err(err) => fail(&mut self.left, &path, err.to_string()),
                 Ok(()) => {}
             }
-            continue;
+            return;
         }
-        if found != place {
-            fail(&mut left, &path, "on another mount; not entered".into());
-            continue;
+        if found != self.place {
+            return fail(
+                &mut self.left,
+                &path,
+                "on another mount; not entered".into(),
+            );
         }
         if depth >= MAX_OPEN_DIRS {
-            // Too deep to hold another fd: move the directory up to the root, empty it later.
-            let top_fd = top.fd.as_raw_fd();
-            let root_fd = stack[0].fd.as_raw_fd();
-            let spare = loop {
-                moved += 1;
-                let spare = CString::new(format!(".deltabench-deep-{moved}"))
-                    .expect("no NUL in a formatted name");
-                if stat_at(root_fd, &spare).is_err() {
-                    break spare;
-                }
-            };
-            // SAFETY: both names are NUL-terminated; both fds are open directories.
-            let rc = unsafe { libc::renameat(top_fd, name.as_ptr(), root_fd, spare.as_ptr()) };
-            if rc == 0 {
-                stack[0].todo.push(spare);
-            } else {
-                fail(&mut left, &path, io::Error::last_os_error().to_string());
-            }
-            continue;
+            return self.move_up(&name, &path);
         }
         let opened = match open_dir_at(top.fd.as_raw_fd(), &name) {
             Err(err) if err.raw_os_error() == Some(libc::EACCES) => {
@@ -445,12 +468,12 @@ fn remove_within(root: &Path) -> Vec<LeftBehind> {
             other => other,
         };
         let entered = opened
-            .and_then(|fd| same_dir(fd, ino, place))
+            .and_then(|fd| same_dir(fd, ino, self.place))
             .and_then(|fd| Ok((names_in(&fd)?, fd)));
         match entered {
             Ok((todo, fd)) => {
-                let left_before = left.len();
-                stack.push(Frame {
+                let left_before = self.left.len();
+                self.stack.push(Frame {
                     fd,
                     name,
                     path,
@@ -458,10 +481,35 @@ fn remove_within(root: &Path) -> Vec<LeftBehind> {
                     left_before,
                 });
             }
-            Err(err) => fail(&mut left, &path, err.to_string()),
+            Err(err) => fail(&mut self.left, &path, err.to_string()),
         }
     }
-    left
+
+    /// Too deep to hold another fd: the directory moves up to the root, emptied later.
+    fn move_up(&mut self, name: &CStr, path: &Path) {
+        let top_fd = self
+            .stack
+            .last()
+            .expect("the stack is not empty")
+            .fd
+            .as_raw_fd();
+        let root_fd = self.stack[0].fd.as_raw_fd();
+        let spare = loop {
+            self.moved += 1;
+            let spare = CString::new(format!(".deltabench-deep-{}", self.moved))
+                .expect("no NUL in a formatted name");
+            if stat_at(root_fd, &spare).is_err() {
+                break spare;
+            }
+        };
+        // SAFETY: both names are NUL-terminated; both fds are open directories.
+        let rc = unsafe { libc::renameat(top_fd, name.as_ptr(), root_fd, spare.as_ptr()) };
+        if rc == 0 {
+            self.stack[0].todo.push(spare);
+        } else {
+            fail(&mut self.left, path, io::Error::last_os_error().to_string());
+        }
+    }
 }
 
 /// `fd` if it is still the directory that was checked (same inode, device and mount): guards

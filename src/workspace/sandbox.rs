@@ -302,59 +302,8 @@ impl SandboxPolicy {
             args.ro_bind(&resolv);
         }
 
-        let readable = self
-            .readable
-            .iter()
-            .chain(route.map(|route| &route.forwarder))
-            .filter(|path| path.is_absolute() && path.exists())
-            .filter(|path| !private.iter().any(|p| p.starts_with(path)));
-        let trees: Vec<&PathBuf> = tools.roots.iter().chain(readable).collect();
-        exposed.extend(trees.iter().map(|tree| tree.to_path_buf()));
-        let masks = self
-            .hidden
-            .iter()
-            .flat_map(|path| [path.clone(), path.canonicalize().unwrap_or_default()])
-            .filter(|path| path.parent().is_some() && path.exists())
-            .filter(|path| exposed.iter().any(|tree| path.starts_with(tree)))
-            .filter(|path| !trees.contains(&path));
-        // Parents first, so the deeper mount wins: a hidden folder inside an exposed tree is
-        // masked, a readable path inside a hidden folder (the objects in the cache) shows.
-        let mut mounts: Vec<(PathBuf, bool)> = trees
-            .iter()
-            .map(|tree| (tree.to_path_buf(), true))
-            .chain(masks.map(|path| (path, false)))
-            .collect();
-        mounts.sort_by_key(|(path, _)| (path.components().count(), path.clone()));
-        mounts.dedup();
-        for (path, expose) in &mounts {
-            if *expose {
-                args.ro_bind(path);
-            } else {
-                args.mask(path);
-            }
-        }
-        // After every tree: a readable path never uncovers a secret.
-        for secret in etc_secrets().iter().chain(&tools.masked) {
-            args.mask(secret);
-        }
-
-        if let Some(route) = route {
-            let folder = route.socket.parent().unwrap_or(Path::new("/"));
-            args.flags(&["--ro-bind"])
-                .path(folder)
-                .path(SANDBOX_SOCKET_DIR);
-        }
-        // Last, so nothing is mounted over them.
-        args.flags(&["--bind"]).path(workspace).path(workspace);
-        for file in self
-            .read_only
-            .iter()
-            .filter(|f| f.starts_with(workspace) && f.exists())
-        {
-            args.flags(&["--ro-bind"]).path(file).path(file);
-        }
-        args.flags(&["--bind"]).path(&self.home).path(&self.home);
-        args.seal();
+        self.expose_trees(&mut args, exposed, &tools, route, &private);
+        self.bind_own(&mut args, workspace, route);
         args.flags(&["--setenv", "HOME"]).path(&self.home);
         args.flags(&["--setenv", "TMPDIR", "/tmp"]);
         for (key, value) in &tools.env {
@@ -381,6 +330,79 @@ impl SandboxPolicy {
         spec.status_fd = true;
         Ok(spec)
     }
+
+    /// The toolchains' and readable trees, read-only, with the hidden paths inside them
+    /// masked and the machine's secrets masked after them all.
+    fn expose_trees(
+        &self,
+        args: &mut Args,
+        mut exposed: Vec<PathBuf>,
+        tools: &Toolchains,
+        route: Option<&ModelRoute>,
+        private: &[PathBuf],
+    ) {
+        let readable = self
+            .readable
+            .iter()
+            .chain(route.map(|route| &route.forwarder))
+            .filter(|path| path.is_absolute() && path.exists())
+            .filter(|path| !private.iter().any(|p| p.starts_with(path)));
+        let trees: Vec<&PathBuf> = tools.roots.iter().chain(readable).collect();
+        exposed.extend(trees.iter().map(|tree| tree.to_path_buf()));
+        let masks = self
+            .hidden
+            .iter()
+            .flat_map(|path| [path.clone(), path.canonicalize().unwrap_or_default()])
+            .filter(|path| path.parent().is_some() && path.exists())
+            .filter(|path| exposed.iter().any(|tree| path.starts_with(tree)))
+            .filter(|path| !trees.contains(&path));
+        for (path, expose) in &mount_order(&trees, masks) {
+            if *expose {
+                args.ro_bind(path);
+            } else {
+                args.mask(path);
+            }
+        }
+        // After every tree: a readable path never uncovers a secret.
+        for secret in etc_secrets().iter().chain(&tools.masked) {
+            args.mask(secret);
+        }
+    }
+
+    /// The model route's socket folder, then the command's own folders, writable (its
+    /// read-only files over the workspace), last so nothing is mounted over them; sealed.
+    fn bind_own(&self, args: &mut Args, workspace: &Path, route: Option<&ModelRoute>) {
+        if let Some(route) = route {
+            let folder = route.socket.parent().unwrap_or(Path::new("/"));
+            args.flags(&["--ro-bind"])
+                .path(folder)
+                .path(SANDBOX_SOCKET_DIR);
+        }
+        args.flags(&["--bind"]).path(workspace).path(workspace);
+        for file in self
+            .read_only
+            .iter()
+            .filter(|f| f.starts_with(workspace) && f.exists())
+        {
+            args.flags(&["--ro-bind"]).path(file).path(file);
+        }
+        args.flags(&["--bind"]).path(&self.home).path(&self.home);
+        args.seal();
+    }
+}
+
+/// Trees to expose (`true`) and paths to mask, parents first, so the deeper mount wins: a
+/// hidden folder inside an exposed tree is masked, a readable path inside a hidden folder
+/// (the objects in the cache) shows.
+fn mount_order(trees: &[&PathBuf], masks: impl Iterator<Item = PathBuf>) -> Vec<(PathBuf, bool)> {
+    let mut mounts: Vec<(PathBuf, bool)> = trees
+        .iter()
+        .map(|tree| (tree.to_path_buf(), true))
+        .chain(masks.map(|path| (path, false)))
+        .collect();
+    mounts.sort_by_key(|(path, _)| (path.components().count(), path.clone()));
+    mounts.dedup();
+    mounts
 }
 
 /// bwrap's arguments, built up mount by mount.
@@ -649,6 +671,29 @@ pub fn program_paths(command: &str) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mounts_go_parents_first_and_once() {
+        let (usr, cache) = (
+            PathBuf::from("/usr"),
+            PathBuf::from("/home/u/.cache/x/objects"),
+        );
+        let masks = [
+            PathBuf::from("/home/u/.cache"),
+            PathBuf::from("/usr/local/secret"),
+            PathBuf::from("/home/u/.cache"),
+        ];
+        let order = mount_order(&[&cache, &usr], masks.into_iter());
+        assert_eq!(
+            order,
+            [
+                (PathBuf::from("/usr"), true),
+                (PathBuf::from("/home/u/.cache"), false),
+                (PathBuf::from("/usr/local/secret"), false),
+                (PathBuf::from("/home/u/.cache/x/objects"), true),
+            ]
+        );
+    }
 
     #[test]
     fn network_parses_and_names_the_valid_set() {

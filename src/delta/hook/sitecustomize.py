@@ -170,6 +170,7 @@ if _channel is not None:
             original_init(self, *args, **kwargs)
             import deltabench_pytest
 
+            deltabench_pytest.record = record
             if not self.has_plugin("deltabench_pytest"):
                 self.register(deltabench_pytest, name="deltabench_pytest")
 
