@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
-use crate::agent::harness::{Endpoint, HarnessKind, find_program, is_loopback};
+use crate::agent::harness::{Endpoint, find_program, is_loopback};
 use crate::metric::TestEvidence;
 use crate::store::{RunRequest, sanitize};
 use crate::suite::{AgentSpec, Suite, SuiteLock};
@@ -300,10 +300,9 @@ fn check_cli_agents(
             _ => None,
         };
         let key_env = config.key_env(kind);
-        // opencode's own providers each read their own variable: nothing to check for them.
         let needs_key = local.is_none()
             && config.api_key.is_none()
-            && !(kind == HarnessKind::Opencode && config.endpoint.is_none())
+            && kind.cli().is_none_or(|cli| cli.needs_key(config))
             && !config
                 .env
                 .keys()

@@ -39,7 +39,7 @@ use crate::metric::{
 };
 use crate::process::{self, CommandSpec};
 use crate::store::{TrialRecord, UsageRecord, VerifyRecord, layout, write_json_atomic};
-use crate::suite::{AgentKind, AgentSpec, MetricSpec, Suite, Task};
+use crate::suite::{AgentSpec, MetricSpec, Suite, Task};
 use crate::trajectory::{Counted, TimedEvent, TrajectoryInput};
 use crate::workspace::{
     BackendProvisioner, Confinement, ContainerPolicy, DeltaScope, Isolation, ModelRoute, Network,
@@ -158,7 +158,7 @@ pub async fn run_trial(
         dir,
         &TrajectoryInput {
             agent: &spec.agent,
-            kind: AgentKind::from(agent).into(),
+            kind: agent.kind(),
             model: agent.as_harness().and_then(|(_, c)| c.model.as_deref()),
             instruction: &task.instruction,
             started_at: &record.started_at,
