@@ -329,36 +329,12 @@ impl HarnessAgent {
             return failed;
         }
         let local_price = cli.echoes_local_price();
-        let Finished { parsed, after } = cli.finish(ended.exit_code, &ended.output.text());
-        let parsed = parsed.relative_to(match self.confinement.container() {
-            // The CLI saw the workspace at the workdir.
-            Some(policy) => &policy.workdir,
-            None => &self.workspace,
-        });
-        let session = (parsed.session_id.clone().or(resume)).unwrap_or(fallback_session);
-        if let Some(after) = after {
-            after(&session);
-        }
+        let (parsed, session) = self.finish(cli, &ended, resume, fallback_session);
         let model = inv.model.clone().or(watch.model.clone());
         let usage = self
             .usage(&ctx, &parsed, model.as_deref(), local_price)
             .await;
-        let seen = Seen {
-            cancelled: ctx.cancel.is_cancelled(),
-            timed_out: ended.timed_out.then(|| {
-                let limit = humantime::format_duration(self.timeout());
-                format!("{kind} exceeded its timeout of {limit}")
-            }),
-            budget_stop: self.budget.as_ref().and_then(BudgetStop::tripped),
-            turn_limit_hit: watch.turn_limit_hit,
-        };
-        // A spent budget the run loop did not hear of yet is said now.
-        if let (false, None, Some(reason)) = (seen.cancelled, &seen.timed_out, &seen.budget_stop)
-            && !budget_heard
-            && !crate::agent::is_replay_mismatch(reason)
-        {
-            ctx.emit(crate::agent::stop_event(reason)).await;
-        }
+        let seen = self.seen(&ctx, &ended, &watch, budget_heard).await;
         let mut result = run_result(session, seen, &parsed);
         result.usage = usage;
         result.output = CodingOutput {
@@ -371,6 +347,55 @@ impl HarnessAgent {
             ]),
         };
         result
+    }
+
+    /// What deltabench saw of the run; a spent budget the run loop did not hear of yet (and
+    /// that decides the run) is said now.
+    async fn seen(
+        &self,
+        ctx: &RunContext,
+        ended: &process::ProcessOutput,
+        watch: &Watch,
+        budget_heard: bool,
+    ) -> Seen {
+        let seen = Seen {
+            cancelled: ctx.cancel.is_cancelled(),
+            timed_out: ended.timed_out.then(|| {
+                let limit = humantime::format_duration(self.timeout());
+                format!("{} exceeded its timeout of {limit}", self.kind)
+            }),
+            budget_stop: self.budget.as_ref().and_then(BudgetStop::tripped),
+            turn_limit_hit: watch.turn_limit_hit,
+        };
+        if let (false, None, Some(reason)) = (seen.cancelled, &seen.timed_out, &seen.budget_stop)
+            && !budget_heard
+            && !crate::agent::is_replay_mismatch(reason)
+        {
+            ctx.emit(crate::agent::stop_event(reason)).await;
+        }
+        seen
+    }
+
+    /// The CLI's verdict once it exited, with the run's session (the one it named, else the
+    /// one resumed, else `fallback`), and what the CLI's module does once that is known.
+    fn finish(
+        &self,
+        cli: Box<dyn CliRun>,
+        ended: &process::ProcessOutput,
+        resume: Option<String>,
+        fallback: String,
+    ) -> (ParsedRun, String) {
+        let Finished { parsed, after } = cli.finish(ended.exit_code, &ended.output.text());
+        let parsed = parsed.relative_to(match self.confinement.container() {
+            // The CLI saw the workspace at the workdir.
+            Some(policy) => &policy.workdir,
+            None => &self.workspace,
+        });
+        let session = (parsed.session_id.clone().or(resume)).unwrap_or(fallback);
+        if let Some(after) = after {
+            after(&session);
+        }
+        (parsed, session)
     }
 
     /// The command that runs the CLI: cleared environment, its timeout and logs, confined.
@@ -705,6 +730,16 @@ fn is_system_folder(path: &Path) -> bool {
     }
 }
 
+/// Node.js of at least `major`, which `kind`'s code needs.
+fn node_need(kind: HarnessKind, major: u32) -> ImageNeed {
+    ImageNeed {
+        tool: format!("Node.js {major} or newer"),
+        why: format!("{kind}'s code does not parse on older versions"),
+        test: format!("node -e 'process.exit(parseInt(process.versions.node) >= {major} ? 0 : 1)'"),
+        hint: format!("install Node.js {major} or newer in the image (Debian 12's nodejs is 18)"),
+    }
+}
+
 /// What `program` (the CLI `kind` runs) needs from an image besides its installation, which
 /// is mounted: the interpreter its `#!` line names (`node` for Codex and Gemini CLI), or for a
 /// virtualenv's script its Python, which must run there. A native program needs nothing.
@@ -750,16 +785,7 @@ pub fn image_needs(kind: HarnessKind, program: &Path) -> Vec<ImageNeed> {
         if name == "node"
             && let Some(major) = kind.cli().and_then(|cli| cli.min_node())
         {
-            needs.push(ImageNeed {
-                tool: format!("Node.js {major} or newer"),
-                why: format!("{kind}'s code does not parse on older versions"),
-                test: format!(
-                    "node -e 'process.exit(parseInt(process.versions.node) >= {major} ? 0 : 1)'"
-                ),
-                hint: format!(
-                    "install Node.js {major} or newer in the image (Debian 12's nodejs is 18)"
-                ),
-            });
+            needs.push(node_need(kind, major));
         }
         return needs;
     }
