@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::agent::harness::HarnessKind;
 use crate::{import, store};
 
 /// Evaluate coding agents on task suites, scored only on what the workspace shows.
@@ -417,22 +418,45 @@ fn base_image(text: &str) -> Result<(String, String), BaseImageError> {
     }
 }
 
-/// `run --help`'s closing part: the agent kinds an agents file can name.
-const RUN_AFTER_HELP: &str = "\
+/// `run --help`'s closing part: the agent kinds an agents file can name, the built-in CLIs
+/// listed from [`HarnessKind::ALL`].
+fn run_after_help() -> String {
+    let mut kinds = String::new();
+    let mut line = String::from(" ");
+    for (i, kind) in HarnessKind::ALL.iter().enumerate() {
+        let word = if i + 1 < HarnessKind::ALL.len() {
+            format!(" {kind},")
+        } else {
+            format!(" {kind}")
+        };
+        if line.len() + word.len() > 90 {
+            kinds += &line;
+            kinds.push('\n');
+            line = String::from(" ");
+        }
+        line += &word;
+    }
+    kinds += &line;
+    format!(
+        "\
 Agent kinds (in the suite's `agents:` or an --agents file):
   noop, oracle              built in: change nothing / apply the task's solution
   mock                      replay a scripted event stream
   command                   your own harness: `sh -c RUN` in the workspace
-  claude-code, codex, gemini-cli, opencode, mini-swe-agent, aider
-                            the real CLIs, headless, each with its own HOME; keys: model,
+{kinds}
+                            the {} real CLIs, headless, each with its own HOME; keys: model,
                             max_turns, permission_mode, append_system_prompt, args, env,
                             binary, endpoint (URL or scripted:FILE), api_key, timeout,
-                            network, price, budget ({tokens, cost_usd, model_calls,
-                            wall}, enforced at deltabench's model gateway)
-  `deltabench schema` prints every key; `deltabench model serve --help` the scripted endpoint.";
+                            network, price, budget ({{tokens, cost_usd, model_calls,
+                            wall}}, enforced at deltabench's model gateway)
+  cli                       any other CLI: its command template, dialect and output parser
+  `deltabench schema` prints every key; `deltabench model serve --help` the scripted endpoint.",
+        HarnessKind::ALL.len()
+    )
+}
 
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = RUN_AFTER_HELP)]
+#[command(after_long_help = run_after_help())]
 pub(super) struct RunArgs {
     /// A suite file, or a folder holding suite.yaml [default: the suite in the current folder].
     #[arg(value_name = "SUITE")]

@@ -32,44 +32,20 @@ use crate::agent::harness::cli::CliDialect;
 use crate::agent::harness::{Endpoint, HarnessConfig, HarnessKind, is_loopback};
 
 /// The provider a real CLI talks to when the agent names no endpoint, when the gateway can
-/// stand in for it: `None` for opencode (its `provider/model` picks one of many) and for
-/// litellm's other providers (mini-swe-agent's and aider's `anthropic/...`), and for Codex
-/// without a `model:` (its provider for a custom URL has no default model). Those run direct.
+/// stand in for it: each built-in CLI says so ([`BuiltinCli::gateway_dialect`]), a definition by
+/// its `dialect:`. `None`: its calls run direct.
+///
+/// [`BuiltinCli::gateway_dialect`]: crate::agent::harness::BuiltinCli::gateway_dialect
 pub fn default_provider(kind: HarnessKind, config: &HarnessConfig) -> Option<Provider> {
-    match kind {
-        HarnessKind::ClaudeCode => Some(Provider::Anthropic),
-        HarnessKind::GeminiCli => Some(Provider::Google),
-        // Without a model, Qwen Code uses its own OAuth backend, which the gateway cannot be.
-        HarnessKind::Codex
-        | HarnessKind::QwenCode
-        | HarnessKind::ContinueCli
-        | HarnessKind::Pi
-        | HarnessKind::Cline => config.model.as_ref().map(|_| Provider::OpenAi),
-        HarnessKind::MiniSweAgent | HarnessKind::Aider => match config.model.as_deref() {
-            Some(model) if model.contains('/') && !model.starts_with("openai/") => None,
-            _ => Some(Provider::OpenAi),
-        },
-        HarnessKind::Opencode => None,
-        // Its `provider/model` names one of many providers; `openai/` and `local/` are the ones
-        // an OpenAI-compatible gateway can be. Without a model it picks one from the keys it finds.
-        HarnessKind::Gptme => match config.model.as_deref() {
-            Some(model)
-                if !model.contains('/')
-                    || model.starts_with("openai/")
-                    || model.starts_with("local/") =>
-            {
-                Some(Provider::OpenAi)
-            }
-            _ => None,
-        },
-        // Its own provider is xAI's API, which the gateway does not stand in for.
-        HarnessKind::GrokCli => None,
-        HarnessKind::Cli => config.cli.as_ref().map(|cli| match cli.dialect {
-            CliDialect::Anthropic => Provider::Anthropic,
-            CliDialect::Openai => Provider::OpenAi,
-            CliDialect::Gemini => Provider::Google,
-        }),
-    }
+    let dialect = match kind.cli() {
+        Some(cli) => cli.gateway_dialect(config),
+        None => config.cli.as_ref().map(|cli| cli.dialect),
+    };
+    dialect.map(|dialect| match dialect {
+        CliDialect::Anthropic => Provider::Anthropic,
+        CliDialect::Openai => Provider::OpenAi,
+        CliDialect::Gemini => Provider::Google,
+    })
 }
 
 /// Whether a real CLI agent's model calls go through the gateway: always with an `endpoint`,

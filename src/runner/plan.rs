@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
-use crate::agent::harness::{Endpoint, HarnessKind, find_program, is_loopback};
+use crate::agent::harness::{Endpoint, HarnessConfig, HarnessKind, find_program, is_loopback};
 use crate::metric::TestEvidence;
 use crate::store::{RunRequest, sanitize};
 use crate::suite::{AgentSpec, Suite, SuiteLock};
@@ -77,6 +77,47 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
     if request.jobs == 0 {
         return Err(PlanError::new("-j must be at least 1", None));
     }
+    let agents = select_agents(&suite, &request)?;
+    let tasks = select_tasks(&suite, &request)?;
+    check_cli_agents(&suite, &agents, &tasks)?;
+    let mut trials = Vec::new();
+    for &task in &tasks {
+        for agent in agents.keys() {
+            for trial in 1..=request.trials {
+                trials.push(TrialSpec {
+                    task,
+                    agent: agent.clone(),
+                    trial,
+                });
+            }
+        }
+    }
+    check_isolation(&suite, &tasks, trials.len())?;
+    // Sliced after the checks above, so a plan is valid or not whatever the shard.
+    let unsharded_trials = trials.len();
+    if let Some(shard) = request.shard {
+        trials.retain(|t| shard.contains(&suite.tasks[t.task].id, &t.agent, t.trial));
+    }
+    let (expected, flaky) = lock_readings(&suite, &tasks)?;
+    Ok(Plan {
+        suite,
+        agents,
+        tasks,
+        trials,
+        unsharded_trials,
+        request,
+        expected,
+        flaky,
+        discover_mutants: false,
+    })
+}
+
+/// The agents the run names (`--agent`, else the suite's defaults, else `oracle` and `noop`),
+/// each known, no two sharing a folder of the run directory.
+fn select_agents(
+    suite: &Suite,
+    request: &RunRequest,
+) -> Result<IndexMap<String, AgentSpec>, PlanError> {
     let names: Vec<String> = if !request.agents.is_empty() {
         request.agents.clone()
     } else if !suite.agents.is_empty() {
@@ -127,6 +168,11 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
             ));
         }
     }
+    Ok(agents)
+}
+
+/// The indexes of the tasks `--task` and `--tag` select: each named task known, one at least.
+fn select_tasks(suite: &Suite, request: &RunRequest) -> Result<Vec<usize>, PlanError> {
     for id in &request.tasks {
         if !suite.tasks.iter().any(|t| &t.id == id) {
             let ids: Vec<&str> = suite.tasks.iter().map(|t| t.id.as_str()).collect();
@@ -160,20 +206,13 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
             None,
         ));
     }
-    check_cli_agents(&suite, &agents, &tasks)?;
-    let mut trials = Vec::new();
-    for &task in &tasks {
-        for agent in agents.keys() {
-            for trial in 1..=request.trials {
-                trials.push(TrialSpec {
-                    task,
-                    agent: agent.clone(),
-                    trial,
-                });
-            }
-        }
-    }
-    for &task in &tasks {
+    Ok(tasks)
+}
+
+/// Each task's isolation can hold this plan: bubblewrap for a sandbox, one trial and no setup
+/// for a session.
+fn check_isolation(suite: &Suite, tasks: &[usize], trials: usize) -> Result<(), PlanError> {
+    for &task in tasks {
         let t = &suite.tasks[task];
         match t.isolation {
             // With an environment the container is the sandbox: bubblewrap is not used.
@@ -191,12 +230,11 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
                     Some("run the setup yourself before a session run, or use `worktree`".into()),
                 ));
             }
-            Isolation::Session if trials.len() > 1 => {
+            Isolation::Session if trials > 1 => {
                 return Err(PlanError::new(
                     format!(
                         "task '{}' uses `isolation: session`, which runs a single trial (one task, one agent, one trial), but this plan has {} trials",
-                        t.id,
-                        trials.len()
+                        t.id, trials
                     ),
                     Some(
                         "narrow the run with --task ID --agent NAME --trials 1, or use `worktree`"
@@ -207,18 +245,23 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
             _ => {}
         }
     }
-    // Sliced after the checks above, so a plan is valid or not whatever the shard.
-    let unsharded_trials = trials.len();
-    if let Some(shard) = request.shard {
-        trials.retain(|t| shard.contains(&suite.tasks[t.task].id, &t.agent, t.trial));
-    }
-    let lock = SuiteLock::read(&suite).map_err(|e| {
+    Ok(())
+}
+
+/// Each task's reference evidence, by task id.
+type Expected = HashMap<String, TestEvidence>;
+/// The flaky tasks, by id.
+type Flaky = std::collections::BTreeMap<String, crate::suite::FlakyTask>;
+
+/// What the suite's lock says each task's reference and flaky tests are.
+fn lock_readings(suite: &Suite, tasks: &[usize]) -> Result<(Expected, Flaky), PlanError> {
+    let lock = SuiteLock::read(suite).map_err(|e| {
         PlanError::new(
             e.to_string(),
             Some("delete it, or run `deltabench validate` again to rewrite it".into()),
         )
     })?;
-    let root = crate::suite::suite_root(&suite);
+    let root = crate::suite::suite_root(suite);
     let expected = lock
         .as_ref()
         .map(|lock| {
@@ -240,20 +283,42 @@ pub fn plan(suite: Arc<Suite>, request: RunRequest) -> Result<Plan, PlanError> {
                 .collect()
         })
         .unwrap_or_default();
-    Ok(Plan {
-        suite,
-        agents,
-        tasks,
-        trials,
-        unsharded_trials,
-        request,
-        expected,
-        flaky,
-        discover_mutants: false,
-    })
+    Ok((expected, flaky))
 }
 
 const UNREACHABLE_GATEWAY_HINT: &str = "drop `network: none` from the agent: its calls then reach the gateway and nothing else (`network: model`)";
+
+/// The error of an agent with no API key for a remote endpoint (or its CLI's own API), unless
+/// its `env:` or deltabench's environment has one or its CLI needs none deltabench can check.
+fn missing_key(
+    name: &str,
+    kind: HarnessKind,
+    config: &HarnessConfig,
+    local: bool,
+) -> Option<PlanError> {
+    let key_env = config.key_env(kind);
+    let needs_key = !local
+        && config.api_key.is_none()
+        && kind.cli().is_none_or(|cli| cli.needs_key(config))
+        && !config
+            .env
+            .keys()
+            .any(|k| k == key_env || k.ends_with("_API_KEY") || k.ends_with("_AUTH_TOKEN"))
+        && std::env::var_os(key_env).is_none();
+    if !needs_key {
+        return None;
+    }
+    let place = match &config.endpoint {
+        Some(Endpoint::Url(url)) => url.clone(),
+        _ => format!("{kind}'s own API"),
+    };
+    Some(PlanError::new(
+        format!("agent '{name}' ({kind}) has no API key for {place}"),
+        Some(format!(
+            "set `api_key:` on the agent, or {key_env} in deltabench's environment"
+        )),
+    ))
+}
 
 /// What can be known about the real CLI agents before anything runs: the CLI is installed, it
 /// has a key for a remote endpoint, and a sandboxed or contained one can reach a loopback
@@ -299,27 +364,8 @@ fn check_cli_agents(
             Some(Endpoint::Url(url)) if is_loopback(url) => Some(url.clone()),
             _ => None,
         };
-        let key_env = config.key_env(kind);
-        // opencode's own providers each read their own variable: nothing to check for them.
-        let needs_key = local.is_none()
-            && config.api_key.is_none()
-            && !(kind == HarnessKind::Opencode && config.endpoint.is_none())
-            && !config
-                .env
-                .keys()
-                .any(|k| k == key_env || k.ends_with("_API_KEY") || k.ends_with("_AUTH_TOKEN"))
-            && std::env::var_os(key_env).is_none();
-        if needs_key {
-            let place = match &config.endpoint {
-                Some(Endpoint::Url(url)) => url.clone(),
-                _ => format!("{kind}'s own API"),
-            };
-            return Err(PlanError::new(
-                format!("agent '{name}' ({kind}) has no API key for {place}"),
-                Some(format!(
-                    "set `api_key:` on the agent, or {key_env} in deltabench's environment"
-                )),
-            ));
+        if let Some(err) = missing_key(name, kind, config, local.is_some()) {
+            return Err(err);
         }
         // The gateway is on this machine too, whatever the endpoint.
         let through_gateway = crate::gateway::uses_gateway(kind, config);

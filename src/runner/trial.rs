@@ -20,7 +20,7 @@ use futures::future::BoxFuture;
 use indexmap::IndexMap;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::harness::{Endpoint, HarnessAgent, find_program};
+use crate::agent::harness::{Endpoint, HarnessAgent, HarnessConfig, HarnessKind, find_program};
 use crate::agent::{
     CodingAgent, CodingResult, CodingTask, CommandAgent, MockAgent, NoopAgent, OracleAgent,
     SANDBOX_FAILED, StreamEvent,
@@ -39,7 +39,7 @@ use crate::metric::{
 };
 use crate::process::{self, CommandSpec};
 use crate::store::{TrialRecord, UsageRecord, VerifyRecord, layout, write_json_atomic};
-use crate::suite::{AgentKind, AgentSpec, MetricSpec, Suite, Task};
+use crate::suite::{AgentSpec, MetricSpec, Suite, Task};
 use crate::trajectory::{Counted, TimedEvent, TrajectoryInput};
 use crate::workspace::{
     BackendProvisioner, Confinement, ContainerPolicy, DeltaScope, Isolation, ModelRoute, Network,
@@ -158,7 +158,7 @@ pub async fn run_trial(
         dir,
         &TrajectoryInput {
             agent: &spec.agent,
-            kind: AgentKind::from(agent).into(),
+            kind: agent.kind(),
             model: agent.as_harness().and_then(|(_, c)| c.model.as_deref()),
             instruction: &task.instruction,
             started_at: &record.started_at,
@@ -521,28 +521,8 @@ fn agent_factory<'a>(
                 }
                 Arc::new(contain(agent))
             }
-            spec => {
-                let (kind, config) = spec.as_harness().expect("the other kinds are above");
-                let program =
-                    find_program(kind, config.binary.as_deref()).map_err(anyhow::Error::msg)?;
-                let endpoint = match &config.endpoint {
-                    Some(Endpoint::Url(url)) => Some(url.clone()),
-                    Some(Endpoint::Scripted(path)) => {
-                        Some(inputs.endpoints.get(path).cloned().ok_or_else(|| {
-                            anyhow::anyhow!("no endpoint was started for {}", path.display())
-                        })?)
-                    }
-                    None => None,
-                };
-                let mut agent = HarnessAgent::new(
-                    &agent_name,
-                    kind,
-                    config.clone(),
-                    program,
-                    ctx.workspace.clone(),
-                    scratch.clone(),
-                    endpoint,
-                );
+            AgentSpec::Harness { kind, config } => {
+                let mut agent = harness_agent(inputs, &agent_name, *kind, config, ctx, &scratch)?;
                 if let Some((url, stop)) = gateway(&ctx.workspace) {
                     agent = agent.through_gateway(url, stop);
                 }
@@ -551,6 +531,37 @@ fn agent_factory<'a>(
         })
     };
     Box::new(FnCodingAgentFactory::new(build, probe))
+}
+
+/// A real CLI agent: its program found, its scripted endpoint's URL looked up.
+fn harness_agent(
+    inputs: &TrialInputs,
+    name: &str,
+    kind: HarnessKind,
+    config: &HarnessConfig,
+    ctx: &BuildContext,
+    scratch: &Path,
+) -> Result<HarnessAgent, anyhow::Error> {
+    let program = find_program(kind, config.binary.as_deref()).map_err(anyhow::Error::msg)?;
+    let endpoint =
+        match &config.endpoint {
+            Some(Endpoint::Url(url)) => Some(url.clone()),
+            Some(Endpoint::Scripted(path)) => {
+                Some(inputs.endpoints.get(path).cloned().ok_or_else(|| {
+                    anyhow::anyhow!("no endpoint was started for {}", path.display())
+                })?)
+            }
+            None => None,
+        };
+    Ok(HarnessAgent::new(
+        name,
+        kind,
+        config.clone(),
+        program,
+        ctx.workspace.clone(),
+        scratch.to_owned(),
+        endpoint,
+    ))
 }
 
 /// Runs the lifecycle, writing the event stream (`events.jsonl`, and `agent.log` for agents

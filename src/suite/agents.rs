@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use super::diagnostics::{Source, SuiteError};
 use super::names::resolve_command;
 use super::raw::{RawAgent, RawBudget, loc};
-use super::types::{AgentKind, AgentSpec};
+use super::types::AgentSpec;
 use crate::agent::harness::cli::{
     CliDefinition, CliDialect, OutputParser, PLACEHOLDERS, placeholders,
 };
@@ -50,8 +50,8 @@ pub(super) fn agent_spec(
                 &agent.kind,
                 format!(
                     "unknown agent kind '{other}' for agent '{name}'. Valid kinds: {}{}",
-                    AgentKind::VARIANTS.join(", "),
-                    crate::support::suggestion(other, AgentKind::VARIANTS.iter().copied())
+                    AgentSpec::kinds().join(", "),
+                    crate::support::suggestion(other, AgentSpec::kinds().into_iter())
                 ),
             ));
         }
@@ -200,19 +200,7 @@ pub(super) fn apply_default_budget(agents: &mut IndexMap<String, AgentSpec>, def
         }
         let slot = match spec {
             AgentSpec::Command(config) => &mut config.budget,
-            AgentSpec::ClaudeCode(config)
-            | AgentSpec::Codex(config)
-            | AgentSpec::GeminiCli(config)
-            | AgentSpec::Opencode(config)
-            | AgentSpec::MiniSweAgent(config)
-            | AgentSpec::Aider(config)
-            | AgentSpec::QwenCode(config)
-            | AgentSpec::ContinueCli(config)
-            | AgentSpec::Pi(config)
-            | AgentSpec::Gptme(config)
-            | AgentSpec::Cline(config)
-            | AgentSpec::GrokCli(config)
-            | AgentSpec::Cli(config) => &mut config.budget,
+            AgentSpec::Harness { config, .. } => &mut config.budget,
             AgentSpec::Noop | AgentSpec::Oracle | AgentSpec::Mock(_) => continue,
         };
         *slot = Some(slot.unwrap_or_default().or(defaults));
@@ -398,30 +386,84 @@ fn cli_definition(
 }
 
 /// Validates a real CLI agent: only the keys its kind supports, a known permission mode, a
-/// parseable endpoint whose script exists.
+/// parseable endpoint whose script exists, the CLI's own rules.
 fn harness_spec(
     source: &Source,
     name: &str,
     agent: &RawAgent,
     kind: HarnessKind,
 ) -> Result<AgentSpec, SuiteError> {
+    check_harness_keys(source, name, agent, kind)?;
+    let mut config = HarnessConfig {
+        model: agent.model.as_ref().map(|m| m.value.clone()),
+        max_turns: agent.max_turns.as_ref().map(|t| t.value),
+        permission_mode: agent.permission_mode.as_ref().map(|m| m.value.clone()),
+        append_system_prompt: agent.append_system_prompt.as_ref().map(|p| p.value.clone()),
+        args: agent
+            .args
+            .as_ref()
+            .map(|a| a.value.iter().map(|arg| arg.value.clone()).collect())
+            .unwrap_or_default(),
+        env: agent.env.clone().unwrap_or_default(),
+        endpoint: agent_endpoint(source, agent)?,
+        api_key: agent.api_key.clone(),
+        price: agent.price,
+        ..HarnessConfig::default()
+    };
+    if let Some(rule) = kind.cli().and_then(|cli| cli.config_error(&config)) {
+        let at = agent
+            .keys_set()
+            .into_iter()
+            .find(|(key, _)| *key == rule.key)
+            .and_then(|(_, at)| at);
+        return Err(source.error(at.unwrap_or(loc(&agent.kind)), rule.message));
+    }
+    config.binary = agent_binary(source, agent, kind)?;
+    config.timeout = agent
+        .timeout
+        .as_ref()
+        .map(|t| source.duration(t))
+        .transpose()?;
+    config.network = agent_network(source, agent)?;
+    config.budget = agent_budget(source, agent)?;
+    if kind == HarnessKind::Cli {
+        let definition = cli_definition(source, name, agent, &config)?;
+        // The template is the command line: `args` is not appended again.
+        config.args.clear();
+        config.cli = Some(definition);
+    }
+    check_gateway_needs(source, name, agent, kind, &config)?;
+    check_cost_budget(source, name, agent, &config)?;
+    Ok(AgentSpec::harness(kind, config))
+}
+
+/// Only the keys `kind` takes, a permission mode it has, no flag deltabench passes itself, and
+/// a turn limit of at least 1.
+fn check_harness_keys(
+    source: &Source,
+    name: &str,
+    agent: &RawAgent,
+    kind: HarnessKind,
+) -> Result<(), SuiteError> {
     let allowed = kind.keys();
-    for (key, location) in agent.keys_set() {
-        if !allowed.contains(&key) {
-            let why = match key {
-                "max_turns" => format!(" ({kind} has no turn limit to set)"),
-                "permission_mode" => format!(" ({kind} has one headless mode, always used)"),
-                "append_system_prompt" => format!(" ({kind} has no system prompt to add to)"),
-                _ => String::new(),
-            };
-            return Err(source.error(
-                location.unwrap_or(loc(&agent.kind)),
-                format!(
-                    "`{key}` does not apply to agent '{name}' of kind '{kind}'{why}. Valid keys for it: {}",
-                    allowed.join(", ")
-                ),
-            ));
-        }
+    if let Some((key, location)) = agent
+        .keys_set()
+        .into_iter()
+        .find(|(key, _)| !allowed.contains(key))
+    {
+        let why = match key {
+            "max_turns" => format!(" ({kind} has no turn limit to set)"),
+            "permission_mode" => format!(" ({kind} has one headless mode, always used)"),
+            "append_system_prompt" => format!(" ({kind} has no system prompt to add to)"),
+            _ => String::new(),
+        };
+        return Err(source.error(
+            location.unwrap_or(loc(&agent.kind)),
+            format!(
+                "`{key}` does not apply to agent '{name}' of kind '{kind}'{why}. Valid keys for it: {}",
+                allowed.join(", ")
+            ),
+        ));
     }
     if let Some(mode) = &agent.permission_mode
         && !kind.permission_modes().contains(&mode.value.as_str())
@@ -454,78 +496,51 @@ fn harness_spec(
     {
         return Err(source.at(turns, "max_turns must be at least 1"));
     }
-    let endpoint = agent_endpoint(source, agent)?;
-    if kind == HarnessKind::Codex
-        && agent.model.is_none()
-        && let Some(endpoint) = &agent.endpoint
-    {
+    Ok(())
+}
+
+/// The agent's `binary:` (`command:` for `kind: cli`): a name looked up on PATH when the run
+/// starts, or a path (relative to this file) that must be there now.
+fn agent_binary(
+    source: &Source,
+    agent: &RawAgent,
+    kind: HarnessKind,
+) -> Result<Option<PathBuf>, SuiteError> {
+    let Some(binary) = agent.binary.as_ref().or(agent.command.as_ref()) else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(&binary.value);
+    let path = if binary.value.starts_with("./") || binary.value.starts_with("../") {
+        source.dir.join(path)
+    } else {
+        path
+    };
+    if path.components().count() > 1 && !path.is_file() {
+        let key = if kind == HarnessKind::Cli {
+            "command"
+        } else {
+            "binary"
+        };
         return Err(source.at(
-            endpoint,
-            "codex with an `endpoint:` needs `model:` too: its provider for the endpoint has no default model",
+            binary,
+            format!(
+                "`{key}: {}`: {} is not a file",
+                binary.value,
+                path.display()
+            ),
         ));
     }
-    let binary = agent
-        .binary
-        .as_ref()
-        .or(agent.command.as_ref())
-        .map(|binary| {
-            let path = PathBuf::from(&binary.value);
-            let path = if binary.value.starts_with("./") || binary.value.starts_with("../") {
-                source.dir.join(path)
-            } else {
-                path
-            };
-            // A name is looked up on PATH when the run starts; a path must be there now.
-            if path.components().count() > 1 && !path.is_file() {
-                let key = if kind == HarnessKind::Cli {
-                    "command"
-                } else {
-                    "binary"
-                };
-                return Err(source.at(
-                    binary,
-                    format!(
-                        "`{key}: {}`: {} is not a file",
-                        binary.value,
-                        path.display()
-                    ),
-                ));
-            }
-            Ok(path)
-        })
-        .transpose()?;
-    let config = HarnessConfig {
-        model: agent.model.as_ref().map(|m| m.value.clone()),
-        max_turns: agent.max_turns.as_ref().map(|t| t.value),
-        permission_mode: agent.permission_mode.as_ref().map(|m| m.value.clone()),
-        append_system_prompt: agent.append_system_prompt.as_ref().map(|p| p.value.clone()),
-        args: agent
-            .args
-            .as_ref()
-            .map(|a| a.value.iter().map(|arg| arg.value.clone()).collect())
-            .unwrap_or_default(),
-        env: agent.env.clone().unwrap_or_default(),
-        binary,
-        endpoint,
-        api_key: agent.api_key.clone(),
-        timeout: agent
-            .timeout
-            .as_ref()
-            .map(|t| source.duration(t))
-            .transpose()?,
-        network: agent_network(source, agent)?,
-        price: agent.price,
-        budget: agent_budget(source, agent)?,
-        cli: None,
-    };
-    let mut config = config;
-    if kind == HarnessKind::Cli {
-        let definition = cli_definition(source, name, agent, &config)?;
-        // The template is the command line: `args` is not appended again.
-        config.args.clear();
-        config.cli = Some(definition);
-    }
-    let config = config;
+    Ok(Some(path))
+}
+
+/// `budget:` and `network: model` need the agent's calls to pass the gateway.
+fn check_gateway_needs(
+    source: &Source,
+    name: &str,
+    agent: &RawAgent,
+    kind: HarnessKind,
+    config: &HarnessConfig,
+) -> Result<(), SuiteError> {
     let model_network = agent
         .network
         .as_ref()
@@ -536,13 +551,12 @@ fn harness_spec(
     ];
     for (key, at) in needs_gateway {
         if let Some(at) = at
-            && !crate::gateway::uses_gateway(kind, &config)
+            && !crate::gateway::uses_gateway(kind, config)
         {
-            let why = match kind {
-                HarnessKind::Codex => "codex without `model:`",
-                HarnessKind::Opencode => "opencode without `endpoint:`",
-                _ => "a model of a provider other than OpenAI without `endpoint:`",
-            };
+            let why = kind.cli().map_or(
+                "a model of a provider other than OpenAI without `endpoint:`",
+                |cli| cli.gateway_bypass(),
+            );
             return Err(source.error(
                 at,
                 format!(
@@ -552,7 +566,16 @@ fn harness_spec(
             ));
         }
     }
-    // A cost budget needs a price; the CLI's default model is checked when it answers.
+    Ok(())
+}
+
+/// A cost budget needs a price; the CLI's default model is checked when it answers.
+fn check_cost_budget(
+    source: &Source,
+    name: &str,
+    agent: &RawAgent,
+    config: &HarnessConfig,
+) -> Result<(), SuiteError> {
     if let (Some(raw), Some(model)) = (&agent.budget, &config.model)
         && config.budget.is_some_and(|b| b.cost_usd.is_some())
         && config.price.is_none()
@@ -569,5 +592,5 @@ fn harness_spec(
             ),
         ));
     }
-    Ok(AgentSpec::harness(kind, config))
+    Ok(())
 }

@@ -33,6 +33,6 @@ pub use lock::{
 pub use matrix::MATRIX_FACTORS;
 pub use raw::{RawAgent, RawAgentsFile, RawSuite};
 pub use types::{
-    AgentKind, AgentSpec, AgentVariant, DEFAULT_MAX_DIFF, Located, MetricKind, MetricSpec, Suite,
-    Task, agent_configs, json_schema,
+    AgentSpec, AgentVariant, DEFAULT_MAX_DIFF, Located, MetricKind, MetricSpec, Suite, Task,
+    agent_configs, json_schema,
 };

@@ -64,79 +64,88 @@ impl MetricSpec {
     }
 }
 
-/// A configured agent. Its kinds, [`AgentKind`], are derived from it: the list an error
-/// message shows cannot drift from the variants.
-#[derive(Debug, Clone, PartialEq, Serialize, strum::EnumDiscriminants)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-#[strum_discriminants(
-    name(AgentKind),
-    derive(strum::VariantNames, strum::IntoStaticStr, strum::EnumString),
-    strum(serialize_all = "kebab-case")
-)]
+/// A configured agent. Serialized as `{"kind": KIND, ...its config}`, a real CLI's kind its
+/// [`HarnessKind`]'s name.
+#[derive(Debug, Clone, PartialEq)]
 pub enum AgentSpec {
     Noop,
     Oracle,
     Mock(MockConfig),
     Command(CommandAgentConfig),
-    #[serde(rename = "claude-code")]
-    ClaudeCode(HarnessConfig),
-    Codex(HarnessConfig),
-    #[serde(rename = "gemini-cli")]
-    GeminiCli(HarnessConfig),
-    Opencode(HarnessConfig),
-    #[serde(rename = "mini-swe-agent")]
-    MiniSweAgent(HarnessConfig),
-    Aider(HarnessConfig),
-    #[serde(rename = "qwen-code")]
-    QwenCode(HarnessConfig),
-    #[serde(rename = "continue-cli")]
-    ContinueCli(HarnessConfig),
-    Pi(HarnessConfig),
-    Gptme(HarnessConfig),
-    Cline(HarnessConfig),
-    #[serde(rename = "grok-cli")]
-    GrokCli(HarnessConfig),
-    Cli(HarnessConfig),
+    /// A real CLI agent, built in or defined (`kind: cli`).
+    Harness {
+        kind: HarnessKind,
+        config: Box<HarnessConfig>,
+    },
+}
+
+/// The kinds that are not a real CLI's, as an agents file names them.
+const OTHER_KINDS: [&str; 4] = ["noop", "oracle", "mock", "command"];
+
+impl Serialize for AgentSpec {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(tag = "kind", rename_all = "snake_case")]
+        enum Other<'a> {
+            Noop,
+            Oracle,
+            Mock(&'a MockConfig),
+            Command(&'a CommandAgentConfig),
+        }
+        #[derive(Serialize)]
+        struct Harness<'a> {
+            kind: HarnessKind,
+            #[serde(flatten)]
+            config: &'a HarnessConfig,
+        }
+        match self {
+            Self::Noop => Other::Noop.serialize(serializer),
+            Self::Oracle => Other::Oracle.serialize(serializer),
+            Self::Mock(config) => Other::Mock(config).serialize(serializer),
+            Self::Command(config) => Other::Command(config).serialize(serializer),
+            Self::Harness { kind, config } => Harness {
+                kind: *kind,
+                config,
+            }
+            .serialize(serializer),
+        }
+    }
 }
 
 impl AgentSpec {
     /// The spec of a real CLI agent.
     pub fn harness(kind: HarnessKind, config: HarnessConfig) -> Self {
-        match kind {
-            HarnessKind::ClaudeCode => Self::ClaudeCode(config),
-            HarnessKind::Codex => Self::Codex(config),
-            HarnessKind::GeminiCli => Self::GeminiCli(config),
-            HarnessKind::Opencode => Self::Opencode(config),
-            HarnessKind::MiniSweAgent => Self::MiniSweAgent(config),
-            HarnessKind::Aider => Self::Aider(config),
-            HarnessKind::QwenCode => Self::QwenCode(config),
-            HarnessKind::ContinueCli => Self::ContinueCli(config),
-            HarnessKind::Pi => Self::Pi(config),
-            HarnessKind::Gptme => Self::Gptme(config),
-            HarnessKind::Cline => Self::Cline(config),
-            HarnessKind::GrokCli => Self::GrokCli(config),
-            HarnessKind::Cli => Self::Cli(config),
+        Self::Harness {
+            kind,
+            config: Box::new(config),
+        }
+    }
+
+    /// Every `kind:` an agents file may name.
+    pub fn kinds() -> Vec<&'static str> {
+        let harness = <HarnessKind as strum::VariantArray>::VARIANTS
+            .iter()
+            .map(|kind| kind.as_str());
+        OTHER_KINDS.into_iter().chain(harness).collect()
+    }
+
+    /// The agent's `kind:`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Noop => OTHER_KINDS[0],
+            Self::Oracle => OTHER_KINDS[1],
+            Self::Mock(_) => OTHER_KINDS[2],
+            Self::Command(_) => OTHER_KINDS[3],
+            Self::Harness { kind, .. } => kind.as_str(),
         }
     }
 
     /// The kind and config, when this is a real CLI agent.
     pub fn as_harness(&self) -> Option<(HarnessKind, &HarnessConfig)> {
-        Some(match self {
-            Self::ClaudeCode(c) => (HarnessKind::ClaudeCode, c),
-            Self::Codex(c) => (HarnessKind::Codex, c),
-            Self::GeminiCli(c) => (HarnessKind::GeminiCli, c),
-            Self::Opencode(c) => (HarnessKind::Opencode, c),
-            Self::MiniSweAgent(c) => (HarnessKind::MiniSweAgent, c),
-            Self::Aider(c) => (HarnessKind::Aider, c),
-            Self::QwenCode(c) => (HarnessKind::QwenCode, c),
-            Self::ContinueCli(c) => (HarnessKind::ContinueCli, c),
-            Self::Pi(c) => (HarnessKind::Pi, c),
-            Self::Gptme(c) => (HarnessKind::Gptme, c),
-            Self::Cline(c) => (HarnessKind::Cline, c),
-            Self::GrokCli(c) => (HarnessKind::GrokCli, c),
-            Self::Cli(c) => (HarnessKind::Cli, c),
-            Self::Noop | Self::Oracle | Self::Mock(_) | Self::Command(_) => return None,
-        })
+        match self {
+            Self::Harness { kind, config } => Some((*kind, &**config)),
+            Self::Noop | Self::Oracle | Self::Mock(_) | Self::Command(_) => None,
+        }
     }
 
     /// The `network:` the agent's config sets, if any.

@@ -31,6 +31,7 @@ mod proof;
 mod real_rows;
 mod real_tasks;
 mod redaction;
+mod registry;
 mod replay;
 mod reports;
 mod sandbox;

@@ -15,14 +15,15 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::ParsedRun;
-use super::adapter::{Finished, RunStart};
+use super::adapter::{CliRun, Finished, RunStart};
 use super::config::{HarnessConfig, HarnessKind, TurnLimit};
 use super::invocation::{DUMMY_API_KEY, Invocation, RunPaths, invocation};
 use super::pricing::{self, price_table};
+use super::status::{Seen, run_result};
 use crate::agent::builtin::command::{confined_spec, confinement_failure};
 use crate::agent::{
-    BudgetStop, CodingAgent, CodingError, CodingHandle, CodingOutput, CodingResult, CodingStatus,
-    CodingTask, ErrorCode, RunContext, StreamEvent, Usage, new_session_id,
+    BudgetStop, CodingAgent, CodingError, CodingHandle, CodingOutput, CodingResult, CodingTask,
+    ErrorCode, RunContext, StreamEvent, Usage, new_session_id,
 };
 use crate::process::{self, CommandSpec, StdoutLines};
 use crate::workspace::{Confinement, ContainerPolicy, ImageNeed};
@@ -265,47 +266,144 @@ impl HarnessAgent {
         }
     }
 
+    /// Why a run asking to `resume` cannot, when this CLI keeps no session it can continue.
+    fn resume_refusal(&self, resume: Option<&str>) -> Option<CodingError> {
+        let kind = self.kind;
+        (resume.is_some() && !kind.can_resume()).then(|| {
+            let why = kind.cli().map_or("it keeps no session of its own", |cli| {
+                cli.no_resume_reason()
+            });
+            CodingError::new(
+                ErrorCode::SdkError,
+                format!("{kind} cannot resume a session: {why}; run the task without a session_id"),
+            )
+        })
+    }
+
     async fn execute(self, ctx: RunContext, task: String, resume: Option<String>) -> CodingResult {
         let kind = self.kind;
         let fallback_session = resume.clone().unwrap_or_else(new_session_id);
-        if resume.is_some() && !kind.can_resume() {
-            return CodingResult::failed(
-                fallback_session,
-                CodingError::new(
-                    ErrorCode::SdkError,
-                    format!(
-                        "{kind} cannot resume a session: {}; run the task without a session_id",
-                        match kind {
-                            HarnessKind::Cline => "its `--id` opens its interactive UI",
-                            _ => "it keeps no session of its own",
-                        }
-                    ),
-                ),
-            );
+        if let Some(refusal) = self.resume_refusal(resume.as_deref()) {
+            return CodingResult::failed(fallback_session, refusal);
         }
-        let home = self.home();
-        let api_key = self.api_key();
-        let inv = invocation(
-            kind,
-            &self.config,
-            &RunPaths {
-                task: &task,
-                resume: resume.as_deref(),
-                new_session: &fallback_session,
-                home: &home,
-                workspace: &self.workspace,
-                scratch: &self.scratch,
-                endpoint: self.endpoint.as_deref(),
-                api_key: api_key.as_deref(),
-            },
-        );
-        if let Err(err) = self.prepare(&inv) {
-            return CodingResult::failed(
-                fallback_session,
-                CodingError::new(ErrorCode::SdkError, err.to_string()),
-            );
+        let (home, api_key) = (self.home(), self.api_key());
+        let run = RunPaths {
+            task: &task,
+            resume: resume.as_deref(),
+            new_session: &fallback_session,
+            home: &home,
+            workspace: &self.workspace,
+            scratch: &self.scratch,
+            endpoint: self.endpoint.as_deref(),
+            api_key: api_key.as_deref(),
+        };
+        let inv = invocation(kind, &self.config, &run);
+        let (lines_tx, lines) = mpsc::unbounded_channel();
+        let spec = self
+            .prepare(&inv)
+            .map_err(|err| CodingError::new(ErrorCode::SdkError, err.to_string()))
+            .and_then(|()| self.command_spec(&inv, lines_tx));
+        let spec = match spec {
+            Ok(spec) => spec,
+            Err(err) => return CodingResult::failed(fallback_session, err),
+        };
+        ctx.emit(self.spawn_event(&inv)).await;
+        let mut cli = self.config.adapter(kind).begin(&RunStart {
+            home: &home,
+            workspace: &self.workspace,
+            resume: resume.as_deref(),
+            trajectory: inv.trajectory.as_deref(),
+        });
+        let mut watch = Watch::new(&self, &ctx);
+        let (ended, budget_heard) = self.drive(&ctx, &spec, &mut cli, &mut watch, lines).await;
+        let ended = match ended {
+            Ok(ended) => ended,
+            Err(err) => {
+                let message = format!("cannot start {}: {err}", self.program.display());
+                let error = CodingError::new(ErrorCode::SdkError, message);
+                return CodingResult::failed(fallback_session, error);
+            }
+        };
+        ctx.emit(exit_event(&ended)).await;
+        if let Some(failed) = confinement_failure(&self.confinement, &fallback_session, &ended) {
+            return failed;
         }
-        let (lines_tx, mut lines) = mpsc::unbounded_channel();
+        let local_price = cli.echoes_local_price();
+        let (parsed, session) = self.finish(cli, &ended, resume, fallback_session);
+        let model = inv.model.clone().or(watch.model.clone());
+        let usage = self
+            .usage(&ctx, &parsed, model.as_deref(), local_price)
+            .await;
+        let seen = self.seen(&ctx, &ended, &watch, budget_heard).await;
+        let mut result = run_result(session, seen, &parsed);
+        result.usage = usage;
+        result.output = CodingOutput {
+            text: parsed.text,
+            modified_files: parsed.modified_files,
+            metadata: BTreeMap::from([
+                ("cli".to_owned(), json!(kind)),
+                ("exit_code".to_owned(), json!(ended.exit_code)),
+                ("tool_calls".to_owned(), json!(watch.tool_calls)),
+            ]),
+        };
+        result
+    }
+
+    /// What deltabench saw of the run; a spent budget the run loop did not hear of yet (and
+    /// that decides the run) is said now.
+    async fn seen(
+        &self,
+        ctx: &RunContext,
+        ended: &process::ProcessOutput,
+        watch: &Watch,
+        budget_heard: bool,
+    ) -> Seen {
+        let seen = Seen {
+            cancelled: ctx.cancel.is_cancelled(),
+            timed_out: ended.timed_out.then(|| {
+                let limit = humantime::format_duration(self.timeout());
+                format!("{} exceeded its timeout of {limit}", self.kind)
+            }),
+            budget_stop: self.budget.as_ref().and_then(BudgetStop::tripped),
+            turn_limit_hit: watch.turn_limit_hit,
+        };
+        if let (false, None, Some(reason)) = (seen.cancelled, &seen.timed_out, &seen.budget_stop)
+            && !budget_heard
+            && !crate::agent::is_replay_mismatch(reason)
+        {
+            ctx.emit(crate::agent::stop_event(reason)).await;
+        }
+        seen
+    }
+
+    /// The CLI's verdict once it exited, with the run's session (the one it named, else the
+    /// one resumed, else `fallback`), and what the CLI's module does once that is known.
+    fn finish(
+        &self,
+        cli: Box<dyn CliRun>,
+        ended: &process::ProcessOutput,
+        resume: Option<String>,
+        fallback: String,
+    ) -> (ParsedRun, String) {
+        let Finished { parsed, after } = cli.finish(ended.exit_code, &ended.output.text());
+        let parsed = parsed.relative_to(match self.confinement.container() {
+            // The CLI saw the workspace at the workdir.
+            Some(policy) => &policy.workdir,
+            None => &self.workspace,
+        });
+        let session = (parsed.session_id.clone().or(resume)).unwrap_or(fallback);
+        if let Some(after) = after {
+            after(&session);
+        }
+        (parsed, session)
+    }
+
+    /// The command that runs the CLI: cleared environment, its timeout and logs, confined.
+    fn command_spec(
+        &self,
+        inv: &Invocation,
+        lines: mpsc::UnboundedSender<String>,
+    ) -> Result<CommandSpec, CodingError> {
         let mut spec = CommandSpec::argv(
             std::iter::once(self.program.clone().into_os_string())
                 .chain(inv.args.iter().map(Into::into)),
@@ -316,7 +414,7 @@ impl HarnessAgent {
         .log_path(Some(self.scratch.join("agent.stderr")))
         .stdout_lines(StdoutLines {
             raw_path: self.scratch.join("agent.stdout"),
-            lines: lines_tx,
+            lines,
         });
         for (key, value) in &inv.env {
             // In a container the image's PATH finds the task's tools; the CLI is run by its path.
@@ -325,15 +423,14 @@ impl HarnessAgent {
             }
             spec = spec.env(key, value);
         }
-        let spec = match self.confinement.container() {
-            Some(policy) => self.contained_spec(policy, &inv, spec),
+        match self.confinement.container() {
+            Some(policy) => self.contained_spec(policy, inv, spec),
             None => confined_spec(&self.confinement, &self.workspace, spec),
-        };
-        let spec = match spec {
-            Ok(spec) => spec,
-            Err(err) => return CodingResult::failed(fallback_session, err),
-        };
-        ctx.emit(StreamEvent::System {
+        }
+    }
+
+    fn spawn_event(&self, inv: &Invocation) -> StreamEvent {
+        StreamEvent::System {
             subtype: "spawn".into(),
             message: format!(
                 "{}{} {}",
@@ -341,27 +438,23 @@ impl HarnessAgent {
                 self.program.display(),
                 inv.args.join(" ")
             ),
-            data: Some(json!({ "cli": kind, "endpoint": self.endpoint })),
-        })
-        .await;
+            data: Some(json!({ "cli": self.kind, "endpoint": self.endpoint })),
+        }
+    }
 
-        let mut cli = self.config.adapter(kind).begin(&RunStart {
-            home: &home,
-            workspace: &self.workspace,
-            resume: resume.as_deref(),
-            trajectory: inv.trajectory.as_deref(),
-        });
-        let mut watch = Watch {
-            enforced_turns: (self.config.turn_limit(kind) == TurnLimit::Enforced)
-                .then_some(self.config.max_turns)
-                .flatten(),
-            tool_calls: 0,
-            turn_limit_hit: false,
-            model: None,
-            stop: ctx.cancel.child_token(),
-        };
+    /// Runs the CLI to its end, feeding its lines (and its side output, polled) to `cli` and
+    /// stopping it when its budget is spent; returns how it ended and whether the budget's
+    /// stop was already said.
+    async fn drive(
+        &self,
+        ctx: &RunContext,
+        spec: &CommandSpec,
+        cli: &mut Box<dyn CliRun>,
+        watch: &mut Watch,
+        mut lines: mpsc::UnboundedReceiver<String>,
+    ) -> (std::io::Result<process::ProcessOutput>, bool) {
         let stop = watch.stop.clone();
-        let run = process::run(&spec, &stop);
+        let run = process::run(spec, &stop);
         tokio::pin!(run);
         let mut poll = tokio::time::interval(TRAJECTORY_POLL);
         let budget = self.budget.clone().unwrap_or_default();
@@ -377,68 +470,35 @@ impl HarnessAgent {
                 }
                 Some(line) = lines.recv() => {
                     let events = cli.line(&line);
-                    watch.emit_all(&ctx, events).await;
+                    watch.emit_all(ctx, events).await;
                 }
                 _ = poll.tick() => {
                     let events = cli.poll();
-                    watch.emit_all(&ctx, events).await;
+                    watch.emit_all(ctx, events).await;
                 }
             }
         };
         while let Ok(line) = lines.try_recv() {
             let events = cli.line(&line);
-            watch.emit_all(&ctx, events).await;
+            watch.emit_all(ctx, events).await;
         }
         let events = cli.poll();
-        watch.emit_all(&ctx, events).await;
+        watch.emit_all(ctx, events).await;
+        (ended, budget_heard)
+    }
 
-        let ended = match ended {
-            Ok(ended) => ended,
-            Err(err) => {
-                return CodingResult::failed(
-                    fallback_session,
-                    CodingError::new(
-                        ErrorCode::SdkError,
-                        format!("cannot start {}: {err}", self.program.display()),
-                    ),
-                );
-            }
-        };
-        ctx.emit(StreamEvent::System {
-            subtype: "exit".into(),
-            message: ended.ending(),
-            data: Some(json!({
-                "exit_code": ended.exit_code,
-                "signal": ended.signal,
-                "timed_out": ended.timed_out,
-                "leaked": ended.leaked,
-            })),
-        })
-        .await;
-        if let Some(failed) = confinement_failure(&self.confinement, &fallback_session, &ended) {
-            return failed;
-        }
-        let local_price = cli.echoes_local_price();
-        let Finished { parsed, after } = cli.finish(ended.exit_code, &ended.output.text());
-        let parsed = parsed.relative_to(match self.confinement.container() {
-            // The CLI saw the workspace at the workdir.
-            Some(policy) => &policy.workdir,
-            None => &self.workspace,
-        });
-        let session = parsed
-            .session_id
-            .clone()
-            .or(resume)
-            .unwrap_or(fallback_session);
-        if let Some(after) = after {
-            after(&session);
-        }
-
-        let model = inv.model.clone().or(watch.model.clone());
+    /// The run's usage, priced; a model with no price is warned of.
+    async fn usage(
+        &self,
+        ctx: &RunContext,
+        parsed: &ParsedRun,
+        model: Option<&str>,
+        local_price: bool,
+    ) -> Option<Usage> {
         let usage = parsed
             .usage
             .clone()
-            .map(|usage| self.priced(usage, model.as_deref(), local_price));
+            .map(|usage| self.priced(usage, model, local_price));
         if let Some(usage) = &usage
             && usage.cost_usd.is_none()
         {
@@ -447,56 +507,14 @@ impl HarnessAgent {
                 message: format!(
                     "no price for model {} in deltabench's price table (checked {}); set \
                      `price:` on the agent to estimate its cost",
-                    model.as_deref().unwrap_or("(unnamed)"),
+                    model.unwrap_or("(unnamed)"),
                     price_table().checked
                 ),
                 data: None,
             })
             .await;
         }
-        let mut result = if ctx.cancel.is_cancelled() {
-            CodingResult::aborted(session)
-        } else if ended.timed_out {
-            CodingResult::failed(
-                session,
-                CodingError::new(
-                    ErrorCode::Timeout,
-                    format!(
-                        "{kind} exceeded its timeout of {}",
-                        humantime::format_duration(self.timeout())
-                    ),
-                ),
-            )
-        } else if let Some(reason) = self.budget.as_ref().and_then(BudgetStop::tripped) {
-            // A spent budget the loop above did not hear of yet is said now.
-            if !budget_heard && !crate::agent::is_replay_mismatch(&reason) {
-                ctx.emit(crate::agent::stop_event(&reason)).await;
-            }
-            crate::agent::stopped_result(session, reason)
-        } else if watch.turn_limit_hit {
-            CodingResult {
-                status: CodingStatus::MaxTurns,
-                ..CodingResult::completed(session)
-            }
-        } else {
-            let ParsedRun { status, error, .. } = parsed.clone();
-            CodingResult {
-                status,
-                error,
-                ..CodingResult::completed(session)
-            }
-        };
-        result.usage = usage;
-        result.output = CodingOutput {
-            text: parsed.text,
-            modified_files: parsed.modified_files,
-            metadata: BTreeMap::from([
-                ("cli".to_owned(), json!(kind)),
-                ("exit_code".to_owned(), json!(ended.exit_code)),
-                ("tool_calls".to_owned(), json!(watch.tool_calls)),
-            ]),
-        };
-        result
+        usage
     }
 
     /// `spec` wrapped in `policy`'s container, with the files of the trial the invocation names
@@ -565,21 +583,7 @@ impl CodingAgent for HarnessAgent {
     }
 
     fn description(&self) -> &str {
-        match self.kind {
-            HarnessKind::ClaudeCode => "Claude Code, run headless (claude -p).",
-            HarnessKind::Codex => "Codex CLI, run headless (codex exec --json).",
-            HarnessKind::GeminiCli => "Gemini CLI, run headless (gemini -p).",
-            HarnessKind::Opencode => "opencode, run headless (opencode run --format json).",
-            HarnessKind::MiniSweAgent => "mini-swe-agent, run headless (mini -y).",
-            HarnessKind::Aider => "aider, run headless (aider --message).",
-            HarnessKind::QwenCode => "Qwen Code, run headless (qwen --output-format stream-json).",
-            HarnessKind::ContinueCli => "Continue's CLI, run headless (cn -p --auto).",
-            HarnessKind::Pi => "pi, run headless (pi -p --mode json).",
-            HarnessKind::Gptme => "gptme, run headless (gptme -n --output-format json).",
-            HarnessKind::Cline => "Cline, run headless (cline --json).",
-            HarnessKind::GrokCli => "Grok CLI, run headless (grok --prompt).",
-            HarnessKind::Cli => "a CLI run from its definition in the agents file (kind: cli).",
-        }
+        self.kind.description()
     }
 
     fn run(&self, task: CodingTask) -> CodingHandle {
@@ -602,7 +606,33 @@ struct Watch {
     stop: tokio_util::sync::CancellationToken,
 }
 
+/// The `exit` event: how the CLI's process ended.
+fn exit_event(ended: &process::ProcessOutput) -> StreamEvent {
+    StreamEvent::System {
+        subtype: "exit".into(),
+        message: ended.ending(),
+        data: Some(json!({
+            "exit_code": ended.exit_code,
+            "signal": ended.signal,
+            "timed_out": ended.timed_out,
+            "leaked": ended.leaked,
+        })),
+    }
+}
+
 impl Watch {
+    fn new(agent: &HarnessAgent, ctx: &RunContext) -> Self {
+        Self {
+            enforced_turns: (agent.config.turn_limit(agent.kind) == TurnLimit::Enforced)
+                .then_some(agent.config.max_turns)
+                .flatten(),
+            tool_calls: 0,
+            turn_limit_hit: false,
+            model: None,
+            stop: ctx.cancel.child_token(),
+        }
+    }
+
     async fn emit_all(&mut self, ctx: &RunContext, events: Vec<StreamEvent>) {
         for event in events {
             match &event {
@@ -700,6 +730,16 @@ fn is_system_folder(path: &Path) -> bool {
     }
 }
 
+/// Node.js of at least `major`, which `kind`'s code needs.
+fn node_need(kind: HarnessKind, major: u32) -> ImageNeed {
+    ImageNeed {
+        tool: format!("Node.js {major} or newer"),
+        why: format!("{kind}'s code does not parse on older versions"),
+        test: format!("node -e 'process.exit(parseInt(process.versions.node) >= {major} ? 0 : 1)'"),
+        hint: format!("install Node.js {major} or newer in the image (Debian 12's nodejs is 18)"),
+    }
+}
+
 /// What `program` (the CLI `kind` runs) needs from an image besides its installation, which
 /// is mounted: the interpreter its `#!` line names (`node` for Codex and Gemini CLI), or for a
 /// virtualenv's script its Python, which must run there. A native program needs nothing.
@@ -742,14 +782,10 @@ pub fn image_needs(kind: HarnessKind, program: &Path) -> Vec<ImageNeed> {
                 other => format!("install {other} in the image, on its PATH"),
             },
         }];
-        if name == "node" && kind == HarnessKind::GeminiCli {
-            needs.push(ImageNeed {
-                tool: "Node.js 20 or newer".into(),
-                why: format!("{kind}'s code does not parse on older versions"),
-                test: "node -e 'process.exit(parseInt(process.versions.node) >= 20 ? 0 : 1)'"
-                    .into(),
-                hint: "install Node.js 20 or newer in the image (Debian 12's nodejs is 18)".into(),
-            });
+        if name == "node"
+            && let Some(major) = kind.cli().and_then(|cli| cli.min_node())
+        {
+            needs.push(node_need(kind, major));
         }
         return needs;
     }
@@ -849,6 +885,10 @@ fn install_roots(program: &Path) -> Vec<PathBuf> {
 mod tests {
     use super::*;
 
+    fn kind(name: &str) -> HarnessKind {
+        HarnessKind::parse(name).unwrap()
+    }
+
     #[test]
     fn loopback_urls_get_the_dummy_key() {
         assert!(is_loopback("http://127.0.0.1:8765"));
@@ -859,13 +899,11 @@ mod tests {
 
     #[test]
     fn a_missing_program_names_where_it_looked_and_how_to_install() {
-        let err =
-            find_program(HarnessKind::Aider, Some(Path::new("/nonexistent/aider"))).unwrap_err();
+        let err = find_program(kind("aider"), Some(Path::new("/nonexistent/aider"))).unwrap_err();
         assert!(err.to_string().contains("/nonexistent/aider"), "{err}");
-        let err =
-            find_program(HarnessKind::Codex, Some(Path::new("no-such-codex-binary"))).unwrap_err();
+        let err = find_program(kind("codex"), Some(Path::new("no-such-codex-binary"))).unwrap_err();
         assert!(err.to_string().contains("not on PATH"), "{err}");
-        assert!(find_program(HarnessKind::Codex, Some(Path::new("sh"))).is_ok());
+        assert!(find_program(kind("codex"), Some(Path::new("sh"))).is_ok());
     }
 
     #[test]
@@ -900,14 +938,14 @@ mod tests {
             path
         };
         let node = write("codex.js", "#!/usr/bin/env node\nconsole.log(1)\n");
-        let needs = image_needs(HarnessKind::Codex, &node);
+        let needs = image_needs(kind("codex"), &node);
         assert_eq!(needs.len(), 1, "{needs:?}");
         assert_eq!(needs[0].tool, "node");
         assert_eq!(needs[0].test, "command -v node");
         // Gemini CLI also needs a recent Node.js.
-        assert_eq!(image_needs(HarnessKind::GeminiCli, &node).len(), 2);
+        assert_eq!(image_needs(kind("gemini-cli"), &node).len(), 2);
         let native = write("claude.exe", "\x7fELF\x02\x01\x01");
-        assert_eq!(image_needs(HarnessKind::ClaudeCode, &native), []);
+        assert_eq!(image_needs(kind("claude-code"), &native), []);
         // A virtualenv's script: its Python must run in the image.
         let venv = dir.path().join("venv");
         std::fs::create_dir_all(venv.join("bin")).unwrap();
@@ -918,7 +956,7 @@ mod tests {
         .unwrap();
         let python = venv.join("bin/python3");
         let aider = write("aider", &format!("#!{}\nimport aider\n", python.display()));
-        let needs = image_needs(HarnessKind::Aider, &aider);
+        let needs = image_needs(kind("aider"), &aider);
         assert_eq!(needs.len(), 1, "{needs:?}");
         assert_eq!(needs[0].tool, "Python 3.11.2");
         assert!(

@@ -9,6 +9,10 @@
 //! Token counts are as aider prints them (rounded: `2.3k` is 2300). `sent` includes cache hits
 //! and writes, which are taken out of `input_tokens`. Cost is the last `$… session` figure.
 
+use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt};
+use super::cli::CliDialect;
+use super::config::{HarnessConfig, Package, Registry, TurnLimit};
+use super::invocation::{Invocation, RunPaths, litellm_dialect, litellm_model, openai_env, push};
 use serde_json::json;
 
 use super::{ParsedRun, StreamParser, classify_message, exit_failure, push_unique, system};
@@ -233,6 +237,127 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+impl BuiltinCli for Adapter {
+    fn program(&self) -> &'static str {
+        "aider"
+    }
+
+    fn description(&self) -> &'static str {
+        "aider, run headless (aider --message)."
+    }
+
+    fn doc(&self) -> Doc {
+        Doc {
+            name: "aider",
+            program_note: "",
+            resume_note: "",
+            turns: "",
+            modes_note: "",
+            cost: "its `Cost:` line; estimated against an endpoint",
+        }
+    }
+
+    fn package(&self) -> Package {
+        Package {
+            registry: Registry::PyPi,
+            name: "aider-chat",
+            version: "0.86.2",
+        }
+    }
+
+    fn turn_limit(&self) -> TurnLimit {
+        TurnLimit::Unsupported
+    }
+
+    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            ("--message", PROMPT),
+            ("-m", PROMPT),
+            ("--message-file", PROMPT),
+            ("-f", PROMPT),
+            ("--model", "use `model:`"),
+            (
+                "--stream",
+                "deltabench needs the API's usage, which a stream lacks",
+            ),
+            (
+                "--chat-history-file",
+                "deltabench keeps the histories in the trial folder",
+            ),
+            (
+                "--input-history-file",
+                "deltabench keeps the histories in the trial folder",
+            ),
+            (
+                "--llm-history-file",
+                "deltabench keeps the histories in the trial folder",
+            ),
+        ]
+    }
+
+    fn prompt(&self) -> Prompt {
+        Prompt::InFlag
+    }
+
+    fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+        openai_env(run, inv, "OPENAI_API_BASE");
+        let model = litellm_model(config, run);
+        // Without it aider fetches litellm's price list from GitHub at every start.
+        inv.files.push((
+            run.home
+                .join(".aider/caches/model_prices_and_context_window.json"),
+            "{}".into(),
+        ));
+        let args = &mut inv.args;
+        if let Some(model) = &model {
+            push(args, &["--model", model, "--weak-model", model]);
+            if run.endpoint.is_some() {
+                let metadata = run.home.join(".aider/model-metadata.json");
+                let entry = json!({ model.clone(): {
+                    "max_input_tokens": 200000, "max_output_tokens": 8192,
+                    "input_cost_per_token": 0.0, "output_cost_per_token": 0.0,
+                    "litellm_provider": "openai", "mode": "chat",
+                }});
+                inv.files.push((metadata.clone(), entry.to_string()));
+                args.push(format!("--model-metadata-file={}", metadata.display()));
+            }
+        }
+        args.push(format!("--message={}", run.task));
+        push(
+            args,
+            &[
+                "--yes-always",
+                "--no-check-update",
+                "--analytics-disable",
+                "--no-show-model-warnings",
+                "--no-pretty",
+                "--no-fancy-input",
+                "--no-detect-urls",
+                "--no-gitignore",
+                // A streamed reply carries no usage, and aider then counts tokens itself.
+                "--no-stream",
+            ],
+        );
+        if let Some(prompt) = &config.append_system_prompt {
+            let path = run.scratch.join("aider-conventions.md");
+            inv.files.push((path.clone(), prompt.clone()));
+            args.push(format!("--read={}", path.display()));
+        }
+        // Its history files default to the repo root, where they would count as the agent's change.
+        for (flag, name) in [
+            ("--chat-history-file", "aider.chat.history.md"),
+            ("--input-history-file", "aider.input.history"),
+            ("--llm-history-file", "aider.llm.history"),
+        ] {
+            args.push(format!("{flag}={}", run.scratch.join(name).display()));
+        }
+    }
+
+    fn gateway_dialect(&self, config: &HarnessConfig) -> Option<CliDialect> {
+        litellm_dialect(config)
+    }
+}
+
 /// aider's repo-map caches in the workspace root.
 fn repo_map_caches(workspace: &std::path::Path) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(workspace)
@@ -251,6 +376,9 @@ fn repo_map_caches(workspace: &std::path::Path) -> Vec<std::path::PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::harness::HarnessKind;
+    use crate::agent::harness::invocation::invocation;
+    use crate::agent::harness::invocation::tests::{env, file, paths};
     use crate::agent::harness::tests::{assert_call_then_result, kinds};
 
     const BASIC: &str = include_str!("../../../tests/fixtures/agents/aider-basic.stdout");
@@ -360,5 +488,33 @@ mod tests {
             let _ = parser.line(line);
         }
         let _ = parser.finish(None, "");
+    }
+
+    #[test]
+    fn aider_keeps_its_history_files_out_of_the_workspace() {
+        let config = HarnessConfig {
+            model: Some("fake-model".into()),
+            env: [("AIDER_X".to_owned(), "1".to_owned())].into(),
+            ..HarnessConfig::default()
+        };
+        let inv = invocation(
+            HarnessKind::Aider,
+            &config,
+            &paths(None, Some("http://127.0.0.1:9")),
+        );
+        let args = inv.args.join(" ");
+        assert!(args.starts_with("--model openai/fake-model --weak-model openai/fake-model"));
+        assert!(args.contains("--message=-fix the bug"));
+        assert!(args.contains("--chat-history-file=/t/aider.chat.history.md"));
+        assert!(args.contains("--llm-history-file=/t/aider.llm.history"));
+        assert_eq!(env(&inv, "OPENAI_API_BASE"), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(env(&inv, "AIDER_X"), Some("1"));
+        file(&inv, "model_prices_and_context_window.json");
+    }
+
+    #[test]
+    fn it_takes_no_turn_limit_and_leaves_its_own_flags_free() {
+        assert!(!HarnessKind::Aider.keys().contains(&"max_turns"));
+        assert_eq!(HarnessKind::Aider.reserved_flag("--edit-format"), None);
     }
 }

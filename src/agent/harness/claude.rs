@@ -5,6 +5,10 @@
 //! cost, status and error. `stream_event` lines (`--include-partial-messages`) repeat what the
 //! complete `assistant` lines carry and map to no event.
 
+use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt, SESSION, STREAM};
+use super::cli::CliDialect;
+use super::config::{HarnessConfig, Package, Registry, TurnLimit};
+use super::invocation::{Invocation, RunPaths, push, set_env};
 use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
@@ -340,9 +344,132 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+impl BuiltinCli for Adapter {
+    fn program(&self) -> &'static str {
+        "claude"
+    }
+
+    fn description(&self) -> &'static str {
+        "Claude Code, run headless (claude -p)."
+    }
+
+    fn doc(&self) -> Doc {
+        Doc {
+            name: "Claude Code",
+            program_note: "",
+            resume_note: "",
+            turns: "`--max-turns`",
+            modes_note: "",
+            cost: "the CLI's final `result`",
+        }
+    }
+
+    fn package(&self) -> Package {
+        Package {
+            registry: Registry::Npm,
+            name: "@anthropic-ai/claude-code",
+            version: "2.1.197",
+        }
+    }
+
+    fn key_env(&self) -> &'static str {
+        "ANTHROPIC_API_KEY"
+    }
+
+    fn can_resume(&self) -> bool {
+        true
+    }
+
+    fn permission_modes(&self) -> &'static [&'static str] {
+        &[
+            "bypassPermissions",
+            "acceptEdits",
+            "default",
+            "plan",
+            "dontAsk",
+            "auto",
+        ]
+    }
+
+    fn turn_limit(&self) -> TurnLimit {
+        TurnLimit::Native
+    }
+
+    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            ("-p", PROMPT),
+            ("--print", PROMPT),
+            ("--output-format", STREAM),
+            ("--input-format", STREAM),
+            ("--session-id", SESSION),
+            ("--resume", SESSION),
+            ("-r", SESSION),
+            ("--continue", SESSION),
+            ("-c", SESSION),
+            ("--model", "use `model:`"),
+            ("--permission-mode", "use `permission_mode:`"),
+            ("--max-turns", "use `max_turns:`"),
+            ("--append-system-prompt", "use `append_system_prompt:`"),
+        ]
+    }
+
+    fn prompt(&self) -> Prompt {
+        Prompt::AfterDashes
+    }
+
+    fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+        let env = &mut inv.env;
+        for (key, value) in [
+            (
+                "CLAUDE_CONFIG_DIR",
+                format!("{}/.claude", run.home.display()),
+            ),
+            // Root may use bypassPermissions only inside a declared sandbox: the workspace is one.
+            ("IS_SANDBOX", "1".into()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+            ("DISABLE_AUTOUPDATER", "1".into()),
+            ("DISABLE_TELEMETRY", "1".into()),
+            ("DISABLE_ERROR_REPORTING", "1".into()),
+        ] {
+            set_env(env, key, &value);
+        }
+        if let Some(url) = run.endpoint {
+            set_env(env, "ANTHROPIC_BASE_URL", url);
+        }
+        if let Some(key) = run.api_key {
+            set_env(env, "ANTHROPIC_API_KEY", key);
+        }
+        let args = &mut inv.args;
+        push(args, &["-p", "--output-format", "stream-json", "--verbose"]);
+        if let Some(mode) = config.permission_mode_of(self) {
+            push(args, &["--permission-mode", mode]);
+        }
+        if let Some(model) = &config.model {
+            push(args, &["--model", model]);
+        }
+        if let Some(turns) = config.max_turns {
+            push(args, &["--max-turns", &turns.to_string()]);
+        }
+        if let Some(prompt) = &config.append_system_prompt {
+            push(args, &["--append-system-prompt", prompt]);
+        }
+        match run.resume {
+            Some(id) => push(args, &["--resume", id]),
+            None => push(args, &["--session-id", run.new_session]),
+        }
+    }
+
+    fn gateway_dialect(&self, _config: &HarnessConfig) -> Option<CliDialect> {
+        Some(CliDialect::Anthropic)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::harness::HarnessKind;
+    use crate::agent::harness::invocation::invocation;
+    use crate::agent::harness::invocation::tests::{env, paths};
     use crate::agent::harness::tests::{
         assert_call_then_result, assert_survives_garbage, feed, kinds,
     };
@@ -550,5 +677,47 @@ mod tests {
     fn claude_garbage_and_truncated_lines_are_unknown() {
         let truncated = &BASIC.lines().nth(2).unwrap_or_default()[..120];
         assert_survives_garbage(ClaudeParser::new(), truncated);
+    }
+
+    #[test]
+    fn claude_runs_headless_with_a_preset_or_resumed_session() {
+        let config = HarnessConfig {
+            model: Some("claude-sonnet-4-5".into()),
+            max_turns: Some(3),
+            append_system_prompt: Some("Be brief.".into()),
+            args: vec!["--bare".into()],
+            ..HarnessConfig::default()
+        };
+        let local = "http://127.0.0.1:9";
+        let inv = invocation(HarnessKind::ClaudeCode, &config, &paths(None, Some(local)));
+        assert_eq!(
+            inv.args.join(" "),
+            "-p --output-format stream-json --verbose --permission-mode bypassPermissions \
+             --model claude-sonnet-4-5 --max-turns 3 --append-system-prompt Be brief. \
+             --session-id 0f0e0d0c-0b0a-4908-8706-050403020100 --bare -- -fix the bug"
+        );
+        assert_eq!(env(&inv, "ANTHROPIC_BASE_URL"), Some(local));
+        assert_eq!(env(&inv, "HOME"), Some("/t/home"));
+        assert_eq!(env(&inv, "IS_SANDBOX"), Some("1"));
+        let resumed = invocation(
+            HarnessKind::ClaudeCode,
+            &HarnessConfig::default(),
+            &paths(Some("abc"), None),
+        );
+        assert!(resumed.args.join(" ").contains("--resume abc -- -fix"));
+        assert_eq!(env(&resumed, "ANTHROPIC_BASE_URL"), None);
+    }
+
+    #[test]
+    fn its_reserved_flags_match_with_a_value_and_its_default_mode_comes_first() {
+        assert_eq!(
+            HarnessKind::ClaudeCode.reserved_flag("--output-format=text"),
+            Some(("--output-format", "deltabench reads this output format"))
+        );
+        assert_eq!(HarnessKind::ClaudeCode.reserved_flag("--bare"), None);
+        assert_eq!(
+            HarnessConfig::default().permission_mode(HarnessKind::ClaudeCode),
+            Some("bypassPermissions")
+        );
     }
 }

@@ -10,10 +10,14 @@
 //! `HOME/.cline/data/sessions/`. Its `totalCost` is 0 for a model it has no price for (any
 //! model behind a custom base URL), so it is not reported as the CLI's cost.
 
+use super::builtin::{BuiltinCli, Doc, Prompt, STREAM};
+use super::cli::CliDialect;
+use super::config::{HarnessConfig, Package, Registry, TurnLimit};
+use super::invocation::{Invocation, RunPaths, push, set_env};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{
     ParsedRun, StreamParser, classify_message, exit_failure, parse_line, push_unique, str_field,
@@ -297,6 +301,138 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+impl BuiltinCli for Adapter {
+    fn program(&self) -> &'static str {
+        "cline"
+    }
+
+    fn description(&self) -> &'static str {
+        "Cline, run headless (cline --json)."
+    }
+
+    fn doc(&self) -> Doc {
+        Doc {
+            name: "Cline",
+            program_note: "",
+            resume_note: " (its `--id` opens its interactive UI)",
+            turns: "",
+            modes_note: " (always `--auto-approve true`)",
+            cost: "estimated (its `totalCost` is 0 for a model it has no price for)",
+        }
+    }
+
+    fn package(&self) -> Package {
+        Package {
+            registry: Registry::Npm,
+            name: "cline",
+            version: "3.0.65",
+        }
+    }
+
+    fn no_resume_reason(&self) -> &'static str {
+        "its `--id` opens its interactive UI"
+    }
+
+    fn turn_limit(&self) -> TurnLimit {
+        // It has a turn limit inside (`maxIterations`) but no flag or setting for it.
+        TurnLimit::Enforced
+    }
+
+    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            ("--json", STREAM),
+            (
+                "--id",
+                "headless Cline cannot resume: `--id` opens its interactive UI",
+            ),
+            ("-i", "deltabench runs it headless"),
+            ("--tui", "deltabench runs it headless"),
+            ("--acp", "deltabench runs it headless"),
+            ("-z", "deltabench runs it headless"),
+            ("--zen", "deltabench runs it headless"),
+            ("-p", "it runs in act mode"),
+            ("--plan", "it runs in act mode"),
+            ("--auto-approve", "it runs with --auto-approve true"),
+            ("-P", "deltabench points it at the endpoint"),
+            ("--provider", "deltabench points it at the endpoint"),
+            ("-k", "use `api_key:`"),
+            ("--key", "use `api_key:`"),
+            ("-m", "use `model:`"),
+            ("--model", "use `model:`"),
+            ("-s", "use `append_system_prompt:`"),
+            ("--system", "use `append_system_prompt:`"),
+            (
+                "--config",
+                "deltabench writes its settings into the agent's HOME",
+            ),
+            (
+                "--data-dir",
+                "deltabench reads its sessions from the agent's HOME",
+            ),
+            ("--worktree", "it must work in the trial's workspace"),
+            ("-c", "it runs in the trial's workspace"),
+            ("--cwd", "it runs in the trial's workspace"),
+        ]
+    }
+
+    fn prompt(&self) -> Prompt {
+        Prompt::AfterDashes
+    }
+
+    fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+        let data = run.home.join(".cline/data/settings");
+        // Its OpenAI-compatible provider, as `cline auth -p openai -b URL -k KEY -m MODEL` saves it
+        // (observed with 3.0.65), so the key stays off the command line. Without a model it has no
+        // provider but its own account, which needs `cline auth`.
+        if let Some(model) = &config.model {
+            let mut settings = json!({"provider": "openai-compatible", "model": model});
+            if let Some(url) = run.endpoint {
+                settings["baseUrl"] = json!(format!("{url}/v1"));
+            }
+            if let Some(key) = run.api_key {
+                settings["apiKey"] = json!(key);
+            }
+            let providers = json!({
+                "version": 1,
+                "lastUsedProvider": "openai-compatible",
+                "modes": {},
+                // A file without `modes` or `updatedAt` is replaced by its default (its own backend).
+                "providers": {"openai-compatible": {
+                    "settings": settings,
+                    "updatedAt": "1970-01-01T00:00:00.000Z",
+                    "tokenSource": "manual",
+                }},
+            });
+            inv.files.push((
+                data.join("providers.json"),
+                serde_json::to_string_pretty(&providers).expect("settings serialize"),
+            ));
+        }
+        inv.files.push((
+            data.join("global-settings.json"),
+            serde_json::to_string_pretty(
+                &json!({"telemetryOptOut": true, "autoUpdateEnabled": false}),
+            )
+            .expect("settings serialize"),
+        ));
+        // A global rule file is appended to its system prompt (`-s` would replace it).
+        if let Some(prompt) = &config.append_system_prompt {
+            inv.files.push((
+                run.home.join("Documents/Cline/Rules/deltabench.md"),
+                prompt.clone(),
+            ));
+        }
+        // Without this it starts a hub daemon that outlives the run.
+        set_env(&mut inv.env, "CLINE_SESSION_BACKEND_MODE", "local");
+        set_env(&mut inv.env, "DO_NOT_TRACK", "1");
+        push(&mut inv.args, &["--json", "--auto-approve", "true"]);
+    }
+
+    fn gateway_dialect(&self, config: &HarnessConfig) -> Option<CliDialect> {
+        config.model.as_ref().map(|_| CliDialect::Openai)
+    }
+}
+
 fn sessions(dir: &Path) -> BTreeSet<PathBuf> {
     super::adapter::entries(dir, Path::is_dir)
 }
@@ -304,6 +440,9 @@ fn sessions(dir: &Path) -> BTreeSet<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::harness::HarnessKind;
+    use crate::agent::harness::invocation::tests::{env, file, paths};
+    use crate::agent::harness::invocation::{DUMMY_API_KEY, invocation};
     use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, kinds};
 
     const BASIC: &str = include_str!("../../../tests/fixtures/agents/cline-basic.jsonl");
@@ -382,5 +521,31 @@ mod tests {
     fn cline_garbage_and_truncated_lines_are_unknown() {
         let truncated = &BASIC.lines().nth(3).unwrap_or_default()[..60];
         assert_survives_garbage(ClineParser::new(), truncated);
+    }
+
+    #[test]
+    fn cline_gets_its_provider_in_a_settings_file_not_on_the_command_line() {
+        let config = HarnessConfig {
+            model: Some("fake-model".into()),
+            append_system_prompt: Some("Be brief.".into()),
+            ..HarnessConfig::default()
+        };
+        let inv = invocation(
+            HarnessKind::Cline,
+            &config,
+            &paths(None, Some("http://127.0.0.1:9")),
+        );
+        assert_eq!(
+            inv.args.join(" "),
+            "--json --auto-approve true -- -fix the bug"
+        );
+        let providers: serde_json::Value =
+            serde_json::from_str(file(&inv, "providers.json")).unwrap();
+        let settings = &providers["providers"]["openai-compatible"]["settings"];
+        assert_eq!(settings["baseUrl"], "http://127.0.0.1:9/v1");
+        assert_eq!(settings["apiKey"], DUMMY_API_KEY);
+        assert_eq!(settings["model"], "fake-model");
+        assert_eq!(file(&inv, "deltabench.md"), "Be brief.");
+        assert_eq!(env(&inv, "CLINE_SESSION_BACKEND_MODE"), Some("local"));
     }
 }

@@ -6,6 +6,10 @@
 //! earlier turns, so a resumed run is parsed with [`CodexParser::resuming`] and the earlier
 //! total is taken off. Codex reports no cost.
 
+use super::builtin::{BuiltinCli, ConfigRule, Doc, Prompt, STREAM};
+use super::cli::CliDialect;
+use super::config::{HarnessConfig, Package, Registry, TurnLimit};
+use super::invocation::{Invocation, RunPaths, push, set_env, toml_string};
 use std::collections::HashSet;
 
 use serde_json::{Value, json};
@@ -323,6 +327,124 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+impl BuiltinCli for Adapter {
+    fn program(&self) -> &'static str {
+        "codex"
+    }
+
+    fn description(&self) -> &'static str {
+        "Codex CLI, run headless (codex exec --json)."
+    }
+
+    fn doc(&self) -> Doc {
+        Doc {
+            name: "Codex CLI",
+            program_note: "",
+            resume_note: "",
+            turns: "",
+            modes_note: " (its `sandbox_mode`)",
+            cost: "estimated (it reports none)",
+        }
+    }
+
+    fn package(&self) -> Package {
+        Package {
+            registry: Registry::Npm,
+            name: "@openai/codex",
+            version: "0.171.0",
+        }
+    }
+
+    fn can_resume(&self) -> bool {
+        true
+    }
+
+    fn permission_modes(&self) -> &'static [&'static str] {
+        &["danger-full-access", "workspace-write", "read-only"]
+    }
+
+    fn turn_limit(&self) -> TurnLimit {
+        TurnLimit::Enforced
+    }
+
+    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            ("--json", STREAM),
+            ("-m", "use `model:`"),
+            ("--model", "use `model:`"),
+            ("-s", "use `permission_mode:`"),
+            ("--sandbox", "use `permission_mode:`"),
+        ]
+    }
+
+    fn prompt(&self) -> Prompt {
+        Prompt::AfterDashes
+    }
+
+    fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+        let codex_home = run.home.join(".codex");
+        set_env(
+            &mut inv.env,
+            "CODEX_HOME",
+            &codex_home.display().to_string(),
+        );
+        let mut toml = String::new();
+        if let Some(model) = &config.model {
+            toml += &format!("model = {}\n", toml_string(model));
+        }
+        toml += "approval_policy = \"never\"\n";
+        let sandbox = config
+            .permission_mode_of(self)
+            .unwrap_or("danger-full-access");
+        toml += &format!("sandbox_mode = {}\n", toml_string(sandbox));
+        toml += "check_for_update_on_startup = false\n";
+        if let Some(prompt) = &config.append_system_prompt {
+            toml += &format!("developer_instructions = {}\n", toml_string(prompt));
+        }
+        if run.endpoint.is_some() {
+            toml += "model_provider = \"deltabench\"\n";
+        }
+        toml += "\n[analytics]\nenabled = false\n\n[feedback]\nenabled = false\n";
+        match run.endpoint {
+            Some(url) => {
+                // A custom provider: the built-in one ignores OPENAI_BASE_URL and tries WebSockets.
+                toml += &format!(
+                    "\n[model_providers.deltabench]\nname = \"deltabench endpoint\"\nbase_url = {}\nenv_key = \"DELTABENCH_CODEX_API_KEY\"\nwire_api = \"responses\"\n",
+                    toml_string(&format!("{url}/v1"))
+                );
+                if let Some(key) = run.api_key {
+                    set_env(&mut inv.env, "DELTABENCH_CODEX_API_KEY", key);
+                }
+            }
+            None => {
+                if let Some(key) = run.api_key {
+                    set_env(&mut inv.env, "OPENAI_API_KEY", key);
+                }
+            }
+        }
+        inv.files.push((codex_home.join("config.toml"), toml));
+        push(&mut inv.args, &["exec", "--json", "--skip-git-repo-check"]);
+        if let Some(id) = run.resume {
+            push(&mut inv.args, &["resume", id]);
+        }
+    }
+
+    fn gateway_dialect(&self, config: &HarnessConfig) -> Option<CliDialect> {
+        config.model.as_ref().map(|_| CliDialect::Openai)
+    }
+
+    fn gateway_bypass(&self) -> &'static str {
+        "codex without `model:`"
+    }
+
+    fn config_error(&self, config: &HarnessConfig) -> Option<ConfigRule> {
+        (config.endpoint.is_some() && config.model.is_none()).then_some(ConfigRule {
+            key: "endpoint",
+            message: "codex with an `endpoint:` needs `model:` too: its provider for the endpoint has no default model",
+        })
+    }
+}
+
 struct CodexRun {
     parser: CodexParser,
     file: std::path::PathBuf,
@@ -353,6 +475,9 @@ impl super::adapter::CliRun for CodexRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::harness::HarnessKind;
+    use crate::agent::harness::invocation::tests::{env, file, paths};
+    use crate::agent::harness::invocation::{DUMMY_API_KEY, invocation};
     use crate::agent::harness::tests::{
         assert_call_then_result, assert_survives_garbage, feed, kinds,
     };
@@ -501,5 +626,35 @@ mod tests {
     fn codex_garbage_and_truncated_lines_are_unknown() {
         let truncated = &BASIC.lines().nth(3).unwrap_or_default()[..60];
         assert_survives_garbage(CodexParser::new(), truncated);
+    }
+
+    #[test]
+    fn codex_gets_a_custom_provider_in_its_config() {
+        let config = HarnessConfig {
+            model: Some("gpt-5.5".into()),
+            append_system_prompt: Some("Say \"hi\".".into()),
+            ..HarnessConfig::default()
+        };
+        let inv = invocation(
+            HarnessKind::Codex,
+            &config,
+            &paths(Some("t-1"), Some("http://127.0.0.1:9")),
+        );
+        assert_eq!(
+            inv.args.join(" "),
+            "exec --json --skip-git-repo-check resume t-1 -- -fix the bug"
+        );
+        let toml = file(&inv, "config.toml");
+        assert!(toml.contains("model = \"gpt-5.5\""), "{toml}");
+        assert!(toml.contains("sandbox_mode = \"danger-full-access\""));
+        assert!(toml.contains("developer_instructions = \"Say \\\"hi\\\".\""));
+        assert!(toml.contains("base_url = \"http://127.0.0.1:9/v1\""));
+        assert_eq!(env(&inv, "DELTABENCH_CODEX_API_KEY"), Some(DUMMY_API_KEY));
+        assert_eq!(env(&inv, "CODEX_HOME"), Some("/t/home/.codex"));
+    }
+
+    #[test]
+    fn its_turn_limit_is_enforced_so_the_key_applies() {
+        assert!(HarnessKind::Codex.keys().contains(&"max_turns"));
     }
 }

@@ -1,8 +1,10 @@
-//! What an agents file can say about a real CLI agent: the six kinds and their typed config.
+//! What an agents file can say about a real CLI agent: the kinds (twelve built-in CLIs and
+//! `cli`) and their typed config.
 //!
-//! Per-kind facts (the program, the package that ships it, whether it resumes, which permission
-//! modes and turn limits it has) live on [`HarnessKind`], so the suite loader can reject a key
-//! that does not apply with the valid set, and `--help` and `docs/agents.md` list the same facts.
+//! Each built-in CLI's facts live in its own file behind [`BuiltinCli`]; [`HarnessKind::cli`] is
+//! the registry, and [`HarnessKind`]'s methods answer for a kind through it, so the suite loader
+//! rejects a key that does not apply with the valid set, and `--help`, `deltabench agents` and
+//! `docs/agents.md` list the same facts.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -11,6 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::builtin::BuiltinCli;
 use super::pricing::Price;
 use crate::agent::Budget;
 use crate::workspace::Network;
@@ -102,9 +105,9 @@ impl HarnessKind {
             .find(|k| k.as_str() == kind)
     }
 
-    /// The kind's quirks around its output ([`super::adapter`]).
-    pub fn adapter(self) -> &'static dyn super::adapter::CliAdapter {
-        match self {
+    /// The registry: the built-in CLI this kind is, `None` for [`Self::Cli`] (a definition).
+    pub fn cli(self) -> Option<&'static dyn BuiltinCli> {
+        Some(match self {
             Self::ClaudeCode => &super::claude::Adapter,
             Self::Codex => &super::codex::Adapter,
             Self::GeminiCli => &super::gemini::Adapter,
@@ -117,53 +120,37 @@ impl HarnessKind {
             Self::Gptme => &super::gptme::Adapter,
             Self::Cline => &super::cline::Adapter,
             Self::GrokCli => &super::grok::Adapter,
+            Self::Cli => return None,
+        })
+    }
+
+    /// The kind's quirks around its output ([`super::adapter`]).
+    pub fn adapter(self) -> &'static dyn super::adapter::CliAdapter {
+        match self.cli() {
+            Some(cli) => cli,
             // A definition is its own adapter: see `HarnessConfig::adapter`.
-            Self::Cli => &super::cli::NO_DEFINITION,
+            None => &super::cli::NO_DEFINITION,
         }
     }
 
     /// The executable's name.
     pub fn program(self) -> &'static str {
-        match self {
-            Self::ClaudeCode => "claude",
-            Self::Codex => "codex",
-            Self::GeminiCli => "gemini",
-            Self::Opencode => "opencode",
-            Self::MiniSweAgent => "mini",
-            Self::Aider => "aider",
-            Self::QwenCode => "qwen",
-            Self::ContinueCli => "cn",
-            Self::Pi => "pi",
-            Self::Gptme => "gptme",
-            Self::Cline => "cline",
-            Self::GrokCli => "grok",
-            Self::Cli => "the agent's `command:`",
-        }
+        self.cli()
+            .map_or("the agent's `command:`", |cli| cli.program())
+    }
+
+    /// One line saying what the kind runs.
+    pub fn description(self) -> &'static str {
+        self.cli().map_or(
+            "a CLI run from its definition in the agents file (kind: cli).",
+            |cli| cli.description(),
+        )
     }
 
     /// The package that ships the CLI at the version deltabench was checked against (the pins
     /// `.ci/install-agents` installs); `None` for `cli`.
     pub fn package(self) -> Option<Package> {
-        let (registry, name, version) = match self {
-            Self::ClaudeCode => (Registry::Npm, "@anthropic-ai/claude-code", "2.1.197"),
-            Self::Codex => (Registry::Npm, "@openai/codex", "0.171.0"),
-            Self::GeminiCli => (Registry::Npm, "@google/gemini-cli", "0.61.0"),
-            Self::Opencode => (Registry::Npm, "opencode-ai", "1.18.33"),
-            Self::MiniSweAgent => (Registry::PyPi, "mini-swe-agent", "2.4.6"),
-            Self::Aider => (Registry::PyPi, "aider-chat", "0.86.2"),
-            Self::QwenCode => (Registry::Npm, "@qwen-code/qwen-code", "0.24.4"),
-            Self::ContinueCli => (Registry::Npm, "@continuedev/cli", "1.5.47"),
-            Self::Pi => (Registry::Npm, "@mariozechner/pi-coding-agent", "0.73.1"),
-            Self::Gptme => (Registry::PyPi, "gptme", "0.35.1"),
-            Self::Cline => (Registry::Npm, "cline", "3.0.65"),
-            Self::GrokCli => (Registry::Npm, "@vibe-kit/grok-cli", "0.0.34"),
-            Self::Cli => return None,
-        };
-        Some(Package {
-            registry,
-            name,
-            version,
-        })
+        self.cli().map(|cli| cli.package())
     }
 
     /// How to install the version deltabench was checked against.
@@ -185,291 +172,37 @@ impl HarnessKind {
 
     /// Whether `CodingTask::session_id` can continue one of its sessions.
     pub fn can_resume(self) -> bool {
-        matches!(
-            self,
-            Self::ClaudeCode
-                | Self::Codex
-                | Self::GeminiCli
-                | Self::Opencode
-                | Self::QwenCode
-                | Self::ContinueCli
-                | Self::Pi
-                | Self::Gptme
-        )
+        self.cli().is_some_and(|cli| cli.can_resume())
     }
 
     /// The valid `permission_mode` values, the default first; empty when the key does not
     /// apply (the CLI has one headless mode, which deltabench always uses).
     pub fn permission_modes(self) -> &'static [&'static str] {
-        match self {
-            Self::ClaudeCode => &[
-                "bypassPermissions",
-                "acceptEdits",
-                "default",
-                "plan",
-                "dontAsk",
-                "auto",
-            ],
-            Self::Codex => &["danger-full-access", "workspace-write", "read-only"],
-            Self::GeminiCli => &["yolo", "auto_edit", "default", "plan"],
-            Self::Opencode => &["allow", "ask", "deny"],
-            Self::QwenCode => &["yolo", "auto-edit", "default", "plan", "auto"],
-            Self::MiniSweAgent
-            | Self::Aider
-            | Self::ContinueCli
-            | Self::Pi
-            | Self::Gptme
-            | Self::Cline
-            | Self::GrokCli
-            | Self::Cli => &[],
-        }
+        self.cli().map_or(&[], |cli| cli.permission_modes())
     }
 
+    /// A definition passing `{max_turns}` has a native limit: `HarnessConfig::turn_limit`.
     pub fn turn_limit(self) -> TurnLimit {
-        match self {
-            Self::ClaudeCode
-            | Self::GeminiCli
-            | Self::MiniSweAgent
-            | Self::QwenCode
-            | Self::Gptme
-            | Self::GrokCli => TurnLimit::Native,
-            // A definition passing `{max_turns}` has a native limit: `HarnessConfig::turn_limit`.
-            // Cline has a turn limit inside (`maxIterations`) but no flag or setting for it.
-            Self::Codex | Self::Opencode | Self::Pi | Self::Cline | Self::Cli => {
-                TurnLimit::Enforced
-            }
-            // Continue's CLI writes its session (deltabench's view of its calls) only at exit.
-            Self::Aider | Self::ContinueCli => TurnLimit::Unsupported,
-        }
+        self.cli()
+            .map_or(TurnLimit::Enforced, |cli| cli.turn_limit())
     }
 
     /// Whether `append_system_prompt` has somewhere to go.
     pub fn appends_system_prompt(self) -> bool {
-        !matches!(self, Self::MiniSweAgent | Self::Gptme | Self::Cli)
+        self.cli().is_some_and(|cli| cli.appends_system_prompt())
     }
 
     /// The environment variable the CLI reads its API key from when talking to its own
     /// provider; deltabench passes it through from its own environment.
     pub fn key_env(self) -> &'static str {
-        match self {
-            Self::ClaudeCode => "ANTHROPIC_API_KEY",
-            Self::GeminiCli => "GEMINI_API_KEY",
-            Self::GrokCli => "GROK_API_KEY",
-            Self::Codex
-            | Self::Opencode
-            | Self::MiniSweAgent
-            | Self::Aider
-            | Self::QwenCode
-            | Self::ContinueCli
-            | Self::Pi
-            | Self::Gptme
-            | Self::Cline
-            | Self::Cli => "OPENAI_API_KEY",
-        }
+        self.cli().map_or("OPENAI_API_KEY", |cli| cli.key_env())
     }
 
     /// Flags `args:` may not pass, because the adapter sets them (the stream it parses, the
-    /// session it resumes, the prompt) or a typed key does: each with what to use instead.
+    /// session it resumes, the prompt) or a typed key does: each with what to use instead. A
+    /// definition's whole command line is the agent's own template.
     pub fn reserved_flags(self) -> &'static [(&'static str, &'static str)] {
-        const STREAM: &str = "deltabench reads this output format";
-        const SESSION: &str = "resume through CodingTask.session_id";
-        const PROMPT: &str = "the task's instruction is the prompt";
-        match self {
-            Self::ClaudeCode => &[
-                ("-p", PROMPT),
-                ("--print", PROMPT),
-                ("--output-format", STREAM),
-                ("--input-format", STREAM),
-                ("--session-id", SESSION),
-                ("--resume", SESSION),
-                ("-r", SESSION),
-                ("--continue", SESSION),
-                ("-c", SESSION),
-                ("--model", "use `model:`"),
-                ("--permission-mode", "use `permission_mode:`"),
-                ("--max-turns", "use `max_turns:`"),
-                ("--append-system-prompt", "use `append_system_prompt:`"),
-            ],
-            Self::Codex => &[
-                ("--json", STREAM),
-                ("-m", "use `model:`"),
-                ("--model", "use `model:`"),
-                ("-s", "use `permission_mode:`"),
-                ("--sandbox", "use `permission_mode:`"),
-            ],
-            Self::GeminiCli => &[
-                ("-p", PROMPT),
-                ("--prompt", PROMPT),
-                ("-o", STREAM),
-                ("--output-format", STREAM),
-                ("-r", SESSION),
-                ("--resume", SESSION),
-                ("-m", "use `model:`"),
-                ("--model", "use `model:`"),
-                ("--approval-mode", "use `permission_mode:`"),
-                ("-y", "use `permission_mode:`"),
-                ("--yolo", "use `permission_mode:`"),
-            ],
-            Self::Opencode => &[
-                ("--format", STREAM),
-                ("--session", SESSION),
-                ("-s", SESSION),
-                ("--continue", SESSION),
-                ("-c", SESSION),
-                ("-m", "use `model:`"),
-                ("--model", "use `model:`"),
-            ],
-            Self::MiniSweAgent => &[
-                ("-t", PROMPT),
-                ("--task", PROMPT),
-                ("-o", "deltabench reads the trajectory from its own path"),
-                (
-                    "--output",
-                    "deltabench reads the trajectory from its own path",
-                ),
-                ("-m", "use `model:`"),
-                ("--model", "use `model:`"),
-            ],
-            Self::Aider => &[
-                ("--message", PROMPT),
-                ("-m", PROMPT),
-                ("--message-file", PROMPT),
-                ("-f", PROMPT),
-                ("--model", "use `model:`"),
-                (
-                    "--stream",
-                    "deltabench needs the API's usage, which a stream lacks",
-                ),
-                (
-                    "--chat-history-file",
-                    "deltabench keeps the histories in the trial folder",
-                ),
-                (
-                    "--input-history-file",
-                    "deltabench keeps the histories in the trial folder",
-                ),
-                (
-                    "--llm-history-file",
-                    "deltabench keeps the histories in the trial folder",
-                ),
-            ],
-            Self::QwenCode => &[
-                ("-p", PROMPT),
-                ("--prompt", PROMPT),
-                ("-i", PROMPT),
-                ("--prompt-interactive", PROMPT),
-                ("-o", STREAM),
-                ("--output-format", STREAM),
-                ("--session-id", SESSION),
-                ("-r", SESSION),
-                ("--resume", SESSION),
-                ("-c", SESSION),
-                ("--continue", SESSION),
-                ("-m", "use `model:`"),
-                ("--model", "use `model:`"),
-                ("--approval-mode", "use `permission_mode:`"),
-                ("-y", "use `permission_mode:`"),
-                ("--yolo", "use `permission_mode:`"),
-                ("--max-session-turns", "use `max_turns:`"),
-                ("--append-system-prompt", "use `append_system_prompt:`"),
-                ("--auth-type", "deltabench points it at the endpoint"),
-                ("--openai-base-url", "deltabench points it at the endpoint"),
-                ("--openai-api-key", "use `api_key:`"),
-            ],
-            Self::ContinueCli => &[
-                ("-p", PROMPT),
-                ("--print", PROMPT),
-                ("--format", STREAM),
-                (
-                    "--config",
-                    "deltabench writes the config that points it at the endpoint",
-                ),
-                ("--resume", SESSION),
-                ("--fork", SESSION),
-                ("--model", "use `model:`"),
-                ("--readonly", "it runs with --auto"),
-                ("--auto", "it runs with --auto"),
-            ],
-            Self::Pi => &[
-                ("-p", PROMPT),
-                ("--print", PROMPT),
-                ("--mode", STREAM),
-                ("--session", SESSION),
-                ("--session-dir", SESSION),
-                ("--no-session", SESSION),
-                ("--fork", SESSION),
-                ("-r", SESSION),
-                ("--resume", SESSION),
-                ("-c", SESSION),
-                ("--continue", SESSION),
-                ("--provider", "deltabench points it at the endpoint"),
-                ("--api-key", "use `api_key:`"),
-                ("--model", "use `model:`"),
-                ("--append-system-prompt", "use `append_system_prompt:`"),
-            ],
-            Self::Gptme => &[
-                ("-n", "it always runs non-interactive"),
-                ("--non-interactive", "it always runs non-interactive"),
-                ("-w", "it runs in the trial's workspace"),
-                ("--workspace", "it runs in the trial's workspace"),
-                ("--output-format", STREAM),
-                ("--tool-format", STREAM),
-                ("--name", SESSION),
-                ("-r", SESSION),
-                ("--resume", SESSION),
-                ("-m", "use `model:`"),
-                ("--model", "use `model:`"),
-            ],
-            Self::Cline => &[
-                ("--json", STREAM),
-                (
-                    "--id",
-                    "headless Cline cannot resume: `--id` opens its interactive UI",
-                ),
-                ("-i", "deltabench runs it headless"),
-                ("--tui", "deltabench runs it headless"),
-                ("--acp", "deltabench runs it headless"),
-                ("-z", "deltabench runs it headless"),
-                ("--zen", "deltabench runs it headless"),
-                ("-p", "it runs in act mode"),
-                ("--plan", "it runs in act mode"),
-                ("--auto-approve", "it runs with --auto-approve true"),
-                ("-P", "deltabench points it at the endpoint"),
-                ("--provider", "deltabench points it at the endpoint"),
-                ("-k", "use `api_key:`"),
-                ("--key", "use `api_key:`"),
-                ("-m", "use `model:`"),
-                ("--model", "use `model:`"),
-                ("-s", "use `append_system_prompt:`"),
-                ("--system", "use `append_system_prompt:`"),
-                (
-                    "--config",
-                    "deltabench writes its settings into the agent's HOME",
-                ),
-                (
-                    "--data-dir",
-                    "deltabench reads its sessions from the agent's HOME",
-                ),
-                ("--worktree", "it must work in the trial's workspace"),
-                ("-c", "it runs in the trial's workspace"),
-                ("--cwd", "it runs in the trial's workspace"),
-            ],
-            Self::GrokCli => &[
-                ("-p", PROMPT),
-                ("--prompt", PROMPT),
-                ("-m", "use `model:`"),
-                ("--model", "use `model:`"),
-                ("-u", "deltabench points it at the endpoint"),
-                ("--base-url", "deltabench points it at the endpoint"),
-                ("-k", "use `api_key:`"),
-                ("--api-key", "use `api_key:`"),
-                ("--max-tool-rounds", "use `max_turns:`"),
-                ("-d", "it runs in the trial's workspace"),
-                ("--directory", "it runs in the trial's workspace"),
-            ],
-            // Its whole command line is the agent's own template.
-            Self::Cli => &[],
-        }
+        self.cli().map_or(&[], |cli| cli.reserved_flags())
     }
 
     /// The reserved flag `arg` is (as `--flag` or `--flag=value`), with what to use instead.
@@ -621,6 +354,13 @@ impl HarnessConfig {
             .as_deref()
             .or(kind.permission_modes().first().copied())
     }
+
+    /// The permission mode in force for `cli`: the configured one or its default.
+    pub fn permission_mode_of(&self, cli: &dyn BuiltinCli) -> Option<&str> {
+        self.permission_mode
+            .as_deref()
+            .or(cli.permission_modes().first().copied())
+    }
 }
 
 #[cfg(test)]
@@ -647,34 +387,14 @@ mod tests {
     }
 
     #[test]
-    fn kinds_round_trip_and_list_their_keys() {
+    fn kinds_round_trip_and_a_definition_has_no_facts_of_its_own() {
         for &kind in HarnessKind::ALL {
             assert_eq!(HarnessKind::parse(kind.as_str()), Some(kind));
+            assert!(kind.cli().is_some(), "{kind}");
         }
-        assert!(!HarnessKind::Aider.keys().contains(&"max_turns"));
-        assert!(
-            !HarnessKind::MiniSweAgent
-                .keys()
-                .contains(&"permission_mode")
-        );
-        assert!(HarnessKind::Codex.keys().contains(&"max_turns"));
-        assert_eq!(
-            HarnessKind::ClaudeCode.reserved_flag("--output-format=text"),
-            Some(("--output-format", "deltabench reads this output format"))
-        );
-        assert_eq!(HarnessKind::ClaudeCode.reserved_flag("--bare"), None);
-        assert_eq!(HarnessKind::Aider.reserved_flag("--edit-format"), None);
-        assert_eq!(
-            HarnessKind::Pi.reserved_flag("--session-dir=/tmp"),
-            Some(("--session-dir", "resume through CodingTask.session_id"))
-        );
-        assert_eq!(HarnessKind::Pi.reserved_flag("--thinking"), None);
-        assert!(HarnessKind::Gptme.reserved_flag("--tool-format").is_some());
-        assert!(HarnessKind::Gptme.keys().contains(&"max_turns"));
-        assert!(!HarnessKind::Gptme.keys().contains(&"append_system_prompt"));
-        assert_eq!(
-            HarnessConfig::default().permission_mode(HarnessKind::ClaudeCode),
-            Some("bypassPermissions")
-        );
+        assert!(HarnessKind::Cli.cli().is_none());
+        assert_eq!(HarnessKind::Cli.reserved_flag("-p"), None);
+        assert!(HarnessKind::Cli.keys().contains(&"command"));
+        assert!(!HarnessKind::Cli.keys().contains(&"binary"));
     }
 }

@@ -9,6 +9,10 @@
 //! turn limit). Its `totalCost` is Continue's own guess for a model it may not know, so it is
 //! not reported as the CLI's cost.
 
+use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt, SESSION, STREAM};
+use super::cli::CliDialect;
+use super::config::{HarnessConfig, Package, Registry, TurnLimit};
+use super::invocation::{Invocation, RunPaths, push, set_env};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -292,6 +296,111 @@ impl super::adapter::CliAdapter for Adapter {
             dir,
             file: resumed,
         })
+    }
+}
+
+impl BuiltinCli for Adapter {
+    fn program(&self) -> &'static str {
+        "cn"
+    }
+
+    fn description(&self) -> &'static str {
+        "Continue's CLI, run headless (cn -p --auto)."
+    }
+
+    fn doc(&self) -> Doc {
+        Doc {
+            name: "Continue's CLI",
+            program_note: "",
+            resume_note: " (the newest session of its HOME)",
+            turns: "",
+            modes_note: " (always `--auto`)",
+            cost: "estimated (its own `totalCost` is a guess for an unknown model)",
+        }
+    }
+
+    fn package(&self) -> Package {
+        Package {
+            registry: Registry::Npm,
+            name: "@continuedev/cli",
+            version: "1.5.47",
+        }
+    }
+
+    fn can_resume(&self) -> bool {
+        true
+    }
+
+    fn turn_limit(&self) -> TurnLimit {
+        // It writes its session (deltabench's view of its calls) only at exit.
+        TurnLimit::Unsupported
+    }
+
+    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            ("-p", PROMPT),
+            ("--print", PROMPT),
+            ("--format", STREAM),
+            (
+                "--config",
+                "deltabench writes the config that points it at the endpoint",
+            ),
+            ("--resume", SESSION),
+            ("--fork", SESSION),
+            ("--model", "use `model:`"),
+            ("--readonly", "it runs with --auto"),
+            ("--auto", "it runs with --auto"),
+        ]
+    }
+
+    fn prompt(&self) -> Prompt {
+        Prompt::AfterDashes
+    }
+
+    fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+        // One OpenAI-compatible model: the endpoint's, or OpenAI's own without one.
+        let mut model = json!({
+            "name": "deltabench",
+            "provider": "openai",
+            "model": config.model.clone().unwrap_or_else(|| "gpt-4.1".into()),
+            "roles": ["chat", "edit", "apply"],
+        });
+        if let Some(url) = run.endpoint {
+            model["apiBase"] = json!(format!("{url}/v1"));
+        }
+        if let Some(key) = run.api_key {
+            model["apiKey"] = json!(key);
+        } else if let Ok(key) = std::env::var("OPENAI_API_KEY") {
+            model["apiKey"] = json!(key);
+        }
+        let mut file = json!({
+            "name": "deltabench",
+            "version": "0.0.1",
+            "schema": "v1",
+            "models": [model],
+        });
+        if let Some(prompt) = &config.append_system_prompt {
+            file["rules"] = json!([prompt]);
+        }
+        let path = run.home.join(".continue/deltabench.yaml");
+        // JSON is YAML: the config needs no YAML writer.
+        inv.files.push((
+            path.clone(),
+            serde_json::to_string_pretty(&file).expect("config serializes"),
+        ));
+        set_env(&mut inv.env, "CONTINUE_CLI_ENABLE_TELEMETRY", "0");
+        set_env(&mut inv.env, "CONTINUE_METRICS_ENABLED", "0");
+        let args = &mut inv.args;
+        push(args, &["-p", "--auto", "--format", "json", "--config"]);
+        args.push(path.display().to_string());
+        // It resumes the newest session of its HOME; the run checks that it was this one.
+        if run.resume.is_some() {
+            args.push("--resume".into());
+        }
+    }
+
+    fn gateway_dialect(&self, config: &HarnessConfig) -> Option<CliDialect> {
+        config.model.as_ref().map(|_| CliDialect::Openai)
     }
 }
 

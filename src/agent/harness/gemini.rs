@@ -5,9 +5,13 @@
 //! (non-fatal notices) and the final `result` with `stats` (tokens, no cost). Exit 53 is the
 //! session turn limit; other non-zero exits (possibly an HTTP status modulo 256) are failures.
 
+use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt, SESSION, STREAM};
+use super::cli::CliDialect;
+use super::config::{HarnessConfig, Package, Registry, TurnLimit};
+use super::invocation::{Invocation, RunPaths, push, set_env};
 use std::collections::HashMap;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{
     ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, parse_line,
@@ -249,9 +253,126 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+impl BuiltinCli for Adapter {
+    fn program(&self) -> &'static str {
+        "gemini"
+    }
+
+    fn description(&self) -> &'static str {
+        "Gemini CLI, run headless (gemini -p)."
+    }
+
+    fn doc(&self) -> Doc {
+        Doc {
+            name: "Gemini CLI",
+            program_note: "",
+            resume_note: "",
+            turns: "`model.maxSessionTurns`",
+            modes_note: "",
+            cost: "estimated (it reports none)",
+        }
+    }
+
+    fn package(&self) -> Package {
+        Package {
+            registry: Registry::Npm,
+            name: "@google/gemini-cli",
+            version: "0.61.0",
+        }
+    }
+
+    fn key_env(&self) -> &'static str {
+        "GEMINI_API_KEY"
+    }
+
+    fn can_resume(&self) -> bool {
+        true
+    }
+
+    fn permission_modes(&self) -> &'static [&'static str] {
+        &["yolo", "auto_edit", "default", "plan"]
+    }
+
+    fn turn_limit(&self) -> TurnLimit {
+        TurnLimit::Native
+    }
+
+    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            ("-p", PROMPT),
+            ("--prompt", PROMPT),
+            ("-o", STREAM),
+            ("--output-format", STREAM),
+            ("-r", SESSION),
+            ("--resume", SESSION),
+            ("-m", "use `model:`"),
+            ("--model", "use `model:`"),
+            ("--approval-mode", "use `permission_mode:`"),
+            ("-y", "use `permission_mode:`"),
+            ("--yolo", "use `permission_mode:`"),
+        ]
+    }
+
+    fn prompt(&self) -> Prompt {
+        Prompt::InFlag
+    }
+
+    fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+        let gemini_dir = run.home.join(".gemini");
+        let mut settings = json!({
+            "privacy": {"usageStatisticsEnabled": false},
+            "telemetry": {"enabled": false},
+            "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": false}},
+            "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
+        });
+        if let Some(turns) = config.max_turns {
+            settings["model"] = json!({ "maxSessionTurns": turns });
+        }
+        inv.files.push((
+            gemini_dir.join("settings.json"),
+            serde_json::to_string_pretty(&settings).expect("settings serialize"),
+        ));
+        if let Some(prompt) = &config.append_system_prompt {
+            // The global context file is added to the system instruction of every session.
+            inv.files
+                .push((gemini_dir.join("GEMINI.md"), prompt.clone()));
+        }
+        set_env(&mut inv.env, "GEMINI_CLI_TRUST_WORKSPACE", "true");
+        if let Some(url) = run.endpoint {
+            set_env(&mut inv.env, "GOOGLE_GEMINI_BASE_URL", url);
+        }
+        if let Some(key) = run.api_key {
+            set_env(&mut inv.env, "GEMINI_API_KEY", key);
+        }
+        let args = &mut inv.args;
+        args.push(format!("--prompt={}", run.task));
+        push(args, &["--output-format", "stream-json"]);
+        if let Some(mode) = config.permission_mode_of(self) {
+            push(args, &["--approval-mode", mode]);
+        }
+        if let Some(model) = &config.model {
+            push(args, &["-m", model]);
+        }
+        if let Some(id) = run.resume {
+            push(args, &["-r", id]);
+        }
+    }
+
+    fn gateway_dialect(&self, _config: &HarnessConfig) -> Option<CliDialect> {
+        Some(CliDialect::Gemini)
+    }
+
+    fn min_node(&self) -> Option<u32> {
+        Some(20)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::harness::HarnessKind;
+    use crate::agent::harness::invocation::invocation;
+    use crate::agent::harness::invocation::tests::{env, file, paths};
     use crate::agent::harness::tests::{
         assert_call_then_result, assert_survives_garbage, feed, kinds,
     };
@@ -394,5 +515,31 @@ mod tests {
     fn gemini_garbage_and_truncated_lines_are_unknown() {
         let truncated = &BASIC.lines().nth(3).unwrap_or_default()[..80];
         assert_survives_garbage(GeminiParser::new(), truncated);
+    }
+
+    #[test]
+    fn gemini_turn_limit_and_prompt_go_to_its_settings() {
+        let config = HarnessConfig {
+            max_turns: Some(2),
+            append_system_prompt: Some("Be brief.".into()),
+            ..HarnessConfig::default()
+        };
+        let inv = invocation(
+            HarnessKind::GeminiCli,
+            &config,
+            &paths(Some("s-1"), Some("http://127.0.0.1:9")),
+        );
+        assert_eq!(
+            inv.args.join(" "),
+            "--prompt=-fix the bug --output-format stream-json --approval-mode yolo -r s-1"
+        );
+        let settings: serde_json::Value =
+            serde_json::from_str(file(&inv, "settings.json")).unwrap();
+        assert_eq!(settings["model"]["maxSessionTurns"], 2);
+        assert_eq!(file(&inv, "GEMINI.md"), "Be brief.");
+        assert_eq!(
+            env(&inv, "GOOGLE_GEMINI_BASE_URL"),
+            Some("http://127.0.0.1:9")
+        );
     }
 }

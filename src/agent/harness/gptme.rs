@@ -12,6 +12,10 @@
 //! `GPTME_MAX_STEPS` stops it with a `system` message marked `max_steps_stop`. A failed model
 //! call ends it with exit 1 and `Error code: 400 - ...` on stderr.
 
+use super::builtin::{BuiltinCli, Doc, Prompt, SESSION, STREAM};
+use super::cli::CliDialect;
+use super::config::{HarnessConfig, Package, Registry, TurnLimit};
+use super::invocation::{Invocation, RunPaths, push, set_env};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -259,6 +263,125 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+impl BuiltinCli for Adapter {
+    fn program(&self) -> &'static str {
+        "gptme"
+    }
+
+    fn description(&self) -> &'static str {
+        "gptme, run headless (gptme -n --output-format json)."
+    }
+
+    fn doc(&self) -> Doc {
+        Doc {
+            name: "gptme",
+            program_note: ", PyPI, in its own venv",
+            resume_note: "",
+            turns: "`GPTME_MAX_STEPS`",
+            modes_note: " (`-n`: no confirmations)",
+            cost: "estimated (it reports none)",
+        }
+    }
+
+    fn package(&self) -> Package {
+        Package {
+            registry: Registry::PyPi,
+            name: "gptme",
+            version: "0.35.1",
+        }
+    }
+
+    fn can_resume(&self) -> bool {
+        true
+    }
+
+    fn turn_limit(&self) -> TurnLimit {
+        TurnLimit::Native
+    }
+
+    fn appends_system_prompt(&self) -> bool {
+        false
+    }
+
+    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            ("-n", "it always runs non-interactive"),
+            ("--non-interactive", "it always runs non-interactive"),
+            ("-w", "it runs in the trial's workspace"),
+            ("--workspace", "it runs in the trial's workspace"),
+            ("--output-format", STREAM),
+            ("--tool-format", STREAM),
+            ("--name", SESSION),
+            ("-r", SESSION),
+            ("--resume", SESSION),
+            ("-m", "use `model:`"),
+            ("--model", "use `model:`"),
+        ]
+    }
+
+    fn prompt(&self) -> Prompt {
+        Prompt::AfterDashes
+    }
+
+    fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+        for (key, value) in [
+            // No tokenizer download (offline it waits for a timeout on every count).
+            ("GPTME_TIKTOKEN_TIMEOUT", "0"),
+            // The task is the prompt, not a list of files or URLs to include.
+            ("GPTME_DISABLE_PATH_INCLUDE", "1"),
+            ("GPTME_TELEMETRY_ENABLED", "false"),
+        ] {
+            set_env(&mut inv.env, key, value);
+        }
+        if let Some(key) = run.api_key {
+            set_env(&mut inv.env, "OPENAI_API_KEY", key);
+        }
+        if let Some(turns) = config.max_turns {
+            set_env(&mut inv.env, "GPTME_MAX_STEPS", &turns.to_string());
+        }
+        let args = &mut inv.args;
+        // Native tool calls (`--tool-format tool`): gptme's default, markdown code blocks, leaves no
+        // call ids to pair a call with its result.
+        push(
+            args,
+            &["-n", "--output-format", "json", "--tool-format", "tool"],
+        );
+        match run.resume {
+            Some(id) => push(args, &["--name", id, "--resume"]),
+            None => push(args, &["--name", run.new_session]),
+        }
+        match (run.endpoint, &config.model) {
+            // Its `local` provider is any OpenAI-compatible server at OPENAI_BASE_URL.
+            (Some(url), model) => {
+                set_env(&mut inv.env, "OPENAI_BASE_URL", &format!("{url}/v1"));
+                let model = model.as_deref().unwrap_or("gpt-4.1");
+                let bare = model
+                    .strip_prefix("openai/")
+                    .or_else(|| model.strip_prefix("local/"))
+                    .unwrap_or(model);
+                push(args, &["-m", &format!("local/{bare}")]);
+            }
+            (None, Some(model)) => push(args, &["-m", model]),
+            (None, None) => {}
+        }
+    }
+
+    fn gateway_dialect(&self, config: &HarnessConfig) -> Option<CliDialect> {
+        // Its `provider/model` names one of many providers; `openai/` and `local/` are the ones an
+        // OpenAI-compatible gateway can be. Without a model it picks one from the keys it finds.
+        match config.model.as_deref() {
+            Some(model)
+                if !model.contains('/')
+                    || model.starts_with("openai/")
+                    || model.starts_with("local/") =>
+            {
+                Some(CliDialect::Openai)
+            }
+            _ => None,
+        }
+    }
+}
+
 const CONVERSATION: &str = "conversation.jsonl";
 
 fn conversations(dir: &Path) -> BTreeSet<String> {
@@ -330,6 +453,9 @@ impl super::adapter::CliRun for GptmeRun {
 mod tests {
     use super::*;
     use crate::agent::CodingStatus;
+    use crate::agent::harness::HarnessKind;
+    use crate::agent::harness::invocation::tests::{env, paths};
+    use crate::agent::harness::invocation::{DUMMY_API_KEY, invocation};
     use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, feed};
 
     /// Lines as gptme 0.35.1 printed them against the scripted endpoint (metadata trimmed).
@@ -489,5 +615,40 @@ hi
         let (text, calls) = split_tool_calls("Mail me @ noon\n@ home(x): no\n@shell(): {}");
         assert!(calls.is_empty(), "{calls:?}");
         assert!(text.contains("noon"));
+    }
+
+    #[test]
+    fn gptme_runs_its_local_provider_at_the_endpoint_with_a_named_conversation() {
+        let config = HarnessConfig {
+            model: Some("openai/fake-model".into()),
+            max_turns: Some(4),
+            ..HarnessConfig::default()
+        };
+        let local = "http://127.0.0.1:9";
+        let inv = invocation(HarnessKind::Gptme, &config, &paths(None, Some(local)));
+        assert_eq!(
+            inv.args.join(" "),
+            "-n --output-format json --tool-format tool \
+             --name 0f0e0d0c-0b0a-4908-8706-050403020100 -m local/fake-model -- -fix the bug"
+        );
+        assert_eq!(env(&inv, "OPENAI_BASE_URL"), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(env(&inv, "OPENAI_API_KEY"), Some(DUMMY_API_KEY));
+        assert_eq!(env(&inv, "GPTME_MAX_STEPS"), Some("4"));
+        assert_eq!(env(&inv, "GPTME_DISABLE_PATH_INCLUDE"), Some("1"));
+        let resumed = invocation(HarnessKind::Gptme, &config, &paths(Some("c-1"), None));
+        assert!(
+            resumed
+                .args
+                .join(" ")
+                .contains("--name c-1 --resume -m openai/fake-model -- -fix")
+        );
+        assert_eq!(env(&resumed, "OPENAI_BASE_URL"), None);
+    }
+
+    #[test]
+    fn it_has_a_turn_limit_but_no_system_prompt_to_add_to() {
+        assert!(HarnessKind::Gptme.reserved_flag("--tool-format").is_some());
+        assert!(HarnessKind::Gptme.keys().contains(&"max_turns"));
+        assert!(!HarnessKind::Gptme.keys().contains(&"append_system_prompt"));
     }
 }

@@ -8,6 +8,10 @@
 //! `Sorry, I encountered an error: ...` (and drops the messages before it); at
 //! `--max-tool-rounds` the last message is `Maximum tool execution rounds reached. ...`.
 
+use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt};
+use super::cli::CliDialect;
+use super::config::{HarnessConfig, Package, Registry, TurnLimit};
+use super::invocation::{Invocation, RunPaths, push, set_env};
 use std::collections::HashMap;
 
 use serde_json::Value;
@@ -188,10 +192,99 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+impl BuiltinCli for Adapter {
+    fn program(&self) -> &'static str {
+        "grok"
+    }
+
+    fn description(&self) -> &'static str {
+        "Grok CLI, run headless (grok --prompt)."
+    }
+
+    fn doc(&self) -> Doc {
+        Doc {
+            name: "Grok CLI",
+            program_note: "",
+            resume_note: " (it keeps no session)",
+            turns: "`--max-tool-rounds`",
+            modes_note: " (headless approves everything)",
+            cost: "estimated (it reports no usage: the gateway's count only)",
+        }
+    }
+
+    fn package(&self) -> Package {
+        Package {
+            registry: Registry::Npm,
+            name: "@vibe-kit/grok-cli",
+            version: "0.0.34",
+        }
+    }
+
+    fn key_env(&self) -> &'static str {
+        "GROK_API_KEY"
+    }
+
+    fn turn_limit(&self) -> TurnLimit {
+        TurnLimit::Native
+    }
+
+    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            ("-p", PROMPT),
+            ("--prompt", PROMPT),
+            ("-m", "use `model:`"),
+            ("--model", "use `model:`"),
+            ("-u", "deltabench points it at the endpoint"),
+            ("--base-url", "deltabench points it at the endpoint"),
+            ("-k", "use `api_key:`"),
+            ("--api-key", "use `api_key:`"),
+            ("--max-tool-rounds", "use `max_turns:`"),
+            ("-d", "it runs in the trial's workspace"),
+            ("--directory", "it runs in the trial's workspace"),
+        ]
+    }
+
+    fn prompt(&self) -> Prompt {
+        Prompt::InFlag
+    }
+
+    fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+        // Through the environment, not `-u`/`-k`, which it would also save to its settings file.
+        if let Some(url) = run.endpoint {
+            set_env(&mut inv.env, "GROK_BASE_URL", &format!("{url}/v1"));
+        }
+        if let Some(key) = run.api_key {
+            set_env(&mut inv.env, "GROK_API_KEY", key);
+        }
+        // Its global instructions file (a workspace's own `.grok/GROK.md` takes precedence).
+        if let Some(prompt) = &config.append_system_prompt {
+            inv.files
+                .push((run.home.join(".grok/GROK.md"), prompt.clone()));
+        }
+        let args = &mut inv.args;
+        // `--prompt=` keeps a task starting with `-` a value.
+        args.push(format!("--prompt={}", run.task));
+        if let Some(model) = &config.model {
+            push(args, &["--model", model]);
+        }
+        if let Some(turns) = config.max_turns {
+            push(args, &["--max-tool-rounds", &turns.to_string()]);
+        }
+    }
+
+    fn gateway_dialect(&self, _config: &HarnessConfig) -> Option<CliDialect> {
+        // Its own provider is xAI's API, which the gateway does not stand in for.
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::agent::CodingStatus;
+    use crate::agent::harness::HarnessKind;
+    use crate::agent::harness::invocation::tests::{env, file, paths};
+    use crate::agent::harness::invocation::{DUMMY_API_KEY, invocation};
     use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage};
 
     const BASIC: &str = include_str!("../../../tests/fixtures/agents/grok-basic.jsonl");
@@ -278,5 +371,27 @@ mod tests {
     fn grok_garbage_and_truncated_lines_are_unknown() {
         let truncated = &BASIC.lines().nth(1).unwrap_or_default()[..40];
         assert_survives_garbage(GrokParser::new(), truncated);
+    }
+
+    #[test]
+    fn grok_gets_the_endpoint_and_key_from_its_environment() {
+        let config = HarnessConfig {
+            model: Some("fake-model".into()),
+            max_turns: Some(3),
+            append_system_prompt: Some("Be brief.".into()),
+            ..HarnessConfig::default()
+        };
+        let inv = invocation(
+            HarnessKind::GrokCli,
+            &config,
+            &paths(None, Some("http://127.0.0.1:9")),
+        );
+        assert_eq!(
+            inv.args.join(" "),
+            "--prompt=-fix the bug --model fake-model --max-tool-rounds 3"
+        );
+        assert_eq!(env(&inv, "GROK_BASE_URL"), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(env(&inv, "GROK_API_KEY"), Some(DUMMY_API_KEY));
+        assert_eq!(file(&inv, "GROK.md"), "Be brief.");
     }
 }

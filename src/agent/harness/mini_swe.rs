@@ -7,6 +7,13 @@
 //! cost is `info.model_stats.instance_cost`, the verdict is `info.exit_status`: `Submitted`,
 //! `LimitsExceeded` (exit 0) or an exception name (exit 1). There is no session id.
 
+use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt};
+use super::cli::CliDialect;
+use super::config::{HarnessConfig, Package, Registry, TurnLimit};
+use super::invocation::{
+    Invocation, MINI_TRAJECTORY, RunPaths, litellm_dialect, litellm_model, openai_env, push,
+    set_env,
+};
 use serde_json::{Value, json};
 
 use super::{
@@ -203,6 +210,97 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+impl BuiltinCli for Adapter {
+    fn program(&self) -> &'static str {
+        "mini"
+    }
+
+    fn description(&self) -> &'static str {
+        "mini-swe-agent, run headless (mini -y)."
+    }
+
+    fn doc(&self) -> Doc {
+        Doc {
+            name: "mini-swe-agent",
+            program_note: "",
+            resume_note: "",
+            turns: "`agent.step_limit`",
+            modes_note: "",
+            cost: "`model_stats.instance_cost`; estimated when 0",
+        }
+    }
+
+    fn package(&self) -> Package {
+        Package {
+            registry: Registry::PyPi,
+            name: "mini-swe-agent",
+            version: "2.4.6",
+        }
+    }
+
+    fn turn_limit(&self) -> TurnLimit {
+        TurnLimit::Native
+    }
+
+    fn appends_system_prompt(&self) -> bool {
+        false
+    }
+
+    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            ("-t", PROMPT),
+            ("--task", PROMPT),
+            ("-o", "deltabench reads the trajectory from its own path"),
+            (
+                "--output",
+                "deltabench reads the trajectory from its own path",
+            ),
+            ("-m", "use `model:`"),
+            ("--model", "use `model:`"),
+        ]
+    }
+
+    fn prompt(&self) -> Prompt {
+        Prompt::InFlag
+    }
+
+    fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+        let trajectory = run.scratch.join(MINI_TRAJECTORY);
+        openai_env(run, inv, "OPENAI_BASE_URL");
+        for (key, value) in [
+            (
+                "MSWEA_GLOBAL_CONFIG_DIR",
+                format!("{}/.config/mini-swe-agent", run.home.display()),
+            ),
+            ("MSWEA_CONFIGURED", "true".into()),
+            ("MSWEA_SILENT_STARTUP", "1".into()),
+            // An unpriced model must not end the run; deltabench estimates the cost instead.
+            ("MSWEA_COST_TRACKING", "ignore_errors".into()),
+        ] {
+            set_env(&mut inv.env, key, &value);
+        }
+        let args = &mut inv.args;
+        if let Some(model) = litellm_model(config, run) {
+            push(args, &["-m", &model]);
+        }
+        args.push(format!("--task={}", run.task));
+        push(args, &["-y", "--exit-immediately", "-o"]);
+        args.push(trajectory.display().to_string());
+        if let Some(turns) = config.max_turns
+            && self.turn_limit() == TurnLimit::Native
+        {
+            // Any -c replaces the default config, so the default comes first.
+            push(args, &["-c", "mini.yaml", "-c"]);
+            args.push(format!("agent.step_limit={turns}"));
+        }
+        inv.trajectory = Some(trajectory);
+    }
+
+    fn gateway_dialect(&self, config: &HarnessConfig) -> Option<CliDialect> {
+        litellm_dialect(config)
+    }
+}
+
 struct MiniRun {
     parser: MiniSweParser,
     trajectory: Option<std::path::PathBuf>,
@@ -236,7 +334,12 @@ impl super::adapter::CliRun for MiniRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
+
     use crate::agent::CodingStatus;
+    use crate::agent::harness::HarnessKind;
+    use crate::agent::harness::invocation::invocation;
+    use crate::agent::harness::invocation::tests::{env, paths};
     use crate::agent::harness::tests::{assert_call_then_result, kinds};
 
     const BASIC: &str = include_str!("../../../tests/fixtures/agents/mini-basic.traj.json");
@@ -349,5 +452,38 @@ mod tests {
         assert_eq!(kinds(&parser.trajectory("{\"info\": {")), ["unknown"]);
         assert_eq!(kinds(&parser.trajectory("[1, 2]")), ["unknown"]);
         let _ = parser.finish(None, "");
+    }
+
+    #[test]
+    fn mini_swe_agent_writes_its_trajectory_to_scratch() {
+        let config = HarnessConfig {
+            model: Some("fake-model".into()),
+            max_turns: Some(2),
+            ..HarnessConfig::default()
+        };
+        let inv = invocation(
+            HarnessKind::MiniSweAgent,
+            &config,
+            &paths(None, Some("http://127.0.0.1:9")),
+        );
+        assert_eq!(
+            inv.args.join(" "),
+            "-m openai/fake-model --task=-fix the bug -y --exit-immediately -o /t/mini-trajectory.json \
+             -c mini.yaml -c agent.step_limit=2"
+        );
+        assert_eq!(env(&inv, "OPENAI_BASE_URL"), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(
+            inv.trajectory.as_deref(),
+            Some(Path::new("/t/mini-trajectory.json"))
+        );
+    }
+
+    #[test]
+    fn it_has_no_permission_mode() {
+        assert!(
+            !HarnessKind::MiniSweAgent
+                .keys()
+                .contains(&"permission_mode")
+        );
     }
 }

@@ -1,7 +1,8 @@
-//! The real coding-agent CLIs built in (ten, and any other as `kind: cli`): their config
-//! ([`config`]), command lines ([`invocation`]), stream parsers and quirks (one module per CLI,
-//! behind [`adapter::CliAdapter`]), cost estimates ([`pricing`]) and the agent that ties them
-//! together ([`HarnessAgent`]).
+//! The real coding-agent CLIs: twelve built in, each one file holding every fact about it
+//! behind [`BuiltinCli`] (program, package, keys, reserved flags, invocation, stream parser),
+//! named once by the registry [`HarnessKind::cli`]; any other CLI as `kind: cli` ([`cli`]). The
+//! shared parts: the config ([`config`]), what every invocation gets ([`invocation`]), cost
+//! estimates ([`pricing`]) and the agent that runs any of them ([`HarnessAgent`]).
 //!
 //! ## Stream parsers
 //!
@@ -29,6 +30,7 @@ pub mod adapter;
 pub use adapter::prune_home;
 mod agent;
 pub mod aider;
+pub mod builtin;
 pub mod claude;
 pub mod cli;
 pub mod cline;
@@ -44,6 +46,7 @@ pub mod opencode;
 pub mod pi;
 pub mod pricing;
 pub mod qwen;
+mod status;
 
 use std::path::Path;
 
@@ -56,6 +59,7 @@ pub use agent::{
     installed_version, is_loopback, mountable_in_container,
 };
 pub use aider::AiderParser;
+pub use builtin::{BuiltinCli, ConfigRule, Prompt};
 pub use claude::ClaudeParser;
 pub use cline::ClineParser;
 pub use codex::CodexParser;

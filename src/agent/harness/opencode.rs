@@ -6,7 +6,11 @@
 //! no result event: the run ends on a `step_finish` with `reason:"stop"`, and usage and cost are
 //! the sums over all steps.
 
-use serde_json::Value;
+use super::builtin::{BuiltinCli, Doc, Prompt, SESSION, STREAM};
+use super::cli::CliDialect;
+use super::config::{HarnessConfig, Package, Registry, TurnLimit};
+use super::invocation::{DUMMY_API_KEY, Invocation, RunPaths, push, set_env};
+use serde_json::{Value, json};
 
 use super::{
     ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, parse_line,
@@ -213,9 +217,140 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+impl BuiltinCli for Adapter {
+    fn program(&self) -> &'static str {
+        "opencode"
+    }
+
+    fn description(&self) -> &'static str {
+        "opencode, run headless (opencode run --format json)."
+    }
+
+    fn doc(&self) -> Doc {
+        Doc {
+            name: "opencode",
+            program_note: "",
+            resume_note: "",
+            turns: "",
+            modes_note: " (edit, bash, webfetch)",
+            cost: "its per-step cost; estimated against an endpoint",
+        }
+    }
+
+    fn package(&self) -> Package {
+        Package {
+            registry: Registry::Npm,
+            name: "opencode-ai",
+            version: "1.18.33",
+        }
+    }
+
+    fn can_resume(&self) -> bool {
+        true
+    }
+
+    fn permission_modes(&self) -> &'static [&'static str] {
+        &["allow", "ask", "deny"]
+    }
+
+    fn turn_limit(&self) -> TurnLimit {
+        TurnLimit::Enforced
+    }
+
+    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            ("--format", STREAM),
+            ("--session", SESSION),
+            ("-s", SESSION),
+            ("--continue", SESSION),
+            ("-c", SESSION),
+            ("-m", "use `model:`"),
+            ("--model", "use `model:`"),
+        ]
+    }
+
+    fn prompt(&self) -> Prompt {
+        Prompt::AfterDashes
+    }
+
+    fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+        let permission = config.permission_mode_of(self).unwrap_or("allow");
+        let mut file = json!({
+            "$schema": "https://opencode.ai/config.json",
+            "autoupdate": false,
+            "share": "disabled",
+            "permission": {"edit": permission, "bash": permission, "webfetch": permission},
+        });
+        let model = match (run.endpoint, &config.model) {
+            (Some(url), model) => {
+                let id = model.clone().unwrap_or_else(|| "default".into());
+                // A custom endpoint is one provider, named deltabench, serving the configured model.
+                file["provider"] = json!({"deltabench": {
+                    "npm": "@ai-sdk/openai-compatible",
+                    "name": "deltabench endpoint",
+                    "options": {"baseURL": format!("{url}/v1"), "apiKey": run.api_key.unwrap_or(DUMMY_API_KEY)},
+                    "models": {id.clone(): {"name": id, "tool_call": true, "limit": {"context": 200000, "output": 8192}}},
+                }});
+                Some(format!("deltabench/{id}"))
+            }
+            (None, model) => model.clone(),
+        };
+        if let Some(model) = &model {
+            file["model"] = json!(model);
+            file["small_model"] = json!(model);
+        }
+        if let Some(prompt) = &config.append_system_prompt {
+            let path = run.home.join(".config/opencode/deltabench-instructions.md");
+            file["instructions"] = json!([path.display().to_string()]);
+            inv.files.push((path, prompt.clone()));
+        }
+        inv.files.push((
+            run.home.join(".config/opencode/opencode.json"),
+            serde_json::to_string_pretty(&file).expect("config serializes"),
+        ));
+        if run.endpoint.is_none()
+            && let Some(key) = run.api_key
+        {
+            set_env(&mut inv.env, "OPENAI_API_KEY", key);
+        }
+        for key in [
+            "OPENCODE_DISABLE_AUTOUPDATE",
+            "OPENCODE_DISABLE_MODELS_FETCH",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD",
+            "OPENCODE_DISABLE_SHARE",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS",
+        ] {
+            set_env(&mut inv.env, key, "1");
+        }
+        // The stored model id is bare for a custom endpoint; price it by what the user named.
+        inv.model = config.model.clone();
+        push(&mut inv.args, &["run", "--pure", "--format", "json"]);
+        if let Some(id) = run.resume {
+            push(&mut inv.args, &["--session", id]);
+        }
+    }
+
+    fn gateway_dialect(&self, _config: &HarnessConfig) -> Option<CliDialect> {
+        // Its `provider/model` picks one of many providers.
+        None
+    }
+
+    fn gateway_bypass(&self) -> &'static str {
+        "opencode without `endpoint:`"
+    }
+
+    // Its own providers each read their own variable: nothing to check for them.
+    fn needs_key(&self, config: &HarnessConfig) -> bool {
+        config.endpoint.is_some()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::harness::HarnessKind;
+    use crate::agent::harness::invocation::invocation;
+    use crate::agent::harness::invocation::tests::{file, paths};
     use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, kinds};
 
     const BASIC: &str = include_str!("../../../tests/fixtures/agents/opencode-basic.jsonl");
@@ -331,5 +466,30 @@ mod tests {
     fn opencode_garbage_and_truncated_lines_are_unknown() {
         let truncated = &BASIC.lines().nth(2).unwrap_or_default()[..100];
         assert_survives_garbage(OpencodeParser::new(), truncated);
+    }
+
+    #[test]
+    fn opencode_serves_the_model_from_a_deltabench_provider() {
+        let config = HarnessConfig {
+            model: Some("fake-model".into()),
+            ..HarnessConfig::default()
+        };
+        let inv = invocation(
+            HarnessKind::Opencode,
+            &config,
+            &paths(None, Some("http://127.0.0.1:9")),
+        );
+        assert_eq!(
+            inv.args.join(" "),
+            "run --pure --format json -- -fix the bug"
+        );
+        let file: serde_json::Value = serde_json::from_str(file(&inv, "opencode.json")).unwrap();
+        assert_eq!(file["model"], "deltabench/fake-model");
+        assert_eq!(
+            file["provider"]["deltabench"]["options"]["baseURL"],
+            "http://127.0.0.1:9/v1"
+        );
+        assert_eq!(file["permission"]["bash"], "allow");
+        assert_eq!(inv.model.as_deref(), Some("fake-model"));
     }
 }

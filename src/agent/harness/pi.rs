@@ -10,6 +10,10 @@
 //! `errorMessage` (`429 ...`), after which pi may retry (`auto_retry_start`/`auto_retry_end`);
 //! the process exits 0 either way, so the verdict is the last assistant message's.
 
+use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt, SESSION, STREAM};
+use super::cli::CliDialect;
+use super::config::{HarnessConfig, Package, Registry, TurnLimit};
+use super::invocation::{Invocation, RunPaths, push, set_env};
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
@@ -239,10 +243,135 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+impl BuiltinCli for Adapter {
+    fn program(&self) -> &'static str {
+        "pi"
+    }
+
+    fn description(&self) -> &'static str {
+        "pi, run headless (pi -p --mode json)."
+    }
+
+    fn doc(&self) -> Doc {
+        Doc {
+            name: "pi",
+            program_note: ", npm `@mariozechner/pi-coding-agent`",
+            resume_note: "",
+            turns: "",
+            modes_note: " (its tools always run)",
+            cost: "its per-call cost; estimated against an endpoint",
+        }
+    }
+
+    fn package(&self) -> Package {
+        Package {
+            registry: Registry::Npm,
+            name: "@mariozechner/pi-coding-agent",
+            version: "0.73.1",
+        }
+    }
+
+    fn can_resume(&self) -> bool {
+        true
+    }
+
+    fn turn_limit(&self) -> TurnLimit {
+        TurnLimit::Enforced
+    }
+
+    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            ("-p", PROMPT),
+            ("--print", PROMPT),
+            ("--mode", STREAM),
+            ("--session", SESSION),
+            ("--session-dir", SESSION),
+            ("--no-session", SESSION),
+            ("--fork", SESSION),
+            ("-r", SESSION),
+            ("--resume", SESSION),
+            ("-c", SESSION),
+            ("--continue", SESSION),
+            ("--provider", "deltabench points it at the endpoint"),
+            ("--api-key", "use `api_key:`"),
+            ("--model", "use `model:`"),
+            ("--append-system-prompt", "use `append_system_prompt:`"),
+        ]
+    }
+
+    fn prompt(&self) -> Prompt {
+        Prompt::Spaced
+    }
+
+    fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+        let agent_dir = run.home.join(".pi/agent");
+        // Its agent dir holds the settings and the models; sessions go where a resume finds them.
+        set_env(
+            &mut inv.env,
+            "PI_CODING_AGENT_DIR",
+            &agent_dir.display().to_string(),
+        );
+        // No update check, package check or install ping: the sandbox has no network for them.
+        set_env(&mut inv.env, "PI_OFFLINE", "1");
+        set_env(&mut inv.env, "PI_SKIP_VERSION_CHECK", "1");
+        let settings = json!({"enableInstallTelemetry": false, "quietStartup": true});
+        inv.files.push((
+            agent_dir.join("settings.json"),
+            serde_json::to_string_pretty(&settings).expect("settings serialize"),
+        ));
+        if let Some(key) = run.api_key {
+            set_env(&mut inv.env, "OPENAI_API_KEY", key);
+        }
+        let args = &mut inv.args;
+        push(
+            args,
+            &["-p", "--mode", "json", "--offline", "--session-dir"],
+        );
+        args.push(run.home.join(".pi/sessions").display().to_string());
+        match run.endpoint {
+            // One OpenAI-compatible provider with the model: its key is read from OPENAI_API_KEY.
+            // No `cost` in the entry, so pi prices at zero and deltabench estimates.
+            Some(url) => {
+                let model = config.model.clone().unwrap_or_else(|| "gpt-4.1".into());
+                let models = json!({"providers": {"deltabench": {
+                    "baseUrl": format!("{url}/v1"),
+                    "api": "openai-completions",
+                    "apiKey": "OPENAI_API_KEY",
+                    "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false},
+                    "models": [{"id": model}],
+                }}});
+                inv.files.push((
+                    agent_dir.join("models.json"),
+                    serde_json::to_string_pretty(&models).expect("models serialize"),
+                ));
+                push(args, &["--provider", "deltabench", "--model", &model]);
+            }
+            None => {
+                if let Some(model) = &config.model {
+                    push(args, &["--model", model]);
+                }
+            }
+        }
+        if let Some(prompt) = &config.append_system_prompt {
+            push(args, &["--append-system-prompt", prompt]);
+        }
+        if let Some(id) = run.resume {
+            push(args, &["--session", id]);
+        }
+    }
+
+    fn gateway_dialect(&self, config: &HarnessConfig) -> Option<CliDialect> {
+        config.model.as_ref().map(|_| CliDialect::Openai)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::agent::CodingStatus;
+    use crate::agent::harness::HarnessKind;
+    use crate::agent::harness::invocation::tests::{env, file, paths};
+    use crate::agent::harness::invocation::{DUMMY_API_KEY, invocation};
     use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, feed};
 
     /// Lines as pi 0.73.1 printed them against the scripted endpoint (trimmed; deltas left out).
@@ -331,5 +460,48 @@ mod tests {
         let killed = PiParser::new().finish(None, "");
         assert!(killed.error.unwrap().message.contains("pi was killed"));
         assert_survives_garbage(PiParser::new(), "{\"type\":\"message_e");
+    }
+
+    #[test]
+    fn pi_gets_a_provider_for_the_endpoint_and_a_session_dir_in_its_home() {
+        let config = HarnessConfig {
+            model: Some("fake-model".into()),
+            append_system_prompt: Some("Be brief.".into()),
+            args: vec!["--thinking".into(), "off".into()],
+            ..HarnessConfig::default()
+        };
+        let local = "http://127.0.0.1:9";
+        let inv = invocation(HarnessKind::Pi, &config, &paths(Some("s-1"), Some(local)));
+        assert_eq!(
+            inv.args.join(" "),
+            "-p --mode json --offline --session-dir /t/home/.pi/sessions --provider deltabench \
+             --model fake-model --append-system-prompt Be brief. --session s-1 --thinking off  \
+             -fix the bug"
+        );
+        // The task is one argument, its leading `-` kept from being read as an option.
+        assert_eq!(inv.args.last().unwrap(), " -fix the bug");
+        let models: serde_json::Value =
+            serde_json::from_str(file(&inv, ".pi/agent/models.json")).unwrap();
+        let provider = &models["providers"]["deltabench"];
+        assert_eq!(provider["baseUrl"], "http://127.0.0.1:9/v1");
+        assert_eq!(provider["apiKey"], "OPENAI_API_KEY");
+        assert_eq!(provider["models"][0]["id"], "fake-model");
+        assert_eq!(env(&inv, "OPENAI_API_KEY"), Some(DUMMY_API_KEY));
+        assert_eq!(env(&inv, "PI_CODING_AGENT_DIR"), Some("/t/home/.pi/agent"));
+        assert_eq!(env(&inv, "PI_OFFLINE"), Some("1"));
+        // Without an endpoint: pi's own providers, no models file.
+        let own = invocation(HarnessKind::Pi, &config, &paths(None, None));
+        assert!(own.args.join(" ").contains("--model fake-model"));
+        assert!(!own.args.contains(&"--provider".to_owned()));
+        assert!(!own.files.iter().any(|(p, _)| p.ends_with("models.json")));
+    }
+
+    #[test]
+    fn its_session_flags_are_reserved_with_a_value_too() {
+        assert_eq!(
+            HarnessKind::Pi.reserved_flag("--session-dir=/tmp"),
+            Some(("--session-dir", "resume through CodingTask.session_id"))
+        );
+        assert_eq!(HarnessKind::Pi.reserved_flag("--thinking"), None);
     }
 }

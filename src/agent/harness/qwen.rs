@@ -5,6 +5,12 @@
 //! differences: the `result` has `usage` but no cost (deltabench estimates it), and a run that
 //! reaches `--max-session-turns` prints no `result` and exits 53.
 
+use serde_json::json;
+
+use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt, SESSION, STREAM};
+use super::cli::CliDialect;
+use super::config::{HarnessConfig, Package, Registry, TurnLimit};
+use super::invocation::{Invocation, RunPaths, push, set_env};
 use super::{ClaudeParser, ParsedRun, StreamParser};
 use crate::agent::{CodingStatus, StreamEvent};
 
@@ -90,6 +96,126 @@ impl super::adapter::CliAdapter for Adapter {
                 }
             }),
         )
+    }
+}
+
+impl BuiltinCli for Adapter {
+    fn program(&self) -> &'static str {
+        "qwen"
+    }
+
+    fn description(&self) -> &'static str {
+        "Qwen Code, run headless (qwen --output-format stream-json)."
+    }
+
+    fn doc(&self) -> Doc {
+        Doc {
+            name: "Qwen Code",
+            program_note: "",
+            resume_note: "",
+            turns: "`--max-session-turns`",
+            modes_note: "",
+            cost: "estimated (it reports none)",
+        }
+    }
+
+    fn package(&self) -> Package {
+        Package {
+            registry: Registry::Npm,
+            name: "@qwen-code/qwen-code",
+            version: "0.24.4",
+        }
+    }
+
+    fn can_resume(&self) -> bool {
+        true
+    }
+
+    fn permission_modes(&self) -> &'static [&'static str] {
+        &["yolo", "auto-edit", "default", "plan", "auto"]
+    }
+
+    fn turn_limit(&self) -> TurnLimit {
+        TurnLimit::Native
+    }
+
+    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            ("-p", PROMPT),
+            ("--prompt", PROMPT),
+            ("-i", PROMPT),
+            ("--prompt-interactive", PROMPT),
+            ("-o", STREAM),
+            ("--output-format", STREAM),
+            ("--session-id", SESSION),
+            ("-r", SESSION),
+            ("--resume", SESSION),
+            ("-c", SESSION),
+            ("--continue", SESSION),
+            ("-m", "use `model:`"),
+            ("--model", "use `model:`"),
+            ("--approval-mode", "use `permission_mode:`"),
+            ("-y", "use `permission_mode:`"),
+            ("--yolo", "use `permission_mode:`"),
+            ("--max-session-turns", "use `max_turns:`"),
+            ("--append-system-prompt", "use `append_system_prompt:`"),
+            ("--auth-type", "deltabench points it at the endpoint"),
+            ("--openai-base-url", "deltabench points it at the endpoint"),
+            ("--openai-api-key", "use `api_key:`"),
+        ]
+    }
+
+    fn prompt(&self) -> Prompt {
+        Prompt::InFlag
+    }
+
+    fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
+        let settings = json!({
+            "privacy": {"usageStatisticsEnabled": false},
+            "telemetry": {"enabled": false},
+            "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
+            "security": {"folderTrust": {"enabled": false}},
+        });
+        inv.files.push((
+            run.home.join(".qwen/settings.json"),
+            serde_json::to_string_pretty(&settings).expect("settings serialize"),
+        ));
+        set_env(&mut inv.env, "QWEN_CODE_SUPPRESS_YOLO_WARNING", "1");
+        if let Some(url) = run.endpoint {
+            set_env(&mut inv.env, "OPENAI_BASE_URL", &format!("{url}/v1"));
+        }
+        if let Some(key) = run.api_key {
+            set_env(&mut inv.env, "OPENAI_API_KEY", key);
+        }
+        let args = &mut inv.args;
+        // Its positional prompt is not read after `--` (it then waits for stdin); `--prompt=` keeps
+        // a task starting with `-` a value.
+        args.push(format!("--prompt={}", run.task));
+        push(
+            args,
+            &["--auth-type", "openai", "--output-format", "stream-json"],
+        );
+        if let Some(mode) = config.permission_mode_of(self) {
+            push(args, &["--approval-mode", mode]);
+        }
+        if let Some(model) = &config.model {
+            push(args, &["--model", model]);
+        }
+        if let Some(turns) = config.max_turns {
+            push(args, &["--max-session-turns", &turns.to_string()]);
+        }
+        if let Some(prompt) = &config.append_system_prompt {
+            push(args, &["--append-system-prompt", prompt]);
+        }
+        match run.resume {
+            Some(id) => push(args, &["--resume", id]),
+            None => push(args, &["--session-id", run.new_session]),
+        }
+    }
+
+    fn gateway_dialect(&self, config: &HarnessConfig) -> Option<CliDialect> {
+        // Without a model it uses its own OAuth backend, which the gateway cannot be.
+        config.model.as_ref().map(|_| CliDialect::Openai)
     }
 }
 
