@@ -128,7 +128,11 @@ pub async fn run_trial(
     let trial = wire(inputs, spec, commit, dir);
     let (ran, lifecycle, timed) = run(&trial, dir, &cancel).await;
 
-    record.phases = lifecycle.steps.clone();
+    record.phases = lifecycle
+        .steps
+        .iter()
+        .map(|(phase, us)| (format!("{phase:?}").to_lowercase(), *us))
+        .collect();
     record.verify_network = trial.verify_network == Network::Host;
     record.in_place = task.verify.in_place;
     let mut result_json = serde_json::json!({ "lifecycle": lifecycle });
