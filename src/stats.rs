@@ -1972,7 +1972,13 @@ mod tests {
     }
 
     fn record(task: &str, agent: &str, outcome: Outcome) -> TrialRecord {
-        let mut record = TrialRecord::unscored(task, agent, 1, "delta".into(), String::new());
+        let mut record = TrialRecord::unscored(
+            task,
+            agent,
+            1,
+            crate::store::RecordedMetric::Delta,
+            String::new(),
+        );
         record.outcome = outcome;
         record
     }

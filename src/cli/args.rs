@@ -609,7 +609,8 @@ pub(super) struct PrepareArgs {
     pub(super) task: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub(super) enum Engine {
     /// A Slurm job array (`sbatch --array=1-N`) and a merge job `--dependency=afterany`.
     Slurm,

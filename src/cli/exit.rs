@@ -84,6 +84,11 @@ impl Exit {
     }
 }
 
+/// The code of the sandbox's network forwarder that could not start its command: what a
+/// container runtime gives for the same failure. Only the run that started the agent sees it,
+/// as the agent's; never a code of a command of deltabench, so it is in neither table.
+pub(super) const FORWARDER_FAILED: u8 = 125;
+
 impl From<Exit> for std::process::ExitCode {
     fn from(exit: Exit) -> Self {
         Self::from(exit.code())

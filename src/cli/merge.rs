@@ -103,6 +103,18 @@ pub(super) fn merge(args: MergeArgs) -> Result<Exit, CliError> {
     }
     let merged = store::merge_runs(&inputs.dirs, &out).map_err(merge_error)?;
 
+    print_stdout(&merged_text(&merged, &out));
+    // An interrupted trial's record is no result: `resume` runs it again.
+    let done = merged.records.iter().filter(|r| !r.interrupted).count();
+    let missing = merged.manifest.planned_trials.saturating_sub(done);
+    if missing == 0 {
+        return Ok(Exit::Ok);
+    }
+    Err(missing_error(&inputs, &merged, missing))
+}
+
+/// What went in, each input's trials, and the merged run's summary table.
+fn merged_text(merged: &store::Merged, out: &Path) -> String {
     let mut text = String::new();
     for (path, shard, trials) in &merged.inputs {
         let shard = shard.map_or("unsharded".to_owned(), |s| format!("shard {s}"));
@@ -120,14 +132,14 @@ pub(super) fn merge(args: MergeArgs) -> Result<Exit, CliError> {
         merged.records.iter().filter(|r| !r.interrupted).count(),
         out.display()
     ));
-    print_stdout(&text);
+    text
+}
 
-    // An interrupted trial's record is no result: `resume` runs it again.
-    let done = merged.records.iter().filter(|r| !r.interrupted).count();
-    let missing = planned.saturating_sub(done);
-    if missing == 0 {
-        return Ok(Exit::Ok);
-    }
+/// Why the merged run lacks `missing` of its planned trials, and how to fill them in: the
+/// shards unfinished, missing or interrupted. Written, but planned trials have no result: like
+/// trials that could not be scored.
+fn missing_error(inputs: &Inputs, merged: &store::Merged, missing: usize) -> CliError {
+    let planned = merged.manifest.planned_trials;
     let (mut why, mut hints) = (Vec::new(), Vec::new());
     if let Some((parent, progress)) = &inputs.shards {
         why.extend(unfinished_lines(progress));
@@ -139,7 +151,7 @@ pub(super) fn merge(args: MergeArgs) -> Result<Exit, CliError> {
         let error = CliError::unscored(format!(
             "the merged run is missing {missing} of its {planned} planned trials:\n  {why}"
         ));
-        return Err(hints.into_iter().fold(error, CliError::hint));
+        return hints.into_iter().fold(error, CliError::hint);
     }
     if let Some(total) = merged
         .inputs
@@ -172,12 +184,11 @@ pub(super) fn merge(args: MergeArgs) -> Result<Exit, CliError> {
     if why.is_empty() {
         why.push("the inputs hold fewer trials than their plan".to_owned());
     }
-    // Written, but planned trials have no result: like trials that could not be scored.
     let error = CliError::unscored(format!(
         "the merged run is missing {missing} of its {planned} planned trials: {}",
         why.join("; ")
     ));
-    Err(hints.into_iter().fold(error, CliError::hint))
+    hints.into_iter().fold(error, CliError::hint)
 }
 
 pub(super) fn merge_error(err: MergeError) -> CliError {

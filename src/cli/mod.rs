@@ -70,7 +70,7 @@ pub fn main() -> ExitCode {
         let err = crate::workspace::forward_then_exec(args.listen, &args.socket, &args.command);
         // Seen by the run as the agent's failure, with this line in its log's tail.
         eprintln!("deltabench: network `model`: {err}");
-        return ExitCode::from(125);
+        return ExitCode::from(exit::FORWARDER_FAILED);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -49,6 +49,39 @@ fn select_trials(
 }
 
 pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
+    check_flags(&args)?;
+    let run = if super::merge::is_shard_parent(&args.run_dir) {
+        shards_so_far(&args.run_dir)?
+    } else {
+        let run = read_run_dir(&args.run_dir)?;
+        eprint!("{}", partial_note(&args.run_dir, &run));
+        run
+    };
+    let run =
+        report::select_agents(&run, &args.agent).map_err(|e| CliError::new(ErrorKind::Usage, e))?;
+    let run = select_trials(run, &args.task, &args.outcome)?;
+    let agents: Vec<String> = run.manifest.agents.keys().cloned().collect();
+    let summaries = report::summarize(&run.trials, &agents, &run.manifest.agents);
+    let baseline = match &args.baseline {
+        Some(path) => Some(baseline(path, &run, args.confidence)?),
+        None => None,
+    };
+    let text = render(&args, &run, &summaries, baseline.as_ref())?;
+    match args.output {
+        Some(path) => std::fs::write(&path, text).map_err(|e| {
+            CliError::with_cause(
+                ErrorKind::Harness,
+                format!("cannot write {}", path.display()),
+                e,
+            )
+        })?,
+        None => print_stdout(&text),
+    }
+    Ok(Exit::Ok)
+}
+
+/// The flag combinations no format can show, refused before any run is read.
+fn check_flags(args: &ReportArgs) -> Result<(), CliError> {
     if !(0.5..1.0).contains(&args.confidence) {
         return Err(CliError::usage(format!(
             "--confidence {} is out of range: use a level in [0.5, 1), e.g. 0.95",
@@ -78,56 +111,63 @@ pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
             "--ablation replaces the summary the --baseline comparison goes with: use one at a time, or --format html for both",
         ));
     }
-    let run = if super::merge::is_shard_parent(&args.run_dir) {
-        shards_so_far(&args.run_dir)?
-    } else {
-        let run = read_run_dir(&args.run_dir)?;
-        let done = run.trials.iter().filter(|r| !r.interrupted).count();
-        if done < run.manifest.planned_trials {
-            eprintln!(
-                "note: {} holds {done} of its {} planned trials ({}): this report covers those only; `deltabench resume {}` runs the rest",
-                args.run_dir.display(),
-                run.manifest.planned_trials,
-                if run.manifest.finished_at.is_some() {
-                    "the run was interrupted"
-                } else {
-                    "the run is still running or died"
-                },
-                args.run_dir.display()
-            );
-        }
-        run
+    Ok(())
+}
+
+/// The note that `run` holds fewer trials than it planned (empty when it holds them all).
+fn partial_note(run_dir: &std::path::Path, run: &store::StoredRun) -> String {
+    let done = run.trials.iter().filter(|r| !r.interrupted).count();
+    if done >= run.manifest.planned_trials {
+        return String::new();
+    }
+    format!(
+        "note: {} holds {done} of its {} planned trials ({}): this report covers those only; `deltabench resume {}` runs the rest\n",
+        run_dir.display(),
+        run.manifest.planned_trials,
+        if run.manifest.finished_at.is_some() {
+            "the run was interrupted"
+        } else {
+            "the run is still running or died"
+        },
+        run_dir.display()
+    )
+}
+
+/// `--baseline`: the comparison of `run` with the run at `path`, as `compare` words it.
+fn baseline(
+    path: &std::path::Path,
+    run: &store::StoredRun,
+    confidence: f64,
+) -> Result<report::Baseline, CliError> {
+    let gate = GateArgs {
+        gate: false,
+        max_drop: 0.0,
+        max_broken: 0,
+        require_power: false,
+        confidence,
+        include_flaky: false,
     };
-    let run =
-        report::select_agents(&run, &args.agent).map_err(|e| CliError::new(ErrorKind::Usage, e))?;
-    let run = select_trials(run, &args.task, &args.outcome)?;
-    let agents: Vec<String> = run.manifest.agents.keys().cloned().collect();
-    let summaries = report::summarize(&run.trials, &agents, &run.manifest.agents);
-    let baseline = match &args.baseline {
-        Some(path) => {
-            let gate = GateArgs {
-                gate: false,
-                max_drop: 0.0,
-                max_broken: 0,
-                require_power: false,
-                confidence: args.confidence,
-                include_flaky: false,
-            };
-            let (text, _) = compare::against_baseline(&read_run_dir(path)?, &run, &gate)?;
-            Some(report::Baseline {
-                run_dir: path.display().to_string(),
-                text,
-            })
-        }
-        None => None,
-    };
-    let text = match args.format {
-        ReportFormat::Table if args.ablation => report::ablation(&run, args.confidence),
-        ReportFormat::Markdown if args.ablation => report::ablation_markdown(&run, args.confidence),
-        ReportFormat::Json if args.ablation => report::ablation_json(&run, args.confidence),
+    let (text, _) = compare::against_baseline(&read_run_dir(path)?, run, &gate)?;
+    Ok(report::Baseline {
+        run_dir: path.display().to_string(),
+        text,
+    })
+}
+
+/// The report in the format asked for.
+fn render(
+    args: &ReportArgs,
+    run: &store::StoredRun,
+    summaries: &[report::AgentSummary],
+    baseline: Option<&report::Baseline>,
+) -> Result<String, CliError> {
+    Ok(match args.format {
+        ReportFormat::Table if args.ablation => report::ablation(run, args.confidence),
+        ReportFormat::Markdown if args.ablation => report::ablation_markdown(run, args.confidence),
+        ReportFormat::Json if args.ablation => report::ablation_json(run, args.confidence),
         ReportFormat::Table => {
-            let mut text = report::text(&run, &summaries, super::terminal_width());
-            if let Some(baseline) = &baseline {
+            let mut text = report::text(run, summaries, super::terminal_width());
+            if let Some(baseline) = baseline {
                 text.push_str(&format!(
                     "\nAgainst the baseline {}:\n{}",
                     baseline.run_dir, baseline.text
@@ -136,8 +176,8 @@ pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
             text
         }
         ReportFormat::Markdown => {
-            let mut text = report::markdown(&run, &summaries);
-            if let Some(baseline) = &baseline {
+            let mut text = report::markdown(run, summaries);
+            if let Some(baseline) = baseline {
                 text.push_str(&format!(
                     "\n### Against the baseline `{}`\n\n```\n{}```\n",
                     baseline.run_dir, baseline.text
@@ -145,32 +185,21 @@ pub(super) fn report(args: ReportArgs) -> Result<Exit, CliError> {
             }
             text
         }
-        ReportFormat::Csv => report::csv(&run).map_err(|e| CliError::new(ErrorKind::Harness, e))?,
-        ReportFormat::Json => report::json(&run, &summaries, baseline.as_ref()),
+        ReportFormat::Csv => report::csv(run).map_err(|e| CliError::new(ErrorKind::Harness, e))?,
+        ReportFormat::Json => report::json(run, summaries, baseline),
         ReportFormat::Junit => {
-            report::junit(&run, &summaries).map_err(|e| CliError::new(ErrorKind::Harness, e))?
+            report::junit(run, summaries).map_err(|e| CliError::new(ErrorKind::Harness, e))?
         }
         ReportFormat::Html => {
             let options = report::HtmlOptions {
-                baseline: baseline.as_ref(),
+                baseline,
                 confidence: args.confidence,
                 ablation: args.ablation,
             };
-            report::html(&run, &summaries, &options)
+            report::html(run, summaries, &options)
                 .map_err(|e| CliError::new(ErrorKind::Harness, e))?
         }
-    };
-    match args.output {
-        Some(path) => std::fs::write(&path, text).map_err(|e| {
-            CliError::with_cause(
-                ErrorKind::Harness,
-                format!("cannot write {}", path.display()),
-                e,
-            )
-        })?,
-        None => print_stdout(&text),
-    }
-    Ok(Exit::Ok)
+    })
 }
 
 /// A folder of shard folders, some unfinished: the trials recorded so far, as one run (nothing

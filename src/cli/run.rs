@@ -40,52 +40,8 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
     }
     let suite = load_suite(suite_path, &args.suite)?;
     super::warn_uncommitted(&suite);
-    let workdir = workdir(&args.suite)?;
-    let sequential = sequential(&args);
-    let request = RunRequest {
-        agents: args.agent,
-        trials: args.trials,
-        jobs: args.suite.jobs.unwrap_or_else(default_jobs),
-        tasks: args.task,
-        tags: args.tag,
-        cache: cache_dir(&args.suite, &workdir),
-        workdir,
-        keep_workspaces: args.keep_workspaces,
-        keep_homes: args.keep_homes,
-        shard,
-        agents_file: args
-            .suite
-            .agents
-            .as_deref()
-            .map(std::path::absolute)
-            .transpose()
-            .map_err(|e| CliError::with_cause(ErrorKind::Usage, "cannot resolve --agents", e))?,
-        retries: args.resume_options.retries.unwrap_or(0),
-        cache_max: args.suite.places.cache_max,
-        record: args.record,
-        replay: args.replay.clone(),
-        sequential,
-    };
-    let request = RunRequest {
-        // A run in rounds plans its first round.
-        trials: if request.sequential.is_some() {
-            1
-        } else {
-            request.trials
-        },
-        ..request
-    };
-    let mut plan = runner::plan(suite.clone(), request)?;
-    // More at once than there are trials only reserves what nothing uses.
-    let trials = plan.trials.len().max(1);
-    if plan.request.jobs > trials {
-        if let Some(jobs) = args.suite.jobs {
-            eprintln!(
-                "note: -j {jobs} is more than the {trials} trial(s) planned: running {trials} at once"
-            );
-        }
-        plan.request.jobs = trials;
-    }
+    let mut plan = runner::plan(suite.clone(), run_request(&args, shard)?)?;
+    fit_jobs(&mut plan, args.suite.jobs);
     if args.require_lock {
         require_lock(&plan)?;
     }
@@ -94,16 +50,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         runner::check_replayable(recorded, &plan).map_err(|e| CliError::usage(e.to_string()))?;
     }
     if let Some(shard) = shard {
-        match plan.trials.len() {
-            0 => eprintln!(
-                "shard {shard} holds none of the plan's {} trials: writing an empty run directory",
-                plan.unsharded_trials
-            ),
-            n => eprintln!(
-                "shard {shard}: {n} of the plan's {} trials",
-                plan.unsharded_trials
-            ),
-        }
+        eprintln!("{}", shard_note(shard, &plan));
     }
     let baseline = args.baseline.as_deref().map(read_run_dir).transpose()?;
     rounds::check(&plan.request, &plan, baseline.as_ref(), out.as_deref())?;
@@ -136,6 +83,65 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, CliError> {
         reporter.tally(),
         baseline.as_ref().map(|b| (b, &args.gate)),
     )
+}
+
+/// What `run`'s flags ask the planner for.
+fn run_request(args: &RunArgs, shard: Option<store::Shard>) -> Result<RunRequest, CliError> {
+    let workdir = workdir(&args.suite)?;
+    let sequential = sequential(args);
+    Ok(RunRequest {
+        agents: args.agent.clone(),
+        // A run in rounds plans its first round.
+        trials: if sequential.is_some() { 1 } else { args.trials },
+        jobs: args.suite.jobs.unwrap_or_else(default_jobs),
+        tasks: args.task.clone(),
+        tags: args.tag.clone(),
+        cache: cache_dir(&args.suite, &workdir),
+        workdir,
+        keep_workspaces: args.keep_workspaces,
+        keep_homes: args.keep_homes,
+        shard,
+        agents_file: args
+            .suite
+            .agents
+            .as_deref()
+            .map(std::path::absolute)
+            .transpose()
+            .map_err(|e| CliError::with_cause(ErrorKind::Usage, "cannot resolve --agents", e))?,
+        retries: args.resume_options.retries.unwrap_or(0),
+        cache_max: args.suite.places.cache_max,
+        record: args.record,
+        replay: args.replay.clone(),
+        sequential,
+    })
+}
+
+/// Caps the run's parallelism at its trial count: more at once only reserves what nothing
+/// uses. A `-j` given that high is noted.
+fn fit_jobs(plan: &mut runner::Plan, asked: Option<usize>) {
+    let trials = plan.trials.len().max(1);
+    if plan.request.jobs > trials {
+        if let Some(jobs) = asked {
+            eprintln!(
+                "note: -j {jobs} is more than the {trials} trial(s) planned: running {trials} at once"
+            );
+        }
+        plan.request.jobs = trials;
+    }
+}
+
+/// Which of the plan's trials this shard holds.
+fn shard_note(shard: store::Shard, plan: &runner::Plan) -> String {
+    match plan.trials.len() {
+        0 => format!(
+            "shard {shard} holds none of the plan's {} trials: writing an empty run directory",
+            plan.unsharded_trials
+        ),
+        n => format!(
+            "shard {shard}: {n} of the plan's {} trials",
+            plan.unsharded_trials
+        ),
+    }
 }
 
 /// The shard to run and the run directory: `--shard auto` reads the engine's variables and

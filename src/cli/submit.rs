@@ -19,7 +19,7 @@ use crate::store::{self, Shard};
 /// What `submit` wrote and submitted, in `OUT/submission.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Submission {
-    pub engine: String,
+    pub engine: Engine,
     pub shards: u32,
     pub suite: String,
     /// The shards' job script (Slurm) or Indexed Job manifest (Kubernetes).
@@ -65,6 +65,12 @@ fn engine_name(engine: Engine) -> &'static str {
     match engine {
         Engine::Slurm => "slurm",
         Engine::K8s => "k8s",
+    }
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(engine_name(*self))
     }
 }
 
@@ -399,7 +405,7 @@ fn write_slurm(
     fs::write(&script_path, script).map_err(io_err(&script_path))?;
     fs::write(&merge_path, merge).map_err(io_err(&merge_path))?;
     Ok(Submission {
-        engine: "slurm".into(),
+        engine: Engine::Slurm,
         shards: total,
         suite: suite.display().to_string(),
         script: script_path,
@@ -499,7 +505,6 @@ fn write_k8s(
     name: &str,
     base_name: &str,
 ) -> Result<Submission, CliError> {
-    let image = args.k8s_image.clone().unwrap_or_default();
     let dir = out.join("k8s");
     fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     let mut run: Vec<String> = vec![
@@ -514,108 +519,7 @@ fn write_k8s(
         args.mount.clone(),
     ];
     run.extend(run_flags(args, false)?);
-    let list = |words: &[String]| {
-        format!(
-            "[{}]",
-            words.iter().map(|w| y(w)).collect::<Vec<_>>().join(", ")
-        )
-    };
-    let namespace = args
-        .namespace
-        .as_ref()
-        .map(|ns| format!("  namespace: {}\n", y(ns)))
-        .unwrap_or_default();
-    let mut resources = String::new();
-    if args.cpus.is_some() || args.memory.is_some() {
-        let memory = args.memory.as_ref().map(|m| {
-            // Slurm's 8G is Kubernetes' 8Gi.
-            let m = m.trim();
-            match m.chars().last() {
-                Some('K' | 'M' | 'G' | 'T') => format!("{m}i"),
-                _ => m.to_owned(),
-            }
-        });
-        resources.push_str("          resources:\n            requests:\n");
-        if let Some(cpus) = args.cpus {
-            resources.push_str(&format!("              cpu: {}\n", y(&cpus.to_string())));
-        }
-        if let Some(memory) = &memory {
-            resources.push_str(&format!("              memory: {}\n", y(memory)));
-            resources.push_str(&format!(
-                "            limits:\n              memory: {}\n",
-                y(memory)
-            ));
-        }
-    }
-    let parallelism = args.parallelism.unwrap_or(total).min(total);
-    let labels = format!(
-        "    app.kubernetes.io/name: deltabench\n    deltabench/run: {}\n",
-        y(base_name)
-    );
-    let pod_labels = labels
-        .replace("\n    ", "\n        ")
-        .replacen("    ", "        ", 1);
-    let volume = format!(
-        "          volumeMounts:\n            - name: results\n              mountPath: {mount}\n      volumes:\n        - name: results\n          persistentVolumeClaim:\n            claimName: {claim}\n",
-        mount = y(&args.mount),
-        claim = y(&args.claim),
-    );
-    let shards = format!(
-        "# Written by `deltabench submit k8s`: pod JOB_COMPLETION_INDEX=I runs shard I+1 of {total} into\n\
-         # {mount}/shard-<I+1>-of-{total}/ on the claim {claim}; a pod retried finishes what its shard\n\
-         # had recorded. Edit freely, then: kubectl apply -f shards.yaml\n\
-         apiVersion: batch/v1\n\
-         kind: Job\n\
-         metadata:\n  name: {name}\n{namespace}  labels:\n{labels}\
-         spec:\n\
-         \x20 completions: {total}\n\
-         \x20 parallelism: {parallelism}\n\
-         \x20 completionMode: Indexed\n\
-         \x20 backoffLimit: {backoff}\n\
-         \x20 template:\n\
-         \x20   metadata:\n      labels:\n{pod_labels}\
-         \x20   spec:\n\
-         \x20     restartPolicy: Never\n\
-         \x20     containers:\n\
-         \x20       - name: shard\n\
-         \x20         image: {image}\n\
-         \x20         command: {run}\n\
-         \x20         env:\n\
-         \x20           - name: DELTABENCH_SHARDS\n\
-         \x20             value: {total_s}\n\
-         {resources}{volume}",
-        mount = args.mount,
-        claim = args.claim,
-        name = y(name),
-        image = y(&image),
-        run = list(&run),
-        backoff = total * 2,
-        total_s = y(&total.to_string()),
-    );
-    let merge_name = format!("{base_name}-merge");
-    let merge = format!(
-        "# Written by `deltabench submit k8s`: merges the shards into {mount}/merged. Apply it once\n\
-         # every shard has ended (delete an earlier merge Job first to merge again):\n\
-         #   kubectl wait --for=condition=complete job/{base_name} && kubectl apply -f merge.yaml\n\
-         apiVersion: batch/v1\n\
-         kind: Job\n\
-         metadata:\n  name: {merge_name_q}\n{namespace}  labels:\n{labels}\
-         spec:\n\
-         \x20 backoffLimit: 0\n\
-         \x20 template:\n\
-         \x20   metadata:\n      labels:\n{pod_labels}\
-         \x20   spec:\n\
-         \x20     restartPolicy: Never\n\
-         \x20     containers:\n\
-         \x20       - name: merge\n\
-         \x20         image: {image}\n\
-         \x20         command: {cmd}\n\
-         {volume}",
-        mount = args.mount,
-        merge_name_q = y(&merge_name),
-        image = y(&image),
-        cmd = list(&["deltabench".into(), "merge".into(), args.mount.clone()]),
-    );
+    let job = K8sJob::new(args, base_name);
     let suffix = if name == base_name {
         String::new()
     } else {
@@ -628,10 +532,10 @@ fn write_k8s(
         dir.join(format!("shards{suffix}.yaml")),
         dir.join("merge.yaml"),
     );
-    fs::write(&script_path, shards).map_err(io_err(&script_path))?;
-    fs::write(&merge_path, merge).map_err(io_err(&merge_path))?;
+    fs::write(&script_path, job.shards(args, name, total, &run)).map_err(io_err(&script_path))?;
+    fs::write(&merge_path, job.merge(args, base_name)).map_err(io_err(&merge_path))?;
     Ok(Submission {
-        engine: "k8s".into(),
+        engine: Engine::K8s,
         shards: total,
         suite: args.k8s_suite.clone(),
         script: script_path,
@@ -641,6 +545,158 @@ fn write_k8s(
         name: base_name.to_owned(),
         jobs: Vec::new(),
     })
+}
+
+/// A YAML flow list of JSON strings.
+fn yaml_list(words: &[String]) -> String {
+    format!(
+        "[{}]",
+        words.iter().map(|w| y(w)).collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// Slurm's memory size (`8G`) as Kubernetes spells it (`8Gi`).
+fn k8s_memory(memory: &str) -> String {
+    let m = memory.trim();
+    match m.chars().last() {
+        Some('K' | 'M' | 'G' | 'T') => format!("{m}i"),
+        _ => m.to_owned(),
+    }
+}
+
+/// The container's `resources:` block for `--cpus` and `--memory` (empty with neither).
+fn k8s_resources(cpus: Option<u32>, memory: Option<&str>) -> String {
+    let mut resources = String::new();
+    if cpus.is_none() && memory.is_none() {
+        return resources;
+    }
+    resources.push_str("          resources:\n            requests:\n");
+    if let Some(cpus) = cpus {
+        resources.push_str(&format!("              cpu: {}\n", y(&cpus.to_string())));
+    }
+    if let Some(memory) = memory.map(k8s_memory) {
+        resources.push_str(&format!("              memory: {}\n", y(&memory)));
+        resources.push_str(&format!(
+            "            limits:\n              memory: {}\n",
+            y(&memory)
+        ));
+    }
+    resources
+}
+
+/// What the shards' Job and the merge Job share: image, namespace, labels and the claim.
+struct K8sJob {
+    image: String,
+    namespace: String,
+    labels: String,
+    pod_labels: String,
+    volume: String,
+}
+
+impl K8sJob {
+    fn new(args: &SubmitArgs, base_name: &str) -> Self {
+        let namespace = args
+            .namespace
+            .as_ref()
+            .map(|ns| format!("  namespace: {}\n", y(ns)))
+            .unwrap_or_default();
+        let labels = format!(
+            "    app.kubernetes.io/name: deltabench\n    deltabench/run: {}\n",
+            y(base_name)
+        );
+        let pod_labels = labels
+            .replace("\n    ", "\n        ")
+            .replacen("    ", "        ", 1);
+        let volume = format!(
+            "          volumeMounts:\n            - name: results\n              mountPath: {mount}\n      volumes:\n        - name: results\n          persistentVolumeClaim:\n            claimName: {claim}\n",
+            mount = y(&args.mount),
+            claim = y(&args.claim),
+        );
+        Self {
+            image: y(args.k8s_image.as_deref().unwrap_or_default()),
+            namespace,
+            labels,
+            pod_labels,
+            volume,
+        }
+    }
+
+    /// The Indexed Job whose pod I runs shard I+1 of `total` with the command `run`.
+    fn shards(&self, args: &SubmitArgs, name: &str, total: u32, run: &[String]) -> String {
+        let Self {
+            image,
+            namespace,
+            labels,
+            pod_labels,
+            volume,
+        } = self;
+        let parallelism = args.parallelism.unwrap_or(total).min(total);
+        let resources = k8s_resources(args.cpus, args.memory.as_deref());
+        format!(
+            "# Written by `deltabench submit k8s`: pod JOB_COMPLETION_INDEX=I runs shard I+1 of {total} into\n\
+             # {mount}/shard-<I+1>-of-{total}/ on the claim {claim}; a pod retried finishes what its shard\n\
+             # had recorded. Edit freely, then: kubectl apply -f shards.yaml\n\
+             apiVersion: batch/v1\n\
+             kind: Job\n\
+             metadata:\n  name: {name}\n{namespace}  labels:\n{labels}\
+             spec:\n\
+             \x20 completions: {total}\n\
+             \x20 parallelism: {parallelism}\n\
+             \x20 completionMode: Indexed\n\
+             \x20 backoffLimit: {backoff}\n\
+             \x20 template:\n\
+             \x20   metadata:\n      labels:\n{pod_labels}\
+             \x20   spec:\n\
+             \x20     restartPolicy: Never\n\
+             \x20     containers:\n\
+             \x20       - name: shard\n\
+             \x20         image: {image}\n\
+             \x20         command: {run}\n\
+             \x20         env:\n\
+             \x20           - name: DELTABENCH_SHARDS\n\
+             \x20             value: {total_s}\n\
+             {resources}{volume}",
+            mount = args.mount,
+            claim = args.claim,
+            name = y(name),
+            run = yaml_list(run),
+            backoff = total * 2,
+            total_s = y(&total.to_string()),
+        )
+    }
+
+    /// The Job that merges the shards once every one has ended.
+    fn merge(&self, args: &SubmitArgs, base_name: &str) -> String {
+        let Self {
+            image,
+            namespace,
+            labels,
+            pod_labels,
+            volume,
+        } = self;
+        format!(
+            "# Written by `deltabench submit k8s`: merges the shards into {mount}/merged. Apply it once\n\
+             # every shard has ended (delete an earlier merge Job first to merge again):\n\
+             #   kubectl wait --for=condition=complete job/{base_name} && kubectl apply -f merge.yaml\n\
+             apiVersion: batch/v1\n\
+             kind: Job\n\
+             metadata:\n  name: {merge_name_q}\n{namespace}  labels:\n{labels}\
+             spec:\n\
+             \x20 backoffLimit: 0\n\
+             \x20 template:\n\
+             \x20   metadata:\n      labels:\n{pod_labels}\
+             \x20   spec:\n\
+             \x20     restartPolicy: Never\n\
+             \x20     containers:\n\
+             \x20       - name: merge\n\
+             \x20         image: {image}\n\
+             \x20         command: {cmd}\n\
+             {volume}",
+            mount = args.mount,
+            merge_name_q = y(&format!("{base_name}-merge")),
+            cmd = yaml_list(&["deltabench".into(), "merge".into(), args.mount.clone()]),
+        )
+    }
 }
 
 fn kubectl(args: &[String]) -> Result<String, CliError> {
@@ -703,7 +759,7 @@ fn resubmit(args: &SubmitArgs, dir: &Path) -> Result<Exit, CliError> {
         ))
         .hint("finish a shard folder with `deltabench resume SHARD_DIR`"));
     };
-    if submission.engine != engine_name(args.engine) {
+    if submission.engine != args.engine {
         return Err(CliError::usage(format!(
             "{} was submitted to {}, not {}: use `deltabench submit {} --resume {}`",
             dir.display(),
@@ -818,7 +874,7 @@ fn write_k8s_again(
 /// the engine cannot be asked.
 pub(super) fn engine_live(submission: &Submission) -> std::collections::BTreeMap<u32, String> {
     let mut live = std::collections::BTreeMap::new();
-    if submission.engine != "slurm" || on_path("squeue").is_none() {
+    if submission.engine != Engine::Slurm || on_path("squeue").is_none() {
         return live;
     }
     let ids: Vec<&str> = submission
@@ -860,6 +916,30 @@ pub(super) fn engine_live(submission: &Submission) -> std::collections::BTreeMap
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn engine_keeps_its_json_spelling() {
+        for (engine, json) in [(Engine::Slurm, "\"slurm\""), (Engine::K8s, "\"k8s\"")] {
+            assert_eq!(serde_json::to_string(&engine).unwrap(), json);
+            assert_eq!(serde_json::from_str::<Engine>(json).unwrap(), engine);
+            assert_eq!(format!("\"{engine}\""), json);
+        }
+    }
+
+    #[test]
+    fn k8s_resources_follow_cpus_and_memory() {
+        assert_eq!(k8s_memory(" 8G "), "8Gi");
+        assert_eq!(k8s_memory("512Mi"), "512Mi");
+        assert_eq!(k8s_resources(None, None), "");
+        assert_eq!(
+            k8s_resources(Some(2), None),
+            "          resources:\n            requests:\n              cpu: \"2\"\n"
+        );
+        assert!(
+            k8s_resources(None, Some("4G"))
+                .ends_with("            limits:\n              memory: \"4Gi\"\n")
+        );
+    }
 
     #[test]
     fn arrays_and_words() {

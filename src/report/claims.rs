@@ -66,7 +66,13 @@ mod tests {
     use super::*;
 
     fn record(agent: &str, status: Option<CodingStatus>, outcome: Outcome) -> TrialRecord {
-        let mut record = TrialRecord::unscored("t", agent, 1, "delta".into(), String::new());
+        let mut record = TrialRecord::unscored(
+            "t",
+            agent,
+            1,
+            crate::store::RecordedMetric::Delta,
+            String::new(),
+        );
         record.outcome = outcome;
         record.status = status;
         record

@@ -873,7 +873,13 @@ mod tests {
     #[test]
     fn the_tally_summarizes_records_as_they_come() {
         let record = |task: &str, agent: &str, outcome: Outcome, ms: u64| {
-            let mut record = TrialRecord::unscored(task, agent, 1, "delta".into(), String::new());
+            let mut record = TrialRecord::unscored(
+                task,
+                agent,
+                1,
+                crate::store::RecordedMetric::Delta,
+                String::new(),
+            );
             record.outcome = outcome;
             record.status = Some(CodingStatus::Completed);
             record.duration_ms = ms;

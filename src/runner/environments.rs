@@ -308,49 +308,29 @@ pub fn prepare(
         .check()
         .map_err(|ContainerError(message)| RunError::config(message))?;
     let (mut images, mut ids, mut failed) = (HashMap::new(), HashMap::new(), HashMap::new());
-    // Each Dockerfile built, and each image started, once per run.
-    let mut built: HashMap<String, Result<Option<u64>, ImageError>> = HashMap::new();
     let mut built_ms = HashMap::new();
-    let mut started: HashMap<String, Result<(), ImageError>> = HashMap::new();
+    let mut once = OncePerRun {
+        runtime,
+        cache,
+        label,
+        built: HashMap::new(),
+        started: HashMap::new(),
+    };
     for &i in tasks {
-        let task = &suite.tasks[i];
-        let Some(environment) = &task.environment else {
+        let Some(environment) = &suite.tasks[i].environment else {
             continue;
         };
         // Only this task's trials are lost: the others run.
-        let mut fail = |message: &str| {
-            failed.insert(i, message.to_owned());
-        };
-        // A named image is checked by starting it, below.
-        let ready = match image_of(&environment.image, suite, cache) {
-            Ok((image, None)) => Ok(image),
-            Ok((image, Some(dockerfile))) => built
-                .entry(image.clone())
-                .or_insert_with(|| {
-                    let started = std::time::Instant::now();
-                    made(runtime, &image, Some(&dockerfile), cache, &mut |_| {})
-                        .map(|built| built.then(|| started.elapsed().as_millis() as u64))
-                })
-                .clone()
-                .map(|ms| {
-                    built_ms.extend(ms.map(|ms| (i, ms)));
-                    image
-                }),
-            Err((_, why)) => Err(why),
-        };
-        let image = match ready {
-            Ok(image) => image,
+        let (image, ms) = match once.build(&environment.image, suite) {
+            Ok(built) => built,
             Err(why) => {
-                fail(&why.to_string());
+                failed.insert(i, why);
                 continue;
             }
         };
-        if let Err(message) = started.entry(image.clone()).or_insert_with(|| {
-            runtime
-                .preflight(&image, label)
-                .map_err(|ContainerError(message)| ImageError::Start { message })
-        }) {
-            fail(&message.to_string());
+        built_ms.extend(ms.map(|ms| (i, ms)));
+        if let Err(why) = once.start(&image) {
+            failed.insert(i, why);
             continue;
         }
         if let Some(id) = runtime.image_id(&image) {
@@ -360,24 +340,11 @@ pub fn prepare(
     }
     if failed.len() == tasks.len() {
         // Nothing can run: stop as a configuration error, naming every environment.
-        let mut lines: Vec<String> = tasks
+        let lines: Vec<String> = tasks
             .iter()
             .map(|i| format!("task '{}': {}", suite.tasks[*i].id, failed[i]))
             .collect();
-        return Err(RunError::config(match lines.len() {
-            1 => lines[0].replacen(
-                ": ",
-                ": its environment cannot be used, so no trial ran: ",
-                1,
-            ),
-            _ => {
-                lines.insert(
-                    0,
-                    "no task's environment can be used, so no trial ran:".into(),
-                );
-                lines.join("\n  ")
-            }
-        }));
+        return Err(RunError::config(none_usable(lines)));
     }
     let failed = failed
         .into_iter()
@@ -399,6 +366,76 @@ pub fn prepare(
         failed,
         built_ms,
     })
+}
+
+/// The error when no task's environment can be used, from one `task 'ID': why` line each.
+fn none_usable(mut lines: Vec<String>) -> String {
+    match lines.len() {
+        1 => lines[0].replacen(
+            ": ",
+            ": its environment cannot be used, so no trial ran: ",
+            1,
+        ),
+        _ => {
+            lines.insert(
+                0,
+                "no task's environment can be used, so no trial ran:".into(),
+            );
+            lines.join("\n  ")
+        }
+    }
+}
+
+/// Each Dockerfile built, and each image started, once per run: tasks that share one share
+/// its result.
+struct OncePerRun<'a> {
+    runtime: &'a Runtime,
+    cache: &'a Path,
+    label: &'a str,
+    built: HashMap<String, Result<Option<u64>, ImageError>>,
+    started: HashMap<String, Result<(), ImageError>>,
+}
+
+impl OncePerRun<'_> {
+    /// The image `source` names, built if it is missing, with the build's milliseconds when
+    /// this run built it. A named image is checked by starting it.
+    fn build(
+        &mut self,
+        source: &ImageSource,
+        suite: &Suite,
+    ) -> Result<(String, Option<u64>), String> {
+        let (image, dockerfile) =
+            image_of(source, suite, self.cache).map_err(|(_, why)| why.to_string())?;
+        let Some(dockerfile) = dockerfile else {
+            return Ok((image, None));
+        };
+        let (runtime, cache) = (self.runtime, self.cache);
+        let ms = self
+            .built
+            .entry(image.clone())
+            .or_insert_with(|| {
+                let started = std::time::Instant::now();
+                made(runtime, &image, Some(&dockerfile), cache, &mut |_| {})
+                    .map(|built| built.then(|| started.elapsed().as_millis() as u64))
+            })
+            .clone()
+            .map_err(|why| why.to_string())?;
+        Ok((image, ms))
+    }
+
+    /// Starts `image` once (the runtime's preflight).
+    fn start(&mut self, image: &str) -> Result<(), String> {
+        let (runtime, label) = (self.runtime, self.label);
+        self.started
+            .entry(image.to_owned())
+            .or_insert_with(|| {
+                runtime
+                    .preflight(image, label)
+                    .map_err(|ContainerError(message)| ImageError::Start { message })
+            })
+            .clone()
+            .map_err(|why| why.to_string())
+    }
 }
 
 /// Each image of a task with `delta: container` must let the runtime read and save a
@@ -531,4 +568,21 @@ fn check_clis(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn none_usable_names_one_task_inline_and_several_in_a_list() {
+        assert_eq!(
+            none_usable(vec!["task 'a': no such image".into()]),
+            "task 'a': its environment cannot be used, so no trial ran: no such image"
+        );
+        assert_eq!(
+            none_usable(vec!["task 'a': x".into(), "task 'b': y".into()]),
+            "no task's environment can be used, so no trial ran:\n  task 'a': x\n  task 'b': y"
+        );
+    }
 }

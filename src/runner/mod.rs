@@ -236,16 +236,7 @@ async fn carry_out(
 ) -> Result<RunOutcome, RunError> {
     let suite = plan.suite.clone();
     let run_dir = store.path().to_owned();
-    let run_id = run_dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "run".into());
-    // The pid keeps a resumed run's workspaces apart from what the dead run left.
-    let root = plan.request.workdir.join(format!(
-        "deltabench-{}-{}",
-        sanitize(&run_id),
-        std::process::id()
-    ));
+    let root = workspace_root(&plan.request.workdir, &run_dir, std::process::id());
     manifest.workdir = root.display().to_string();
     store
         .write_manifest(&manifest)
@@ -274,16 +265,7 @@ async fn carry_out(
 
     // Interrupted trials are run again; their new record supersedes the old one.
     let done: Vec<TrialRecord> = done.into_iter().filter(|r| !r.interrupted).collect();
-    let recorded: HashSet<(String, String, u32)> = done
-        .iter()
-        .map(|r| (r.task.clone(), r.agent.clone(), r.trial))
-        .collect();
-    let to_run: Vec<TrialSpec> = plan
-        .trials
-        .iter()
-        .filter(|t| !recorded.contains(&(suite.tasks[t.task].id.clone(), t.agent.clone(), t.trial)))
-        .cloned()
-        .collect();
+    let to_run = still_to_run(plan, &done);
     let scripted = ScriptedEndpoints::start(&plan.agents).await?;
     let gateway = gateway::start(&plan.agents).await?;
     let (gateway, model_route) = gateway.unzip();
@@ -307,11 +289,10 @@ async fn carry_out(
         let entry = manifest.preparation.entry(suite.tasks[task].id.clone());
         entry.or_default().environment_ms = Some(ms);
     }
-    let (mut trials, mut infra_errors) = (0, 0);
+    let (mut trials, mut infra_errors) = (done.len(), 0);
     for record in &done {
         manifest.note_preparation(record);
         observer.recorded(record);
-        trials += 1;
         infra_errors += usize::from(record.outcome == Outcome::InfraError);
     }
     drop(done);
@@ -340,6 +321,36 @@ async fn carry_out(
         interrupted: manifest.interrupted,
         leftovers,
     })
+}
+
+/// Where a run's workspaces go: `WORKDIR/deltabench-RUN-PID`. The pid keeps a resumed run's
+/// workspaces apart from what the dead run left.
+fn workspace_root(workdir: &Path, run_dir: &Path, pid: u32) -> PathBuf {
+    let run_id = run_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "run".into());
+    workdir.join(format!("deltabench-{}-{pid}", sanitize(&run_id)))
+}
+
+/// The plan's trials that `done` holds no record of, in the plan's order.
+fn still_to_run(plan: &Plan, done: &[TrialRecord]) -> Vec<TrialSpec> {
+    let recorded: HashSet<(&str, &str, u32)> = done
+        .iter()
+        .map(|r| (r.task.as_str(), r.agent.as_str(), r.trial))
+        .collect();
+    plan.trials
+        .iter()
+        .filter(|t| {
+            let key = (
+                plan.suite.tasks[t.task].id.as_str(),
+                t.agent.as_str(),
+                t.trial,
+            );
+            !recorded.contains(&key)
+        })
+        .cloned()
+        .collect()
 }
 
 /// What a run holds while it runs. Dropped before any trial started (an error preparing), it
@@ -927,4 +938,22 @@ fn sandbox_hidden(suite: &Suite, root: &Path, run_dir: &Path, cache: &Path) -> V
     hidden.sort();
     hidden.dedup();
     hidden
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workspace_root_names_the_run_and_the_process() {
+        let root = workspace_root(Path::new("/w"), Path::new("/runs/my run"), 42);
+        assert_eq!(
+            root,
+            Path::new("/w").join(format!("deltabench-{}-42", sanitize("my run")))
+        );
+        assert_eq!(
+            workspace_root(Path::new("/w"), Path::new("/"), 7),
+            Path::new("/w/deltabench-run-7")
+        );
+    }
 }

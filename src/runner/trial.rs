@@ -113,8 +113,13 @@ pub async fn run_trial(
 ) -> TrialRecord {
     let started = Instant::now();
     let task = &inputs.suite.tasks[spec.task];
-    let mut record =
-        TrialRecord::unscored(&task.id, &spec.agent, spec.trial, task.metric.name(), now());
+    let mut record = TrialRecord::unscored(
+        &task.id,
+        &spec.agent,
+        spec.trial,
+        (&task.metric).into(),
+        now(),
+    );
     record.unvalidated = !inputs.expected.contains_key(&task.id);
     if let Some(why) = inputs.environments.failed.get(&spec.task) {
         record.settle(settle(TrialFacts::broken(why.clone())));

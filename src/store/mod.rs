@@ -141,7 +141,7 @@ pub struct TrialRecord {
     pub outcome: Outcome,
     /// Null when the trial was not scored.
     pub score: Option<f64>,
-    pub metric: String,
+    pub metric: RecordedMetric,
     /// The agent's `CodingResult` status; null when no agent ran.
     pub status: Option<CodingStatus>,
     pub error: Option<CodingError>,
@@ -214,6 +214,62 @@ pub struct TrialRecord {
     pub unvalidated: bool,
 }
 
+/// The metric that scored a trial, as its record writes it: `delta`, `delta-token`,
+/// `exit-code` or `grader:COMMAND`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum RecordedMetric {
+    Delta,
+    DeltaToken,
+    ExitCode,
+    /// The grader's command.
+    Grader(String),
+}
+
+impl From<&crate::suite::MetricSpec> for RecordedMetric {
+    fn from(spec: &crate::suite::MetricSpec) -> Self {
+        use crate::suite::MetricSpec;
+        match spec {
+            MetricSpec::Delta => Self::Delta,
+            MetricSpec::DeltaToken => Self::DeltaToken,
+            MetricSpec::ExitCode => Self::ExitCode,
+            MetricSpec::Grader { command, .. } => Self::Grader(command.clone()),
+        }
+    }
+}
+
+impl From<RecordedMetric> for String {
+    fn from(metric: RecordedMetric) -> Self {
+        match metric {
+            RecordedMetric::Delta => "delta".into(),
+            RecordedMetric::DeltaToken => "delta-token".into(),
+            RecordedMetric::ExitCode => "exit-code".into(),
+            RecordedMetric::Grader(command) => format!("grader:{command}"),
+        }
+    }
+}
+
+/// A record's metric that names none of deltabench's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown metric {0:?}: expected delta, delta-token, exit-code or grader:COMMAND")]
+pub struct UnknownMetric(String);
+
+impl TryFrom<String> for RecordedMetric {
+    type Error = UnknownMetric;
+
+    fn try_from(name: String) -> Result<Self, Self::Error> {
+        match name.as_str() {
+            "delta" => Ok(Self::Delta),
+            "delta-token" => Ok(Self::DeltaToken),
+            "exit-code" => Ok(Self::ExitCode),
+            _ => match name.strip_prefix("grader:") {
+                Some(command) => Ok(Self::Grader(command.to_owned())),
+                None => Err(UnknownMetric(name)),
+            },
+        }
+    }
+}
+
 impl TrialRecord {
     /// The trial's key in a run: (task, agent, trial).
     pub fn key(&self) -> (&str, &str, u32) {
@@ -225,7 +281,7 @@ impl TrialRecord {
         task: &str,
         agent: &str,
         trial: u32,
-        metric: String,
+        metric: RecordedMetric,
         started_at: String,
     ) -> Self {
         Self {
@@ -744,6 +800,34 @@ mod tests {
             "agent_duration_ms": null, "phases": [], "started_at": "",
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn metric_keeps_its_json_name() {
+        use crate::suite::MetricSpec;
+        for (metric, name) in [
+            (RecordedMetric::Delta, "delta"),
+            (RecordedMetric::DeltaToken, "delta-token"),
+            (RecordedMetric::ExitCode, "exit-code"),
+            (
+                RecordedMetric::Grader("./grade.sh a".into()),
+                "grader:./grade.sh a",
+            ),
+        ] {
+            assert_eq!(serde_json::to_value(&metric).unwrap(), name);
+            assert_eq!(
+                serde_json::from_value::<RecordedMetric>(name.into()).unwrap(),
+                metric
+            );
+        }
+        for spec in [
+            MetricSpec::Delta,
+            MetricSpec::DeltaToken,
+            MetricSpec::ExitCode,
+        ] {
+            assert_eq!(String::from(RecordedMetric::from(&spec)), spec.name());
+        }
+        assert!(serde_json::from_value::<RecordedMetric>("pass-rate".into()).is_err());
     }
 
     #[test]

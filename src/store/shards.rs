@@ -67,34 +67,6 @@ pub fn resolve_auto(
     var: impl Fn(&str) -> Option<String>,
     total: Option<(u32, &str)>,
 ) -> Result<Shard, AutoShardError> {
-    let number = |name: &str| -> Result<Option<u32>, AutoShardError> {
-        match var(name) {
-            None => Ok(None),
-            Some(value) => value
-                .trim()
-                .parse::<u32>()
-                .map(Some)
-                .map_err(|_| AutoShardError::Bad {
-                    variable: name.into(),
-                    value,
-                    why: "not a whole number".into(),
-                }),
-        }
-    };
-    let in_range = |variable: String, value: String, shard: Shard| {
-        if shard.total > 0 && (1..=shard.total).contains(&shard.index) {
-            Ok(shard)
-        } else {
-            Err(AutoShardError::Bad {
-                variable,
-                value,
-                why: format!(
-                    "that is shard {}/{}, outside 1..{}",
-                    shard.index, shard.total, shard.total
-                ),
-            })
-        }
-    };
     let mut found: Vec<(String, Shard)> = Vec::new();
     if let Some(value) = var("DELTABENCH_SHARD") {
         let shard = value.parse::<Shard>().map_err(|e| AutoShardError::Bad {
@@ -104,58 +76,11 @@ pub fn resolve_auto(
         })?;
         found.push((format!("DELTABENCH_SHARD={value}"), shard));
     }
-    if let Some(id) = number("SLURM_ARRAY_TASK_ID")? {
-        let count = number("SLURM_ARRAY_TASK_COUNT")?;
-        let shard = match total {
-            Some((total, from)) => {
-                if let Some(count) = count.filter(|&c| c > total) {
-                    return Err(AutoShardError::Bad {
-                        variable: "SLURM_ARRAY_TASK_COUNT".into(),
-                        value: count.to_string(),
-                        why: format!("the array has more tasks than the {total} shards of {from}"),
-                    });
-                }
-                in_range(
-                    "SLURM_ARRAY_TASK_ID".into(),
-                    id.to_string(),
-                    Shard { index: id, total },
-                )
-                .map_err(|e| match e {
-                    AutoShardError::Bad {
-                        variable, value, ..
-                    } => AutoShardError::Bad {
-                        variable,
-                        value,
-                        why: format!(
-                            "with {from} giving {total} shards, the array's task ids must be 1..{total} (sbatch --array=1-{total})"
-                        ),
-                    },
-                    e => e,
-                })?
-            }
-            None => {
-                let min = number("SLURM_ARRAY_TASK_MIN")?;
-                let (Some(min), Some(count)) = (min, count) else {
-                    return Err(AutoShardError::Missing {
-                        variable: "SLURM_ARRAY_TASK_ID".into(),
-                        missing: "SLURM_ARRAY_TASK_MIN and SLURM_ARRAY_TASK_COUNT".into(),
-                        why: "run inside an sbatch --array job, or give the shard count with --shards N".into(),
-                    });
-                };
-                let index = id.saturating_add(1).saturating_sub(min);
-                in_range(
-                    "SLURM_ARRAY_TASK_ID".into(),
-                    id.to_string(),
-                    Shard {
-                        index,
-                        total: count,
-                    },
-                )?
-            }
-        };
+    if let Some(id) = env_number(&var, "SLURM_ARRAY_TASK_ID")? {
+        let shard = slurm_shard(&var, id, total)?;
         found.push((format!("SLURM_ARRAY_TASK_ID={id}"), shard));
     }
-    if let Some(index) = number("JOB_COMPLETION_INDEX")? {
+    if let Some(index) = env_number(&var, "JOB_COMPLETION_INDEX")? {
         let Some((total, _)) = total else {
             return Err(AutoShardError::Missing {
                 variable: "JOB_COMPLETION_INDEX".into(),
@@ -164,7 +89,7 @@ pub fn resolve_auto(
             });
         };
         let shard = in_range(
-            "JOB_COMPLETION_INDEX".into(),
+            "JOB_COMPLETION_INDEX",
             index.to_string(),
             Shard {
                 index: index + 1,
@@ -173,6 +98,100 @@ pub fn resolve_auto(
         )?;
         found.push((format!("JOB_COMPLETION_INDEX={index}"), shard));
     }
+    agreed(found)
+}
+
+/// The variable `name` as a whole number, if it is set.
+fn env_number(
+    var: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+) -> Result<Option<u32>, AutoShardError> {
+    match var(name) {
+        None => Ok(None),
+        Some(value) => value
+            .trim()
+            .parse::<u32>()
+            .map(Some)
+            .map_err(|_| AutoShardError::Bad {
+                variable: name.into(),
+                value,
+                why: "not a whole number".into(),
+            }),
+    }
+}
+
+/// `shard`, if its index is one of its total; else the error that `variable=value` named it.
+fn in_range(variable: &str, value: String, shard: Shard) -> Result<Shard, AutoShardError> {
+    if shard.total > 0 && (1..=shard.total).contains(&shard.index) {
+        Ok(shard)
+    } else {
+        Err(AutoShardError::Bad {
+            variable: variable.into(),
+            value,
+            why: format!(
+                "that is shard {}/{}, outside 1..{}",
+                shard.index, shard.total, shard.total
+            ),
+        })
+    }
+}
+
+/// The shard a Slurm array task `id` is: the id itself of a given count, else its place in the
+/// array (`SLURM_ARRAY_TASK_MIN`, `SLURM_ARRAY_TASK_COUNT`).
+fn slurm_shard(
+    var: &dyn Fn(&str) -> Option<String>,
+    id: u32,
+    total: Option<(u32, &str)>,
+) -> Result<Shard, AutoShardError> {
+    let count = env_number(var, "SLURM_ARRAY_TASK_COUNT")?;
+    let Some((total, from)) = total else {
+        let min = env_number(var, "SLURM_ARRAY_TASK_MIN")?;
+        let (Some(min), Some(count)) = (min, count) else {
+            return Err(AutoShardError::Missing {
+                variable: "SLURM_ARRAY_TASK_ID".into(),
+                missing: "SLURM_ARRAY_TASK_MIN and SLURM_ARRAY_TASK_COUNT".into(),
+                why: "run inside an sbatch --array job, or give the shard count with --shards N"
+                    .into(),
+            });
+        };
+        let index = id.saturating_add(1).saturating_sub(min);
+        return in_range(
+            "SLURM_ARRAY_TASK_ID",
+            id.to_string(),
+            Shard {
+                index,
+                total: count,
+            },
+        );
+    };
+    if let Some(count) = count.filter(|&c| c > total) {
+        return Err(AutoShardError::Bad {
+            variable: "SLURM_ARRAY_TASK_COUNT".into(),
+            value: count.to_string(),
+            why: format!("the array has more tasks than the {total} shards of {from}"),
+        });
+    }
+    in_range(
+        "SLURM_ARRAY_TASK_ID",
+        id.to_string(),
+        Shard { index: id, total },
+    )
+    .map_err(|e| match e {
+        AutoShardError::Bad {
+            variable, value, ..
+        } => AutoShardError::Bad {
+            variable,
+            value,
+            why: format!(
+                "with {from} giving {total} shards, the array's task ids must be 1..{total} (sbatch --array=1-{total})"
+            ),
+        },
+        e => e,
+    })
+}
+
+/// The one shard every source named, or the first two that disagree.
+fn agreed(found: Vec<(String, Shard)>) -> Result<Shard, AutoShardError> {
     let Some((first, shard)) = found.first().cloned() else {
         return Err(AutoShardError::Nothing);
     };

@@ -82,53 +82,62 @@ pub(super) fn pass_rate_chart(summaries: &[AgentSummary]) -> String {
             x0 = x(0.0),
             ty = cy - 8.0,
         );
-        let value_x = label_w + plot_w + 10.0;
-        match (s.pass_rate, s.interval) {
-            (Some(rate), Some((lo, hi))) => {
-                let infra = if s.infra_errors > 0 {
-                    format!(" \u{b7} {} infra", s.infra_errors)
-                } else {
-                    String::new()
-                };
-                let _ = write!(
-                    svg,
-                    "<rect class=\"bar\" data-agent=\"{agent}\" x=\"{x0:.1}\" y=\"{ty:.1}\" \
-                     width=\"{w:.1}\" height=\"16\" rx=\"3\" fill=\"{BAR}\"><title>{agent}: {passed} \
-                     of {scored} scored trials passed ({rate}); 95% CI {lo}\u{2013}{hi}</title>\
-                     </rect>\n<g class=\"whisker\" stroke=\"{INK}\" stroke-width=\"1.5\">\
-                     <line x1=\"{xl:.1}\" x2=\"{xh:.1}\" y1=\"{cy:.1}\" y2=\"{cy:.1}\"/>\
-                     <line x1=\"{xl:.1}\" x2=\"{xl:.1}\" y1=\"{c0:.1}\" y2=\"{c1:.1}\"/>\
-                     <line x1=\"{xh:.1}\" x2=\"{xh:.1}\" y1=\"{c0:.1}\" y2=\"{c1:.1}\"/></g>\n\
-                     <text x=\"{value_x:.1}\" y=\"{cy:.1}\" dy=\"-0.15em\" class=\"value\">{rate} \
-                     ({passed}/{scored}){infra}</text>\n<text x=\"{value_x:.1}\" y=\"{cy:.1}\" \
-                     dy=\"1.05em\" class=\"sub\">95% CI {lo}\u{2013}{hi}</text>\n",
-                    agent = esc(&s.agent),
-                    x0 = x(0.0),
-                    ty = cy - 8.0,
-                    w = rate * plot_w,
-                    passed = s.passed,
-                    scored = s.scored,
-                    rate = pct(rate),
-                    lo = pct(lo),
-                    hi = pct(hi),
-                    xl = x(lo),
-                    xh = x(hi),
-                    c0 = cy - 6.0,
-                    c1 = cy + 6.0,
-                );
-            }
-            _ => {
-                let _ = writeln!(
-                    svg,
-                    "<text x=\"{value_x:.1}\" y=\"{cy:.1}\" dy=\"0.35em\" class=\"sub\">no scored \
-                     trials ({} infra)</text>",
-                    s.infra_errors
-                );
-            }
-        }
+        svg.push_str(&rate_bar(s, cy, label_w, plot_w));
         svg.push_str("</g>\n");
     }
     svg.push_str("</svg>\n");
+    svg
+}
+
+/// An agent's bar, its interval's whisker and the figures beside them, its row centred on `cy`
+/// (or the note that it has no scored trials).
+fn rate_bar(s: &AgentSummary, cy: f64, label_w: f64, plot_w: f64) -> String {
+    let x = |v: f64| label_w + v * plot_w;
+    let value_x = label_w + plot_w + 10.0;
+    let mut svg = String::new();
+    match (s.pass_rate, s.interval) {
+        (Some(rate), Some((lo, hi))) => {
+            let infra = if s.infra_errors > 0 {
+                format!(" \u{b7} {} infra", s.infra_errors)
+            } else {
+                String::new()
+            };
+            let _ = write!(
+                svg,
+                "<rect class=\"bar\" data-agent=\"{agent}\" x=\"{x0:.1}\" y=\"{ty:.1}\" \
+                 width=\"{w:.1}\" height=\"16\" rx=\"3\" fill=\"{BAR}\"><title>{agent}: {passed} \
+                 of {scored} scored trials passed ({rate}); 95% CI {lo}\u{2013}{hi}</title>\
+                 </rect>\n<g class=\"whisker\" stroke=\"{INK}\" stroke-width=\"1.5\">\
+                 <line x1=\"{xl:.1}\" x2=\"{xh:.1}\" y1=\"{cy:.1}\" y2=\"{cy:.1}\"/>\
+                 <line x1=\"{xl:.1}\" x2=\"{xl:.1}\" y1=\"{c0:.1}\" y2=\"{c1:.1}\"/>\
+                 <line x1=\"{xh:.1}\" x2=\"{xh:.1}\" y1=\"{c0:.1}\" y2=\"{c1:.1}\"/></g>\n\
+                 <text x=\"{value_x:.1}\" y=\"{cy:.1}\" dy=\"-0.15em\" class=\"value\">{rate} \
+                 ({passed}/{scored}){infra}</text>\n<text x=\"{value_x:.1}\" y=\"{cy:.1}\" \
+                 dy=\"1.05em\" class=\"sub\">95% CI {lo}\u{2013}{hi}</text>\n",
+                agent = esc(&s.agent),
+                x0 = x(0.0),
+                ty = cy - 8.0,
+                w = rate * plot_w,
+                passed = s.passed,
+                scored = s.scored,
+                rate = pct(rate),
+                lo = pct(lo),
+                hi = pct(hi),
+                xl = x(lo),
+                xh = x(hi),
+                c0 = cy - 6.0,
+                c1 = cy + 6.0,
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                svg,
+                "<text x=\"{value_x:.1}\" y=\"{cy:.1}\" dy=\"0.35em\" class=\"sub\">no scored \
+                 trials ({} infra)</text>",
+                s.infra_errors
+            );
+        }
+    }
     svg
 }
 
@@ -163,113 +172,49 @@ fn dollars(value: f64, step: f64) -> String {
 /// Mean cost per trial against pass rate, with the pass rate's interval as a vertical whisker.
 /// Agents that reported no cost sit at $0 as hollow points; the returned note names them.
 pub(super) fn cost_scatter(agents: &[AgentData]) -> (String, String) {
-    let (width, height) = (480.0, 300.0);
-    let (left, right, top, bottom) = (64.0, 110.0, 14.0, 46.0);
-    let (plot_w, plot_h) = (width - left - right, height - top - bottom);
     let max_cost = agents
         .iter()
         .filter_map(|a| a.summary.mean_cost_usd)
         .fold(0.0, f64::max);
-    let (steps, step) = cost_axis(max_cost);
-    let x_max = step * f64::from(steps);
-    let x = |v: f64| left + v / x_max * plot_w;
-    let y = |v: f64| top + (1.0 - v) * plot_h;
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        "<svg id=\"cost-scatter\" viewBox=\"0 0 {width} {height}\" width=\"{width}\" \
-         height=\"{height}\" role=\"img\" aria-labelledby=\"cost-title\">\n<title \
-         id=\"cost-title\">Mean cost per trial against pass rate</title>\n"
-    );
-    for i in 0..=steps {
-        let v = step * f64::from(i);
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{px:.1}\" x2=\"{px:.1}\" y1=\"{top}\" y2=\"{b:.1}\" stroke=\"{GRID}\"/>\
-             <text x=\"{px:.1}\" y=\"{ty:.1}\" text-anchor=\"middle\" class=\"tick\">{}</text>",
-            dollars(v, step),
-            px = x(v),
-            b = top + plot_h,
-            ty = top + plot_h + 16.0,
-        );
-    }
-    for i in 0..=4 {
-        let r = f64::from(i) / 4.0;
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{left}\" x2=\"{r1:.1}\" y1=\"{py:.1}\" y2=\"{py:.1}\" stroke=\"{GRID}\"/>\
-             <text x=\"{tx:.1}\" y=\"{py:.1}\" dy=\"0.35em\" text-anchor=\"end\" \
-             class=\"tick\">{:.0}%</text>",
-            r * 100.0,
-            r1 = left + plot_w,
-            py = y(r),
-            tx = left - 6.0,
-        );
-    }
-    let _ = writeln!(
-        svg,
-        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" class=\"sub\">mean cost per trial \
-         (USD)</text><text transform=\"translate(14 {:.1}) rotate(-90)\" text-anchor=\"middle\" \
-         class=\"sub\">pass rate</text>",
-        left + plot_w / 2.0,
-        height - 8.0,
-        top + plot_h / 2.0
-    );
+    let frame = ScatterFrame::new(cost_axis(max_cost));
+    let mut svg = frame.axes();
     // Points drawn lowest first so a label that would collide moves down past the previous one.
     let mut points: Vec<(usize, &AgentData, f64, f64)> = agents
         .iter()
         .enumerate()
         .filter_map(|(i, a)| {
             let rate = a.summary.pass_rate?;
-            Some((i + 1, a, x(a.summary.mean_cost_usd.unwrap_or(0.0)), y(rate)))
+            Some((
+                i + 1,
+                a,
+                frame.x(a.summary.mean_cost_usd.unwrap_or(0.0)),
+                frame.y(rate),
+            ))
         })
         .collect();
     // A name that does not fit beside its point (matrix combinations) would be cut: number the
     // points instead, and name them in a key under the chart.
-    let label_w = right + 20.0;
+    let label_w = ScatterFrame::RIGHT + 20.0;
     let numbered = points
         .iter()
         .any(|(_, a, _, _)| fit(&a.summary.agent, label_w) != a.summary.agent);
     points.sort_by(|a, b| a.3.total_cmp(&b.3));
     let mut placed: Vec<(f64, f64)> = Vec::new();
-    for (number, agent, px, py) in &points {
-        let s = agent.summary;
-        if let Some((lo, hi)) = s.interval {
-            let _ = write!(
-                svg,
-                "<line class=\"whisker\" x1=\"{px:.1}\" x2=\"{px:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" \
-                 stroke=\"{MUTED}\" stroke-width=\"1.2\"/>",
-                y(lo),
-                y(hi)
-            );
-        }
-        let (fill, cost) = match agent.summary.mean_cost_usd {
-            Some(cost) => (BAR, format!("${cost:.4} per trial")),
-            None => ("#ffffff", "no cost reported".to_owned()),
-        };
-        let mut label_y = *py;
+    for &(number, agent, px, py) in &points {
+        let mut label_y = py;
         while placed
             .iter()
             .any(|(lx, ly)| (lx - px).abs() < 90.0 && (ly - label_y).abs() < 13.0)
         {
             label_y += 13.0;
         }
-        placed.push((*px, label_y));
-        let _ = writeln!(
-            svg,
-            "<circle class=\"point\" data-agent=\"{a}\" cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"5\" \
-             fill=\"{fill}\" stroke=\"{BAR}\" stroke-width=\"2\"><title>{a}: {rate}, {cost}\
-             </title></circle><text x=\"{lx:.1}\" y=\"{label_y:.1}\" dy=\"0.35em\">{label}</text>",
-            a = esc(&s.agent),
-            rate = pct(s.pass_rate.unwrap_or(0.0)),
-            cost = esc(&cost),
-            lx = px + 9.0,
-            label = if numbered {
-                number.to_string()
-            } else {
-                esc(&s.agent)
-            },
-        );
+        placed.push((px, label_y));
+        let label = if numbered {
+            number.to_string()
+        } else {
+            esc(&agent.summary.agent)
+        };
+        svg.push_str(&frame.point(agent.summary, (px, py), label_y, &label));
     }
     svg.push_str("</svg>\n");
     if numbered {
@@ -284,7 +229,122 @@ pub(super) fn cost_scatter(agents: &[AgentData]) -> (String, String) {
         }
         svg.push_str("</ol>\n");
     }
+    (svg, cost_note(agents))
+}
 
+/// The cost scatter's geometry: its plot area and the cost axis's `(steps, step)`.
+struct ScatterFrame {
+    steps: u32,
+    step: f64,
+    x_max: f64,
+}
+
+impl ScatterFrame {
+    const WIDTH: f64 = 480.0;
+    const HEIGHT: f64 = 300.0;
+    const LEFT: f64 = 64.0;
+    const RIGHT: f64 = 110.0;
+    const TOP: f64 = 14.0;
+    const BOTTOM: f64 = 46.0;
+    const PLOT_W: f64 = Self::WIDTH - Self::LEFT - Self::RIGHT;
+    const PLOT_H: f64 = Self::HEIGHT - Self::TOP - Self::BOTTOM;
+
+    fn new((steps, step): (u32, f64)) -> Self {
+        Self {
+            steps,
+            step,
+            x_max: step * f64::from(steps),
+        }
+    }
+
+    fn x(&self, cost: f64) -> f64 {
+        Self::LEFT + cost / self.x_max * Self::PLOT_W
+    }
+
+    fn y(&self, rate: f64) -> f64 {
+        Self::TOP + (1.0 - rate) * Self::PLOT_H
+    }
+
+    /// The opening `<svg>`, the grid with its dollar and percent ticks, and the axis titles.
+    fn axes(&self) -> String {
+        let (width, height, left, top) = (Self::WIDTH, Self::HEIGHT, Self::LEFT, Self::TOP);
+        let (plot_w, plot_h) = (Self::PLOT_W, Self::PLOT_H);
+        let mut svg = String::new();
+        let _ = write!(
+            svg,
+            "<svg id=\"cost-scatter\" viewBox=\"0 0 {width} {height}\" width=\"{width}\" \
+             height=\"{height}\" role=\"img\" aria-labelledby=\"cost-title\">\n<title \
+             id=\"cost-title\">Mean cost per trial against pass rate</title>\n"
+        );
+        for i in 0..=self.steps {
+            let v = self.step * f64::from(i);
+            let _ = writeln!(
+                svg,
+                "<line x1=\"{px:.1}\" x2=\"{px:.1}\" y1=\"{top}\" y2=\"{b:.1}\" stroke=\"{GRID}\"/>\
+                 <text x=\"{px:.1}\" y=\"{ty:.1}\" text-anchor=\"middle\" class=\"tick\">{}</text>",
+                dollars(v, self.step),
+                px = self.x(v),
+                b = top + plot_h,
+                ty = top + plot_h + 16.0,
+            );
+        }
+        for i in 0..=4 {
+            let r = f64::from(i) / 4.0;
+            let _ = writeln!(
+                svg,
+                "<line x1=\"{left}\" x2=\"{r1:.1}\" y1=\"{py:.1}\" y2=\"{py:.1}\" stroke=\"{GRID}\"/>\
+                 <text x=\"{tx:.1}\" y=\"{py:.1}\" dy=\"0.35em\" text-anchor=\"end\" \
+                 class=\"tick\">{:.0}%</text>",
+                r * 100.0,
+                r1 = left + plot_w,
+                py = self.y(r),
+                tx = left - 6.0,
+            );
+        }
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" class=\"sub\">mean cost per trial \
+             (USD)</text><text transform=\"translate(14 {:.1}) rotate(-90)\" text-anchor=\"middle\" \
+             class=\"sub\">pass rate</text>",
+            left + plot_w / 2.0,
+            height - 8.0,
+            top + plot_h / 2.0
+        );
+        svg
+    }
+
+    /// One agent's point at `(px, py)`, its whisker, and its label at `label_y`.
+    fn point(&self, s: &AgentSummary, (px, py): (f64, f64), label_y: f64, label: &str) -> String {
+        let mut svg = String::new();
+        if let Some((lo, hi)) = s.interval {
+            let _ = write!(
+                svg,
+                "<line class=\"whisker\" x1=\"{px:.1}\" x2=\"{px:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" \
+                 stroke=\"{MUTED}\" stroke-width=\"1.2\"/>",
+                self.y(lo),
+                self.y(hi)
+            );
+        }
+        let (fill, cost) = match s.mean_cost_usd {
+            Some(cost) => (BAR, format!("${cost:.4} per trial")),
+            None => ("#ffffff", "no cost reported".to_owned()),
+        };
+        let _ = writeln!(
+            svg,
+            "<circle class=\"point\" data-agent=\"{a}\" cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"5\" \
+             fill=\"{fill}\" stroke=\"{BAR}\" stroke-width=\"2\"><title>{a}: {rate}, {cost}\
+             </title></circle><text x=\"{lx:.1}\" y=\"{label_y:.1}\" dy=\"0.35em\">{label}</text>",
+            a = esc(&s.agent),
+            rate = pct(s.pass_rate.unwrap_or(0.0)),
+            cost = esc(&cost),
+            lx = px + 9.0,
+        );
+        svg
+    }
+}
+
+/// The note under the scatter: the agents drawn hollow at $0, and those not drawn at all.
+fn cost_note(agents: &[AgentData]) -> String {
     let no_cost: Vec<&str> = agents
         .iter()
         .filter(|a| a.summary.mean_cost_usd.is_none())
@@ -310,7 +370,7 @@ pub(super) fn cost_scatter(agents: &[AgentData]) -> (String, String) {
             unscored.join(", ")
         );
     }
-    (svg, note.trim().to_owned())
+    note.trim().to_owned()
 }
 
 #[cfg(test)]

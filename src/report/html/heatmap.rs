@@ -55,26 +55,14 @@ fn heat_colour(fraction: f64) -> String {
 /// The task x agent grid; a corner triangle marks cells with infra errors, hatching cells
 /// where nothing could be scored.
 pub(super) fn heatmap(run: &StoredRun, tasks: &[&str], agents: &[&str]) -> String {
-    let label_w = label_width(tasks.iter().copied(), 80.0, 320.0);
-    // Column names that do not fit across a column (matrix combinations) are written whole,
-    // slanted up to the right.
-    let needed = label_width(agents.iter().copied(), 72.0, f64::MAX);
-    let slanted = needed > 150.0;
-    let col_w = if slanted { 84.0 } else { needed };
-    // Bold capitals run wider than the 7px a character `label_width` assumes.
-    let longest = agents.iter().map(|a| a.chars().count()).max().unwrap_or(0) as f64 * 8.0;
-    let (cos, sin) = (SLANT.to_radians().cos(), SLANT.to_radians().sin());
-    let (cell_h, legend_h) = (30.0, 44.0);
-    let header_h = if slanted { longest * sin + 20.0 } else { 28.0 };
-    // Wide enough for the grid, the slanted names that overhang it, and the legend under it.
-    let overhang = if slanted {
-        (longest * cos - col_w / 2.0).max(0.0)
-    } else {
-        0.0
-    };
-    let width = (label_w + col_w * agents.len() as f64 + 8.0 + overhang).max(label_w + 400.0);
-    let grid_h = cell_h * tasks.len() as f64;
-    let height = header_h + grid_h + legend_h;
+    let grid = Layout::new(tasks, agents);
+    let Layout {
+        label_w,
+        cell_h,
+        header_h,
+        ..
+    } = grid;
+    let (width, height) = (grid.width, grid.height);
     let mut svg = String::new();
     let _ = write!(
         svg,
@@ -91,23 +79,7 @@ pub(super) fn heatmap(run: &StoredRun, tasks: &[&str], agents: &[&str]) -> Strin
         heat_colour(0.5),
         heat_colour(1.0)
     );
-    for (j, agent) in agents.iter().enumerate() {
-        let (x, y) = (label_w + col_w * (j as f64 + 0.5), header_h - 10.0);
-        if slanted {
-            let _ = writeln!(
-                svg,
-                "<text x=\"{x:.1}\" y=\"{y:.1}\" transform=\"rotate(-{SLANT} {x:.1} {y:.1})\" \
-                 class=\"col\">{}</text>",
-                esc(agent)
-            );
-        } else {
-            let _ = writeln!(
-                svg,
-                "<text x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"middle\" class=\"col\">{}</text>",
-                esc(agent)
-            );
-        }
-    }
+    svg.push_str(&grid.column_names(agents));
     for (i, task) in tasks.iter().enumerate() {
         let y = header_h + cell_h * i as f64;
         let _ = writeln!(
@@ -118,87 +90,171 @@ pub(super) fn heatmap(run: &StoredRun, tasks: &[&str], agents: &[&str]) -> Strin
             esc(&fit(task, label_w))
         );
         for (j, agent) in agents.iter().enumerate() {
-            let x = label_w + col_w * j as f64;
-            let c = cell(run, task, agent);
-            let infra = c.trials - c.scored;
-            let (fill, label) = if c.scored > 0 {
-                (
-                    heat_colour(c.passed as f64 / c.scored as f64),
-                    format!("{}/{}", c.passed, c.scored),
-                )
-            } else if c.trials > 0 {
-                ("#e4e7eb".to_owned(), "infra".to_owned())
-            } else {
-                ("#ffffff".to_owned(), "\u{2013}".to_owned())
-            };
-            let mut title = format!(
-                "{task} / {agent}: {} of {} scored trials passed",
-                c.passed, c.scored
-            );
-            if infra > 0 {
-                let _ = write!(title, "; {infra} infra error(s), not scored");
-            }
-            let _ = write!(
-                svg,
-                "<g class=\"cell\" data-task=\"{t}\" data-agent=\"{a}\" data-passed=\"{p}\" \
-                 data-scored=\"{s}\" data-infra=\"{infra}\"><title>{title}</title>\
-                 <rect class=\"fill\" x=\"{x1:.1}\" y=\"{y1:.1}\" width=\"{w:.1}\" \
-                 height=\"{h:.1}\" rx=\"3\" fill=\"{fill}\" stroke=\"{GRID}\"/>",
-                t = esc(task),
-                a = esc(agent),
-                p = c.passed,
-                s = c.scored,
-                title = esc(&title),
-                x1 = x + 1.0,
-                y1 = y + 1.0,
-                w = col_w - 2.0,
-                h = cell_h - 2.0,
-            );
-            if c.scored == 0 && c.trials > 0 {
-                let _ = write!(
-                    svg,
-                    "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" rx=\"3\" \
-                     fill=\"url(#hatch)\"/>",
-                    x + 1.0,
-                    y + 1.0,
-                    col_w - 2.0,
-                    cell_h - 2.0
-                );
-            }
-            if infra > 0 {
-                let _ = write!(
-                    svg,
-                    "<path class=\"infra-mark\" d=\"M{:.1} {:.1}h11v11z\" fill=\"{INK}\"/>",
-                    x + col_w - 12.0,
-                    y + 1.0
-                );
-            }
-            let _ = writeln!(
-                svg,
-                "<text x=\"{:.1}\" y=\"{:.1}\" dy=\"0.35em\" text-anchor=\"middle\">{label}</text>\
-                 </g>",
-                x + col_w / 2.0,
-                y + cell_h / 2.0
-            );
+            let x = label_w + grid.col_w * j as f64;
+            svg.push_str(&grid.cell(&cell(run, task, agent), task, agent, (x, y)));
         }
     }
-    let ly = header_h + grid_h + 16.0;
-    let lx = label_w;
-    let _ = writeln!(
-        svg,
-        "<g class=\"legend\"><text x=\"{l0:.1}\" y=\"{ty:.1}\" text-anchor=\"end\" \
-         class=\"sub\">0%</text><rect x=\"{lx:.1}\" y=\"{ly:.1}\" width=\"120\" height=\"10\" \
-         fill=\"url(#heat-scale)\" stroke=\"{GRID}\"/><text x=\"{l1:.1}\" y=\"{ty:.1}\" \
-         class=\"sub\">100% passed</text><path d=\"M{m0:.1} {ly:.1}h11v11z\" fill=\"{INK}\"/>\
-         <text x=\"{m1:.1}\" y=\"{ty:.1}\" class=\"sub\">infra errors (not scored)</text></g>",
-        l0 = lx - 4.0,
-        l1 = lx + 124.0,
-        ty = ly + 9.0,
-        m0 = lx + 210.0,
-        m1 = lx + 226.0,
-    );
+    svg.push_str(&grid.legend());
     svg.push_str("</svg>\n");
     svg
+}
+
+/// Where the heat map's parts go, from the lengths of its task and agent names.
+struct Layout {
+    label_w: f64,
+    col_w: f64,
+    /// Column names too long to lie flat are slanted up to the right.
+    slanted: bool,
+    cell_h: f64,
+    header_h: f64,
+    grid_h: f64,
+    width: f64,
+    height: f64,
+}
+
+impl Layout {
+    fn new(tasks: &[&str], agents: &[&str]) -> Self {
+        let label_w = label_width(tasks.iter().copied(), 80.0, 320.0);
+        // Column names that do not fit across a column (matrix combinations) are written whole,
+        // slanted up to the right.
+        let needed = label_width(agents.iter().copied(), 72.0, f64::MAX);
+        let slanted = needed > 150.0;
+        let col_w = if slanted { 84.0 } else { needed };
+        // Bold capitals run wider than the 7px a character `label_width` assumes.
+        let longest = agents.iter().map(|a| a.chars().count()).max().unwrap_or(0) as f64 * 8.0;
+        let (cos, sin) = (SLANT.to_radians().cos(), SLANT.to_radians().sin());
+        let (cell_h, legend_h) = (30.0, 44.0);
+        let header_h = if slanted { longest * sin + 20.0 } else { 28.0 };
+        // Wide enough for the grid, the slanted names that overhang it, and the legend under it.
+        let overhang = if slanted {
+            (longest * cos - col_w / 2.0).max(0.0)
+        } else {
+            0.0
+        };
+        let width = (label_w + col_w * agents.len() as f64 + 8.0 + overhang).max(label_w + 400.0);
+        let grid_h = cell_h * tasks.len() as f64;
+        Self {
+            label_w,
+            col_w,
+            slanted,
+            cell_h,
+            header_h,
+            grid_h,
+            width,
+            height: header_h + grid_h + legend_h,
+        }
+    }
+
+    /// The agents' names over their columns.
+    fn column_names(&self, agents: &[&str]) -> String {
+        let mut svg = String::new();
+        for (j, agent) in agents.iter().enumerate() {
+            let (x, y) = (
+                self.label_w + self.col_w * (j as f64 + 0.5),
+                self.header_h - 10.0,
+            );
+            if self.slanted {
+                let _ = writeln!(
+                    svg,
+                    "<text x=\"{x:.1}\" y=\"{y:.1}\" transform=\"rotate(-{SLANT} {x:.1} {y:.1})\" \
+                     class=\"col\">{}</text>",
+                    esc(agent)
+                );
+            } else {
+                let _ = writeln!(
+                    svg,
+                    "<text x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"middle\" class=\"col\">{}</text>",
+                    esc(agent)
+                );
+            }
+        }
+        svg
+    }
+
+    /// One (task, agent) cell with its top-left corner at `(x, y)`.
+    fn cell(&self, c: &Cell, task: &str, agent: &str, (x, y): (f64, f64)) -> String {
+        let (col_w, cell_h) = (self.col_w, self.cell_h);
+        let infra = c.trials - c.scored;
+        let (fill, label) = if c.scored > 0 {
+            (
+                heat_colour(c.passed as f64 / c.scored as f64),
+                format!("{}/{}", c.passed, c.scored),
+            )
+        } else if c.trials > 0 {
+            ("#e4e7eb".to_owned(), "infra".to_owned())
+        } else {
+            ("#ffffff".to_owned(), "\u{2013}".to_owned())
+        };
+        let mut title = format!(
+            "{task} / {agent}: {} of {} scored trials passed",
+            c.passed, c.scored
+        );
+        if infra > 0 {
+            let _ = write!(title, "; {infra} infra error(s), not scored");
+        }
+        let mut svg = String::new();
+        let _ = write!(
+            svg,
+            "<g class=\"cell\" data-task=\"{t}\" data-agent=\"{a}\" data-passed=\"{p}\" \
+             data-scored=\"{s}\" data-infra=\"{infra}\"><title>{title}</title>\
+             <rect class=\"fill\" x=\"{x1:.1}\" y=\"{y1:.1}\" width=\"{w:.1}\" \
+             height=\"{h:.1}\" rx=\"3\" fill=\"{fill}\" stroke=\"{GRID}\"/>",
+            t = esc(task),
+            a = esc(agent),
+            p = c.passed,
+            s = c.scored,
+            title = esc(&title),
+            x1 = x + 1.0,
+            y1 = y + 1.0,
+            w = col_w - 2.0,
+            h = cell_h - 2.0,
+        );
+        if c.scored == 0 && c.trials > 0 {
+            let _ = write!(
+                svg,
+                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" rx=\"3\" \
+                 fill=\"url(#hatch)\"/>",
+                x + 1.0,
+                y + 1.0,
+                col_w - 2.0,
+                cell_h - 2.0
+            );
+        }
+        if infra > 0 {
+            let _ = write!(
+                svg,
+                "<path class=\"infra-mark\" d=\"M{:.1} {:.1}h11v11z\" fill=\"{INK}\"/>",
+                x + col_w - 12.0,
+                y + 1.0
+            );
+        }
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\" dy=\"0.35em\" text-anchor=\"middle\">{label}</text>\
+             </g>",
+            x + col_w / 2.0,
+            y + cell_h / 2.0
+        );
+        svg
+    }
+
+    /// The colour scale and the infra mark, under the grid.
+    fn legend(&self) -> String {
+        let ly = self.header_h + self.grid_h + 16.0;
+        let lx = self.label_w;
+        format!(
+            "<g class=\"legend\"><text x=\"{l0:.1}\" y=\"{ty:.1}\" text-anchor=\"end\" \
+             class=\"sub\">0%</text><rect x=\"{lx:.1}\" y=\"{ly:.1}\" width=\"120\" height=\"10\" \
+             fill=\"url(#heat-scale)\" stroke=\"{GRID}\"/><text x=\"{l1:.1}\" y=\"{ty:.1}\" \
+             class=\"sub\">100% passed</text><path d=\"M{m0:.1} {ly:.1}h11v11z\" fill=\"{INK}\"/>\
+             <text x=\"{m1:.1}\" y=\"{ty:.1}\" class=\"sub\">infra errors (not scored)</text></g>\n",
+            l0 = lx - 4.0,
+            l1 = lx + 124.0,
+            ty = ly + 9.0,
+            m0 = lx + 210.0,
+            m1 = lx + 226.0,
+        )
+    }
 }
 
 #[cfg(test)]

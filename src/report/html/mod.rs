@@ -49,88 +49,16 @@ pub fn html(
     options: &HtmlOptions,
 ) -> Result<String, serde_json::Error> {
     let tasks = task_order(run);
-    let mut trials: Vec<&TrialRecord> = run.trials.iter().collect();
-    let agent_position = |agent: &str| summaries.iter().position(|s| s.agent == agent);
-    trials.sort_by_key(|r| {
-        (
-            task_position(run, &r.task),
-            r.task.as_str(),
-            agent_position(&r.agent),
-            r.trial,
-        )
-    });
+    let trials = trial_order(run, summaries);
     let data = Data::new(run, summaries, &tasks, &trials);
     let blob = data.script_json()?;
 
     let names: Vec<&str> = summaries.iter().map(|s| s.agent.as_str()).collect();
-    let when = run_date(&run.manifest.started_at);
     let mut out = String::with_capacity(blob.len() + 64 * 1024);
-    let _ = write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
-         style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n\
-         <title>deltabench: {suite}, {when}</title>\n<style>\n{CSS}</style>\n</head>\n<body>\n\
-         <header>\n<h1>deltabench: {suite}</h1>\n<p class=\"meta\">{meta}</p>\n",
-        suite = esc(&run.manifest.suite),
-        when = esc(&when),
-        meta = esc(&meta_line(run, &when, names.len(), tasks.len())),
-    );
-    if run.manifest.interrupted {
-        let _ = writeln!(
-            out,
-            "<p class=\"banner\">This run was interrupted: {} of {} planned trials were \
-             recorded.</p>",
-            run.trials.len(),
-            run.manifest.planned_trials
-        );
-    }
-    let flaky = super::flaky_tasks(run);
-    if !flaky.is_empty() {
-        let _ = writeln!(
-            out,
-            "<p class=\"banner\" id=\"flaky\">Flaky tasks (the lock's <code>validate --repeat</code>; \
-             gates leave them out unless --include-flaky): {}</p>",
-            esc(&super::flaky_list(&flaky))
-        );
-    }
-    let unvalidated = super::unvalidated_tasks(run);
-    if !unvalidated.is_empty() {
-        let _ = writeln!(
-            out,
-            "<p class=\"banner\" id=\"unvalidated\">Tasks {}: {}</p>",
-            esc(super::UNVALIDATED_NOTE),
-            esc(&unvalidated.join(", "))
-        );
-    }
+    out.push_str(&head(run, names.len(), tasks.len()));
+    out.push_str(&banners(run));
     out.push_str("</header>\n<main>\n<div class=\"grid\">\n");
-    let has_cost = data
-        .agents
-        .iter()
-        .any(|a| a.summary.mean_cost_usd.is_some());
-    let _ = write!(
-        out,
-        "<section class=\"panel\">\n<h2>Pass rate per agent</h2>\n<p class=\"note\">Scored \
-         trials only; whiskers are 95% intervals (Wilson for one trial per task, task-clustered for several).</p>\n{}{}</section>\n",
-        pass_rate_chart(summaries),
-        if has_cost {
-            ""
-        } else {
-            "<p class=\"note\" id=\"no-cost\">No agent reported a cost, so there is no cost \
-             chart.</p>\n"
-        }
-    );
-    if has_cost {
-        let (scatter, scatter_note) = cost_scatter(&data.agents);
-        let _ = write!(
-            out,
-            "<section class=\"panel\">\n<h2>Cost vs pass rate</h2>\n<p class=\"note\">Mean cost \
-             per trial over the trials that reported one.</p>\n{scatter}<p class=\"note\" \
-             id=\"cost-note\">{}</p>\n</section>\n",
-            esc(&scatter_note)
-        );
-    }
+    out.push_str(&chart_panels(summaries, &data));
     out.push_str("</div>\n");
     let _ = write!(
         out,
@@ -161,17 +89,7 @@ pub fn html(
          </section>\n",
         heatmap(run, &tasks, &names)
     );
-    let prepared = crate::report::preparation_lines(run, "");
-    if !prepared.is_empty() {
-        let mut lines = prepared.trim().lines();
-        let head = lines.next().unwrap_or_default().trim_end_matches(':');
-        let items: String = lines.map(|l| format!("<li>{}</li>", esc(l))).collect();
-        let _ = write!(
-            out,
-            "<section class=\"panel\" id=\"preparation\">\n<h2>Preparation</h2>\n<p class=\"note\">{}.</p>\n<ul>{items}</ul>\n</section>\n",
-            esc(head)
-        );
-    }
+    out.push_str(&preparation_section(run));
     out.push_str(
         "<section class=\"panel\" id=\"trial-detail\">\n<h2>Trial \
          details</h2>\n<p class=\"note\">Select a heat-map cell or a row of the trial list to \
@@ -189,6 +107,116 @@ pub fn html(
          <script>\n{JS}</script>\n</body>\n</html>\n"
     );
     Ok(out)
+}
+
+/// The run's trials in the page's order: by task as the suite lists them, then by agent as the
+/// summaries do, then by trial number.
+fn trial_order<'a>(run: &'a StoredRun, summaries: &[AgentSummary]) -> Vec<&'a TrialRecord> {
+    let mut trials: Vec<&TrialRecord> = run.trials.iter().collect();
+    let agent_position = |agent: &str| summaries.iter().position(|s| s.agent == agent);
+    trials.sort_by_key(|r| {
+        (
+            task_position(run, &r.task),
+            r.task.as_str(),
+            agent_position(&r.agent),
+            r.trial,
+        )
+    });
+    trials
+}
+
+/// The document's head, with its stylesheet and policy, and the header's title and meta line.
+fn head(run: &StoredRun, agents: usize, tasks: usize) -> String {
+    let when = run_date(&run.manifest.started_at);
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
+         style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n\
+         <title>deltabench: {suite}, {when}</title>\n<style>\n{CSS}</style>\n</head>\n<body>\n\
+         <header>\n<h1>deltabench: {suite}</h1>\n<p class=\"meta\">{meta}</p>\n",
+        suite = esc(&run.manifest.suite),
+        when = esc(&when),
+        meta = esc(&meta_line(run, &when, agents, tasks)),
+    )
+}
+
+/// The header's warnings: an interrupted run, flaky tasks, tasks never validated.
+fn banners(run: &StoredRun) -> String {
+    let mut out = String::new();
+    if run.manifest.interrupted {
+        let _ = writeln!(
+            out,
+            "<p class=\"banner\">This run was interrupted: {} of {} planned trials were \
+             recorded.</p>",
+            run.trials.len(),
+            run.manifest.planned_trials
+        );
+    }
+    let flaky = super::flaky_tasks(run);
+    if !flaky.is_empty() {
+        let _ = writeln!(
+            out,
+            "<p class=\"banner\" id=\"flaky\">Flaky tasks (the lock's <code>validate --repeat</code>; \
+             gates leave them out unless --include-flaky): {}</p>",
+            esc(&super::flaky_list(&flaky))
+        );
+    }
+    let unvalidated = super::unvalidated_tasks(run);
+    if !unvalidated.is_empty() {
+        let _ = writeln!(
+            out,
+            "<p class=\"banner\" id=\"unvalidated\">Tasks {}: {}</p>",
+            esc(super::UNVALIDATED_NOTE),
+            esc(&unvalidated.join(", "))
+        );
+    }
+    out
+}
+
+/// The pass-rate panel and, when some agent reported a cost, the cost scatter's.
+fn chart_panels(summaries: &[AgentSummary], data: &Data) -> String {
+    let has_cost = data
+        .agents
+        .iter()
+        .any(|a| a.summary.mean_cost_usd.is_some());
+    let mut out = format!(
+        "<section class=\"panel\">\n<h2>Pass rate per agent</h2>\n<p class=\"note\">Scored \
+         trials only; whiskers are 95% intervals (Wilson for one trial per task, task-clustered for several).</p>\n{}{}</section>\n",
+        pass_rate_chart(summaries),
+        if has_cost {
+            ""
+        } else {
+            "<p class=\"note\" id=\"no-cost\">No agent reported a cost, so there is no cost \
+             chart.</p>\n"
+        }
+    );
+    if has_cost {
+        let (scatter, scatter_note) = cost_scatter(&data.agents);
+        let _ = write!(
+            out,
+            "<section class=\"panel\">\n<h2>Cost vs pass rate</h2>\n<p class=\"note\">Mean cost \
+             per trial over the trials that reported one.</p>\n{scatter}<p class=\"note\" \
+             id=\"cost-note\">{}</p>\n</section>\n",
+            esc(&scatter_note)
+        );
+    }
+    out
+}
+
+/// What preparing each task cost beside its trials, when anything was prepared.
+fn preparation_section(run: &StoredRun) -> String {
+    let prepared = crate::report::preparation_lines(run, "");
+    if prepared.is_empty() {
+        return String::new();
+    }
+    let mut lines = prepared.trim().lines();
+    let head = lines.next().unwrap_or_default().trim_end_matches(':');
+    let items: String = lines.map(|l| format!("<li>{}</li>", esc(l))).collect();
+    format!(
+        "<section class=\"panel\" id=\"preparation\">\n<h2>Preparation</h2>\n<p class=\"note\">{}.</p>\n<ul>{items}</ul>\n</section>\n",
+        esc(head)
+    )
 }
 
 fn run_date(started_at: &str) -> String {
