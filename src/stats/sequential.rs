@@ -499,7 +499,7 @@ mod tests {
                     &format!("t{task}"),
                     agent,
                     trial,
-                    "delta".into(),
+                    crate::store::RecordedMetric::Delta,
                     String::new(),
                 );
                 record.outcome = if fails(task, trial) {
