@@ -403,8 +403,9 @@ pub fn stage(
             || relative.is_empty()
             || target.is_dir();
         for source in &step.sources {
-            let matches = expand(context, source)
-                .map_err(|why| StageError::Unsupported(unsupported(&step.line, &why)))?;
+            let matches = expand(context, source).map_err(|why| {
+                StageError::Unsupported(unsupported(&step.line, &why.to_string()))
+            })?;
             for path in matches {
                 let from = context.join(&path);
                 let top = path.as_os_str().is_empty();
@@ -441,15 +442,28 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StageError + '_ {
     }
 }
 
+/// Why a COPY source names no file of the build context.
+#[derive(Debug, thiserror::Error)]
+enum SourceError {
+    #[error("source '{0}' leaves the build context")]
+    LeavesContext(String),
+    #[error("source '{0}' is not in the build context")]
+    NotInContext(String),
+    #[error("source '{0}': {1}")]
+    Unreadable(String, io::Error),
+    #[error("source '{0}' matches nothing in the build context")]
+    MatchesNothing(String),
+}
+
 /// The context paths a COPY source names: itself, or the matches of a wildcard in its last
 /// component. Paths leaving the context are refused.
-fn expand(context: &Path, source: &str) -> Result<Vec<PathBuf>, String> {
+fn expand(context: &Path, source: &str) -> Result<Vec<PathBuf>, SourceError> {
     let mut clean = PathBuf::new();
     for component in Path::new(source.trim_start_matches('/')).components() {
         match component {
             Component::Normal(part) => clean.push(part),
             Component::CurDir | Component::RootDir => {}
-            _ => return Err(format!("source '{source}' leaves the build context")),
+            _ => return Err(SourceError::LeavesContext(source.to_owned())),
         }
     }
     let name = clean
@@ -460,21 +474,19 @@ fn expand(context: &Path, source: &str) -> Result<Vec<PathBuf>, String> {
         return if context.join(&clean).exists() {
             Ok(vec![clean])
         } else {
-            Err(format!("source '{source}' is not in the build context"))
+            Err(SourceError::NotInContext(source.to_owned()))
         };
     }
     let dir = clean.parent().map(Path::to_owned).unwrap_or_default();
     let mut found: Vec<PathBuf> = fs::read_dir(context.join(&dir))
-        .map_err(|e| format!("source '{source}': {e}"))?
+        .map_err(|e| SourceError::Unreadable(source.to_owned(), e))?
         .flatten()
         .filter(|entry| wildcard(&name, &entry.file_name().to_string_lossy()))
         .map(|entry| dir.join(entry.file_name()))
         .collect();
     found.sort();
     if found.is_empty() {
-        return Err(format!(
-            "source '{source}' matches nothing in the build context"
-        ));
+        return Err(SourceError::MatchesNothing(source.to_owned()));
     }
     Ok(found)
 }
