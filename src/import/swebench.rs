@@ -207,7 +207,7 @@ fn chosen_rows(
 
 /// The note saying how to clone the repositories that have no usable clone, if any.
 fn missing_clones(
-    clones: &IndexMap<String, Result<PathBuf, String>>,
+    clones: &IndexMap<String, Result<PathBuf, CloneError>>,
     repos_dir: &Path,
     options: &ImportOptions,
 ) -> Option<String> {
@@ -988,8 +988,8 @@ async fn clones<'a>(
     repos: impl Iterator<Item = &'a String>,
     dir: &Path,
     options: &ImportOptions,
-) -> IndexMap<String, Result<PathBuf, String>> {
-    let mut found: IndexMap<String, Option<Result<PathBuf, String>>> = repos
+) -> IndexMap<String, Result<PathBuf, CloneError>> {
+    let mut found: IndexMap<String, Option<Result<PathBuf, CloneError>>> = repos
         .map(|repo| (repo.clone(), existing_clone(repo, dir)))
         .collect();
     let absent: Vec<&str> = found
@@ -1016,15 +1016,14 @@ async fn clones<'a>(
             continue;
         }
         *clone = Some(if options.repos.is_some() {
-            Err(format!(
-                "neither {} nor {} exists",
-                dir.join(repo.replace('/', "__")).display(),
-                dir.join(repo.as_str()).display()
-            ))
+            Err(CloneError::Absent {
+                flat: dir.join(repo.replace('/', "__")),
+                nested: dir.join(repo.as_str()),
+            })
         } else {
             local_clone(repo, dir, &*options.progress)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(CloneError::from)
         });
     }
     found
@@ -1035,18 +1034,28 @@ async fn clones<'a>(
 
 /// The clone of `repo` already under `repos` (`owner__name` or `owner/name`), or why it cannot
 /// be used; `None` when there is none.
-fn existing_clone(repo: &str, repos: &Path) -> Option<Result<PathBuf, String>> {
+fn existing_clone(repo: &str, repos: &Path) -> Option<Result<PathBuf, CloneError>> {
     let flat = repos.join(repo.replace('/', "__"));
     let nested = repos.join(repo);
     let candidate = [flat, nested].into_iter().find(|c| c.exists())?;
     Some(match git2::Repository::open(&candidate) {
         Ok(_) => Ok(candidate.canonicalize().unwrap_or(candidate)),
-        Err(err) => Err(format!(
-            "{} is not a git repository: {}",
-            candidate.display(),
-            err.message()
-        )),
+        Err(err) => Err(CloneError::NotARepository {
+            message: err.message().to_owned(),
+            path: candidate,
+        }),
     })
+}
+
+/// Why a repository has no usable clone.
+#[derive(Debug, thiserror::Error)]
+enum CloneError {
+    #[error("{} is not a git repository: {message}", path.display())]
+    NotARepository { path: PathBuf, message: String },
+    #[error("neither {} nor {} exists", flat.display(), nested.display())]
+    Absent { flat: PathBuf, nested: PathBuf },
+    #[error(transparent)]
+    Cloning(#[from] ImportError),
 }
 
 /// The local clone of `repo` (`owner/name`) under `repos`: `owner__name` or `owner/name`, or a
