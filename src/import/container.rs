@@ -137,59 +137,116 @@ pub async fn import(
         path: std::env::temp_dir(),
         source,
     })?;
-    let mut imported = Imported::default();
-    let mut repo = BaseRepo::create(&staging.join(REPO))?;
-    let mut ids = Ids::default();
-    let mut suite = SuiteFile {
-        name: name.to_owned(),
-        description: format!(
-            "{} tasks imported from {}",
-            options.format,
-            options.source.display()
-        ),
-        repo: REPO.to_owned(),
-        origin: format!(
-            "deltabench import {} {}",
-            options.format,
-            options.source.display()
-        ),
-        tasks: Vec::new(),
+    let mut run = Run {
+        options,
+        staging,
+        scratch: scratch.path(),
+        imported: Imported::default(),
+        repo: BaseRepo::create(&staging.join(REPO))?,
+        ids: Ids::default(),
+        suite: suite_file(options, name),
+        without_reference: 0,
+        built: 0,
     };
-    let mut without_reference = 0;
-    let mut built = 0;
     for dir in dirs {
-        let read = match options.format {
-            Format::Harbor => read_harbor(&dir)?,
-            _ => read_terminal_bench(&dir)?,
+        run.add(&dir).await?;
+    }
+    run.finish()
+}
+
+/// The suite file of the import, without its tasks yet.
+fn suite_file(options: &ImportOptions, name: &str) -> SuiteFile {
+    let source = options.source.display();
+    SuiteFile {
+        name: name.to_owned(),
+        description: format!("{} tasks imported from {source}", options.format),
+        repo: REPO.to_owned(),
+        origin: format!("deltabench import {} {source}", options.format),
+        tasks: Vec::new(),
+    }
+}
+
+/// An import under way: what was imported so far, and where it goes.
+struct Run<'a> {
+    options: &'a ImportOptions,
+    staging: &'a Path,
+    /// Where each task's starting files are staged.
+    scratch: &'a Path,
+    imported: Imported,
+    repo: BaseRepo,
+    ids: Ids,
+    suite: SuiteFile,
+    /// Tasks with a solution script and no reference patch.
+    without_reference: usize,
+    /// Tasks that run in a container built from their Dockerfile.
+    built: usize,
+}
+
+impl Run<'_> {
+    /// One task folder, read, staged and written into the suite; or skipped, with why.
+    async fn add(&mut self, dir: &Path) -> Result<(), ImportError> {
+        let read = match self.options.format {
+            Format::Harbor => read_harbor(dir)?,
+            _ => read_terminal_bench(dir)?,
         };
         let task = match read {
             Ok(task) => task,
             Err((name, reason)) => {
-                imported.skip(name, reason);
-                continue;
+                self.imported.skip(name, reason);
+                return Ok(());
             }
         };
         let env = match environment(&task)? {
             Ok(env) => env,
             Err(reason) => {
-                imported.skip(&task.name, reason);
-                continue;
+                self.imported.skip(&task.name, reason);
+                return Ok(());
             }
         };
-        let app = scratch.path().join(&task.name);
+        let app = self.scratch.join(&task.name);
         match docker::stage(&env, &task.context, &app, &HARNESS) {
             Ok(()) => {}
             Err(StageError::Unsupported(reason)) => {
-                imported.skip(&task.name, Skip::from(reason));
-                continue;
+                self.imported.skip(&task.name, Skip::from(reason));
+                return Ok(());
             }
             Err(StageError::Io { path, source }) => return Err(ImportError::Read { path, source }),
         }
-        let id = ids.claim(&task.name);
-        let mut unused = task.unused.clone();
+        let id = self.ids.claim(&task.name);
         // A Dockerfile whose image is built, or that copies files onto a base image: the task
         // runs in that image, as its authors run it.
         let contained = task.dockerfile.is_some() && (env.build.is_some() || env.from.is_some());
+        self.note(&id, &task, &env, &app, contained);
+        let base = self.repo.add(&id, &app, &env.workdir)?;
+        let paths = ContainerPaths::new(&env.workdir);
+        // In its container the task's scripts run as authored: the workspace is at WORKDIR, the
+        // tests at /tests, the reward folder at /logs/verifier, the solution at /solution.
+        // Elsewhere their container paths are rewritten to the workspace.
+        let rewrite = (!contained).then_some(&paths);
+        let mut entry = write_task(&task, &id, rewrite, self.staging)?;
+        entry.base = Some(base);
+        if let Some(dockerfile) = task.dockerfile.as_ref().filter(|_| contained) {
+            entry.environment =
+                contained_environment(&task, dockerfile, &id, &env.workdir, self.staging)?;
+            self.built += 1;
+        }
+        self.reference(&mut entry, &task, &app, &id).await?;
+        self.suite.tasks.push(entry);
+        Ok(())
+    }
+
+    /// Notes on what of the task does not apply here, and on what its starting files leak or
+    /// miss.
+    fn note(
+        &mut self,
+        id: &str,
+        task: &ContainerTask,
+        env: &docker::Environment,
+        app: &Path,
+        contained: bool,
+    ) {
+        let notes = &mut self.imported.notes;
+        let mut unused = task.unused.clone();
         if !contained && task.allow_internet {
             unused.push("environment.allow_internet = true".to_owned());
         }
@@ -201,100 +258,109 @@ pub async fn import(
             }));
         }
         if !unused.is_empty() {
-            imported
-                .notes
-                .push(format!("{id}: not applied here: {}", unused.join(", ")));
+            notes.push(format!("{id}: not applied here: {}", unused.join(", ")));
         }
-        if let Some(leaked) = answer_in_starting_files(&task, &app) {
-            imported.notes.push(format!(
+        if let Some(leaked) = answer_in_starting_files(task, app) {
+            notes.push(format!(
                 "{id}: the starting files hold {leaked}, which the solution script reads and the tests and instruction never name: an agent can read the answer there"
             ));
         }
         for run in &env.hidden_runs {
-            imported.notes.push(format!(
+            notes.push(format!(
                 "{id}: `{run}` changes files in WORKDIR {}, which the workspace (what the COPY steps put there) is mounted over: its effect there is not in the starting files",
                 env.workdir
             ));
         }
-        let base = repo.add(&id, &app, &env.workdir)?;
-        let paths = ContainerPaths::new(&env.workdir);
-        // In its container the task's scripts run as authored: the workspace is at WORKDIR, the
-        // tests at /tests, the reward folder at /logs/verifier, the solution at /solution.
-        // Elsewhere their container paths are rewritten to the workspace.
-        let rewrite = (!contained).then_some(&paths);
-        let mut entry = write_task(&task, &id, rewrite, staging)?;
-        entry.base = Some(base);
-        if let Some(dockerfile) = task.dockerfile.as_ref().filter(|_| contained) {
-            entry.environment = copy_environment(&task, dockerfile, &id, &env.workdir, staging)?;
-            entry.environment.extend(task.limits.clone());
-            // What the agent changes anywhere in its container counts, as in the task's own
-            // harness, where the tests run in the agent's container.
-            entry.environment.push(("delta", "container".to_owned()));
-            entry.environment.push((
-                "verify_mounts",
-                format!(
-                    "{{{}: {}}}",
-                    write::quote("/tests"),
-                    write::quote(TESTS_DIR)
-                ),
-            ));
-            entry
-                .environment
-                .push(("solution_at", "/solution".to_owned()));
-            if task.allow_internet {
-                entry
-                    .environment
-                    .push(("verify_network", "host".to_owned()));
-            }
-            built += 1;
-        }
+    }
+
+    /// The task's reference: its solution script run by the oracle in its image, or the patch
+    /// of running it here once (`--run-solutions`), or a note on why there is none.
+    async fn reference(
+        &mut self,
+        entry: &mut TaskEntry,
+        task: &ContainerTask,
+        app: &Path,
+        id: &str,
+    ) -> Result<(), ImportError> {
         match &task.solution {
             // In its image, as its authors run it: the oracle runs the script there.
             Some((_, script)) if !entry.environment.is_empty() => {
                 entry.solution_script = Some(format!("solutions/{id}/{script}"));
             }
-            Some((_, script)) if options.run_solutions => {
-                (options.progress)(&format!("running {script} of {id}"));
+            Some((_, script)) if self.options.run_solutions => {
+                (self.options.progress)(&format!("running {script} of {id}"));
                 let timeout = task.agent_timeout.unwrap_or(SOLVE_TIMEOUT);
-                let solution = staging.join("solutions").join(&id);
-                match bake(&app, &solution, script, timeout).await {
+                let solution = self.staging.join("solutions").join(id);
+                match bake(app, &solution, script, timeout).await {
                     Ok(patch) => {
                         let path = format!("solutions/{id}.patch");
-                        write_file(&staging.join(&path), patch, false)?;
+                        write_file(&self.staging.join(&path), patch, false)?;
                         entry.solution = Some(path);
                     }
-                    Err(why) => imported
-                        .notes
-                        .push(format!("{id}: no reference solution: {why}")),
+                    Err(why) => {
+                        (self.imported.notes).push(format!("{id}: no reference solution: {why}"))
+                    }
                 }
             }
-            Some(_) => without_reference += 1,
-            None => imported.notes.push(format!(
+            Some(_) => self.without_reference += 1,
+            None => (self.imported.notes).push(format!(
                 "{id}: no solution script, so no reference solution"
             )),
         }
-        suite.tasks.push(entry);
+        Ok(())
     }
-    if suite.tasks.is_empty() {
-        return Ok(imported);
+
+    /// The suite written with its notes, unless no task was imported.
+    fn finish(mut self) -> Result<Imported, ImportError> {
+        if self.suite.tasks.is_empty() {
+            return Ok(self.imported);
+        }
+        let (without_reference, built) = (self.without_reference, self.built);
+        if without_reference > 0 {
+            self.imported.notes.push(format!(
+                "{without_reference} task(s) have a solution script (copied to solutions/<id>/) but no reference patch yet: \
+                 rerun with --run-solutions to run each script here once and keep the change it makes"
+            ));
+        }
+        if built > 0 {
+            self.imported.notes.push(format!(
+                "{built} task(s) run in a container built from their Dockerfile (environments/<id>/): \
+                 `run` and `validate` need podman or docker; their solution scripts are their reference, run by the oracle in the image"
+            ));
+        }
+        self.repo.finish()?;
+        write_file(&self.staging.join(GRADER_PATH), GRADER, true)?;
+        self.suite.write(self.staging)?;
+        (self.imported.suites).push((PathBuf::new(), self.suite.tasks.len()));
+        Ok(self.imported)
     }
-    if without_reference > 0 {
-        imported.notes.push(format!(
-            "{without_reference} task(s) have a solution script (copied to solutions/<id>/) but no reference patch yet: \
-             rerun with --run-solutions to run each script here once and keep the change it makes"
-        ));
+}
+
+/// A contained task's `environment:`: its image built from the copied Dockerfile, its limits,
+/// and the verify command run on the agent's container as in the task's own harness.
+fn contained_environment(
+    task: &ContainerTask,
+    dockerfile: &Path,
+    id: &str,
+    workdir: &str,
+    staging: &Path,
+) -> Result<Vec<(&'static str, String)>, ImportError> {
+    let mut environment = copy_environment(task, dockerfile, id, workdir, staging)?;
+    environment.extend(task.limits.clone());
+    // What the agent changes anywhere in its container counts, as in the task's own harness,
+    // where the tests run in the agent's container.
+    environment.push(("delta", "container".to_owned()));
+    let mounts = format!(
+        "{{{}: {}}}",
+        write::quote("/tests"),
+        write::quote(TESTS_DIR)
+    );
+    environment.push(("verify_mounts", mounts));
+    environment.push(("solution_at", "/solution".to_owned()));
+    if task.allow_internet {
+        environment.push(("verify_network", "host".to_owned()));
     }
-    if built > 0 {
-        imported.notes.push(format!(
-            "{built} task(s) run in a container built from their Dockerfile (environments/<id>/): \
-             `run` and `validate` need podman or docker; their solution scripts are their reference, run by the oracle in the image"
-        ));
-    }
-    repo.finish()?;
-    write_file(&staging.join(GRADER_PATH), GRADER, true)?;
-    suite.write(staging)?;
-    imported.suites.push((PathBuf::new(), suite.tasks.len()));
-    Ok(imported)
+    Ok(environment)
 }
 
 /// Task folders under `source` (or `source` itself), sorted; hidden folders are left out.
@@ -775,30 +841,61 @@ async fn bake(
     solution: &Path,
     script: &str,
     timeout: Duration,
-) -> Result<Vec<u8>, String> {
-    let scratch = tempfile::tempdir().map_err(|e| format!("no scratch folder: {e}"))?;
+) -> Result<Vec<u8>, BakeError> {
+    let scratch = tempfile::tempdir().map_err(BakeError::Scratch)?;
     let ws = scratch.path().join("ws");
-    docker::copy_tree(app, &ws, &[]).map_err(|e| e.to_string())?;
-    docker::copy_tree(solution, &ws.join(SOLUTION_DIR), &[]).map_err(|e| e.to_string())?;
+    docker::copy_tree(app, &ws, &[])?;
+    docker::copy_tree(solution, &ws.join(SOLUTION_DIR), &[])?;
     let spec = CommandSpec::argv(["bash".to_owned(), format!("{SOLUTION_DIR}/{script}")], &ws)
         .env("DELTABENCH_SOLUTION", ws.join(SOLUTION_DIR))
         .env("DELTABENCH_WORKSPACE", &ws)
         .timeout(Some(timeout));
     let ended = process::run(&spec, &CancellationToken::new())
         .await
-        .map_err(|e| format!("cannot run {script}: {e}"))?;
+        .map_err(|source| BakeError::Run {
+            script: script.to_owned(),
+            source,
+        })?;
     if !ended.success() {
         let text = ended.output.text();
         let tail: Vec<&str> = text.lines().rev().take(5).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
-        return Err(format!("{script} {}: {}", ended.ending(), tail.join(" | ")));
+        return Err(BakeError::Failed {
+            script: script.to_owned(),
+            ending: ended.ending(),
+            tail: tail.join(" | "),
+        });
     }
     let _ = std::fs::remove_dir_all(ws.join(".deltabench"));
-    let patch = diff_dirs(scratch.path(), app, &ws).map_err(|e| e.message().to_owned())?;
+    let patch = diff_dirs(scratch.path(), app, &ws).map_err(BakeError::Diff)?;
     if patch.is_empty() {
-        return Err(format!("{script} changed nothing in the working directory"));
+        return Err(BakeError::NoChange(script.to_owned()));
     }
     Ok(patch)
+}
+
+/// Why a solution script gave no reference patch.
+#[derive(Debug, thiserror::Error)]
+enum BakeError {
+    #[error("no scratch folder: {0}")]
+    Scratch(std::io::Error),
+    #[error(transparent)]
+    Copy(#[from] StageError),
+    #[error("cannot run {script}: {source}")]
+    Run {
+        script: String,
+        source: std::io::Error,
+    },
+    #[error("{script} {ending}: {tail}")]
+    Failed {
+        script: String,
+        ending: String,
+        tail: String,
+    },
+    #[error("{}", .0.message())]
+    Diff(git2::Error),
+    #[error("{0} changed nothing in the working directory")]
+    NoChange(String),
 }
 
 /// The patch from `before` to `after`, computed in a throwaway repo under `scratch` (not in

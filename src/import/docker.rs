@@ -403,8 +403,9 @@ pub fn stage(
             || relative.is_empty()
             || target.is_dir();
         for source in &step.sources {
-            let matches = expand(context, source)
-                .map_err(|why| StageError::Unsupported(unsupported(&step.line, &why)))?;
+            let matches = expand(context, source).map_err(|why| {
+                StageError::Unsupported(unsupported(&step.line, &why.to_string()))
+            })?;
             for path in matches {
                 let from = context.join(&path);
                 let top = path.as_os_str().is_empty();
@@ -441,15 +442,28 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StageError + '_ {
     }
 }
 
+/// Why a COPY source names no file of the build context.
+#[derive(Debug, thiserror::Error)]
+enum SourceError {
+    #[error("source '{0}' leaves the build context")]
+    LeavesContext(String),
+    #[error("source '{0}' is not in the build context")]
+    NotInContext(String),
+    #[error("source '{0}': {1}")]
+    Unreadable(String, io::Error),
+    #[error("source '{0}' matches nothing in the build context")]
+    MatchesNothing(String),
+}
+
 /// The context paths a COPY source names: itself, or the matches of a wildcard in its last
 /// component. Paths leaving the context are refused.
-fn expand(context: &Path, source: &str) -> Result<Vec<PathBuf>, String> {
+fn expand(context: &Path, source: &str) -> Result<Vec<PathBuf>, SourceError> {
     let mut clean = PathBuf::new();
     for component in Path::new(source.trim_start_matches('/')).components() {
         match component {
             Component::Normal(part) => clean.push(part),
             Component::CurDir | Component::RootDir => {}
-            _ => return Err(format!("source '{source}' leaves the build context")),
+            _ => return Err(SourceError::LeavesContext(source.to_owned())),
         }
     }
     let name = clean
@@ -460,21 +474,19 @@ fn expand(context: &Path, source: &str) -> Result<Vec<PathBuf>, String> {
         return if context.join(&clean).exists() {
             Ok(vec![clean])
         } else {
-            Err(format!("source '{source}' is not in the build context"))
+            Err(SourceError::NotInContext(source.to_owned()))
         };
     }
     let dir = clean.parent().map(Path::to_owned).unwrap_or_default();
     let mut found: Vec<PathBuf> = fs::read_dir(context.join(&dir))
-        .map_err(|e| format!("source '{source}': {e}"))?
+        .map_err(|e| SourceError::Unreadable(source.to_owned(), e))?
         .flatten()
         .filter(|entry| wildcard(&name, &entry.file_name().to_string_lossy()))
         .map(|entry| dir.join(entry.file_name()))
         .collect();
     found.sort();
     if found.is_empty() {
-        return Err(format!(
-            "source '{source}' matches nothing in the build context"
-        ));
+        return Err(SourceError::MatchesNothing(source.to_owned()));
     }
     Ok(found)
 }
@@ -640,8 +652,8 @@ fn shell_spans<'a>(text: &'a str) -> Vec<(&'a str, Quoting)> {
     let bytes = text.as_bytes();
     let mut spans = Vec::new();
     let (mut start, mut i) = (0, 0);
-    // Heredocs whose bodies start at the next line: (delimiter, quoted, strip tabs).
-    let mut pending: Vec<(String, bool, bool)> = Vec::new();
+    // Heredocs whose bodies start at the next line.
+    let mut pending: Vec<Heredoc> = Vec::new();
     let push = |spans: &mut Vec<(&'a str, Quoting)>, from: usize, to: usize, quoting: Quoting| {
         if to > from {
             spans.push((&text[from..to], quoting));
@@ -668,61 +680,23 @@ fn shell_spans<'a>(text: &'a str) -> Vec<(&'a str, Quoting)> {
                 i = text[i..].find('\n').map_or(bytes.len(), |n| i + n);
             }
             b'<' if bytes.get(i + 1) == Some(&b'<') && bytes.get(i + 2) != Some(&b'<') => {
-                i += 2;
-                let strip = bytes.get(i) == Some(&b'-');
-                if strip {
-                    i += 1;
-                }
-                while bytes.get(i).is_some_and(|c| *c == b' ' || *c == b'\t') {
-                    i += 1;
-                }
-                let word_end = text[i..]
-                    .find(|c: char| {
-                        c.is_whitespace() || matches!(c, ';' | '&' | '|' | '<' | '>' | ')')
-                    })
-                    .map_or(bytes.len(), |n| i + n);
-                let word = &text[i..word_end];
-                let quoted = word.contains(['\'', '"', '\\']);
-                let delimiter: String = word
-                    .chars()
-                    .filter(|c| !matches!(c, '\'' | '"' | '\\'))
-                    .collect();
-                if !delimiter.is_empty() {
-                    pending.push((delimiter, quoted, strip));
-                }
-                i = word_end;
+                let (heredoc, end) = heredoc_operator(text, i + 2);
+                pending.extend(heredoc);
+                i = end;
             }
             b'\n' if !pending.is_empty() => {
                 i += 1;
                 push(&mut spans, start, i, Quoting::Expands);
-                for (delimiter, quoted, strip) in pending.drain(..) {
+                for heredoc in pending.drain(..) {
                     let body = i;
-                    let mut end = bytes.len();
-                    let mut next = bytes.len();
-                    let mut at = i;
-                    while at < bytes.len() {
-                        let line_end = text[at..].find('\n').map_or(bytes.len(), |n| at + n);
-                        let line = &text[at..line_end];
-                        let line = if strip {
-                            line.trim_start_matches('\t')
-                        } else {
-                            line
-                        };
-                        if line == delimiter {
-                            end = at;
-                            next = line_end;
-                            break;
-                        }
-                        at = line_end + 1;
-                    }
-                    let end = end.min(bytes.len());
-                    let quoting = if quoted {
+                    let (end, next) = heredoc_end(text, body, &heredoc);
+                    let quoting = if heredoc.quoted {
                         Quoting::Data
                     } else {
                         Quoting::Expands
                     };
                     push(&mut spans, body, end, quoting);
-                    i = next.min(bytes.len());
+                    i = next;
                     start = end;
                 }
             }
@@ -738,6 +712,65 @@ fn shell_spans<'a>(text: &'a str) -> Vec<(&'a str, Quoting)> {
     spans
 }
 
+/// A heredoc whose body is still to come.
+#[derive(Debug, PartialEq, Eq)]
+struct Heredoc {
+    delimiter: String,
+    /// A quoted delimiter: nothing in the body expands.
+    quoted: bool,
+    /// `<<-`: leading tabs are stripped from the body's lines.
+    strip: bool,
+}
+
+/// The heredoc of the `<<` operator whose text starts at `at` (past `<<`), and where its word
+/// ends; None when the word is empty.
+fn heredoc_operator(text: &str, mut at: usize) -> (Option<Heredoc>, usize) {
+    let bytes = text.as_bytes();
+    let strip = bytes.get(at) == Some(&b'-');
+    if strip {
+        at += 1;
+    }
+    while bytes.get(at).is_some_and(|c| *c == b' ' || *c == b'\t') {
+        at += 1;
+    }
+    let word_end = text[at..]
+        .find(|c: char| c.is_whitespace() || matches!(c, ';' | '&' | '|' | '<' | '>' | ')'))
+        .map_or(bytes.len(), |n| at + n);
+    let word = &text[at..word_end];
+    let quoted = word.contains(['\'', '"', '\\']);
+    let delimiter: String = word
+        .chars()
+        .filter(|c| !matches!(c, '\'' | '"' | '\\'))
+        .collect();
+    let heredoc = (!delimiter.is_empty()).then_some(Heredoc {
+        delimiter,
+        quoted,
+        strip,
+    });
+    (heredoc, word_end)
+}
+
+/// Where the heredoc's body starting at `body` ends, and where the text after its delimiter
+/// line resumes; both the text's end when the delimiter never comes.
+fn heredoc_end(text: &str, body: usize, heredoc: &Heredoc) -> (usize, usize) {
+    let len = text.len();
+    let mut at = body;
+    while at < len {
+        let line_end = text[at..].find('\n').map_or(len, |n| at + n);
+        let line = &text[at..line_end];
+        let line = if heredoc.strip {
+            line.trim_start_matches('\t')
+        } else {
+            line
+        };
+        if line == heredoc.delimiter {
+            return (at, line_end);
+        }
+        at = line_end + 1;
+    }
+    (len, len)
+}
+
 /// True when a path ending at `end` is a whole component: `/app` in `/app/x`, `"/app"` or
 /// `/app.` at the end of a sentence, but not in `/application` or `/app.py`.
 fn ends_word(bytes: &[u8], end: usize) -> bool {
@@ -751,6 +784,33 @@ fn ends_word(bytes: &[u8], end: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_heredoc_operator_gives_its_delimiter_and_its_body_ends_at_it() {
+        let text = "cat <<-'EOF' > f\n\tbody\n\tEOF\nnext";
+        let (heredoc, end) = heredoc_operator(text, 6);
+        let heredoc = heredoc.unwrap();
+        assert_eq!(
+            heredoc,
+            Heredoc {
+                delimiter: "EOF".into(),
+                quoted: true,
+                strip: true
+            }
+        );
+        assert_eq!(&text[end..], " > f\n\tbody\n\tEOF\nnext");
+        let body = text.find('\t').unwrap();
+        let (body_end, next) = heredoc_end(text, body, &heredoc);
+        assert_eq!(&text[body..body_end], "\tbody\n");
+        assert_eq!(&text[next..], "\nnext");
+        assert_eq!(heredoc_operator("<< ;", 2).0, None);
+        let open = Heredoc {
+            delimiter: "END".into(),
+            quoted: false,
+            strip: false,
+        };
+        assert_eq!(heredoc_end("a\nb", 0, &open), (3, 3));
+    }
 
     #[test]
     fn a_files_only_dockerfile_is_read() {

@@ -103,9 +103,73 @@ pub async fn import(
     staging: &Path,
     name: &str,
 ) -> Result<Imported, ImportError> {
-    let source = &options.source;
     let env = read_envs(&options.env)?;
     let mut imported = Imported::default();
+    let by_repo = chosen_rows(options, &mut imported)?;
+    let repos_dir = options
+        .repos
+        .clone()
+        .unwrap_or_else(|| options.out.join("repos"));
+    let clones = clones(by_repo.keys(), &repos_dir, options).await;
+    imported
+        .notes
+        .extend(missing_clones(&clones, &repos_dir, options));
+    let several = clones.values().filter(|clone| clone.is_ok()).count() > 1;
+    for (repo, instances) in by_repo {
+        let clone = match &clones[&repo] {
+            Ok(clone) => clone.clone(),
+            Err(why) => {
+                for instance in &instances {
+                    imported.skip(&instance.name, format!("no clone of {repo}: {why}"));
+                }
+                continue;
+            }
+        };
+        let (folder, suite_name) = if several {
+            let flat = repo.replace('/', "__");
+            (PathBuf::from(&flat), format!("{name}-{flat}"))
+        } else {
+            (PathBuf::new(), name.to_owned())
+        };
+        let suite = SuiteFile {
+            name: suite_name,
+            description: format!(
+                "SWE-bench instances of {repo}, imported from {}",
+                options.source.display()
+            ),
+            repo: clone.display().to_string(),
+            origin: format!("deltabench import swebench {}", options.source.display()),
+            tasks: Vec::new(),
+        };
+        let dir = staging.join(&folder);
+        let suite = repo_suite(
+            suite,
+            &instances,
+            &clone,
+            &dir,
+            &env,
+            options,
+            &mut imported,
+        )?;
+        if suite.tasks.is_empty() {
+            continue;
+        }
+        let out = options.out.join(&folder);
+        imported.notes.extend(built_images(&suite, &repo, &out));
+        write_file(&dir.join(GRADER_PATH), GRADER, true)?;
+        suite.write(&dir)?;
+        imported.suites.push((folder, suite.tasks.len()));
+    }
+    Ok(imported)
+}
+
+/// The rows `--instance` and `--repo` choose, by repository; those without a failing test or
+/// a problem statement skipped, and a note for each `--instance` with no row.
+fn chosen_rows(
+    options: &ImportOptions,
+    imported: &mut Imported,
+) -> Result<IndexMap<String, Vec<Instance>>, ImportError> {
+    let source = &options.source;
     let mut by_repo: IndexMap<String, Vec<Instance>> = IndexMap::new();
     let mut named: Vec<&str> = options.instances.iter().map(String::as_str).collect();
     for (at, row) in read_rows(source)? {
@@ -132,17 +196,21 @@ pub async fn import(
                 .push(instance);
         }
     }
-    let repos_dir = options
-        .repos
-        .clone()
-        .unwrap_or_else(|| options.out.join("repos"));
     for name in named {
         imported.notes.push(format!(
             "--instance {name}: no such row in {}",
             source.display()
         ));
     }
-    let clones = clones(by_repo.keys(), &repos_dir, options).await;
+    Ok(by_repo)
+}
+
+/// The note saying how to clone the repositories that have no usable clone, if any.
+fn missing_clones(
+    clones: &IndexMap<String, Result<PathBuf, CloneError>>,
+    repos_dir: &Path,
+    options: &ImportOptions,
+) -> Option<String> {
     let missing: Vec<String> = clones
         .iter()
         .filter(|(_, clone)| clone.is_err())
@@ -155,99 +223,81 @@ pub async fn import(
             )
         })
         .collect();
-    if !missing.is_empty() {
-        imported.notes.push(format!(
-            "{} of {} repositories have no usable clone, so their rows were skipped; get them with:\n    {}\n  then import again{}",
-            missing.len(),
-            clones.len(),
-            missing.join("\n    "),
-            if options.repos.is_some() {
-                String::new()
-            } else {
-                format!(" (or pass --repos DIR, a folder of clones named owner__name; default {})", repos_dir.display())
-            }
-        ));
+    if missing.is_empty() {
+        return None;
     }
-    let several = clones.values().filter(|clone| clone.is_ok()).count() > 1;
-    for (repo, instances) in by_repo {
-        let clone = match &clones[&repo] {
-            Ok(clone) => clone.clone(),
-            Err(why) => {
-                for instance in &instances {
-                    imported.skip(&instance.name, format!("no clone of {repo}: {why}"));
-                }
-                continue;
-            }
-        };
-        let folder = if several {
-            PathBuf::from(repo.replace('/', "__"))
+    Some(format!(
+        "{} of {} repositories have no usable clone, so their rows were skipped; get them with:\n    {}\n  then import again{}",
+        missing.len(),
+        clones.len(),
+        missing.join("\n    "),
+        if options.repos.is_some() {
+            String::new()
         } else {
-            PathBuf::new()
-        };
-        let suite_name = if several {
-            format!("{name}-{}", repo.replace('/', "__"))
-        } else {
-            name.to_owned()
-        };
-        let dir = staging.join(&folder);
-        let mut suite = SuiteFile {
-            name: suite_name,
-            description: format!(
-                "SWE-bench instances of {repo}, imported from {}",
-                source.display()
-            ),
-            repo: clone.display().to_string(),
-            origin: format!("deltabench import swebench {}", source.display()),
-            tasks: Vec::new(),
-        };
-        let git_err = |e: git2::Error| ImportError::Git {
-            path: clone.clone(),
-            message: e.message().to_owned(),
-        };
-        let git = git2::Repository::open(&clone).map_err(git_err)?;
-        // Checking a patch writes its blobs: to memory, not into the user's clone.
-        let _mempack = git
-            .odb()
-            .map_err(git_err)?
-            .add_new_mempack_backend(1000)
-            .map_err(git_err)?;
-        let mut ids = Ids::default();
-        let mut environments = Environments::default();
-        for instance in instances {
-            let place = Place {
-                git: &git,
-                clone: &clone,
-                dir: &dir,
-                images: options.images,
-            };
-            match task(&instance, &place, &env, &mut environments, &mut ids)? {
-                Ok(entry) => suite.tasks.push(entry),
-                Err(reason) => imported.skip(&instance.name, reason),
-            }
+            format!(
+                " (or pass --repos DIR, a folder of clones named owner__name; default {})",
+                repos_dir.display()
+            )
         }
-        if suite.tasks.is_empty() {
-            continue;
+    ))
+}
+
+/// `suite` with a task for each of one repository's instances, from its clone; the others
+/// skipped, with why.
+fn repo_suite(
+    mut suite: SuiteFile,
+    instances: &[Instance],
+    clone: &Path,
+    dir: &Path,
+    env: &IndexMap<String, EnvEntry>,
+    options: &ImportOptions,
+    imported: &mut Imported,
+) -> Result<SuiteFile, ImportError> {
+    let git_err = |e: git2::Error| ImportError::Git {
+        path: clone.to_owned(),
+        message: e.message().to_owned(),
+    };
+    let git = git2::Repository::open(clone).map_err(git_err)?;
+    // Checking a patch writes its blobs: to memory, not into the user's clone.
+    let _mempack = git
+        .odb()
+        .map_err(git_err)?
+        .add_new_mempack_backend(1000)
+        .map_err(git_err)?;
+    let mut ids = Ids::default();
+    let mut environments = Environments::default();
+    let place = Place {
+        git: &git,
+        clone,
+        dir,
+        images: options.images,
+    };
+    for instance in instances {
+        match task(instance, &place, env, &mut environments, &mut ids)? {
+            Ok(entry) => suite.tasks.push(entry),
+            Err(reason) => imported.skip(&instance.name, reason),
         }
-        let built: Vec<&str> = suite
-            .tasks
-            .iter()
-            .filter(|t| t.environment.iter().any(|(key, _)| *key == "dockerfile"))
-            .map(|t| t.id.as_str())
-            .collect();
-        if !built.is_empty() {
-            let out = options.out.join(&folder);
-            imported.notes.push(format!(
-                "{} task(s) of {repo} run in an image built from a Dockerfile, which needs the network once (its base image, conda and pip packages): `deltabench prepare {}` builds them all, then runs are offline ({})",
-                built.len(),
-                out.display(),
-                built.join(", ")
-            ));
-        }
-        write_file(&dir.join(GRADER_PATH), GRADER, true)?;
-        suite.write(&dir)?;
-        imported.suites.push((folder, suite.tasks.len()));
     }
-    Ok(imported)
+    Ok(suite)
+}
+
+/// The note on the suite's tasks that run in an image built from a Dockerfile, if any.
+fn built_images(suite: &SuiteFile, repo: &str, out: &Path) -> Option<String> {
+    let built: Vec<&str> = suite
+        .tasks
+        .iter()
+        .filter(|t| t.environment.iter().any(|(key, _)| *key == "dockerfile"))
+        .map(|t| t.id.as_str())
+        .collect();
+    if built.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} task(s) of {repo} run in an image built from a Dockerfile, which needs the network once (its base image, conda and pip packages): `deltabench prepare {}` builds them all, then runs are offline ({})",
+        built.len(),
+        out.display(),
+        built.join(", ")
+    ))
 }
 
 /// Where one repository's tasks are imported from and to.
@@ -276,91 +326,147 @@ fn task(
     environments: &mut Environments,
     ids: &mut Ids,
 ) -> Result<Result<TaskEntry, Skip>, ImportError> {
-    let (git, clone, dir) = (place.git, place.clone, place.dir);
-    let Some(tree) = git
+    let tree = match base_tree(instance, place) {
+        Ok(tree) => tree,
+        Err(reason) => return Ok(Err(reason)),
+    };
+    let entry = env_entry(instance, env);
+    let (settings, verify, environment) =
+        match how_to_test(instance, &tree, entry, place, environments)? {
+            Ok(how) => how,
+            Err(reason) => return Ok(Err(reason)),
+        };
+    let id = ids.claim(&instance.name);
+    let files = write_files(instance, &id, place.dir)?;
+    Ok(Ok(TaskEntry {
+        id,
+        instruction_file: files.instruction,
+        base: Some(instance.base_commit.clone()),
+        setup: settings.setup,
+        tests: Some(files.tests),
+        verify,
+        verify_timeout: Some(settings.timeout),
+        solution: Some(files.solution),
+        grader: Some(format!("./{GRADER_PATH} {}", files.spec)),
+        environment,
+        prepare: settings.prepare,
+        ..TaskEntry::default()
+    }))
+}
+
+/// The tree of the instance's base commit in the clone, to which its test patch and its fix
+/// each apply.
+fn base_tree<'a>(instance: &Instance, place: &Place<'a>) -> Result<git2::Tree<'a>, Skip> {
+    let Some(tree) = (place.git)
         .revparse_single(&format!("{}^{{tree}}", instance.base_commit))
         .ok()
         .and_then(|object| object.into_tree().ok())
     else {
-        return Ok(Err(Skip::MissingBase {
+        return Err(Skip::MissingBase {
             commit: instance.base_commit.clone(),
-            clone: clone.to_owned(),
-        }));
+            clone: place.clone.to_owned(),
+        });
     };
     // Checked as the run applies them (each to the base), so a bad row is skipped here.
     for (what, patch) in [
         ("test patch", &instance.test_patch),
         ("fix", &instance.patch),
     ] {
-        if let Err(why) = crate::workspace::patched_files(git, &tree, patch.as_bytes()) {
-            return Ok(Err(Skip::PatchDoesNotApply {
+        if let Err(why) = crate::workspace::patched_files(place.git, &tree, patch.as_bytes()) {
+            return Err(Skip::PatchDoesNotApply {
                 what,
                 commit: instance.base_commit.clone(),
                 source: why.into(),
-            }));
+            });
         }
     }
-    let entry = env_entry(instance, env);
+    Ok(tree)
+}
+
+/// How a task is verified: its settings, verify command and environment.
+type HowToTest = (TestSettings, String, Vec<(&'static str, String)>);
+
+/// How the instance is tested: by its `--env` entry, else in the official harness's
+/// environment when it knows the repository and version.
+fn how_to_test(
+    instance: &Instance,
+    tree: &git2::Tree,
+    entry: Option<&EnvEntry>,
+    place: &Place,
+    environments: &mut Environments,
+) -> Result<Result<HowToTest, Skip>, ImportError> {
     let official = if entry.is_none() {
         official_spec(instance)
     } else {
         None
     };
-    let (settings, verify, environment) = match official {
-        // No --env entry, and the official harness knows the repository and version: its
-        // environment, and its verify command in it.
-        Some(spec) => {
-            let Some(verify) =
-                swebench_env::verify_command(spec, &instance.repo, &instance.test_patch)
-            else {
-                return Ok(Err(Skip::NoOfficialTestCommand {
-                    repo: instance.repo.clone(),
-                    version: instance.version.clone().unwrap_or_default(),
-                }));
-            };
-            let environment = if place.images {
-                ("image", swebench_env::image_name(&instance.name))
-            } else {
-                match official_dockerfile(instance, spec, place, environments)? {
-                    Ok(path) => ("dockerfile", path),
-                    Err(reason) => return Ok(Err(reason)),
-                }
-            };
-            let settings = TestSettings {
-                setup: None,
-                command: String::new(),
-                timeout: OFFICIAL_TIMEOUT,
-                prepare: false,
-                environment: Vec::new(),
-            };
-            let workdir = ("workdir", swebench_env::TESTBED.to_owned());
-            (settings, verify, vec![environment, workdir])
-        }
-        None if place.images && entry.is_none() => {
-            return Ok(Err(Skip::NoOfficialImage {
-                repo: instance.repo.clone(),
-                version: instance.version.clone(),
-            }));
-        }
-        None => match test_settings(instance, &tree, entry) {
-            Ok(settings) => {
-                let verify = test_command(&settings.command, instance);
-                let environment = settings.environment.clone();
-                (settings, verify, environment)
-            }
-            Err(reason) => return Ok(Err(reason)),
-        },
+    match official {
+        Some(spec) => official_test(instance, spec, place, environments),
+        None if place.images && entry.is_none() => Ok(Err(Skip::NoOfficialImage {
+            repo: instance.repo.clone(),
+            version: instance.version.clone(),
+        })),
+        None => Ok(test_settings(instance, tree, entry).map(|settings| {
+            let verify = test_command(&settings.command, instance);
+            let environment = settings.environment.clone();
+            (settings, verify, environment)
+        })),
+    }
+}
+
+/// The official harness's environment for the instance, and its verify command in it.
+fn official_test(
+    instance: &Instance,
+    spec: &OfficialSpec,
+    place: &Place,
+    environments: &mut Environments,
+) -> Result<Result<HowToTest, Skip>, ImportError> {
+    let Some(verify) = swebench_env::verify_command(spec, &instance.repo, &instance.test_patch)
+    else {
+        return Ok(Err(Skip::NoOfficialTestCommand {
+            repo: instance.repo.clone(),
+            version: instance.version.clone().unwrap_or_default(),
+        }));
     };
-    let id = ids.claim(&instance.name);
-    let instruction = format!("instructions/{id}.md");
-    let (tests, spec, solution) = (
-        format!("tests/{id}.patch"),
-        format!("tests/{id}.json"),
-        format!("solutions/{id}.patch"),
-    );
-    write_file(&dir.join(&instruction), &instance.statement, false)?;
-    write_file(&dir.join(&tests), &instance.test_patch, false)?;
-    write_file(&dir.join(&solution), &instance.patch, false)?;
+    let environment = if place.images {
+        ("image", swebench_env::image_name(&instance.name))
+    } else {
+        match official_dockerfile(instance, spec, place, environments)? {
+            Ok(path) => ("dockerfile", path),
+            Err(reason) => return Ok(Err(reason)),
+        }
+    };
+    let settings = TestSettings {
+        setup: None,
+        command: String::new(),
+        timeout: OFFICIAL_TIMEOUT,
+        prepare: false,
+        environment: Vec::new(),
+    };
+    let workdir = ("workdir", swebench_env::TESTBED.to_owned());
+    Ok(Ok((settings, verify, vec![environment, workdir])))
+}
+
+/// The files of one task, relative to the suite's folder.
+struct TaskFiles {
+    instruction: String,
+    tests: String,
+    /// The tests the grader expects to fail before and pass after.
+    spec: String,
+    solution: String,
+}
+
+/// Writes the instance's instruction, test patch, fix and expected results under `dir`.
+fn write_files(instance: &Instance, id: &str, dir: &Path) -> Result<TaskFiles, ImportError> {
+    let files = TaskFiles {
+        instruction: format!("instructions/{id}.md"),
+        tests: format!("tests/{id}.patch"),
+        spec: format!("tests/{id}.json"),
+        solution: format!("solutions/{id}.patch"),
+    };
+    write_file(&dir.join(&files.instruction), &instance.statement, false)?;
+    write_file(&dir.join(&files.tests), &instance.test_patch, false)?;
+    write_file(&dir.join(&files.solution), &instance.patch, false)?;
     // The repository picks the log parser the official harness uses for it.
     let expected = serde_json::json!({
         "instance_id": instance.name,
@@ -369,24 +475,11 @@ fn task(
         "PASS_TO_PASS": instance.pass_to_pass,
     });
     write_file(
-        &dir.join(&spec),
+        &dir.join(&files.spec),
         serde_json::to_string_pretty(&expected).unwrap_or_default() + "\n",
         false,
     )?;
-    Ok(Ok(TaskEntry {
-        id,
-        instruction_file: instruction,
-        base: Some(instance.base_commit.clone()),
-        setup: settings.setup,
-        tests: Some(tests),
-        verify,
-        verify_timeout: Some(settings.timeout),
-        solution: Some(solution),
-        grader: Some(format!("./{GRADER_PATH} {spec}")),
-        environment,
-        prepare: settings.prepare,
-        ..TaskEntry::default()
-    }))
+    Ok(files)
 }
 
 /// The `--env` entry for the instance: `owner/name@version` first, then `owner/name`.
@@ -895,8 +988,8 @@ async fn clones<'a>(
     repos: impl Iterator<Item = &'a String>,
     dir: &Path,
     options: &ImportOptions,
-) -> IndexMap<String, Result<PathBuf, String>> {
-    let mut found: IndexMap<String, Option<Result<PathBuf, String>>> = repos
+) -> IndexMap<String, Result<PathBuf, CloneError>> {
+    let mut found: IndexMap<String, Option<Result<PathBuf, CloneError>>> = repos
         .map(|repo| (repo.clone(), existing_clone(repo, dir)))
         .collect();
     let absent: Vec<&str> = found
@@ -923,15 +1016,14 @@ async fn clones<'a>(
             continue;
         }
         *clone = Some(if options.repos.is_some() {
-            Err(format!(
-                "neither {} nor {} exists",
-                dir.join(repo.replace('/', "__")).display(),
-                dir.join(repo.as_str()).display()
-            ))
+            Err(CloneError::Absent {
+                flat: dir.join(repo.replace('/', "__")),
+                nested: dir.join(repo.as_str()),
+            })
         } else {
             local_clone(repo, dir, &*options.progress)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(CloneError::from)
         });
     }
     found
@@ -942,18 +1034,28 @@ async fn clones<'a>(
 
 /// The clone of `repo` already under `repos` (`owner__name` or `owner/name`), or why it cannot
 /// be used; `None` when there is none.
-fn existing_clone(repo: &str, repos: &Path) -> Option<Result<PathBuf, String>> {
+fn existing_clone(repo: &str, repos: &Path) -> Option<Result<PathBuf, CloneError>> {
     let flat = repos.join(repo.replace('/', "__"));
     let nested = repos.join(repo);
     let candidate = [flat, nested].into_iter().find(|c| c.exists())?;
     Some(match git2::Repository::open(&candidate) {
         Ok(_) => Ok(candidate.canonicalize().unwrap_or(candidate)),
-        Err(err) => Err(format!(
-            "{} is not a git repository: {}",
-            candidate.display(),
-            err.message()
-        )),
+        Err(err) => Err(CloneError::NotARepository {
+            message: err.message().to_owned(),
+            path: candidate,
+        }),
     })
+}
+
+/// Why a repository has no usable clone.
+#[derive(Debug, thiserror::Error)]
+enum CloneError {
+    #[error("{} is not a git repository: {message}", path.display())]
+    NotARepository { path: PathBuf, message: String },
+    #[error("neither {} nor {} exists", flat.display(), nested.display())]
+    Absent { flat: PathBuf, nested: PathBuf },
+    #[error(transparent)]
+    Cloning(#[from] ImportError),
 }
 
 /// The local clone of `repo` (`owner/name`) under `repos`: `owner__name` or `owner/name`, or a

@@ -106,6 +106,25 @@ pub fn dockerfile(
             version: version.to_owned(),
         });
     };
+    Ok(vec![
+        ("Dockerfile", dockerfile_text(repo, version, commit)),
+        (
+            "setup_env.sh",
+            setup_env(repo, python, spec, commit, git, tree)?,
+        ),
+        ("setup_repo.sh", setup_repo(repo, spec, commit)),
+    ])
+}
+
+/// `setup_env.sh`: the conda environment `testbed` with the repository's requirements.
+fn setup_env(
+    repo: &str,
+    python: &str,
+    spec: &OfficialSpec,
+    commit: &str,
+    git: &git2::Repository,
+    tree: &git2::Tree,
+) -> Result<String, EnvironmentError> {
     let mut env = vec![
         "#!/bin/bash".to_owned(),
         "set -euxo pipefail".to_owned(),
@@ -153,7 +172,11 @@ pub fn dockerfile(
             spec.pip_packages.join(" ")
         ));
     }
+    Ok(env.join("\n") + "\n")
+}
 
+/// `setup_repo.sh`: the repository at `commit` in the testbed, installed.
+fn setup_repo(repo: &str, spec: &OfficialSpec, commit: &str) -> String {
     let mut setup_repo = vec![
         "#!/bin/bash".to_owned(),
         "set -euxo pipefail".to_owned(),
@@ -169,9 +192,13 @@ pub fn dockerfile(
     ];
     setup_repo.extend(spec.pre_install.iter().cloned());
     setup_repo.extend(spec.install.iter().cloned());
+    setup_repo.join("\n") + "\n"
+}
 
+/// The Dockerfile: the official base, environment and instance images in one.
+fn dockerfile_text(repo: &str, version: &str, commit: &str) -> String {
     let docker = &OFFICIAL.docker;
-    let dockerfile = format!(
+    format!(
         "# Written by `deltabench import swebench`: the official SWE-bench harness's image for
 # {repo} {version} (swebench 4.1.0's base, environment and instance images in one), with the
 # repository at {commit} in {TESTBED} and installed into the conda environment `testbed`.
@@ -220,12 +247,7 @@ WORKDIR {TESTBED}/
 ",
         ubuntu = docker.ubuntu_version,
         conda = docker.conda_version,
-    );
-    Ok(vec![
-        ("Dockerfile", dockerfile),
-        ("setup_env.sh", env.join("\n") + "\n"),
-        ("setup_repo.sh", setup_repo.join("\n") + "\n"),
-    ])
+    )
 }
 
 /// A file of the repository at the commit: the first of `paths` there, and its path.

@@ -187,39 +187,69 @@ impl Walk {
         } = opened
         {
             if indent > above || (indent == above && is_item && key.is_some()) {
-                if matches!(content, Content::Other) {
-                    // The value on its own line: a plain scalar, continued while indented more.
-                    return Ok(Pending::Plain { indent: above });
-                }
-                if indent > above {
-                    *self.steps.entry(indent - above).or_default() += 1;
-                }
-                self.levels.push(Level {
-                    indent,
-                    kind,
-                    path,
-                    first_line: number,
-                    lines: 0,
-                    under_key: key.is_some().then_some(above),
-                });
-                return Ok(self.read(number, content));
+                let under_key = key.is_some().then_some(above);
+                return Ok(self.open(number, indent, above, under_key, content, path));
             }
             // An empty list item (`-` alone) is a null: the line is placed as any other.
             if let Some(key) = key {
                 if indent == above && matches!(content, Content::Other) {
-                    return Err(Some(Break {
-                        line: number,
-                        column: indent as u64 + 1,
-                        message: format!(
-                            "this line is indented by {}, as much as the key `{key}` above \
-                             it (line {line}): a value below its key is indented more than the key",
-                            spaces(indent)
-                        ),
-                    }));
+                    return Err(Some(as_deep_as_key(number, indent, &key, line)));
                 }
                 empty_value = Some((key, above, line));
             }
         }
+        let popped = self.close_above(indent, is_item);
+        if matches!(content, Content::Other) {
+            return Err(None);
+        }
+        if self.fits(number, indent, kind) {
+            return Ok(self.read(number, content));
+        }
+        if let Some((key, above, line)) = empty_value.filter(|(_, above, _)| indent < *above) {
+            return Err(Some(less_deep_than_key(number, indent, &key, above, line)));
+        }
+        // The block the line was likely meant for: the one it closed, or the one it is in.
+        let meant = popped
+            .as_ref()
+            .filter(|level| level.kind == kind)
+            .or_else(|| self.levels.iter().rev().find(|level| level.kind == kind));
+        Err(meant.map(|level| self.misplaced(number, indent, is_item, level)))
+    }
+
+    /// The line starts the value that the line `above` opened: a plain scalar on its own line,
+    /// or a block at its indentation.
+    fn open(
+        &mut self,
+        number: u64,
+        indent: usize,
+        above: usize,
+        under_key: Option<usize>,
+        content: &Content,
+        path: Vec<String>,
+    ) -> Pending {
+        let kind = match content {
+            // The value on its own line: a plain scalar, continued while indented more.
+            Content::Other => return Pending::Plain { indent: above },
+            Content::Item { .. } => Kind::Items,
+            Content::Key { .. } => Kind::Keys,
+        };
+        if indent > above {
+            *self.steps.entry(indent - above).or_default() += 1;
+        }
+        self.levels.push(Level {
+            indent,
+            kind,
+            path,
+            first_line: number,
+            lines: 0,
+            under_key,
+        });
+        self.read(number, content)
+    }
+
+    /// Closes the blocks a line at `indent` ends; the innermost of them, the one the line was
+    /// likely meant for.
+    fn close_above(&mut self, indent: usize, is_item: bool) -> Option<Level> {
         let mut popped = None;
         while let Some(top) = self.levels.last() {
             let compact_list_ends = top.indent == indent
@@ -229,14 +259,16 @@ impl Walk {
             if top.indent <= indent && !compact_list_ends {
                 break;
             }
-            // The innermost block closed is the one the line was likely meant for.
             let closed = self.levels.pop();
             popped = popped.or(closed);
         }
-        if matches!(content, Content::Other) {
-            return Err(None);
-        }
-        let fits = match self.levels.last() {
+        popped
+    }
+
+    /// Whether a line of `kind` at `indent` continues the innermost open block; the first line
+    /// of the document opens its top block.
+    fn fits(&mut self, number: u64, indent: usize, kind: Kind) -> bool {
+        match self.levels.last() {
             None => {
                 self.levels.push(Level {
                     indent,
@@ -249,28 +281,7 @@ impl Walk {
                 true
             }
             Some(top) => top.indent == indent && top.kind == kind,
-        };
-        if fits {
-            return Ok(self.read(number, content));
         }
-        if let Some((key, above, line)) = empty_value.filter(|(_, above, _)| indent < *above) {
-            return Err(Some(Break {
-                line: number,
-                column: indent as u64 + 1,
-                message: format!(
-                    "this line is indented by {}, less than the key `{key}` above it (line \
-                     {line}, {}): the lines of a key's value are indented more than the key",
-                    spaces(indent),
-                    spaces(above)
-                ),
-            }));
-        }
-        // The block the line was likely meant for: the one it closed, or the one it is in.
-        let meant = popped
-            .as_ref()
-            .filter(|level| level.kind == kind)
-            .or_else(|| self.levels.iter().rev().find(|level| level.kind == kind));
-        Err(meant.map(|level| self.misplaced(number, indent, is_item, level)))
     }
 
     /// The line at `indent` breaks from `level`; when `level` has only its first line and that
@@ -484,6 +495,33 @@ fn closes(text: &str, quote: char) -> bool {
         }
     }
     false
+}
+
+/// A value's line `number` at `indent`, as deep as its `key` on line `line`.
+fn as_deep_as_key(number: u64, indent: usize, key: &str, line: u64) -> Break {
+    Break {
+        line: number,
+        column: indent as u64 + 1,
+        message: format!(
+            "this line is indented by {}, as much as the key `{key}` above \
+             it (line {line}): a value below its key is indented more than the key",
+            spaces(indent)
+        ),
+    }
+}
+
+/// A value's line `number` at `indent`, less deep than its `key` at `above` on line `line`.
+fn less_deep_than_key(number: u64, indent: usize, key: &str, above: usize, line: u64) -> Break {
+    Break {
+        line: number,
+        column: indent as u64 + 1,
+        message: format!(
+            "this line is indented by {}, less than the key `{key}` above it (line \
+             {line}, {}): the lines of a key's value are indented more than the key",
+            spaces(indent),
+            spaces(above)
+        ),
+    }
 }
 
 fn spaces(count: usize) -> String {

@@ -1,8 +1,7 @@
-//! Loading a suite file: its repo, its tasks and its agents, each value checked.
+//! Loading a suite file: its repo, its agents and its tasks, each value checked.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use indexmap::IndexMap;
 use serde_saphyr::Spanned;
@@ -10,23 +9,14 @@ use sha2::{Digest, Sha256};
 
 use super::diagnostics::{Errors, Source, SuiteError};
 use super::matrix::add_agents;
-use super::names::{is_safe_name, resolve_command};
-use super::raw::{
-    RawAgent, RawAgentsFile, RawEnvironment, RawMetric, RawSuite, RawTask, RawVerify, loc,
-};
+use super::raw::{RawAgent, RawAgentsFile, RawSuite, loc};
 use super::read::{Lost, Read, read};
-use super::types::{AgentSpec, DEFAULT_MAX_DIFF, Located, MetricKind, MetricSpec, Suite, Task};
+use super::task::task;
+use super::types::{AgentSpec, AgentVariant, DEFAULT_MAX_DIFF, Suite, Task};
 use crate::agent::harness::Endpoint;
-use crate::delta::VerifySpec;
-use crate::support::parse_duration;
 use crate::workspace::{
-    DEFAULT_WORKDIR, DeltaScope, Environment, ImageSource, Isolation, Network, Overlay, RepoKind,
-    RepoSource,
+    Environment, ImageSource, Isolation, Network, Overlay, RepoKind, RepoSource,
 };
-use strum::VariantNames as _;
-
-/// The default grader timeout.
-const GRADER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Finds the suite file: `path` itself, or `suite.yaml` / `suite.yml` inside it.
 pub fn suite_file(path: &Path) -> Result<PathBuf, SuiteError> {
@@ -80,21 +70,58 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
     let Some(Read { raw, lost }) = raw else {
         return errors.finish(None);
     };
-    let mut digest = Sha256::new();
-    digest.update(text.as_bytes());
+    let agents_file = agents_source.as_ref().zip(agents_file.as_ref());
+    let (agents, variants) = suite_agents(&source, &raw, &lost, agents_file, &mut errors);
+    let name = suite_name(&source, &raw.name, &mut errors);
+    let repo = errors.keep(repo_source(&source, &raw.repo));
+    let max_diff = errors.keep(max_diff(&source, raw.max_diff.as_ref()));
+    let tasks = tasks(&source, &raw, &lost, &mut errors);
+    check_model_network(&source, &raw.agents, &agents, &tasks, &mut errors);
+    if let Some((agents_source, file)) = agents_file {
+        let raw_agents = &file.raw.agents;
+        check_model_network(agents_source, raw_agents, &agents, &tasks, &mut errors);
+    }
+    let agents_text = agents_file.map(|(source, _)| source.text);
+    let digest = digest(&text, agents_text, &tasks, &agents);
+    let agents_file = agents_file.map(|(source, file)| {
+        let names = file.raw.agents.keys().cloned().collect();
+        (source.path.to_owned(), names)
+    });
+    errors.finish(repo.zip(max_diff).map(|(repo, max_diff)| Suite {
+        name,
+        description: raw.description.clone(),
+        path: path.clone(),
+        digest,
+        repo,
+        agents,
+        variants,
+        tasks,
+        max_diff,
+        base_images: raw.base_images.clone(),
+        agents_file,
+    }))
+}
 
+/// The suite's agents, then the agents file's (replacing those of the same name), each with
+/// the suite's default budget where it sets none of its own.
+fn suite_agents(
+    source: &Source,
+    raw: &RawSuite,
+    lost: &Lost,
+    agents_file: Option<(&Source, &Read<RawAgentsFile>)>,
+    errors: &mut Errors,
+) -> (IndexMap<String, AgentSpec>, IndexMap<String, AgentVariant>) {
     let mut agents = IndexMap::new();
     let mut variants = IndexMap::new();
     add_agents(
-        &source,
+        source,
         &raw.agents,
-        &lost,
+        lost,
         &mut agents,
         &mut variants,
-        &mut errors,
+        errors,
     );
-    if let (Some(agents_source), Some(file)) = (&agents_source, &agents_file) {
-        digest.update(agents_source.text.as_bytes());
+    if let Some((agents_source, file)) = agents_file {
         let (file, lost) = (&file.raw, &file.lost);
         add_agents(
             agents_source,
@@ -102,36 +129,45 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
             lost,
             &mut agents,
             &mut variants,
-            &mut errors,
+            errors,
         );
     }
-
     if let Some(defaults) = &raw.budget
-        && let Some(defaults) = errors.keep(super::agents::budget(&source, &defaults.value))
+        && let Some(defaults) = errors.keep(super::agents::budget(source, &defaults.value))
     {
         super::agents::apply_default_budget(&mut agents, defaults);
     }
-    let name = raw.name.value.trim().to_owned();
-    if name.is_empty() {
-        errors.push(source.at(&raw.name, "the suite `name` is empty"));
+    (agents, variants)
+}
+
+/// The suite's `name`, trimmed, not empty.
+fn suite_name(source: &Source, name: &Spanned<String>, errors: &mut Errors) -> String {
+    let trimmed = name.value.trim().to_owned();
+    if trimmed.is_empty() {
+        errors.push(source.at(name, "the suite `name` is empty"));
     }
-    let repo = errors.keep(repo_source(&source, &raw.repo));
-    let max_diff = match &raw.max_diff {
-        None => DEFAULT_MAX_DIFF,
-        Some(size) => match size.value.trim().parse::<bytesize::ByteSize>() {
-            Ok(bytes) if bytes.as_u64() > 0 => bytes.as_u64(),
-            _ => {
-                errors.push(source.at(
-                    size,
-                    format!(
-                        "invalid max_diff '{}': use a size greater than zero such as 20MiB, 500KB or 1048576",
-                        size.value
-                    ),
-                ));
-                DEFAULT_MAX_DIFF
-            }
-        },
+    trimmed
+}
+
+/// `max_diff`: a size greater than zero.
+fn max_diff(source: &Source, size: Option<&Spanned<String>>) -> Result<u64, SuiteError> {
+    let Some(size) = size else {
+        return Ok(DEFAULT_MAX_DIFF);
     };
+    match size.value.trim().parse::<bytesize::ByteSize>() {
+        Ok(bytes) if bytes.as_u64() > 0 => Ok(bytes.as_u64()),
+        _ => Err(source.at(
+            size,
+            format!(
+                "invalid max_diff '{}': use a size greater than zero such as 20MiB, 500KB or 1048576",
+                size.value
+            ),
+        )),
+    }
+}
+
+/// The suite's tasks, each checked, their ids unique; at least one.
+fn tasks(source: &Source, raw: &RawSuite, lost: &Lost, errors: &mut Errors) -> Vec<Task> {
     let mut tasks = Vec::with_capacity(raw.tasks.value.len());
     let mut seen: HashMap<&str, u64> = HashMap::new();
     for raw_task in &raw.tasks.value {
@@ -144,7 +180,7 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
                 ),
             ));
         }
-        tasks.extend(task(&source, &raw, &lost, raw_task, &mut errors));
+        tasks.extend(task(source, raw, lost, raw_task, errors));
     }
     // Tasks left out for their errors are not missing.
     if raw.tasks.value.is_empty() && !lost.under("tasks") {
@@ -153,18 +189,23 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
             "the suite has no tasks; add at least one under `tasks:`",
         ));
     }
-    check_model_network(&source, &raw.agents, &agents, &tasks, &mut errors);
-    if let (Some(agents_source), Some(file)) = (&agents_source, &agents_file) {
-        check_model_network(
-            agents_source,
-            &file.raw.agents,
-            &agents,
-            &tasks,
-            &mut errors,
-        );
+    tasks
+}
+
+/// The suite's digest: its files' text, and what they name (so resume and merge notice an
+/// edited hidden test).
+fn digest(
+    text: &str,
+    agents_text: Option<&str>,
+    tasks: &[Task],
+    agents: &IndexMap<String, AgentSpec>,
+) -> String {
+    let mut digest = Sha256::new();
+    digest.update(text.as_bytes());
+    if let Some(agents_text) = agents_text {
+        digest.update(agents_text.as_bytes());
     }
-    // What the files name counts too, so resume and merge notice an edited hidden test.
-    for task in &tasks {
+    for task in tasks {
         digest.update(task.instruction.as_bytes());
         for overlay in [&task.tests, &task.solution].into_iter().flatten() {
             let (Overlay::Dir(path) | Overlay::Patch(path)) = overlay;
@@ -189,28 +230,7 @@ pub fn load(suite: &Path, agents_file: Option<&Path>) -> Result<Suite, SuiteErro
             hash_tree(&mut digest, script);
         }
     }
-    let agents_file = agents_source
-        .as_ref()
-        .zip(agents_file.as_ref())
-        .map(|(source, file)| {
-            (
-                source.path.to_owned(),
-                file.raw.agents.keys().cloned().collect(),
-            )
-        });
-    errors.finish(repo.map(|repo| Suite {
-        name,
-        description: raw.description.clone(),
-        path: path.clone(),
-        digest: format!("sha256:{:x}", digest.finalize()),
-        repo,
-        agents,
-        variants,
-        tasks,
-        max_diff,
-        base_images: raw.base_images.clone(),
-        agents_file,
-    }))
+    format!("sha256:{:x}", digest.finalize())
 }
 
 /// `network: model` needs a network of the agent's own: the sandbox's or a container's. An
@@ -295,534 +315,6 @@ fn repo_source(source: &Source, repo: &Spanned<String>) -> Result<RepoSource, Su
         RepoKind::PlainDir
     };
     Ok(RepoSource { path, kind })
-}
-
-/// One task, each of its values checked; None when any is wrong, every error kept.
-fn task(
-    source: &Source,
-    raw: &RawSuite,
-    lost: &Lost,
-    t: &RawTask,
-    errors: &mut Errors,
-) -> Option<Task> {
-    let defaults = &raw.defaults;
-    let found = errors.count();
-    // A key left out for its error is not also missing.
-    let lost_keys = lost.keys_near(loc(&t.id));
-    let id = t.id.value.clone();
-    if !is_safe_name(&id) {
-        errors.push(source.at(
-            &t.id,
-            format!("task id '{id}' is not allowed: use letters, digits, '.', '_' and '-'"),
-        ));
-    }
-    let instruction = match (&t.instruction, &t.instruction_file) {
-        (Some(text), None) => Some(text.value.clone()),
-        (None, Some(file)) => errors.keep(source.existing_path(file, "instruction_file").and_then(
-            |path| {
-                std::fs::read_to_string(&path).map_err(|err| {
-                    source.at(file, format!("cannot read {}: {err}", path.display()))
-                })
-            },
-        )),
-        (Some(_), Some(file)) => {
-            errors.push(source.at(
-                file,
-                format!("task '{id}' sets both `instruction` and `instruction_file`; keep one"),
-            ));
-            None
-        }
-        (None, None) => {
-            if !lost_keys {
-                errors.push(source.at(
-                    &t.id,
-                    format!("task '{id}' has no `instruction` or `instruction_file`"),
-                ));
-            }
-            None
-        }
-    };
-    if instruction
-        .as_ref()
-        .is_some_and(|text| text.trim().is_empty())
-    {
-        errors.push(source.at(&t.id, format!("task '{id}' has an empty instruction")));
-    }
-    let base = t
-        .base
-        .as_ref()
-        .or(defaults.base.as_ref())
-        .or(raw.base.as_ref())
-        .map(|b| Located {
-            value: b.value.clone(),
-            line: loc(b).0,
-            column: loc(b).1,
-        })
-        .unwrap_or_else(|| Located {
-            value: "HEAD".into(),
-            line: loc(&raw.repo).0,
-            column: loc(&raw.repo).1,
-        });
-    let mut overlay = |field: &Option<Spanned<String>>, what: &str| -> Option<Option<Overlay>> {
-        errors.keep(
-            field
-                .as_ref()
-                .map(|p| source.existing_path(p, what).map(Overlay::from_path))
-                .transpose(),
-        )
-    };
-    let tests = overlay(&t.tests, "tests");
-    let solution = overlay(&t.solution, "solution");
-    let verify_at = t.verify.as_ref().or(defaults.verify.as_ref());
-    let verify = match verify_at {
-        Some(v) => errors.keep(verify_spec(source, v)),
-        None => {
-            if !lost_keys && !lost.under("defaults") {
-                errors.push(source.at(
-                    &t.id,
-                    format!(
-                        "task '{id}' has no `verify` command; set it on the task or under `defaults:`"
-                    ),
-                ));
-            }
-            None
-        }
-    };
-    let metric = match t.metric.as_ref().or(defaults.metric.as_ref()) {
-        Some(m) => errors.keep(metric_spec(source, m)),
-        None => Some(MetricSpec::Delta),
-    };
-    let isolation = match t.isolation.as_ref().or(defaults.isolation.as_ref()) {
-        Some(s) => errors.keep(
-            s.value
-                .parse::<Isolation>()
-                .map_err(|err| source.at(s, format!("{err}"))),
-        ),
-        None => Some(Isolation::Worktree),
-    };
-    // A task's mapping replaces the default's whole: no key-by-key merge.
-    let environment = match t.environment.as_ref().or(defaults.environment.as_ref()) {
-        Some(e) => environment(source, e, lost, errors).map(Some),
-        None => Some(None),
-    };
-    // What needs a container is checked once the environment is known to be sound.
-    if let (Some(verify), Some(environment), Some(at)) = (&verify, &environment, verify_at) {
-        if verify.in_place && environment.is_none() {
-            errors.push(source.at(
-                at,
-                format!(
-                    "task '{id}' sets `in_place: true`, which runs verify in the agent's own container, and has no `environment:`; give it one, or drop `in_place`"
-                ),
-            ));
-        }
-        if let Some(reward) = &verify.reward
-            && reward.is_absolute()
-            && environment.is_none()
-        {
-            errors.push(source.at(
-                at,
-                format!(
-                    "task '{id}' reads its reward from {}, a container path, and has no `environment:`; give it one, or name a folder of the workspace (such as .deltabench/logs/verifier)",
-                    reward.display()
-                ),
-            ));
-        }
-    }
-    let timeout = errors.keep(
-        t.timeout
-            .as_ref()
-            .or(defaults.timeout.as_ref())
-            .map(|d| source.duration(d))
-            .transpose(),
-    );
-    let setup = t
-        .setup
-        .as_ref()
-        .or(defaults.setup.as_ref())
-        .map(|s| s.value.clone());
-    let prepare = match (t.prepare.as_ref().or(defaults.prepare.as_ref()), isolation) {
-        (Some(p), Some(Isolation::Session)) if p.value => {
-            errors.push(source.at(
-                p,
-                "`prepare: true` needs a cached template, which the `session` strategy never uses \
-                 (it works in your own tree); use `worktree` or `sandbox`, or drop `prepare`"
-                    .to_owned(),
-            ));
-            None
-        }
-        (Some(p), _) => Some(p.value),
-        (None, Some(isolation)) => environment
-            .as_ref()
-            .map(|environment| environment.is_some() && isolation != Isolation::Session),
-        (None, None) => None,
-    };
-    let solution_script = match (&t.solution_script, &t.solution) {
-        (Some(script), Some(_)) => {
-            errors.push(source.at(
-                script,
-                "the task sets both `solution` and `solution_script`; keep one",
-            ));
-            None
-        }
-        (Some(script), None) => errors
-            .keep(
-                source
-                    .existing_path(script, "solution_script")
-                    .and_then(|path| {
-                        if path.is_file() {
-                            Ok(path.canonicalize().unwrap_or(path))
-                        } else {
-                            Err(source.at(
-                                script,
-                                format!("solution_script '{}' is not a file", script.value),
-                            ))
-                        }
-                    }),
-            )
-            .map(Some),
-        (None, _) => Some(None),
-    };
-    let mut tags = defaults.tags.clone().unwrap_or_default();
-    for tag in t.tags.iter().flatten() {
-        if !tags.contains(tag) {
-            tags.push(tag.clone());
-        }
-    }
-    if errors.count() > found {
-        return None;
-    }
-    Some(Task {
-        id,
-        instruction: instruction?,
-        base,
-        setup,
-        prepare: prepare?,
-        tests: tests?,
-        protected: t.protected.clone(),
-        verify: verify?,
-        solution: solution?,
-        solution_script: solution_script?,
-        metric: metric?,
-        tags,
-        timeout: timeout?,
-        isolation: isolation?,
-        environment: environment?,
-        mutants: t
-            .mutants
-            .as_ref()
-            .or(defaults.mutants.as_ref())
-            .map_or(crate::delta::DEFAULT_MUTANTS, |n| n.value),
-    })
-}
-
-/// A task's `environment:`, each key checked; None when any is wrong, every error kept.
-fn environment(
-    source: &Source,
-    e: &Spanned<RawEnvironment>,
-    lost: &Lost,
-    errors: &mut Errors,
-) -> Option<Environment> {
-    let raw = &e.value;
-    let found = errors.count();
-    let image = match (&raw.image, &raw.dockerfile) {
-        (Some(image), None) => {
-            if let Some(context) = &raw.context {
-                errors.push(source.at(
-                    context,
-                    "`context` applies to a `dockerfile` environment, not an `image` one",
-                ));
-            }
-            let name = image.value.trim();
-            if name.is_empty() || name.chars().any(char::is_whitespace) {
-                errors.push(source.at(
-                    image,
-                    format!(
-                        "invalid image name '{}': use a local image such as localhost/NAME:TAG",
-                        image.value
-                    ),
-                ));
-                None
-            } else {
-                Some(ImageSource::Image(name.to_owned()))
-            }
-        }
-        (None, Some(dockerfile)) => {
-            errors.keep(dockerfile_image(source, dockerfile, raw.context.as_ref()))
-        }
-        (Some(_), Some(dockerfile)) => {
-            errors.push(source.at(
-                dockerfile,
-                "the environment sets both `image` and `dockerfile`; keep exactly one",
-            ));
-            None
-        }
-        (None, None) => {
-            if !lost.keys_near(loc(e)) {
-                errors.push(source.at(
-                    e,
-                    "the environment needs exactly one of `image` (a local image name) and `dockerfile` (a path)",
-                ));
-            }
-            None
-        }
-    };
-    let workdir = match &raw.workdir {
-        Some(w) if w.value.starts_with('/') && w.value.trim() != "/" => PathBuf::from(&w.value),
-        Some(w) => {
-            errors.push(source.at(
-                w,
-                format!(
-                    "invalid workdir '{}': use an absolute folder other than /, such as {DEFAULT_WORKDIR}",
-                    w.value
-                ),
-            ));
-            PathBuf::new()
-        }
-        None => PathBuf::from(DEFAULT_WORKDIR),
-    };
-    let network = match &raw.network {
-        Some(n) => match n.value.parse::<Network>() {
-            Ok(Network::Model) => {
-                errors.push(source.at(
-                    n,
-                    "network `model` is an agent's setting (set it on the agent, for this \
-                     container too), not an environment's. Valid networks for an environment: \
-                     none, host",
-                ));
-                Network::None
-            }
-            Ok(network) => network,
-            Err(_) => {
-                errors.push(source.at(
-                    n,
-                    format!(
-                        "unknown network mode: '{}'. Valid networks for an environment: none, host",
-                        n.value
-                    ),
-                ));
-                Network::None
-            }
-        },
-        None => Network::None,
-    };
-    let millicpus = match &raw.cpus {
-        Some(c) if c.value.is_finite() && c.value >= 0.001 && c.value <= 4096.0 => {
-            Some((c.value * 1000.0).round() as u32)
-        }
-        Some(c) => {
-            errors.push(source.at(
-                c,
-                format!(
-                    "invalid cpus {}: use a number above 0, such as 2 or 0.5",
-                    c.value
-                ),
-            ));
-            None
-        }
-        None => None,
-    };
-    let memory = match &raw.memory {
-        Some(m) => match m.value.trim().parse::<bytesize::ByteSize>() {
-            Ok(size) if size.as_u64() >= 6 << 20 => Some(size.as_u64()),
-            _ => {
-                errors.push(source.at(
-                    m,
-                    format!(
-                        "invalid memory '{}': use a size of at least 6MiB (the runtimes' least), such as 512MiB or 2GB",
-                        m.value
-                    ),
-                ));
-                None
-            }
-        },
-        None => None,
-    };
-    let delta = match &raw.delta {
-        Some(d) => match d.value.as_str() {
-            "workspace" => DeltaScope::Workspace,
-            "container" => DeltaScope::Container,
-            other => {
-                errors.push(source.at(
-                    d,
-                    format!("unknown delta '{other}'. Valid deltas: workspace, container"),
-                ));
-                DeltaScope::Workspace
-            }
-        },
-        None => DeltaScope::Workspace,
-    };
-    let verify_network = match &raw.verify_network {
-        Some(n) => match n.value.as_str() {
-            "none" => Network::None,
-            "host" => Network::Host,
-            other => {
-                errors.push(source.at(
-                    n,
-                    format!("unknown verify_network '{other}'. Valid networks for the verify command: none, host"),
-                ));
-                Network::None
-            }
-        },
-        None => Network::None,
-    };
-    let absolute = |path: &str, key: &str| {
-        if path.starts_with('/') && !path.trim_end_matches('/').is_empty() {
-            return Ok(());
-        }
-        Err(format!(
-            "invalid {key} '{path}': use an absolute container path other than /, such as /tests"
-        ))
-    };
-    let mut verify_mounts = Vec::new();
-    if let Some(mounts) = &raw.verify_mounts {
-        for (inside, from) in &mounts.value {
-            errors.keep(absolute(inside, "verify_mounts path").map_err(|m| source.at(mounts, m)));
-            if from.starts_with('/') || from.split('/').any(|p| p == "..") {
-                errors.push(source.at(
-                    mounts,
-                    format!(
-                        "invalid verify_mounts source '{from}' for {inside}: use a folder of the workspace, without a leading / or `..`"
-                    ),
-                ));
-            }
-            verify_mounts.push((
-                PathBuf::from(inside),
-                PathBuf::from(from.trim_start_matches("./")),
-            ));
-        }
-    }
-    let solution_at = raw.solution_at.as_ref().map(|at| {
-        errors.keep(absolute(&at.value, "solution_at").map_err(|m| source.at(at, m)));
-        PathBuf::from(&at.value)
-    });
-    let outputs = match &raw.outputs {
-        Some(globs) => {
-            for glob in &globs.value {
-                errors.keep(absolute(glob, "outputs glob").map_err(|m| source.at(globs, m)));
-            }
-            globs.value.clone()
-        }
-        None => Vec::new(),
-    };
-    if errors.count() > found {
-        return None;
-    }
-    Some(Environment {
-        image: image?,
-        workdir,
-        network,
-        limits: crate::workspace::Limits { millicpus, memory },
-        delta,
-        verify_network,
-        verify_mounts,
-        solution_at,
-        outputs,
-    })
-}
-
-/// A `dockerfile:` environment's Dockerfile and build context, which must exist.
-fn dockerfile_image(
-    source: &Source,
-    dockerfile: &Spanned<String>,
-    context: Option<&Spanned<String>>,
-) -> Result<ImageSource, SuiteError> {
-    let path = source.existing_path(dockerfile, "dockerfile")?;
-    if !path.is_file() {
-        return Err(source.at(
-            dockerfile,
-            format!("dockerfile '{}' is not a file", dockerfile.value),
-        ));
-    }
-    let path = path.canonicalize().unwrap_or(path);
-    let context = match context {
-        Some(context) => {
-            let dir = source.existing_path(context, "context")?;
-            if !dir.is_dir() {
-                return Err(source.at(
-                    context,
-                    format!("context '{}' is not a folder", context.value),
-                ));
-            }
-            dir.canonicalize().unwrap_or(dir)
-        }
-        None => path.parent().map(Path::to_owned).unwrap_or_default(),
-    };
-    Ok(ImageSource::Dockerfile { path, context })
-}
-
-fn verify_spec(source: &Source, v: &Spanned<RawVerify>) -> Result<VerifySpec, SuiteError> {
-    if v.value.run.trim().is_empty() {
-        return Err(source.at(v, "the verify command is empty"));
-    }
-    let timeout = v
-        .value
-        .timeout
-        .as_deref()
-        .map(|t| parse_duration(t).map_err(|message| source.at(v, message.to_string())))
-        .transpose()?;
-    let reward = match v.value.reward.as_deref().map(str::trim) {
-        None => None,
-        Some(dir) if dir.is_empty() || dir == "/" || dir.split('/').any(|p| p == "..") => {
-            return Err(source.at(
-                v,
-                format!(
-                    "invalid reward folder '{dir}': use a container path such as /logs/verifier, or a folder of the workspace without `..`"
-                ),
-            ));
-        }
-        Some(dir) => Some(PathBuf::from(dir.trim_start_matches("./"))),
-    };
-    Ok(VerifySpec {
-        run: v.value.run.clone(),
-        timeout,
-        in_place: v.value.in_place,
-        reward,
-    })
-}
-
-fn metric_spec(source: &Source, m: &Spanned<RawMetric>) -> Result<MetricSpec, SuiteError> {
-    match &m.value {
-        RawMetric::Named(name) => match name.parse::<MetricKind>() {
-            Ok(MetricKind::Delta) => Ok(MetricSpec::Delta),
-            Ok(MetricKind::DeltaToken) => Ok(MetricSpec::DeltaToken),
-            Ok(MetricKind::ExitCode) => Ok(MetricSpec::ExitCode),
-            Ok(MetricKind::Grader) | Err(_) => {
-                let grader: &str = MetricKind::Grader.into();
-                let named: Vec<&str> = MetricKind::VARIANTS
-                    .iter()
-                    .copied()
-                    .filter(|kind| *kind != grader)
-                    .collect();
-                Err(source.at(
-                    m,
-                    format!(
-                        "unknown metric '{name}'. Valid metrics: {}, or {{grader: COMMAND}}",
-                        named.join(", ")
-                    ),
-                ))
-            }
-        },
-        RawMetric::Grader { command, timeout } => {
-            let spanned = Spanned {
-                value: command.clone(),
-                referenced: m.referenced,
-                defined: m.defined,
-            };
-            Ok(MetricSpec::Grader {
-                command: resolve_command(source, &spanned)?,
-                written: command.trim().to_owned(),
-                timeout: Some(
-                    timeout
-                        .as_deref()
-                        .map(|t| {
-                            parse_duration(t).map_err(|message| source.at(m, message.to_string()))
-                        })
-                        .transpose()?
-                        .unwrap_or(GRADER_TIMEOUT),
-                ),
-            })
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,13 +8,16 @@
 //! - `diagnostics`: errors located in the file, with a snippet;
 //! - `read`: the YAML into the raw types, every error of its shape found;
 //! - `indentation`: a syntax error that is a broken indentation, in plain words;
-//! - `load`: the suite file and its tasks;
+//! - `load`: the suite file;
+//! - `task`: one task's values;
+//! - `environment`: a task's container;
 //! - `agents`: one agent's keys by kind;
 //! - `matrix`: ablation matrices expanded into agents;
 //! - `lock`: the validated evidence beside the suite.
 
 mod agents;
 mod diagnostics;
+mod environment;
 mod indentation;
 mod load;
 mod lock;
@@ -22,6 +25,7 @@ mod matrix;
 mod names;
 mod raw;
 mod read;
+mod task;
 mod types;
 
 pub use agents::BUILTIN_AGENTS;
