@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// Whether a variable name looks like it holds a secret (`*API_KEY`, `*_TOKEN`, `*SECRET*`,
 /// `*PASSWORD*`): its value is redacted from a trial's files and kept out of command lines.
-pub fn is_secret_name(name: &str) -> bool {
+pub(crate) fn is_secret_name(name: &str) -> bool {
     let name = name.to_ascii_uppercase();
     name.ends_with("API_KEY")
         || name.ends_with("_TOKEN")
@@ -15,7 +15,7 @@ pub fn is_secret_name(name: &str) -> bool {
 
 /// The candidate `word` was most likely meant to be (a typo: `instrction_file`, `claude` for
 /// `claude-code`), when one is close enough; `None` for a word like none of them.
-pub fn did_you_mean<'a>(
+pub(crate) fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
@@ -40,12 +40,12 @@ pub fn did_you_mean<'a>(
 }
 
 /// `; did you mean 'X'?`, or nothing.
-pub fn suggestion<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+pub(crate) fn suggestion<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
     did_you_mean(word, candidates).map_or(String::new(), |c| format!("; did you mean '{c}'?"))
 }
 
 /// Quotes `text` for `sh` when it holds anything but safe characters (an empty string too).
-pub fn shell_quote(text: &str) -> String {
+pub(crate) fn shell_quote(text: &str) -> String {
     if !text.is_empty()
         && text
             .chars()
@@ -59,7 +59,7 @@ pub fn shell_quote(text: &str) -> String {
 
 /// A duration [`parse_duration`] refuses, with the text as written.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum DurationError {
+pub(crate) enum DurationError {
     #[error(
         "invalid duration '{text}': {source}; write a number and a unit, e.g. 500ms, 90s, 10m or 1h"
     )]
@@ -75,7 +75,7 @@ pub enum DurationError {
 }
 
 /// Parses `500ms`, `90s`, `10m`, `1h30m`.
-pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let parsed =
         humantime::parse_duration(text.trim()).map_err(|source| DurationError::Unreadable {
             text: text.to_owned(),
@@ -97,19 +97,24 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
 }
 
 /// Serde for `Option<Duration>` as a human string (`90s`).
-pub mod duration_opt {
+pub(crate) mod duration_opt {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        value: &Option<Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         match value {
             Some(d) => s.serialize_str(&humantime::format_duration(*d).to_string()),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
         Option::<String>::deserialize(d)?
             .map(|text| super::parse_duration(&text).map_err(serde::de::Error::custom))
             .transpose()
@@ -117,7 +122,7 @@ pub mod duration_opt {
 }
 
 /// The text of a panic payload.
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {
@@ -129,7 +134,7 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 /// Copies the folder `from` to `to` (created), files with their permissions and symlinks as
 /// links.
-pub fn copy_folder(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+pub(crate) fn copy_folder(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;

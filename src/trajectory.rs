@@ -32,21 +32,21 @@ use serde_json::{Map, Value, json};
 use crate::agent::{CodingResult, ModelCall, StreamEvent, Usage};
 
 /// The `schema_version` every trajectory is written with.
-pub const SCHEMA_VERSION: &str = "ATIF-v1.7";
+pub(crate) const SCHEMA_VERSION: &str = "ATIF-v1.7";
 
 /// What an agent's version is recorded as when nothing in its stream says.
-pub const UNKNOWN_VERSION: &str = "unknown";
+pub(crate) const UNKNOWN_VERSION: &str = "unknown";
 
 /// An event as the runner received it, with when (ISO 8601).
 #[derive(Debug, Clone, PartialEq)]
-pub struct TimedEvent {
+pub(crate) struct TimedEvent {
     pub at: String,
     pub event: StreamEvent,
 }
 
 /// Everything a trajectory is built from.
 #[derive(Debug, Clone, Copy)]
-pub struct TrajectoryInput<'a> {
+pub(crate) struct TrajectoryInput<'a> {
     /// The agent's name in the suite.
     pub agent: &'a str,
     /// Its kind (`claude-code`, `command`, `mock`, ...): the ATIF agent name.
@@ -65,14 +65,14 @@ pub struct TrajectoryInput<'a> {
 
 /// A trial's model calls as deltabench's gateway counted them.
 #[derive(Debug, Clone, Copy)]
-pub struct Counted<'a> {
+pub(crate) struct Counted<'a> {
     pub calls: &'a [ModelCall],
     pub total: &'a Usage,
 }
 
 /// An ATIF trajectory (the fields deltabench fills).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Trajectory {
+pub(crate) struct Trajectory {
     pub schema_version: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
@@ -87,7 +87,7 @@ pub struct Trajectory {
 
 /// ATIF's `agent` object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AgentInfo {
+pub(crate) struct AgentInfo {
     pub name: String,
     pub version: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,7 +99,7 @@ pub struct AgentInfo {
 /// Who a step comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Source {
+pub(crate) enum Source {
     System,
     User,
     Agent,
@@ -107,7 +107,7 @@ pub enum Source {
 
 /// One ATIF step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Step {
+pub(crate) struct Step {
     pub step_id: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timestamp: Option<String>,
@@ -126,7 +126,7 @@ pub struct Step {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolCall {
+pub(crate) struct ToolCall {
     pub tool_call_id: String,
     pub function_name: String,
     /// Always a JSON object: a call's arguments that are not one are kept under `input`.
@@ -134,12 +134,12 @@ pub struct ToolCall {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Observation {
+pub(crate) struct Observation {
     pub results: Vec<ObservationResult>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ObservationResult {
+pub(crate) struct ObservationResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_call_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,7 +150,7 @@ pub struct ObservationResult {
 
 /// Per-step token counts and cost. `prompt_tokens` includes cached tokens, as ATIF defines it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub cached_tokens: u64,
@@ -161,7 +161,7 @@ pub struct Metrics {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct FinalMetrics {
+pub(crate) struct FinalMetrics {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_prompt_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -176,7 +176,7 @@ pub struct FinalMetrics {
 }
 
 /// The trajectory of one agent run.
-pub fn trajectory(input: &TrajectoryInput) -> Trajectory {
+pub(crate) fn trajectory(input: &TrajectoryInput) -> Trajectory {
     let mut builder = Builder::default();
     builder.steps.push(Step {
         timestamp: Some(input.started_at.to_owned()),

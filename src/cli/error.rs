@@ -20,7 +20,7 @@ use crate::store::{ReadRunError, layout};
 use crate::suite::SuiteError;
 
 /// An error and its sources, kept whole so each is printed as a `caused by:` line.
-pub type Source = Box<dyn StdError + Send + Sync + 'static>;
+pub(super) type Source = Box<dyn StdError + Send + Sync + 'static>;
 
 /// What kind of failure ended the command; its exit code follows from it alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::runner::{Plan, RunObserver};
 use crate::store::{Outcome, TrialRecord};
 
-pub struct TerminalReporter {
+pub(super) struct TerminalReporter {
     tty: bool,
     bar: Option<ProgressBar>,
     total: usize,
@@ -28,7 +28,7 @@ pub struct TerminalReporter {
 }
 
 impl TerminalReporter {
-    pub fn new(tty: bool) -> Self {
+    pub(super) fn new(tty: bool) -> Self {
         Self {
             tty,
             bar: None,
@@ -44,24 +44,24 @@ impl TerminalReporter {
     }
 
     /// The counts of every record the run reported.
-    pub fn tally(&self) -> &crate::report::Tally {
+    pub(super) fn tally(&self) -> &crate::report::Tally {
         &self.tally
     }
 
     /// Says `note` once the trials start.
-    pub fn noting(mut self, note: Option<String>) -> Self {
+    pub(super) fn noting(mut self, note: Option<String>) -> Self {
         self.note = note;
         self
     }
 
     /// For round `round` of a run in rounds.
-    pub fn in_round(mut self, round: u32) -> Self {
+    pub(super) fn in_round(mut self, round: u32) -> Self {
         self.round = Some(round);
         self
     }
 
     /// For a resumed run that had recorded `recorded` of its trials.
-    pub fn resuming(mut self, recorded: usize) -> Self {
+    pub(super) fn resuming(mut self, recorded: usize) -> Self {
         self.resumed = Some(recorded);
         self
     }
@@ -96,7 +96,7 @@ impl TerminalReporter {
         }
     }
 
-    pub fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }

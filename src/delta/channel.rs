@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// The socket's name in the hook's folder.
-pub const CHANNEL_SOCKET: &str = "channel.sock";
+pub(super) const CHANNEL_SOCKET: &str = "channel.sock";
 /// What one interpreter may send; the rest is read and dropped (a flood cannot exhaust memory).
 const MAX_BYTES_PER_INTERPRETER: usize = 64 << 20;
 /// How long interpreters get, once the verify command ended, to close their connections (its
@@ -40,7 +40,7 @@ struct Interpreter {
 type Seen = Arc<Mutex<Vec<Interpreter>>>;
 
 /// A listening channel; [`Channel::close`] ends it and returns the report.
-pub struct Channel {
+pub(super) struct Channel {
     address: PathBuf,
     stop: CancellationToken,
     seen: Seen,
@@ -56,7 +56,7 @@ impl Drop for Channel {
 
 impl Channel {
     /// Listens at `dir/channel.sock` (a stale socket there is replaced).
-    pub fn open(dir: &Path) -> io::Result<Self> {
+    pub(super) fn open(dir: &Path) -> io::Result<Self> {
         let address = dir.join(CHANNEL_SOCKET);
         match std::fs::remove_file(&address) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
@@ -78,14 +78,14 @@ impl Channel {
     }
 
     /// The path the hook connects to.
-    pub fn address(&self) -> &Path {
+    pub(super) fn address(&self) -> &Path {
         &self.address
     }
 
     /// Stops listening once the verify command has ended and returns what the interpreters
     /// reported, one JSON object per line: `start` and `exit` written by the harness, `test`
     /// as sent but with the kernel's pid.
-    pub async fn close(mut self) -> String {
+    pub(super) async fn close(mut self) -> String {
         self.stop.cancel();
         if let Some(task) = self.task.take() {
             let _ = task.await;

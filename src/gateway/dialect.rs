@@ -105,7 +105,7 @@ pub enum ErrorKind {
 }
 
 /// The error body of a request no API's shape applies to: `{"error": {"message": ...}}`.
-pub fn plain_error(message: &str) -> Value {
+pub(super) fn plain_error(message: &str) -> Value {
     json!({"error": {"message": message}})
 }
 

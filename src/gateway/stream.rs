@@ -11,7 +11,7 @@ use super::dialect::Dialect;
 /// `sse` with each of `places` that spans fragments of one stream (a content block, a choice's
 /// text or tool call, an output item, a candidate's text) moved whole into the fragment where it
 /// starts. Events left unchanged keep their bytes; a changed one is written again as JSON.
-pub fn unsplit(dialect: Dialect, sse: &str, places: &[&str]) -> String {
+pub(super) fn unsplit(dialect: Dialect, sse: &str, places: &[&str]) -> String {
     let mut places: Vec<&str> = places.iter().copied().filter(|p| !p.is_empty()).collect();
     // The longest first: one place may hold another.
     places.sort_by_key(|p| std::cmp::Reverse(p.len()));

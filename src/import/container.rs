@@ -117,7 +117,7 @@ struct Compose {
     services: Map<String, Value>,
 }
 
-pub async fn import(
+pub(super) async fn import(
     options: &ImportOptions,
     staging: &Path,
     name: &str,

@@ -29,13 +29,13 @@ const METADATA: [&str; 8] = [
 ];
 
 /// Where the workspace keeps what a container would have at its fixed paths.
-pub const TESTS_DIR: &str = ".deltabench/tests";
-pub const LOGS_DIR: &str = ".deltabench/logs";
-pub const SOLUTION_DIR: &str = ".deltabench/solution";
+pub(super) const TESTS_DIR: &str = ".deltabench/tests";
+pub(super) const LOGS_DIR: &str = ".deltabench/logs";
+pub(super) const SOLUTION_DIR: &str = ".deltabench/solution";
 
 /// The files a Dockerfile lays out, and the directory the task works in.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Environment {
+pub(super) struct Environment {
     /// The final `WORKDIR`, absolute: the workspace root.
     pub workdir: String,
     pub copies: Vec<CopyStep>,
@@ -54,7 +54,7 @@ pub struct Environment {
 
 /// One `COPY SRC... DEST`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CopyStep {
+pub(super) struct CopyStep {
     /// Paths in the build context; the last component may hold `*` or `?`.
     pub sources: Vec<String>,
     /// Absolute in the container; a trailing `/` is kept (it makes DEST a directory).
@@ -65,7 +65,7 @@ pub struct CopyStep {
 
 /// Why a Dockerfile cannot be imported as files: the task needs a real image build.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DockerfileError {
+pub(crate) enum DockerfileError {
     /// An instruction the importer cannot lay out; `line` is shortened for the message.
     #[error("cannot import its Dockerfile: {line} ({why})")]
     Unsupported { line: String, why: String },
@@ -75,7 +75,7 @@ pub enum DockerfileError {
 
 /// Why an environment cannot be laid out as files.
 #[derive(Debug, thiserror::Error)]
-pub enum StageError {
+pub(super) enum StageError {
     /// The task needs a real image build: a skip reason.
     #[error(transparent)]
     Unsupported(#[from] DockerfileError),
@@ -100,7 +100,7 @@ fn shorten(line: &str) -> String {
 }
 
 /// Reads a Dockerfile; `Err` is the skip reason when it cannot be imported.
-pub fn parse_dockerfile(text: &str) -> Result<Environment, DockerfileError> {
+pub(super) fn parse_dockerfile(text: &str) -> Result<Environment, DockerfileError> {
     let mut workdir: Option<String> = None;
     let mut copies = Vec::new();
     // ADD and COPY --from: built, never staged, so never into the working directory.
@@ -386,7 +386,7 @@ fn join_container(dir: &str, path: &str) -> String {
 /// `context`. `harness` names files at the top of the context that are the task's own harness
 /// (tests, solution, task file): a `COPY . DEST` leaves them out. A copy outside the working
 /// directory is the build's (an environment without a build has none).
-pub fn stage(
+pub(super) fn stage(
     env: &Environment,
     context: &Path,
     root: &Path,
@@ -515,7 +515,7 @@ fn wildcard(pattern: &str, name: &str) -> bool {
 }
 
 /// Copies the contents of `from` into `to`, leaving out the top-level names in `skip`.
-pub fn copy_tree(from: &Path, to: &Path, skip: &[&str]) -> Result<(), StageError> {
+pub(super) fn copy_tree(from: &Path, to: &Path, skip: &[&str]) -> Result<(), StageError> {
     fs::create_dir_all(to).map_err(io_at(to))?;
     let mut entries: Vec<_> = fs::read_dir(from)
         .map_err(io_at(from))?
@@ -557,13 +557,13 @@ fn copy_entry(from: &Path, to: &Path) -> Result<(), StageError> {
 
 /// The container paths a task's files use, and where they are in the workspace.
 #[derive(Debug, Clone)]
-pub struct ContainerPaths {
+pub(super) struct ContainerPaths {
     /// (container path, workspace-relative path), longest container path first.
     mappings: Vec<(String, &'static str)>,
 }
 
 impl ContainerPaths {
-    pub fn new(workdir: &str) -> Self {
+    pub(super) fn new(workdir: &str) -> Self {
         let mut mappings = vec![
             (workdir.to_owned(), ""),
             ("/tests".to_owned(), TESTS_DIR),
@@ -578,7 +578,7 @@ impl ContainerPaths {
     /// inside the script does not break them. Where the shell expands nothing, the script is
     /// left as written: the body of a quoted heredoc (`<<'EOF'`) is data. Inside a
     /// single-quoted string the quote is closed around the variable (`'"${...}"'`).
-    pub fn in_shell(&self, text: &str) -> String {
+    pub(super) fn in_shell(&self, text: &str) -> String {
         let variable = |relative: &str| match relative {
             "" => "${DELTABENCH_WORKSPACE}".to_owned(),
             // Where the oracle (or --run-solutions) put the solution's files.
@@ -598,7 +598,7 @@ impl ContainerPaths {
     /// For everything else (Python tests, the instruction): relative to the workspace root,
     /// where the verify command starts. The root alone is `./` (a bare `.` would read as the
     /// end of a sentence), or `.` before a slash.
-    pub fn relative(&self, text: &str) -> String {
+    pub(super) fn relative(&self, text: &str) -> String {
         self.rewrite(text, |relative, before_slash| match relative {
             "" if before_slash => ".".to_owned(),
             "" => "./".to_owned(),

@@ -105,7 +105,7 @@ struct Exercise {
     reference: Vec<(String, String)>,
 }
 
-pub fn import(
+pub(super) fn import(
     options: &ImportOptions,
     staging: &Path,
     name: &str,

@@ -29,7 +29,7 @@ use clap::ValueEnum;
 
 /// A task-set format; its command-line name is the variant's in kebab case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     /// SWE-bench and Multi-SWE-bench rows, a JSON or JSONL file; one suite per repository
     Swebench,
     /// A folder of Harbor task folders (`task.toml`, `instruction.md`, `tests/`, `solution/`)
@@ -64,7 +64,7 @@ impl fmt::Display for Format {
 }
 
 /// What to import and where.
-pub struct ImportOptions {
+pub(crate) struct ImportOptions {
     pub format: Format,
     /// A rows file (swebench) or a folder of tasks (the others).
     pub source: PathBuf,
@@ -91,7 +91,7 @@ pub struct ImportOptions {
 
 /// What an import wrote.
 #[derive(Debug, Clone, Default)]
-pub struct ImportReport {
+pub(crate) struct ImportReport {
     /// The suite folders written (one, or one per repository for swebench).
     pub suites: Vec<WrittenSuite>,
     pub skipped: Vec<Skipped>,
@@ -100,20 +100,20 @@ pub struct ImportReport {
 }
 
 impl ImportReport {
-    pub fn tasks(&self) -> usize {
+    pub(crate) fn tasks(&self) -> usize {
         self.suites.iter().map(|s| s.tasks).sum()
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WrittenSuite {
+pub(crate) struct WrittenSuite {
     pub dir: PathBuf,
     pub tasks: usize,
 }
 
 /// A task that was not imported, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Skipped {
+pub(crate) struct Skipped {
     pub task: String,
     pub reason: String,
 }
@@ -121,7 +121,7 @@ pub struct Skipped {
 /// Why one source task is left out of the suite (it is listed as skipped, with this text): the
 /// import goes on with the others.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum Skip {
+pub(crate) enum Skip {
     /// Its Dockerfile needs a real image build.
     #[error(transparent)]
     Dockerfile(#[from] docker::DockerfileError),
@@ -256,7 +256,7 @@ impl Imported {
 }
 
 /// Reads `options.source` in `options.format` and writes the suite folder(s) to `options.out`.
-pub async fn import(options: &ImportOptions) -> Result<ImportReport, ImportError> {
+pub(crate) async fn import(options: &ImportOptions) -> Result<ImportReport, ImportError> {
     check_options(options)?;
     if !options.source.exists() {
         return Err(ImportError::Usage(format!(

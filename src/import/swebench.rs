@@ -98,7 +98,7 @@ struct TestSettings {
     environment: Vec<(&'static str, String)>,
 }
 
-pub async fn import(
+pub(super) async fn import(
     options: &ImportOptions,
     staging: &Path,
     name: &str,

@@ -14,7 +14,7 @@ use super::swebench_official::{OFFICIAL, OfficialSpec, test_directives};
 use crate::support::shell_quote;
 
 /// Where the images keep the repository, and so where the workspace is mounted.
-pub const TESTBED: &str = "/testbed";
+pub(super) const TESTBED: &str = "/testbed";
 /// The Docker Hub namespace of the official instance images.
 const NAMESPACE: &str = "docker.io/swebench";
 /// The heredoc delimiter the official environment script uses for its requirements.
@@ -26,7 +26,7 @@ const ACTIVATE: &str = "source /opt/miniconda3/bin/activate && conda activate te
 /// `swebench/sweb.eval.x86_64.<instance id, lowercased>:latest`, every `__` made `_1776_`
 /// (Docker Hub takes no `__` in a name). Fully qualified: a run never pulls and Podman needs
 /// the registry to find a short name.
-pub fn image_name(instance_id: &str) -> String {
+pub(super) fn image_name(instance_id: &str) -> String {
     let key = format!("sweb.eval.x86_64.{}:latest", instance_id.to_lowercase());
     format!("{NAMESPACE}/{key}").replace("__", "_1776_")
 }
@@ -38,7 +38,7 @@ pub fn image_name(instance_id: &str) -> String {
 /// see the change, and what an editable one built in place is hidden by the workspace), then
 /// the test command with the test patch's files. Like the eval script, a failing step does not
 /// stop the next: the test log decides.
-pub fn verify_command(spec: &OfficialSpec, repo: &str, test_patch: &str) -> Option<String> {
+pub(super) fn verify_command(spec: &OfficialSpec, repo: &str, test_patch: &str) -> Option<String> {
     let test_cmd = spec.test_cmd.as_deref()?;
     let mut lines = vec![ACTIVATE.to_owned()];
     lines.extend(
@@ -68,7 +68,7 @@ fn edits_repository(line: &str) -> bool {
 
 /// Why the official environment of a repository's version cannot be written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EnvironmentError {
+pub(crate) enum EnvironmentError {
     #[error("the official spec of {repo} {version} names no Python version")]
     NoPython { repo: String, version: String },
     #[error("the environment setup commit {commit} is not in {}", clone.display())]
@@ -86,13 +86,13 @@ pub enum EnvironmentError {
 }
 
 /// The files of one generated environment, relative to its folder.
-pub type EnvironmentFiles = Vec<(&'static str, String)>;
+pub(super) type EnvironmentFiles = Vec<(&'static str, String)>;
 
 /// The Dockerfile (and the scripts it runs) of the official image for `repo` at `version`, with
 /// the repository at `commit` (the rows' `environment_setup_commit`, else the base). The
 /// requirements or conda environment file is read from `tree` (that commit in the local clone),
 /// as the harness reads it from GitHub. Err: why it cannot be written.
-pub fn dockerfile(
+pub(super) fn dockerfile(
     repo: &str,
     version: &str,
     spec: &OfficialSpec,

@@ -15,7 +15,7 @@ use super::ImportError;
 const GRADER_TIMEOUT: &str = "60s";
 
 /// The staging folder inside `--out`.
-pub struct Staging {
+pub(super) struct Staging {
     out: PathBuf,
     /// `None` once committed or dropped.
     dir: Option<tempfile::TempDir>,
@@ -25,7 +25,7 @@ pub struct Staging {
 
 impl Staging {
     /// Refuses an `out` that already holds a suite, unless `force`.
-    pub fn new(out: &Path, force: bool) -> Result<Self, ImportError> {
+    pub(super) fn new(out: &Path, force: bool) -> Result<Self, ImportError> {
         if out.exists() && !out.is_dir() {
             return Err(ImportError::Usage(format!(
                 "--out {}: not a folder",
@@ -57,7 +57,7 @@ impl Staging {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         self.dir.as_ref().map_or(&self.out, |dir| dir.path())
     }
 
@@ -65,7 +65,7 @@ impl Staging {
     /// which replaces it; nothing is moved before every entry was checked. A suite lock in a
     /// folder being replaced is kept (its entries count only for tasks that did not change):
     /// the locks kept are returned, to be said.
-    pub fn commit(self, force: bool) -> Result<Vec<PathBuf>, ImportError> {
+    pub(super) fn commit(self, force: bool) -> Result<Vec<PathBuf>, ImportError> {
         let read_err = |source| ImportError::Read {
             path: self.path().to_owned(),
             source,
@@ -137,7 +137,7 @@ fn existing_suite(out: &Path) -> Option<PathBuf> {
 }
 
 /// Writes `bytes` to `path`, creating its folders; `executable` sets mode 755.
-pub fn write_file(
+pub(super) fn write_file(
     path: &Path,
     bytes: impl AsRef<[u8]>,
     executable: bool,
@@ -158,7 +158,7 @@ pub fn write_file(
 
 /// A `suite.yaml` to write.
 #[derive(Debug, Clone)]
-pub struct SuiteFile {
+pub(super) struct SuiteFile {
     pub name: String,
     pub description: String,
     /// Relative to the suite file, or absolute.
@@ -170,7 +170,7 @@ pub struct SuiteFile {
 
 /// One task of a [`SuiteFile`]; paths are relative to the suite file.
 #[derive(Debug, Clone, Default)]
-pub struct TaskEntry {
+pub(super) struct TaskEntry {
     pub id: String,
     pub instruction_file: String,
     pub base: Option<String>,
@@ -196,7 +196,7 @@ pub struct TaskEntry {
 impl SuiteFile {
     /// The YAML text. Every string is written as a JSON string, which is a valid YAML
     /// double-quoted scalar, so no id, path or command can break the document.
-    pub fn render(&self) -> String {
+    pub(super) fn render(&self) -> String {
         let mut out = format!(
             "# Written by `{}`.\n# Check it with `deltabench validate`; edit freely.\nname: {}\ndescription: {}\nrepo: {}\ntasks:\n",
             self.origin,
@@ -279,12 +279,12 @@ impl SuiteFile {
     }
 
     /// Writes `suite.yaml` into `dir`.
-    pub fn write(&self, dir: &Path) -> Result<(), ImportError> {
+    pub(super) fn write(&self, dir: &Path) -> Result<(), ImportError> {
         write_file(&dir.join("suite.yaml"), self.render(), false)
     }
 }
 
-pub fn quote(text: &str) -> String {
+pub(super) fn quote(text: &str) -> String {
     serde_json::Value::from(text).to_string()
 }
 

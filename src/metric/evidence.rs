@@ -285,7 +285,10 @@ impl TestEvidence {
 /// a runner's own failure line, whoever printed it) that the reference's run did not. The
 /// judged run is read by the rule a mutant run is read by, where such a failure is a bite: a
 /// failure forged in both runs cannot make the mutants bite and the judged run pass.
-pub fn failures_shown(result: &CommandResult, expected: Option<&TestEvidence>) -> Option<String> {
+pub(super) fn failures_shown(
+    result: &CommandResult,
+    expected: Option<&TestEvidence>,
+) -> Option<String> {
     let allowed = expected.map(|e| e.failed.as_slice()).unwrap_or_default();
     let failed: Vec<String> = Outcomes::of(result)
         .failed

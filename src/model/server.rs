@@ -20,7 +20,7 @@ use super::script::Script;
 use super::{anthropic, chat, gemini, request, responses};
 
 /// How many requests [`ScriptedServer::requests`] keeps; `--log` writes them all.
-pub const RECORDED_REQUESTS: usize = 1000;
+pub(super) const RECORDED_REQUESTS: usize = 1000;
 
 /// Where each request is also written, as one JSON line.
 pub type RequestLog = Box<dyn Write + Send>;

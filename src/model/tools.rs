@@ -16,7 +16,7 @@ pub(crate) struct Tool {
 }
 
 impl Tool {
-    pub fn function(name: &str, schema: Option<&Value>) -> Tool {
+    pub(super) fn function(name: &str, schema: Option<&Value>) -> Tool {
         Tool {
             name: name.to_owned(),
             custom: false,
@@ -51,7 +51,7 @@ pub(crate) struct Call {
 
 impl Call {
     /// The arguments as a JSON string (what OpenAI-style APIs carry).
-    pub fn arguments(&self) -> String {
+    pub(super) fn arguments(&self) -> String {
         match &self.input {
             Input::Json(v) => v.to_string(),
             Input::Text(t) => t.clone(),
@@ -59,7 +59,7 @@ impl Call {
     }
 
     /// The arguments as a JSON object (what Anthropic and Gemini carry).
-    pub fn args_object(&self) -> Value {
+    pub(super) fn args_object(&self) -> Value {
         match &self.input {
             Input::Json(v) => v.clone(),
             Input::Text(t) => json!({ "input": t }),

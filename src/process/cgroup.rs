@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Set to `off` to use process groups even where cgroups work (to test the fallback).
-pub const DISABLE_ENV: &str = "DELTABENCH_CGROUPS";
+pub(super) const DISABLE_ENV: &str = "DELTABENCH_CGROUPS";
 
 /// This run's parent cgroup, or `None` when cgroups cannot be used here.
 fn parent() -> Option<&'static Path> {
@@ -84,7 +84,7 @@ fn own_dir() -> Option<PathBuf> {
 }
 
 /// The parent cgroups of deltabench processes that are gone, beside this process's own.
-pub fn dead_parents() -> Vec<PathBuf> {
+pub(super) fn dead_parents() -> Vec<PathBuf> {
     let Some(entries) = own_dir().and_then(|own| fs::read_dir(own).ok()) else {
         return Vec::new();
     };
@@ -121,14 +121,14 @@ fn pid_namespace() -> u64 {
 }
 
 /// The parent cgroup of deltabench process `pid`, if it exists.
-pub fn parent_of(pid: u32) -> Option<PathBuf> {
+pub(super) fn parent_of(pid: u32) -> Option<PathBuf> {
     let parent = own_dir()?.join(parent_name(pid));
     parent.is_dir().then_some(parent)
 }
 
 /// Removes a dead run's parent cgroup and its children; with `kill`, whatever still runs in
 /// them is killed first. Whether it is gone.
-pub fn reap_parent(parent: &Path, kill: bool) -> bool {
+pub(super) fn reap_parent(parent: &Path, kill: bool) -> bool {
     let children = fs::read_dir(parent).into_iter().flatten().flatten();
     for child in children.filter(|c| c.file_type().is_ok_and(|t| t.is_dir())) {
         if kill {
@@ -155,7 +155,7 @@ fn populated(dir: &Path) -> bool {
 }
 
 /// Removes this run's parent cgroup once its children are gone (at the end of the process).
-pub fn remove_parent() {
+pub(super) fn remove_parent() {
     if let Some(parent) = parent() {
         let _ = fs::remove_dir(parent);
     }
@@ -163,7 +163,7 @@ pub fn remove_parent() {
 
 /// One child's cgroup: the child joins it between fork and exec.
 #[derive(Debug)]
-pub struct Cgroup {
+pub(super) struct Cgroup {
     dir: PathBuf,
     /// `cgroup.procs`, opened before the fork: the child only has to `write(2)` to it.
     procs: File,
@@ -171,7 +171,7 @@ pub struct Cgroup {
 
 impl Cgroup {
     /// A fresh cgroup, or `None` when the machine does not allow one.
-    pub fn create() -> Option<Self> {
+    pub(super) fn create() -> Option<Self> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let dir = parent()?.join(NEXT.fetch_add(1, Ordering::Relaxed).to_string());
         fs::create_dir(&dir).ok()?;
@@ -188,21 +188,21 @@ impl Cgroup {
     }
 
     /// The fd the child writes "0" to (itself) from `pre_exec`.
-    pub fn procs_fd(&self) -> RawFd {
+    pub(super) fn procs_fd(&self) -> RawFd {
         self.procs.as_raw_fd()
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(super) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// Whether any process is still in the cgroup.
-    pub fn populated(&self) -> bool {
+    pub(super) fn populated(&self) -> bool {
         populated(&self.dir)
     }
 
     /// SIGKILLs every process in the cgroup, escapees from the process group included.
-    pub fn kill(&self) -> io::Result<()> {
+    pub(super) fn kill(&self) -> io::Result<()> {
         kill_dir(&self.dir)
     }
 }
@@ -215,7 +215,7 @@ impl Drop for Cgroup {
 }
 
 /// Writes "1" to `dir/cgroup.kill`.
-pub fn kill_dir(dir: &Path) -> io::Result<()> {
+pub(super) fn kill_dir(dir: &Path) -> io::Result<()> {
     OpenOptions::new()
         .write(true)
         .open(dir.join("cgroup.kill"))?
@@ -224,7 +224,7 @@ pub fn kill_dir(dir: &Path) -> io::Result<()> {
 
 /// The child side of joining: writes "0" (the writer itself) to the open `cgroup.procs`.
 /// Async-signal-safe: one `write(2)`, no allocation.
-pub fn join_from_child(procs: RawFd) -> io::Result<()> {
+pub(super) fn join_from_child(procs: RawFd) -> io::Result<()> {
     // SAFETY: `procs` is an open fd inherited from the parent; the buffer is a static literal.
     let written = unsafe { libc::write(procs, b"0".as_ptr().cast(), 1) };
     if written == 1 {

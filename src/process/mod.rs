@@ -35,13 +35,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 /// Bytes of output kept in memory at each end of a capture.
-pub const DEFAULT_KEEP_BYTES: usize = 32 * 1024;
+pub(crate) const DEFAULT_KEEP_BYTES: usize = 32 * 1024;
 /// Bytes of output written to a log file before the rest is only counted.
-pub const DEFAULT_LOG_CAP: u64 = 16 * 1024 * 1024;
+pub(crate) const DEFAULT_LOG_CAP: u64 = 16 * 1024 * 1024;
 /// How long a group gets between SIGTERM and SIGKILL.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const DEFAULT_GRACE: Duration = Duration::from_secs(3);
 /// How long the pipe may stay open after the leader exited (nextest uses 200 ms too).
-pub const LEAK_TIMEOUT: Duration = Duration::from_millis(200);
+pub(crate) const LEAK_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// Process groups alive right now, so a hard interrupt can kill them all. Their leaders are
 /// tokio's children: the orphan sweep must never reap them.
@@ -51,7 +51,7 @@ static LIVE_CGROUPS: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 
 /// Sends SIGKILL to every process group and cgroup this process still owns. For the second
 /// Ctrl-C; the cgroups themselves are left for the kernel to empty.
-pub fn kill_all_live_groups() {
+pub(crate) fn kill_all_live_groups() {
     let groups = LIVE_GROUPS.lock().map(|g| g.clone()).unwrap_or_default();
     for pgid in groups {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
@@ -66,7 +66,7 @@ pub fn kill_all_live_groups() {
 
 /// Kills every process still below this one (an agent's escapee that no command's kill
 /// reached), then removes the run's parent cgroup. Call before exiting.
-pub fn cleanup() {
+pub(crate) fn cleanup() {
     kill_descendants(|_| true);
     cgroup::remove_parent();
 }
@@ -74,7 +74,7 @@ pub fn cleanup() {
 /// The cgroup the deltabench process `pid` (now gone) put its children in, if it is left:
 /// with `dry_run` only returned; otherwise every process still in it is killed and it is
 /// removed. Returns it with whether it is gone.
-pub fn reap_cgroups_of(pid: u32, dry_run: bool) -> Option<(PathBuf, bool)> {
+pub(crate) fn reap_cgroups_of(pid: u32, dry_run: bool) -> Option<(PathBuf, bool)> {
     let parent = cgroup::parent_of(pid)?;
     let gone = !dry_run && cgroup::reap_parent(&parent, true);
     Some((parent, gone))
@@ -82,7 +82,7 @@ pub fn reap_cgroups_of(pid: u32, dry_run: bool) -> Option<(PathBuf, bool)> {
 
 /// Removes the empty cgroups that deltabench processes now gone left behind (with `dry_run`,
 /// only lists them). A cgroup still holding processes is left to the lease that names it.
-pub fn tidy_dead_cgroups(dry_run: bool) -> Vec<PathBuf> {
+pub(crate) fn tidy_dead_cgroups(dry_run: bool) -> Vec<PathBuf> {
     cgroup::dead_parents()
         .into_iter()
         .filter(|parent| dry_run || cgroup::reap_parent(parent, false))
@@ -525,7 +525,7 @@ fn parent_and_group(pid: i32) -> Option<(i32, i32)> {
 }
 
 /// Not inherited by a command: a build folder shared across workspaces.
-pub const SHARED_BUILD_DIR: &str = "CARGO_TARGET_DIR";
+pub(crate) const SHARED_BUILD_DIR: &str = "CARGO_TARGET_DIR";
 
 /// close_range(2)'s flag: mark the range close-on-exec instead of closing it now (std's own
 /// exec-error pipe must stay open until exec).
@@ -534,7 +534,10 @@ const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
 /// Runs `spec` to completion (or timeout, or cancellation) and returns how it ended.
 ///
 /// An `Err` means the child could not be started at all.
-pub async fn run(spec: &CommandSpec, cancel: &CancellationToken) -> io::Result<ProcessOutput> {
+pub(crate) async fn run(
+    spec: &CommandSpec,
+    cancel: &CancellationToken,
+) -> io::Result<ProcessOutput> {
     let started = Instant::now();
     // Close-on-exec, every pipe: a command started meanwhile by another trial must not inherit
     // this one's (the child gets its ends as 0-2, where the flag is cleared).

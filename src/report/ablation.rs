@@ -20,7 +20,7 @@ use crate::suite::AgentVariant;
 
 /// The ablation of one matrix base.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Ablation {
+pub(crate) struct Ablation {
     /// The agent the matrix expanded.
     pub base: String,
     /// Its combinations (agent names) in the run's order.
@@ -38,13 +38,13 @@ pub struct Ablation {
 
 /// One factor's main effect: each level pooled over the other factors' levels.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Factor {
+pub(crate) struct Factor {
     pub factor: String,
     pub levels: Vec<Level>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Level {
+pub(crate) struct Level {
     pub level: String,
     /// The combinations at this level.
     pub agents: Vec<String>,
@@ -58,14 +58,14 @@ pub struct Level {
 
 /// A difference in pass rate (fractions, not points) with its interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Effect {
+pub(crate) struct Effect {
     pub diff: f64,
     pub lo: f64,
     pub hi: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Interaction {
+pub(crate) struct Interaction {
     pub rows_factor: String,
     pub columns_factor: String,
     pub rows: Vec<String>,
@@ -77,7 +77,7 @@ pub struct Interaction {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ParetoPoint {
+pub(crate) struct ParetoPoint {
     pub agent: String,
     pub pass_rate: f64,
     pub mean_cost_usd: Option<f64>,
@@ -122,7 +122,7 @@ fn cost_and_time<'a>(records: impl Iterator<Item = &'a TrialRecord>) -> (Option<
 }
 
 /// The ablation of every matrix base of `run`, in the run's order; empty when it has no matrix.
-pub fn ablations(run: &StoredRun, confidence: f64) -> Vec<Ablation> {
+pub(crate) fn ablations(run: &StoredRun, confidence: f64) -> Vec<Ablation> {
     let mut bases: IndexMap<&str, Vec<(&String, &AgentVariant)>> = IndexMap::new();
     for (agent, variant) in &run.manifest.variants {
         bases
@@ -346,11 +346,11 @@ pub(super) fn pareto_cells(p: &ParetoPoint) -> [String; 3] {
 }
 
 /// What `--ablation` says of a run without a matrix.
-pub const NO_ABLATION: &str =
+pub(crate) const NO_ABLATION: &str =
     "this run has no ablation: no agent of it was expanded from a `matrix:`";
 
 /// The ablation report of `run` as text, or a sentence saying it has no matrix.
-pub fn ablation(run: &StoredRun, confidence: f64) -> String {
+pub(crate) fn ablation(run: &StoredRun, confidence: f64) -> String {
     let ablations = ablations(run, confidence);
     if ablations.is_empty() {
         return format!("{NO_ABLATION}\n");
@@ -429,7 +429,7 @@ fn md_cell(text: &str) -> String {
 }
 
 /// The ablation report as markdown, fit for `$GITHUB_STEP_SUMMARY`.
-pub fn ablation_markdown(run: &StoredRun, confidence: f64) -> String {
+pub(crate) fn ablation_markdown(run: &StoredRun, confidence: f64) -> String {
     let ablations = ablations(run, confidence);
     let mut out = format!("## deltabench ablation: {}\n\n", run.manifest.suite);
     if ablations.is_empty() {
@@ -500,7 +500,7 @@ pub fn ablation_markdown(run: &StoredRun, confidence: f64) -> String {
 }
 
 /// The ablation report as JSON: `ablations` is empty when the run has no matrix.
-pub fn ablation_json(run: &StoredRun, confidence: f64) -> String {
+pub(crate) fn ablation_json(run: &StoredRun, confidence: f64) -> String {
     let value = serde_json::json!({
         "suite": run.manifest.suite,
         "suite_digest": run.manifest.suite_digest,

@@ -9,7 +9,7 @@ use crate::store::{Outcome, TrialRecord};
 /// One agent's false claims: trials it ended `completed` (it said the work is done) that did not
 /// pass verification, out of the scored trials it ended `completed`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct FalseClaims {
+pub(crate) struct FalseClaims {
     /// Scored trials the agent ended `completed`.
     pub claimed: usize,
     /// Of those, the ones whose outcome is not `pass` (`fail` or `invalid`).
@@ -22,7 +22,7 @@ pub struct FalseClaims {
 
 /// Whether an agent of this recorded config says anything: `noop` and `oracle` are deltabench's
 /// own baselines, which end `completed` whatever they did, so they claim nothing.
-pub fn makes_claims(config: Option<&serde_json::Value>) -> bool {
+pub(crate) fn makes_claims(config: Option<&serde_json::Value>) -> bool {
     !matches!(
         config
             .and_then(|c| c.get("kind"))
@@ -35,7 +35,7 @@ pub fn makes_claims(config: Option<&serde_json::Value>) -> bool {
 ///
 /// `infra_error` trials are left out: nothing verified them, so no claim was disproven. Trials
 /// are counted as independent (one claim each), as the Wilson interval assumes.
-pub fn false_claims(records: &[TrialRecord], agent: &str, confidence: f64) -> FalseClaims {
+pub(crate) fn false_claims(records: &[TrialRecord], agent: &str, confidence: f64) -> FalseClaims {
     let claims = records.iter().filter(|r| {
         r.agent == agent
             && r.status == Some(CodingStatus::Completed)
@@ -51,7 +51,7 @@ pub fn false_claims(records: &[TrialRecord], agent: &str, confidence: f64) -> Fa
 
 impl FalseClaims {
     /// `false_claims` of `claimed`, with the rate and its Wilson interval at `confidence`.
-    pub fn of(claimed: usize, false_claims: usize, confidence: f64) -> Self {
+    pub(crate) fn of(claimed: usize, false_claims: usize, confidence: f64) -> Self {
         Self {
             claimed,
             false_claims,

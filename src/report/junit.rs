@@ -26,7 +26,7 @@ pub(super) const LOG_TAIL_LINES: usize = 40;
 const MAX_LINE_CHARS: usize = 2_000;
 
 /// The JUnit XML of a run, agents in the order of `summaries`.
-pub fn junit(run: &StoredRun, summaries: &[AgentSummary]) -> Result<String, SerializeError> {
+pub(crate) fn junit(run: &StoredRun, summaries: &[AgentSummary]) -> Result<String, SerializeError> {
     let mut report = Report::new(xml_safe(&run.manifest.suite));
     if let Some(started) = parse_time(&run.manifest.started_at) {
         report.set_timestamp(started);

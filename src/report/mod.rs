@@ -21,20 +21,17 @@ mod junit;
 mod select;
 mod tasks;
 mod terminal;
-pub use ablation::{
-    Ablation, Effect, Factor, Interaction, Level, NO_ABLATION, ParetoPoint, ablation,
-    ablation_json, ablation_markdown, ablations,
-};
-pub use claims::{FalseClaims, false_claims, makes_claims};
-pub use html::{HtmlOptions, html};
-pub use junit::junit;
-pub use select::{UnknownAgent, select_agents};
-pub use tasks::{PER_TASK_NOTE, TaskCell, TaskRow, per_task, per_task_markdown, per_task_table};
-pub use terminal::{DEFAULT_WIDTH, wrap};
+pub(crate) use ablation::{NO_ABLATION, ablation, ablation_json, ablation_markdown, ablations};
+pub(crate) use claims::{FalseClaims, false_claims, makes_claims};
+pub(crate) use html::{HtmlOptions, html};
+pub(crate) use junit::junit;
+pub(crate) use select::select_agents;
+pub(crate) use tasks::{PER_TASK_NOTE, per_task, per_task_markdown, per_task_table};
+pub(crate) use terminal::{DEFAULT_WIDTH, wrap};
 
 /// The comparison of a run with an earlier one, as `compare` words it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Baseline {
+pub(crate) struct Baseline {
     /// The earlier run directory, as given.
     pub run_dir: String,
     pub text: String,
@@ -42,7 +39,7 @@ pub struct Baseline {
 
 /// One agent's results.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AgentSummary {
+pub(crate) struct AgentSummary {
     pub agent: String,
     pub trials: usize,
     /// Scored trials (pass, fail or invalid).
@@ -88,7 +85,7 @@ pub struct AgentSummary {
 
 /// Tokens summed over trials.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct TokenTotals {
+pub(crate) struct TokenTotals {
     pub input: u64,
     pub output: u64,
     pub cache_read: u64,
@@ -106,7 +103,7 @@ impl TokenTotals {
 
 /// What a whole run used: the agents' tokens and costs summed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct RunTotals {
+pub(crate) struct RunTotals {
     pub trials: usize,
     pub passed: usize,
     pub tokens: Option<TokenTotals>,
@@ -118,7 +115,7 @@ pub struct RunTotals {
 }
 
 /// The run's totals over `summaries`.
-pub fn totals(summaries: &[AgentSummary]) -> RunTotals {
+pub(crate) fn totals(summaries: &[AgentSummary]) -> RunTotals {
     let mut totals = RunTotals::default();
     for s in summaries {
         totals.trials += s.trials;
@@ -155,7 +152,7 @@ fn median(mut values: Vec<u64>) -> Option<u64> {
 
 /// Per-agent summaries, agents in the order they first appear in `agents` then the records;
 /// `configs` (the manifest's) says which agents are built-in baselines that claim nothing.
-pub fn summarize(
+pub(crate) fn summarize(
     records: &[TrialRecord],
     agents: &[String],
     configs: &IndexMap<String, serde_json::Value>,
@@ -176,7 +173,7 @@ pub fn summarize(
 /// instead of its records, so its memory does not grow with them (but for one duration per
 /// trial, for the median).
 #[derive(Debug, Clone, Default)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// By agent, in the order they first appeared.
     agents: IndexMap<String, AgentTally>,
     /// Built-in baselines (`noop`, `oracle`): their `completed` is no claim.
@@ -201,11 +198,11 @@ struct AgentTally {
 
 impl Tally {
     /// `agent` is a built-in baseline: its trials count, its claims do not.
-    pub fn claims_nothing(&mut self, agent: &str) {
+    pub(crate) fn claims_nothing(&mut self, agent: &str) {
         self.no_claims.insert(agent.to_owned());
     }
 
-    pub fn add(&mut self, record: &TrialRecord) {
+    pub(crate) fn add(&mut self, record: &TrialRecord) {
         if !self.agents.contains_key(&record.agent) {
             self.agents
                 .insert(record.agent.clone(), AgentTally::default());
@@ -246,7 +243,7 @@ impl Tally {
     }
 
     /// Per-agent summaries, agents in the order they first appear in `agents` then the records.
-    pub fn summaries(&self, agents: &[String]) -> Vec<AgentSummary> {
+    pub(crate) fn summaries(&self, agents: &[String]) -> Vec<AgentSummary> {
         let none = AgentTally::default();
         let order = agents
             .iter()
@@ -367,7 +364,7 @@ fn count(n: u64) -> String {
 }
 
 /// `total: 18 trials, 9 passed; 12.3k in / 4.5k out tokens; $0.1234, $0.0137 per solved task`.
-pub fn totals_line(totals: &RunTotals) -> String {
+pub(crate) fn totals_line(totals: &RunTotals) -> String {
     let mut line = format!("total: {} trials, {} passed", totals.trials, totals.passed);
     if let Some(tokens) = &totals.tokens {
         let _ = write!(line, "; tokens {}", tokens_text(tokens));
@@ -416,7 +413,7 @@ fn flagged_text(s: &AgentSummary) -> String {
 }
 
 /// What the `false claims` column counts, said under the tables that show it.
-pub const FALSE_CLAIMS_NOTE: &str = "false claims: trials the agent ended `completed` (it said the work is done) that did not pass verification, of all it ended `completed`, with a 95% Wilson interval";
+pub(crate) const FALSE_CLAIMS_NOTE: &str = "false claims: trials the agent ended `completed` (it said the work is done) that did not pass verification, of all it ended `completed`, with a 95% Wilson interval";
 
 #[derive(Tabled)]
 struct Row {
@@ -475,7 +472,7 @@ fn rows(summaries: &[AgentSummary]) -> Vec<Row> {
 }
 
 /// The terminal summary: the table fitted to `width` with its legend, then the run's totals.
-pub fn table(summaries: &[AgentSummary], width: usize) -> String {
+pub(crate) fn table(summaries: &[AgentSummary], width: usize) -> String {
     format!(
         "{}\n{}",
         terminal::summary(summaries, width),
@@ -489,7 +486,9 @@ fn agents_of(summaries: &[AgentSummary]) -> Vec<String> {
 
 /// The tasks of `run` its suite's lock marks flaky (`validate --repeat`), by task: read from
 /// the lock beside the suite file the run names, as it is now.
-pub fn flaky_tasks(run: &StoredRun) -> std::collections::BTreeMap<String, crate::suite::FlakyTask> {
+pub(crate) fn flaky_tasks(
+    run: &StoredRun,
+) -> std::collections::BTreeMap<String, crate::suite::FlakyTask> {
     let path = crate::suite::lock_path_of(std::path::Path::new(&run.manifest.suite_path));
     let Ok(Some(lock)) = crate::suite::SuiteLock::read_at(&path) else {
         return Default::default();
@@ -503,7 +502,9 @@ pub fn flaky_tasks(run: &StoredRun) -> std::collections::BTreeMap<String, crate:
 }
 
 /// `t3 (reference passed 5 of 10)`, joined.
-pub fn flaky_list(flaky: &std::collections::BTreeMap<String, crate::suite::FlakyTask>) -> String {
+pub(crate) fn flaky_list(
+    flaky: &std::collections::BTreeMap<String, crate::suite::FlakyTask>,
+) -> String {
     flaky
         .iter()
         .map(|(task, f)| format!("{task} (reference passed {} of {})", f.passed, f.runs))
@@ -513,7 +514,7 @@ pub fn flaky_list(flaky: &std::collections::BTreeMap<String, crate::suite::Flaky
 
 /// The tasks of `run` whose trials ran with no validated evidence (the record's
 /// `unvalidated`), in plan order.
-pub fn unvalidated_tasks(run: &StoredRun) -> Vec<String> {
+pub(crate) fn unvalidated_tasks(run: &StoredRun) -> Vec<String> {
     let mut tasks: Vec<&str> = run
         .trials
         .iter()
@@ -526,7 +527,7 @@ pub fn unvalidated_tasks(run: &StoredRun) -> Vec<String> {
 }
 
 /// What an unvalidated task's pass rests on, for every report.
-pub const UNVALIDATED_NOTE: &str = "unvalidated: no evidence in the suite's lock, so a pass there had no evidence check and no mutation check (`deltabench validate` records it; `run --require-lock` refuses to start without it)";
+pub(crate) const UNVALIDATED_NOTE: &str = "unvalidated: no evidence in the suite's lock, so a pass there had no evidence check and no mutation check (`deltabench validate` records it; `run --require-lock` refuses to start without it)";
 
 /// The report's line on unvalidated tasks; empty when there are none.
 fn unvalidated_line(run: &StoredRun, bullet: &str) -> String {
@@ -550,7 +551,7 @@ fn flaky_line(run: &StoredRun, bullet: &str) -> String {
 }
 
 /// The terminal report fitted to `width`: the summary table, then the per-task table.
-pub fn text(run: &StoredRun, summaries: &[AgentSummary], width: usize) -> String {
+pub(crate) fn text(run: &StoredRun, summaries: &[AgentSummary], width: usize) -> String {
     let agents = agents_of(summaries);
     let mut out = format!(
         "{}\n\nPer task: {PER_TASK_NOTE}\n{}\n",
@@ -638,7 +639,7 @@ fn graded_not_passed(run: &StoredRun) -> Vec<&TrialRecord> {
 }
 
 /// A markdown report fit for `$GITHUB_STEP_SUMMARY`.
-pub fn markdown(run: &StoredRun, summaries: &[AgentSummary]) -> String {
+pub(crate) fn markdown(run: &StoredRun, summaries: &[AgentSummary]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "## deltabench: {}\n", run.manifest.suite);
     let _ = writeln!(
@@ -726,7 +727,7 @@ pub(super) fn capitalized(text: &str) -> String {
 }
 
 /// One CSV row per trial.
-pub fn csv(run: &StoredRun) -> Result<String, csv::Error> {
+pub(crate) fn csv(run: &StoredRun) -> Result<String, csv::Error> {
     let records = &run.trials;
     let flaky = flaky_tasks(run);
     let mut writer = csv::Writer::from_writer(Vec::new());
@@ -803,7 +804,7 @@ pub fn csv(run: &StoredRun) -> Result<String, csv::Error> {
 
 /// What a trial's evidence rests on beyond the workspace: the verify command's network and the
 /// container's changes (none for a trial held to the defaults).
-pub fn evidence_marks(r: &TrialRecord) -> Option<String> {
+pub(crate) fn evidence_marks(r: &TrialRecord) -> Option<String> {
     let mut marks = Vec::new();
     if r.in_place {
         marks.push(
@@ -828,7 +829,11 @@ pub fn evidence_marks(r: &TrialRecord) -> Option<String> {
 
 /// A JSON summary: per agent, and per task (failing tasks first). `baseline` is the text of the
 /// comparison with an earlier run, and the run directory it names.
-pub fn json(run: &StoredRun, summaries: &[AgentSummary], baseline: Option<&Baseline>) -> String {
+pub(crate) fn json(
+    run: &StoredRun,
+    summaries: &[AgentSummary],
+    baseline: Option<&Baseline>,
+) -> String {
     let mut value = serde_json::json!({
         "suite": run.manifest.suite,
         "suite_digest": run.manifest.suite_digest,

@@ -5,7 +5,7 @@ use crate::store::StoredRun;
 /// A name given to `--agent` that is neither an agent of the run nor a matrix of it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("this run has no agent '{name}'. Its agents: {}{}", agents.join(", "), matrices_text(matrices))]
-pub struct UnknownAgent {
+pub(crate) struct UnknownAgent {
     pub name: String,
     pub agents: Vec<String>,
     /// Bases of the run's `matrix:` agents; each selects all its combinations.
@@ -37,7 +37,7 @@ fn agents_of(run: &StoredRun) -> Vec<String> {
 /// `run` restricted to the agents `names` select, in the run's order: an agent by its name, or
 /// every combination of a `matrix:` by the base's name (as `run --agent` selects them). No names
 /// keep every agent.
-pub fn select_agents(run: &StoredRun, names: &[String]) -> Result<StoredRun, UnknownAgent> {
+pub(crate) fn select_agents(run: &StoredRun, names: &[String]) -> Result<StoredRun, UnknownAgent> {
     if names.is_empty() {
         return Ok(run.clone());
     }

@@ -9,7 +9,7 @@ use crate::store::{Outcome, StoredRun};
 
 /// One agent's trials of one task.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct TaskCell {
+pub(crate) struct TaskCell {
     pub passed: usize,
     /// Trials scored (pass, fail or invalid).
     pub scored: usize,
@@ -19,7 +19,7 @@ pub struct TaskCell {
 
 impl TaskCell {
     /// `3/5`, `1/1 +1 infra`, `2 infra` (nothing scored) or `-` (no trial).
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let infra = self.infra_errors;
         match (self.scored, infra) {
             (0, 0) => "-".into(),
@@ -36,7 +36,7 @@ impl TaskCell {
 
 /// One task's row: a cell per agent, in the agents' order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TaskRow {
+pub(crate) struct TaskRow {
     pub task: String,
     pub agents: IndexMap<String, TaskCell>,
 }
@@ -72,7 +72,7 @@ pub(super) fn task_order(run: &StoredRun) -> Vec<&str> {
 }
 
 /// A row per task of `run` for `agents`, failing tasks first (ties in the run's task order).
-pub fn per_task(run: &StoredRun, agents: &[String]) -> Vec<TaskRow> {
+pub(crate) fn per_task(run: &StoredRun, agents: &[String]) -> Vec<TaskRow> {
     let mut rows: Vec<TaskRow> = task_order(run)
         .into_iter()
         .map(|task| TaskRow {
@@ -146,7 +146,7 @@ fn builder(
 }
 
 /// What the per-task tables hold, said once above them.
-pub const PER_TASK_NOTE: &str =
+pub(crate) const PER_TASK_NOTE: &str =
     "passed/scored trials per task and agent, failing tasks first (+N infra: trials not scored)";
 
 /// Task names are shortened to this many characters in a terminal table too wide for them.
@@ -154,7 +154,7 @@ const TASK_NAME_LIMIT: usize = 40;
 
 /// The per-task table for a terminal `width` wide: when the agents' columns do not fit side by
 /// side, as many tables as it takes, each with the task column and the agents that fit.
-pub fn per_task_table(rows: &[TaskRow], agents: &[String], width: usize) -> String {
+pub(crate) fn per_task_table(rows: &[TaskRow], agents: &[String], width: usize) -> String {
     let table = |rows: &[TaskRow], columns: std::ops::Range<usize>| {
         let headers = agents[columns.clone()].iter().map(|a| stacked(a));
         let mut table = builder(rows, headers, columns).build();
@@ -188,7 +188,7 @@ pub fn per_task_table(rows: &[TaskRow], agents: &[String], width: usize) -> Stri
 }
 
 /// The per-task table in markdown.
-pub fn per_task_markdown(rows: &[TaskRow], agents: &[String]) -> String {
+pub(crate) fn per_task_markdown(rows: &[TaskRow], agents: &[String]) -> String {
     builder(rows, agents.iter().cloned(), 0..agents.len())
         .build()
         .with(Style::markdown())

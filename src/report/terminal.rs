@@ -9,7 +9,7 @@ use tabled::{Table, Tabled};
 use super::{AgentSummary, Row, rows};
 
 /// The width when the terminal's is not known.
-pub const DEFAULT_WIDTH: usize = 100;
+pub(crate) const DEFAULT_WIDTH: usize = 100;
 
 /// Columns a run may have nothing in (no costs, one trial per task, nothing flagged).
 const OPTIONAL: [&str; 9] = [
@@ -28,7 +28,7 @@ const OPTIONAL: [&str; 9] = [
 const NAME_LIMITS: [Option<usize>; 4] = [None, Some(24), Some(16), Some(10)];
 
 /// The summary table and its legend, fitted to `width`.
-pub fn summary(summaries: &[AgentSummary], width: usize) -> String {
+pub(super) fn summary(summaries: &[AgentSummary], width: usize) -> String {
     for compact in [false, true] {
         for limit in NAME_LIMITS {
             let columns = columns(summaries, compact, limit);
@@ -249,7 +249,7 @@ pub(super) fn shortened(name: &str, limit: usize) -> String {
 
 /// Every line of `text` that is not a table's wrapped at `width`, its continuation lines
 /// indented two spaces past the line's own indent.
-pub fn wrap(text: &str, width: usize) -> String {
+pub(crate) fn wrap(text: &str, width: usize) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive('\n') {
         let (body, newline) = match line.strip_suffix('\n') {

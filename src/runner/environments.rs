@@ -77,7 +77,7 @@ pub fn runtime_for(suite: &Suite, tasks: &[usize]) -> Result<Option<Runtime>, Ru
 }
 
 /// The tag a Dockerfile is built as: a hash of it and its context's files.
-pub fn built_tag(dockerfile: &Path, context: &Path) -> String {
+pub(super) fn built_tag(dockerfile: &Path, context: &Path) -> String {
     let mut digest = Sha256::new();
     hash_tree(&mut digest, dockerfile);
     digest.update([0xff]);
@@ -170,7 +170,7 @@ pub fn build_images(
 
 /// The Dockerfile to build: `path` itself, or, when a `FROM` names an image of `base_images`, a
 /// copy in the cache with that image replaced (the tag, a hash of the file built, follows).
-pub fn dockerfile_to_build(
+pub(super) fn dockerfile_to_build(
     path: &Path,
     base_images: &IndexMap<String, String>,
     cache: &Path,
@@ -293,7 +293,7 @@ fn with_network_hint(message: &str) -> String {
 
 /// Checks the runtime, builds what is missing, starts each image once, and checks in each image
 /// what the plan's real agent CLIs need there (`node`, the virtualenv's Python). Blocking.
-pub fn prepare(
+pub(super) fn prepare(
     suite: &Suite,
     tasks: &[usize],
     agents: &IndexMap<String, AgentSpec>,

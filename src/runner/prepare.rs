@@ -21,7 +21,7 @@ use crate::workspace::{
 };
 
 /// What the cache may hold in templates after a run, unless told otherwise.
-pub const DEFAULT_CACHE_MAX: u64 = 20 * 1024 * 1024 * 1024;
+pub(super) const DEFAULT_CACHE_MAX: u64 = 20 * 1024 * 1024 * 1024;
 
 /// Removes the least recently used templates of `cache` (and the images their preparation
 /// made) until the templates take at most `max_bytes`; templates a running run uses stay.

@@ -89,14 +89,14 @@ pub(super) struct Errors {
 }
 
 impl Errors {
-    pub fn in_files<'a>(files: impl IntoIterator<Item = &'a Path>) -> Self {
+    pub(super) fn in_files<'a>(files: impl IntoIterator<Item = &'a Path>) -> Self {
         Errors {
             found: Vec::new(),
             files: files.into_iter().map(Path::to_owned).collect(),
         }
     }
 
-    pub fn push(&mut self, err: SuiteError) {
+    pub(super) fn push(&mut self, err: SuiteError) {
         match err {
             SuiteError::Several(errors) => self.found.extend(errors),
             err => self.found.push(err),
@@ -104,18 +104,18 @@ impl Errors {
     }
 
     /// How many errors were found so far.
-    pub fn count(&self) -> usize {
+    pub(super) fn count(&self) -> usize {
         self.found.len()
     }
 
     /// The value of `result`, or None with its error kept.
-    pub fn keep<T>(&mut self, result: Result<T, SuiteError>) -> Option<T> {
+    pub(super) fn keep<T>(&mut self, result: Result<T, SuiteError>) -> Option<T> {
         result.map_err(|err| self.push(err)).ok()
     }
 
     /// `value` if no error was found; else the error, or all of them in file order (each
     /// file's from its top).
-    pub fn finish<T>(self, value: Option<T>) -> Result<T, SuiteError> {
+    pub(super) fn finish<T>(self, value: Option<T>) -> Result<T, SuiteError> {
         // A default's error is found once for each task using it, and said once.
         let mut said = HashSet::new();
         let mut errors: Vec<SuiteError> = (self.found.into_iter())
@@ -149,7 +149,7 @@ pub(super) struct Source<'a> {
 }
 
 impl<'a> Source<'a> {
-    pub fn new(path: &'a Path, text: &'a str) -> Self {
+    pub(super) fn new(path: &'a Path, text: &'a str) -> Self {
         let line_starts = std::iter::once(0)
             .chain(text.match_indices('\n').map(|(at, _)| at + 1))
             .collect();
@@ -174,7 +174,11 @@ impl<'a> Source<'a> {
             .map_or_else(String::new, |content| snippet(content, line, column))
     }
 
-    pub fn error(&self, (line, column): (u64, u64), message: impl Into<String>) -> SuiteError {
+    pub(super) fn error(
+        &self,
+        (line, column): (u64, u64),
+        message: impl Into<String>,
+    ) -> SuiteError {
         SuiteError::At {
             path: self.path.to_owned(),
             line,
@@ -185,12 +189,12 @@ impl<'a> Source<'a> {
         }
     }
 
-    pub fn at<T>(&self, spanned: &Spanned<T>, message: impl Into<String>) -> SuiteError {
+    pub(super) fn at<T>(&self, spanned: &Spanned<T>, message: impl Into<String>) -> SuiteError {
         self.error(loc(spanned), message)
     }
 
     /// A path relative to this file that must exist.
-    pub fn existing_path(
+    pub(super) fn existing_path(
         &self,
         spanned: &Spanned<String>,
         what: &str,
@@ -228,18 +232,18 @@ impl<'a> Source<'a> {
         }
     }
 
-    pub fn duration(&self, spanned: &Spanned<String>) -> Result<Duration, SuiteError> {
+    pub(super) fn duration(&self, spanned: &Spanned<String>) -> Result<Duration, SuiteError> {
         parse_duration(&spanned.value).map_err(|message| self.at(spanned, message.to_string()))
     }
 
     /// A YAML error from reading a part of this file that starts `line_shift` lines down.
-    pub fn yaml_error(&self, err: &serde_saphyr::Error, line_shift: u64) -> SuiteError {
+    pub(super) fn yaml_error(&self, err: &serde_saphyr::Error, line_shift: u64) -> SuiteError {
         let (line, column) = yaml_location(err);
         self.error((line + line_shift, column), yaml_message(err))
     }
 
     /// A syntax error, at the line whose indentation broke when that is what it is.
-    pub fn syntax_error(&self, err: &serde_saphyr::Error) -> SuiteError {
+    pub(super) fn syntax_error(&self, err: &serde_saphyr::Error) -> SuiteError {
         let (line, column) = yaml_location(err);
         match find_break(self.text, line) {
             Some(found) => SuiteError::At {

@@ -277,7 +277,7 @@ pub struct RawBudget {
 #[derive(JsonSchema)]
 #[allow(dead_code)]
 #[serde(deny_unknown_fields)]
-pub struct RawBudgetSchema {
+pub(super) struct RawBudgetSchema {
     /// Input, output, cache read and cache write tokens together.
     tokens: Option<u64>,
     /// USD, priced from the price table or the agent's `price:`.
@@ -289,7 +289,7 @@ pub struct RawBudgetSchema {
 }
 
 /// Line and column of a spanned value.
-pub fn loc<T>(spanned: &Spanned<T>) -> (u64, u64) {
+pub(super) fn loc<T>(spanned: &Spanned<T>) -> (u64, u64) {
     (spanned.referenced.line(), spanned.referenced.column())
 }
 

@@ -62,7 +62,7 @@ pub(super) struct Lost {
 
 impl Lost {
     /// Whether the mapping holding `at` (one of its keys or scalar values) lost keys.
-    pub fn keys_near(&self, at: (u64, u64)) -> bool {
+    pub(super) fn keys_near(&self, at: (u64, u64)) -> bool {
         self.outline.as_ref().is_some_and(|outline| {
             outline
                 .innermost_map(at)
@@ -71,7 +71,7 @@ impl Lost {
     }
 
     /// Whether the value of the top-level key `key` lost keys or entries.
-    pub fn under(&self, key: &str) -> bool {
+    pub(super) fn under(&self, key: &str) -> bool {
         self.outline.as_ref().is_some_and(|outline| {
             outline.nodes[outline.root].entries.iter().any(|&pair| {
                 let pair = &outline.regions[pair];

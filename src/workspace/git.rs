@@ -32,7 +32,7 @@ pub fn git_command(cwd: &Path) -> Command {
 }
 
 /// Runs git and returns its stdout, or its stderr as the error.
-pub fn run_git(cwd: &Path, args: &[&str]) -> Result<String, GitError> {
+pub(super) fn run_git(cwd: &Path, args: &[&str]) -> Result<String, GitError> {
     let output = git_command(cwd)
         .args(args)
         .output()

@@ -136,7 +136,7 @@ fn open_lock(repo: &Path) -> std::io::Result<File> {
 }
 
 /// Records the packs of the freshly built history `repo` as its manifest.
-pub fn write_manifest(repo: &Path) -> std::io::Result<()> {
+pub(super) fn write_manifest(repo: &Path) -> std::io::Result<()> {
     let packs = pack_names(&repo.join("objects/pack"))?;
     std::fs::write(repo.join(MANIFEST), packs.join("\n") + "\n")
 }

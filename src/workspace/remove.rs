@@ -161,7 +161,7 @@ fn mount_points() -> Vec<PathBuf> {
 }
 
 /// The kernel writes space, tab, newline and backslash in mount paths as octal (`\040`).
-pub fn unescape_mount_path(field: &str) -> Vec<u8> {
+pub(super) fn unescape_mount_path(field: &str) -> Vec<u8> {
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

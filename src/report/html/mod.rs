@@ -33,7 +33,7 @@ const JS: &str = include_str!("script.js");
 
 /// What the page shows beyond the run itself.
 #[derive(Debug, Clone, Default)]
-pub struct HtmlOptions<'a> {
+pub(crate) struct HtmlOptions<'a> {
     /// The comparison with an earlier run (`report --baseline`).
     pub baseline: Option<&'a Baseline>,
     /// Confidence of the ablation's intervals.
@@ -43,7 +43,7 @@ pub struct HtmlOptions<'a> {
 }
 
 /// The whole page.
-pub fn html(
+pub(crate) fn html(
     run: &StoredRun,
     summaries: &[AgentSummary],
     options: &HtmlOptions,

@@ -25,7 +25,7 @@ use crate::workspace::Overlay;
 /// Bytecode and distribution metadata (`*.dist-info`, `*.egg-info`) are not here: an honest
 /// run of the tests or `pip install -e .` makes them, so they are never copied into the verify
 /// workspace instead ([`crate::delta::never_verified`]).
-pub const DEFAULT_GLOBS: [&str; 25] = [
+pub(super) const DEFAULT_GLOBS: [&str; 25] = [
     "**/conftest.py",
     "**/pytest.ini",
     "**/.pytest.ini",
@@ -82,11 +82,11 @@ enum Sections {
 
 /// A file's content before and after a patch (`None` for a side where it does not exist), or
 /// `None` when that cannot be told.
-pub type FileVersions = Option<(Option<Vec<u8>>, Option<Vec<u8>>)>;
+pub(super) type FileVersions = Option<(Option<Vec<u8>>, Option<Vec<u8>>)>;
 
 /// Workspace-relative path patterns.
 #[derive(Debug, Default)]
-pub struct Protected {
+pub(super) struct Protected {
     protect: Vec<Regex>,
     except: Vec<Regex>,
     /// The rules beyond paths: test-runner sections of config files, and new top-level
@@ -101,7 +101,7 @@ pub struct Protected {
 impl Protected {
     /// The task's `protected:` globs, or else the defaults for its hidden tests and its verify
     /// command.
-    pub fn for_task(
+    pub(super) fn for_task(
         globs: Option<&[String]>,
         tests: Option<&Overlay>,
         verify: &str,
@@ -158,7 +158,7 @@ impl Protected {
 
     /// What of the agent's container may reach the verifier: the toolchain rule with this
     /// task's container entries, its `outputs:` carried, for a workspace and tests at `places`.
-    pub fn toolchain(&self, outputs: &[String], places: &[&str]) -> Toolchain {
+    pub(super) fn toolchain(&self, outputs: &[String], places: &[&str]) -> Toolchain {
         let carried: Vec<String> = outputs
             .iter()
             .chain(&self.container_except)
@@ -170,7 +170,11 @@ impl Protected {
     /// The paths of `patch` that the list covers. `contents(path)` gives a file's content
     /// before and after the patch (`None` when it does not exist or cannot be told), for the
     /// files protected only in their test-runner sections.
-    pub fn touched(&self, patch: &str, contents: &dyn Fn(&str) -> FileVersions) -> Vec<String> {
+    pub(super) fn touched(
+        &self,
+        patch: &str,
+        contents: &dyn Fn(&str) -> FileVersions,
+    ) -> Vec<String> {
         changed_paths(patch)
             .into_iter()
             .filter(|path| !self.except.iter().any(|re| re.is_match(path)))

@@ -26,17 +26,17 @@ const CHUNK: usize = 1 << 20;
 const NAME_MAX: usize = 255;
 
 /// Shorter values are not redacted.
-pub const MIN_SECRET_LEN: usize = 8;
+pub(super) const MIN_SECRET_LEN: usize = 8;
 
 /// Secret values and their variable names, longest value first (so a secret containing another
 /// is replaced whole).
 #[derive(Debug, Default)]
-pub struct Secrets(Vec<(String, String)>);
+pub(super) struct Secrets(Vec<(String, String)>);
 
-pub use crate::support::is_secret_name;
+pub(crate) use crate::support::is_secret_name;
 
 impl Secrets {
-    pub fn collect<'a>(vars: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+    pub(super) fn collect<'a>(vars: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let mut found: Vec<(String, String)> = vars
             .into_iter()
             .filter(|(name, value)| is_secret_name(name) && value.len() >= MIN_SECRET_LEN)
@@ -48,7 +48,10 @@ impl Secrets {
     }
 
     /// Deltabench's own environment plus a command agent's `env:`.
-    pub fn of_trial(agent_env: Option<&BTreeMap<String, String>>, api_key: Option<&str>) -> Self {
+    pub(super) fn of_trial(
+        agent_env: Option<&BTreeMap<String, String>>,
+        api_key: Option<&str>,
+    ) -> Self {
         let process: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
@@ -66,11 +69,11 @@ impl Secrets {
         )
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+    pub(super) fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut text = Cow::Borrowed(text);
         for (name, value) in &self.0 {
             if text.contains(value.as_str()) {
@@ -140,7 +143,7 @@ impl Secrets {
     /// and the names of all entries. Symlinks are never followed, so nothing outside `dir` is
     /// read or changed. A name whose redacted form is taken gets `~2`, `~3`, ... (entries of a
     /// folder are renamed in byte order of their names), so no file is lost to a collision.
-    pub fn redact_dir(&self, dir: &Path) -> io::Result<()> {
+    pub(super) fn redact_dir(&self, dir: &Path) -> io::Result<()> {
         if self.is_empty() {
             return Ok(());
         }
