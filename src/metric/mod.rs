@@ -18,7 +18,9 @@ use crate::delta::EnvironmentDelta;
 use crate::process::{self, CommandSpec};
 
 pub use evidence::{TestEvidence, contradiction, failed_tests, unclean_exit};
-pub use settle::{INTERRUPTED, Reached, Settled, TrialFacts, settle, unrunnable, verify_program};
+pub use settle::{
+    INTERRUPTED, Reached, Settled, TrialFacts, UnscoredCause, settle, unrunnable, verify_program,
+};
 pub use verdict::{Judgement, Verdict, VerdictInput, verdict};
 
 /// Tokens whose presence in the verify output fails `delta-token`.

@@ -10,10 +10,27 @@ pub enum Settled {
     Scored(Verdict),
     /// Not scored: nothing is said about the agent; `retry` and `resume` run it again.
     Unscored {
+        cause: UnscoredCause,
         why: String,
         /// The run's interrupt cut it short (`resume` runs it again, superseding it).
         interrupted: bool,
     },
+}
+
+/// Which fact left a trial unscored (`why` says it in words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnscoredCause {
+    /// The trial's files could not be rid of its secrets.
+    Unredacted,
+    /// The run's interrupt cut the trial short.
+    Interrupted,
+    /// A replay left its recording.
+    ReplayMismatch,
+    /// The task's environment, the lifecycle, the sandbox or the tamper check failed.
+    HarnessFailed,
+    /// The verify command's own program could not run.
+    VerifyUnrunnable,
 }
 
 /// Why a trial could not reach a verdict, or the verdict's input when it could.
@@ -54,23 +71,24 @@ pub const INTERRUPTED: &str =
 /// A trial's end, from its facts. Later facts outrank earlier ones: a verdict on a replay that
 /// left its recording, an interrupted agent, or files that may still hold a secret is no verdict.
 pub fn settle(facts: TrialFacts<'_>) -> Settled {
-    let unscored = |why: String| Settled::Unscored {
+    let unscored = |cause: UnscoredCause, why: String| Settled::Unscored {
+        cause,
         why,
         interrupted: facts.interrupted,
     };
     if let Some(why) = facts.unredacted {
-        return unscored(why);
+        return unscored(UnscoredCause::Unredacted, why);
     }
     if facts.interrupted {
-        return unscored(INTERRUPTED.to_owned());
+        return unscored(UnscoredCause::Interrupted, INTERRUPTED.to_owned());
     }
     if let Some(why) = facts.replay_mismatch {
-        return unscored(why);
+        return unscored(UnscoredCause::ReplayMismatch, why);
     }
     match facts.reached {
-        Reached::Broken(why) => unscored(why),
+        Reached::Broken(why) => unscored(UnscoredCause::HarnessFailed, why),
         Reached::Verdict(input) => match unrunnable(&input.delta.command_result) {
-            Some(why) => unscored(why),
+            Some(why) => unscored(UnscoredCause::VerifyUnrunnable, why),
             None => Settled::Scored(verdict(input)),
         },
     }
@@ -171,9 +189,10 @@ mod tests {
             ..EnvironmentDelta::default()
         };
         let delta = failed("pytohn3 -m unittest", 127, "sh: 1: pytohn3: not found\n");
-        let Settled::Unscored { why, .. } = settle(facts(&delta)) else {
+        let Settled::Unscored { why, cause, .. } = settle(facts(&delta)) else {
             panic!("scored");
         };
+        assert_eq!(cause, UnscoredCause::VerifyUnrunnable);
         assert!(
             why.starts_with("the verify command's program `pytohn3` was not found (exit 127; command: `pytohn3 -m unittest`)"),
             "{why}"
@@ -235,6 +254,7 @@ mod tests {
         assert_eq!(
             settle(interrupted),
             Settled::Unscored {
+                cause: UnscoredCause::Unredacted,
                 why: "cannot redact x".into(),
                 interrupted: true
             }
@@ -245,6 +265,7 @@ mod tests {
         assert_eq!(
             settle(broken),
             Settled::Unscored {
+                cause: UnscoredCause::Interrupted,
                 why: INTERRUPTED.into(),
                 interrupted: true
             }

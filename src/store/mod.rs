@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::{CodingError, CodingStatus};
 use crate::delta::DiffStats;
-use crate::metric::{Judgement, Settled};
+use crate::metric::{Judgement, Settled, UnscoredCause};
 
 pub use lease::{FoundLease, HeldLease, Lease, Reaped, leases, reap, registered_caches};
 pub use merge::{Gathered, MergeError, Merged, gather, merge_runs, same_design};
@@ -147,6 +147,9 @@ pub struct TrialRecord {
     pub error: Option<CodingError>,
     /// Why the trial could not be scored.
     pub infra_error: Option<String>,
+    /// Which fact left it unscored (absent in runs recorded before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unscored: Option<UnscoredCause>,
     pub session_id: Option<String>,
     pub diff: Option<DiffStats>,
     pub verify: Option<VerifyRecord>,
@@ -294,6 +297,7 @@ impl TrialRecord {
             status: None,
             error: None,
             infra_error: None,
+            unscored: None,
             session_id: None,
             diff: None,
             verify: None,
@@ -330,7 +334,11 @@ impl TrialRecord {
                 None,
                 false,
             ),
-            Settled::Unscored { why, interrupted } => (None, None, None, Some(why), interrupted),
+            Settled::Unscored {
+                cause,
+                why,
+                interrupted,
+            } => (None, None, None, Some((cause, why)), interrupted),
         };
         self.outcome = judgement.map_or(Outcome::InfraError, Outcome::from);
         self.score = score;
@@ -338,7 +346,7 @@ impl TrialRecord {
             .then(|| reason.clone())
             .flatten();
         self.reason = reason;
-        self.infra_error = why;
+        (self.unscored, self.infra_error) = why.unzip();
         self.interrupted = interrupted;
     }
 
@@ -840,13 +848,18 @@ mod tests {
         assert_eq!(serde_json::to_value(&read).unwrap()["passed"], false);
         let mut unscored = read;
         unscored.settle(Settled::Unscored {
+            cause: UnscoredCause::HarnessFailed,
             why: "the sandbox failed".into(),
             interrupted: false,
         });
         let json = serde_json::to_value(&unscored).unwrap();
         assert_eq!(
-            (&json["outcome"], &json["passed"]),
-            (&"infra_error".into(), &false.into())
+            (&json["outcome"], &json["passed"], &json["unscored"]),
+            (
+                &"infra_error".into(),
+                &false.into(),
+                &"harness_failed".into()
+            )
         );
         assert_eq!(json["score"], serde_json::Value::Null);
     }
