@@ -165,7 +165,7 @@ fn unknown(value: Value) -> StreamEvent {
 
 fn system(subtype: &str, message: impl Into<String>, data: Option<Value>) -> StreamEvent {
     StreamEvent::System {
-        subtype: subtype.to_owned(),
+        subtype: subtype.into(),
         message: message.into(),
         data,
     }
