@@ -9,7 +9,7 @@
 //! Token counts are as aider prints them (rounded: `2.3k` is 2300). `sent` includes cache hits
 //! and writes, which are taken out of `input_tokens`. Cost is the last `$… session` figure.
 
-use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt};
+use super::builtin::{BuiltinCli, Doc, Facts, NO_SESSION, PROMPT, Prompt};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, litellm_dialect, litellm_model, openai_env, push};
@@ -237,66 +237,56 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+const FACTS: Facts = Facts {
+    program: "aider",
+    description: "aider, run headless (aider --message).",
+    doc: Doc {
+        name: "aider",
+        program_note: "",
+        resume_note: "",
+        turns: "",
+        modes_note: "",
+        cost: "its `Cost:` line; estimated against an endpoint",
+    },
+    package: Package {
+        registry: Registry::PyPi,
+        name: "aider-chat",
+        version: "0.86.2",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: Some(NO_SESSION),
+    permission_modes: &[],
+    turn_limit: TurnLimit::Unsupported,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("--message", PROMPT),
+        ("-m", PROMPT),
+        ("--message-file", PROMPT),
+        ("-f", PROMPT),
+        ("--model", "use `model:`"),
+        (
+            "--stream",
+            "deltabench needs the API's usage, which a stream lacks",
+        ),
+        (
+            "--chat-history-file",
+            "deltabench keeps the histories in the trial folder",
+        ),
+        (
+            "--input-history-file",
+            "deltabench keeps the histories in the trial folder",
+        ),
+        (
+            "--llm-history-file",
+            "deltabench keeps the histories in the trial folder",
+        ),
+    ],
+    prompt: Prompt::InFlag,
+};
+
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "aider"
-    }
-
-    fn description(&self) -> &'static str {
-        "aider, run headless (aider --message)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "aider",
-            program_note: "",
-            resume_note: "",
-            turns: "",
-            modes_note: "",
-            cost: "its `Cost:` line; estimated against an endpoint",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::PyPi,
-            name: "aider-chat",
-            version: "0.86.2",
-        }
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Unsupported
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("--message", PROMPT),
-            ("-m", PROMPT),
-            ("--message-file", PROMPT),
-            ("-f", PROMPT),
-            ("--model", "use `model:`"),
-            (
-                "--stream",
-                "deltabench needs the API's usage, which a stream lacks",
-            ),
-            (
-                "--chat-history-file",
-                "deltabench keeps the histories in the trial folder",
-            ),
-            (
-                "--input-history-file",
-                "deltabench keeps the histories in the trial folder",
-            ),
-            (
-                "--llm-history-file",
-                "deltabench keeps the histories in the trial folder",
-            ),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::InFlag
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {

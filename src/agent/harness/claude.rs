@@ -5,7 +5,7 @@
 //! cost, status and error. `stream_event` lines (`--include-partial-messages`) repeat what the
 //! complete `assistant` lines carry and map to no event.
 
-use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt, SESSION, STREAM};
+use super::builtin::{BuiltinCli, Doc, Facts, PROMPT, Prompt, SESSION, STREAM};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, push, set_env};
@@ -344,77 +344,55 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+const FACTS: Facts = Facts {
+    program: "claude",
+    description: "Claude Code, run headless (claude -p).",
+    doc: Doc {
+        name: "Claude Code",
+        program_note: "",
+        resume_note: "",
+        turns: "`--max-turns`",
+        modes_note: "",
+        cost: "the CLI's final `result`",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@anthropic-ai/claude-code",
+        version: "2.1.197",
+    },
+    key_env: "ANTHROPIC_API_KEY",
+    no_resume: None,
+    permission_modes: &[
+        "bypassPermissions",
+        "acceptEdits",
+        "default",
+        "plan",
+        "dontAsk",
+        "auto",
+    ],
+    turn_limit: TurnLimit::Native,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--print", PROMPT),
+        ("--output-format", STREAM),
+        ("--input-format", STREAM),
+        ("--session-id", SESSION),
+        ("--resume", SESSION),
+        ("-r", SESSION),
+        ("--continue", SESSION),
+        ("-c", SESSION),
+        ("--model", "use `model:`"),
+        ("--permission-mode", "use `permission_mode:`"),
+        ("--max-turns", "use `max_turns:`"),
+        ("--append-system-prompt", "use `append_system_prompt:`"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
+
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "claude"
-    }
-
-    fn description(&self) -> &'static str {
-        "Claude Code, run headless (claude -p)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "Claude Code",
-            program_note: "",
-            resume_note: "",
-            turns: "`--max-turns`",
-            modes_note: "",
-            cost: "the CLI's final `result`",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::Npm,
-            name: "@anthropic-ai/claude-code",
-            version: "2.1.197",
-        }
-    }
-
-    fn key_env(&self) -> &'static str {
-        "ANTHROPIC_API_KEY"
-    }
-
-    fn can_resume(&self) -> bool {
-        true
-    }
-
-    fn permission_modes(&self) -> &'static [&'static str] {
-        &[
-            "bypassPermissions",
-            "acceptEdits",
-            "default",
-            "plan",
-            "dontAsk",
-            "auto",
-        ]
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Native
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("-p", PROMPT),
-            ("--print", PROMPT),
-            ("--output-format", STREAM),
-            ("--input-format", STREAM),
-            ("--session-id", SESSION),
-            ("--resume", SESSION),
-            ("-r", SESSION),
-            ("--continue", SESSION),
-            ("-c", SESSION),
-            ("--model", "use `model:`"),
-            ("--permission-mode", "use `permission_mode:`"),
-            ("--max-turns", "use `max_turns:`"),
-            ("--append-system-prompt", "use `append_system_prompt:`"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::AfterDashes
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {

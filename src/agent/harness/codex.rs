@@ -6,7 +6,7 @@
 //! earlier turns, so a resumed run is parsed with [`CodexParser::resuming`] and the earlier
 //! total is taken off. Codex reports no cost.
 
-use super::builtin::{BuiltinCli, ConfigRule, Doc, Prompt, STREAM};
+use super::builtin::{BuiltinCli, ConfigRule, Doc, Facts, Prompt, STREAM};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, push, set_env, toml_string};
@@ -327,58 +327,40 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+const FACTS: Facts = Facts {
+    program: "codex",
+    description: "Codex CLI, run headless (codex exec --json).",
+    doc: Doc {
+        name: "Codex CLI",
+        program_note: "",
+        resume_note: "",
+        turns: "",
+        modes_note: " (its `sandbox_mode`)",
+        cost: "estimated (it reports none)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@openai/codex",
+        version: "0.171.0",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &["danger-full-access", "workspace-write", "read-only"],
+    turn_limit: TurnLimit::Enforced,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("--json", STREAM),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+        ("-s", "use `permission_mode:`"),
+        ("--sandbox", "use `permission_mode:`"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
+
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "codex"
-    }
-
-    fn description(&self) -> &'static str {
-        "Codex CLI, run headless (codex exec --json)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "Codex CLI",
-            program_note: "",
-            resume_note: "",
-            turns: "",
-            modes_note: " (its `sandbox_mode`)",
-            cost: "estimated (it reports none)",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::Npm,
-            name: "@openai/codex",
-            version: "0.171.0",
-        }
-    }
-
-    fn can_resume(&self) -> bool {
-        true
-    }
-
-    fn permission_modes(&self) -> &'static [&'static str] {
-        &["danger-full-access", "workspace-write", "read-only"]
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Enforced
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("--json", STREAM),
-            ("-m", "use `model:`"),
-            ("--model", "use `model:`"),
-            ("-s", "use `permission_mode:`"),
-            ("--sandbox", "use `permission_mode:`"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::AfterDashes
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {

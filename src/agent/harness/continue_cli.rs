@@ -9,7 +9,7 @@
 //! turn limit). Its `totalCost` is Continue's own guess for a model it may not know, so it is
 //! not reported as the CLI's cost.
 
-use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt, SESSION, STREAM};
+use super::builtin::{BuiltinCli, Doc, Facts, PROMPT, Prompt, SESSION, STREAM};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, push, set_env};
@@ -299,62 +299,48 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+const FACTS: Facts = Facts {
+    program: "cn",
+    description: "Continue's CLI, run headless (cn -p --auto).",
+    doc: Doc {
+        name: "Continue's CLI",
+        program_note: "",
+        resume_note: " (the newest session of its HOME)",
+        turns: "",
+        modes_note: " (always `--auto`)",
+        cost: "estimated (its own `totalCost` is a guess for an unknown model)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@continuedev/cli",
+        version: "1.5.47",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &[],
+    turn_limit: // It writes its session (deltabench's view of its calls) only at exit.
+    TurnLimit::Unsupported,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--print", PROMPT),
+        ("--format", STREAM),
+        (
+            "--config",
+            "deltabench writes the config that points it at the endpoint",
+        ),
+        ("--resume", SESSION),
+        ("--fork", SESSION),
+        ("--model", "use `model:`"),
+        ("--readonly", "it runs with --auto"),
+        ("--auto", "it runs with --auto"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
+
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "cn"
-    }
-
-    fn description(&self) -> &'static str {
-        "Continue's CLI, run headless (cn -p --auto)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "Continue's CLI",
-            program_note: "",
-            resume_note: " (the newest session of its HOME)",
-            turns: "",
-            modes_note: " (always `--auto`)",
-            cost: "estimated (its own `totalCost` is a guess for an unknown model)",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::Npm,
-            name: "@continuedev/cli",
-            version: "1.5.47",
-        }
-    }
-
-    fn can_resume(&self) -> bool {
-        true
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        // It writes its session (deltabench's view of its calls) only at exit.
-        TurnLimit::Unsupported
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("-p", PROMPT),
-            ("--print", PROMPT),
-            ("--format", STREAM),
-            (
-                "--config",
-                "deltabench writes the config that points it at the endpoint",
-            ),
-            ("--resume", SESSION),
-            ("--fork", SESSION),
-            ("--model", "use `model:`"),
-            ("--readonly", "it runs with --auto"),
-            ("--auto", "it runs with --auto"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::AfterDashes
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {

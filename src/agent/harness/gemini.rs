@@ -5,7 +5,7 @@
 //! (non-fatal notices) and the final `result` with `stats` (tokens, no cost). Exit 53 is the
 //! session turn limit; other non-zero exits (possibly an HTTP status modulo 256) are failures.
 
-use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt, SESSION, STREAM};
+use super::builtin::{BuiltinCli, Doc, Facts, PROMPT, Prompt, SESSION, STREAM};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, push, set_env};
@@ -253,68 +253,46 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+const FACTS: Facts = Facts {
+    program: "gemini",
+    description: "Gemini CLI, run headless (gemini -p).",
+    doc: Doc {
+        name: "Gemini CLI",
+        program_note: "",
+        resume_note: "",
+        turns: "`model.maxSessionTurns`",
+        modes_note: "",
+        cost: "estimated (it reports none)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@google/gemini-cli",
+        version: "0.61.0",
+    },
+    key_env: "GEMINI_API_KEY",
+    no_resume: None,
+    permission_modes: &["yolo", "auto_edit", "default", "plan"],
+    turn_limit: TurnLimit::Native,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--prompt", PROMPT),
+        ("-o", STREAM),
+        ("--output-format", STREAM),
+        ("-r", SESSION),
+        ("--resume", SESSION),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+        ("--approval-mode", "use `permission_mode:`"),
+        ("-y", "use `permission_mode:`"),
+        ("--yolo", "use `permission_mode:`"),
+    ],
+    prompt: Prompt::InFlag,
+};
+
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "gemini"
-    }
-
-    fn description(&self) -> &'static str {
-        "Gemini CLI, run headless (gemini -p)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "Gemini CLI",
-            program_note: "",
-            resume_note: "",
-            turns: "`model.maxSessionTurns`",
-            modes_note: "",
-            cost: "estimated (it reports none)",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::Npm,
-            name: "@google/gemini-cli",
-            version: "0.61.0",
-        }
-    }
-
-    fn key_env(&self) -> &'static str {
-        "GEMINI_API_KEY"
-    }
-
-    fn can_resume(&self) -> bool {
-        true
-    }
-
-    fn permission_modes(&self) -> &'static [&'static str] {
-        &["yolo", "auto_edit", "default", "plan"]
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Native
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("-p", PROMPT),
-            ("--prompt", PROMPT),
-            ("-o", STREAM),
-            ("--output-format", STREAM),
-            ("-r", SESSION),
-            ("--resume", SESSION),
-            ("-m", "use `model:`"),
-            ("--model", "use `model:`"),
-            ("--approval-mode", "use `permission_mode:`"),
-            ("-y", "use `permission_mode:`"),
-            ("--yolo", "use `permission_mode:`"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::InFlag
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {

@@ -12,7 +12,7 @@
 //! `GPTME_MAX_STEPS` stops it with a `system` message marked `max_steps_stop`. A failed model
 //! call ends it with exit 1 and `Error code: 400 - ...` on stderr.
 
-use super::builtin::{BuiltinCli, Doc, Prompt, SESSION, STREAM};
+use super::builtin::{BuiltinCli, Doc, Facts, Prompt, SESSION, STREAM};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, push, set_env};
@@ -263,64 +263,46 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+const FACTS: Facts = Facts {
+    program: "gptme",
+    description: "gptme, run headless (gptme -n --output-format json).",
+    doc: Doc {
+        name: "gptme",
+        program_note: ", PyPI, in its own venv",
+        resume_note: "",
+        turns: "`GPTME_MAX_STEPS`",
+        modes_note: " (`-n`: no confirmations)",
+        cost: "estimated (it reports none)",
+    },
+    package: Package {
+        registry: Registry::PyPi,
+        name: "gptme",
+        version: "0.35.1",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &[],
+    turn_limit: TurnLimit::Native,
+    appends_system_prompt: false,
+    reserved_flags: &[
+        ("-n", "it always runs non-interactive"),
+        ("--non-interactive", "it always runs non-interactive"),
+        ("-w", "it runs in the trial's workspace"),
+        ("--workspace", "it runs in the trial's workspace"),
+        ("--output-format", STREAM),
+        ("--tool-format", STREAM),
+        ("--name", SESSION),
+        ("-r", SESSION),
+        ("--resume", SESSION),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
+
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "gptme"
-    }
-
-    fn description(&self) -> &'static str {
-        "gptme, run headless (gptme -n --output-format json)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "gptme",
-            program_note: ", PyPI, in its own venv",
-            resume_note: "",
-            turns: "`GPTME_MAX_STEPS`",
-            modes_note: " (`-n`: no confirmations)",
-            cost: "estimated (it reports none)",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::PyPi,
-            name: "gptme",
-            version: "0.35.1",
-        }
-    }
-
-    fn can_resume(&self) -> bool {
-        true
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Native
-    }
-
-    fn appends_system_prompt(&self) -> bool {
-        false
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("-n", "it always runs non-interactive"),
-            ("--non-interactive", "it always runs non-interactive"),
-            ("-w", "it runs in the trial's workspace"),
-            ("--workspace", "it runs in the trial's workspace"),
-            ("--output-format", STREAM),
-            ("--tool-format", STREAM),
-            ("--name", SESSION),
-            ("-r", SESSION),
-            ("--resume", SESSION),
-            ("-m", "use `model:`"),
-            ("--model", "use `model:`"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::AfterDashes
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {

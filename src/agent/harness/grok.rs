@@ -8,7 +8,7 @@
 //! `Sorry, I encountered an error: ...` (and drops the messages before it); at
 //! `--max-tool-rounds` the last message is `Maximum tool execution rounds reached. ...`.
 
-use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt};
+use super::builtin::{BuiltinCli, Doc, Facts, NO_SESSION, PROMPT, Prompt};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, push, set_env};
@@ -192,60 +192,46 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+const FACTS: Facts = Facts {
+    program: "grok",
+    description: "Grok CLI, run headless (grok --prompt).",
+    doc: Doc {
+        name: "Grok CLI",
+        program_note: "",
+        resume_note: " (it keeps no session)",
+        turns: "`--max-tool-rounds`",
+        modes_note: " (headless approves everything)",
+        cost: "estimated (it reports no usage: the gateway's count only)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@vibe-kit/grok-cli",
+        version: "0.0.34",
+    },
+    key_env: "GROK_API_KEY",
+    no_resume: Some(NO_SESSION),
+    permission_modes: &[],
+    turn_limit: TurnLimit::Native,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--prompt", PROMPT),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+        ("-u", "deltabench points it at the endpoint"),
+        ("--base-url", "deltabench points it at the endpoint"),
+        ("-k", "use `api_key:`"),
+        ("--api-key", "use `api_key:`"),
+        ("--max-tool-rounds", "use `max_turns:`"),
+        ("-d", "it runs in the trial's workspace"),
+        ("--directory", "it runs in the trial's workspace"),
+    ],
+    prompt: Prompt::InFlag,
+};
+
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "grok"
-    }
-
-    fn description(&self) -> &'static str {
-        "Grok CLI, run headless (grok --prompt)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "Grok CLI",
-            program_note: "",
-            resume_note: " (it keeps no session)",
-            turns: "`--max-tool-rounds`",
-            modes_note: " (headless approves everything)",
-            cost: "estimated (it reports no usage: the gateway's count only)",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::Npm,
-            name: "@vibe-kit/grok-cli",
-            version: "0.0.34",
-        }
-    }
-
-    fn key_env(&self) -> &'static str {
-        "GROK_API_KEY"
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Native
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("-p", PROMPT),
-            ("--prompt", PROMPT),
-            ("-m", "use `model:`"),
-            ("--model", "use `model:`"),
-            ("-u", "deltabench points it at the endpoint"),
-            ("--base-url", "deltabench points it at the endpoint"),
-            ("-k", "use `api_key:`"),
-            ("--api-key", "use `api_key:`"),
-            ("--max-tool-rounds", "use `max_turns:`"),
-            ("-d", "it runs in the trial's workspace"),
-            ("--directory", "it runs in the trial's workspace"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::InFlag
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {

@@ -6,7 +6,7 @@
 //! no result event: the run ends on a `step_finish` with `reason:"stop"`, and usage and cost are
 //! the sums over all steps.
 
-use super::builtin::{BuiltinCli, Doc, Prompt, SESSION, STREAM};
+use super::builtin::{BuiltinCli, Doc, Facts, Prompt, SESSION, STREAM};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{DUMMY_API_KEY, Invocation, RunPaths, push, set_env};
@@ -217,60 +217,42 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+const FACTS: Facts = Facts {
+    program: "opencode",
+    description: "opencode, run headless (opencode run --format json).",
+    doc: Doc {
+        name: "opencode",
+        program_note: "",
+        resume_note: "",
+        turns: "",
+        modes_note: " (edit, bash, webfetch)",
+        cost: "its per-step cost; estimated against an endpoint",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "opencode-ai",
+        version: "1.18.33",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &["allow", "ask", "deny"],
+    turn_limit: TurnLimit::Enforced,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("--format", STREAM),
+        ("--session", SESSION),
+        ("-s", SESSION),
+        ("--continue", SESSION),
+        ("-c", SESSION),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
+
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "opencode"
-    }
-
-    fn description(&self) -> &'static str {
-        "opencode, run headless (opencode run --format json)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "opencode",
-            program_note: "",
-            resume_note: "",
-            turns: "",
-            modes_note: " (edit, bash, webfetch)",
-            cost: "its per-step cost; estimated against an endpoint",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::Npm,
-            name: "opencode-ai",
-            version: "1.18.33",
-        }
-    }
-
-    fn can_resume(&self) -> bool {
-        true
-    }
-
-    fn permission_modes(&self) -> &'static [&'static str] {
-        &["allow", "ask", "deny"]
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Enforced
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("--format", STREAM),
-            ("--session", SESSION),
-            ("-s", SESSION),
-            ("--continue", SESSION),
-            ("-c", SESSION),
-            ("-m", "use `model:`"),
-            ("--model", "use `model:`"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::AfterDashes
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {

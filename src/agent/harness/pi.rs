@@ -10,7 +10,7 @@
 //! `errorMessage` (`429 ...`), after which pi may retry (`auto_retry_start`/`auto_retry_end`);
 //! the process exits 0 either way, so the verdict is the last assistant message's.
 
-use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt, SESSION, STREAM};
+use super::builtin::{BuiltinCli, Doc, Facts, PROMPT, Prompt, SESSION, STREAM};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, push, set_env};
@@ -243,64 +243,50 @@ impl super::adapter::CliAdapter for Adapter {
     }
 }
 
+const FACTS: Facts = Facts {
+    program: "pi",
+    description: "pi, run headless (pi -p --mode json).",
+    doc: Doc {
+        name: "pi",
+        program_note: ", npm `@mariozechner/pi-coding-agent`",
+        resume_note: "",
+        turns: "",
+        modes_note: " (its tools always run)",
+        cost: "its per-call cost; estimated against an endpoint",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@mariozechner/pi-coding-agent",
+        version: "0.73.1",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &[],
+    turn_limit: TurnLimit::Enforced,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--print", PROMPT),
+        ("--mode", STREAM),
+        ("--session", SESSION),
+        ("--session-dir", SESSION),
+        ("--no-session", SESSION),
+        ("--fork", SESSION),
+        ("-r", SESSION),
+        ("--resume", SESSION),
+        ("-c", SESSION),
+        ("--continue", SESSION),
+        ("--provider", "deltabench points it at the endpoint"),
+        ("--api-key", "use `api_key:`"),
+        ("--model", "use `model:`"),
+        ("--append-system-prompt", "use `append_system_prompt:`"),
+    ],
+    prompt: Prompt::Spaced,
+};
+
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "pi"
-    }
-
-    fn description(&self) -> &'static str {
-        "pi, run headless (pi -p --mode json)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "pi",
-            program_note: ", npm `@mariozechner/pi-coding-agent`",
-            resume_note: "",
-            turns: "",
-            modes_note: " (its tools always run)",
-            cost: "its per-call cost; estimated against an endpoint",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::Npm,
-            name: "@mariozechner/pi-coding-agent",
-            version: "0.73.1",
-        }
-    }
-
-    fn can_resume(&self) -> bool {
-        true
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Enforced
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("-p", PROMPT),
-            ("--print", PROMPT),
-            ("--mode", STREAM),
-            ("--session", SESSION),
-            ("--session-dir", SESSION),
-            ("--no-session", SESSION),
-            ("--fork", SESSION),
-            ("-r", SESSION),
-            ("--resume", SESSION),
-            ("-c", SESSION),
-            ("--continue", SESSION),
-            ("--provider", "deltabench points it at the endpoint"),
-            ("--api-key", "use `api_key:`"),
-            ("--model", "use `model:`"),
-            ("--append-system-prompt", "use `append_system_prompt:`"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::Spaced
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
