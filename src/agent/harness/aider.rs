@@ -207,9 +207,7 @@ impl StreamParser for AiderParser {
         if run.status != CodingStatus::Completed {
             run.text = None;
         }
-        run.usage = self.usage;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(self.usage, None, self.modified_files)
     }
 }
 

@@ -324,9 +324,7 @@ impl StreamParser for ClaudeParser {
         if run.status == CodingStatus::Completed && run.text.is_none() {
             run.text = self.last_text;
         }
-        run.session_id = self.session_id;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(None, self.session_id, self.modified_files)
     }
 }
 

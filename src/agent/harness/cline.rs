@@ -254,7 +254,7 @@ impl StreamParser for ClineParser {
 
     fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
         let completed = self.finish.as_deref() == Some("completed") && exit_code == Some(0);
-        let mut run = if completed {
+        let run = if completed {
             ParsedRun {
                 text: self.last_text,
                 ..ParsedRun::completed()
@@ -269,9 +269,7 @@ impl StreamParser for ClineParser {
         } else {
             ParsedRun::failed(exit_failure("cline", exit_code, stderr_tail))
         };
-        run.usage = self.usage;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(self.usage, None, self.modified_files)
     }
 }
 

@@ -298,9 +298,7 @@ impl StreamParser for CodexParser {
         if run.status == CodingStatus::Completed {
             run.text = self.last_text;
         }
-        run.session_id = self.session_id;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(None, self.session_id, self.modified_files)
     }
 }
 

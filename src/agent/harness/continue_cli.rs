@@ -248,7 +248,7 @@ impl StreamParser for ContinueParser {
     }
 
     fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
-        let mut run = if let Some((id, had)) = &self.resumed
+        let run = if let Some((id, had)) = &self.resumed
             && self.seen == *had
             && exit_code == Some(0)
         {
@@ -268,10 +268,7 @@ impl StreamParser for ContinueParser {
             let error: CodingError = exit_failure("cn", exit_code, stderr_tail);
             ParsedRun::failed(error)
         };
-        run.usage = self.usage;
-        run.session_id = self.session_id;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(self.usage, self.session_id, self.modified_files)
     }
 }
 

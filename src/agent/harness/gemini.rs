@@ -238,9 +238,7 @@ impl StreamParser for GeminiParser {
         if run.status == CodingStatus::Completed && !self.reply.is_empty() {
             run.text = Some(self.reply);
         }
-        run.session_id = self.session_id;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(None, self.session_id, self.modified_files)
     }
 }
 

@@ -224,7 +224,7 @@ impl StreamParser for GptmeParser {
     }
 
     fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
-        let mut run = if exit_code == Some(0) && self.max_steps {
+        let run = if exit_code == Some(0) && self.max_steps {
             ParsedRun::max_turns()
         } else if exit_code == Some(0) && self.assistant_messages > 0 {
             ParsedRun {
@@ -234,9 +234,7 @@ impl StreamParser for GptmeParser {
         } else {
             ParsedRun::failed(exit_error(exit_code, stderr_tail))
         };
-        run.usage = self.usage;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(self.usage, None, self.modified_files)
     }
 }
 

@@ -123,7 +123,7 @@ impl StreamParser for GrokParser {
 
     fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
         let last = self.last_text.clone().unwrap_or_default();
-        let mut run = if let Some(message) = last.strip_prefix(ERROR_PREFIX) {
+        let run = if let Some(message) = last.strip_prefix(ERROR_PREFIX) {
             ParsedRun::failed(api_error(message))
         } else if last.trim_start().starts_with(MAX_ROUNDS) {
             ParsedRun::max_turns()
@@ -140,8 +140,7 @@ impl StreamParser for GrokParser {
         } else {
             ParsedRun::failed(exit_failure("grok", exit_code, stderr_tail))
         };
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(None, None, self.modified_files)
     }
 }
 

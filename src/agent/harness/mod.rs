@@ -126,6 +126,20 @@ impl ParsedRun {
         }
     }
 
+    /// The run with what the stream showed beside its verdict: its usage and session (the
+    /// verdict's where the stream has none) and the files it saw written.
+    fn with_stream(
+        mut self,
+        usage: Option<Usage>,
+        session_id: Option<String>,
+        modified_files: Vec<String>,
+    ) -> Self {
+        self.usage = usage.or(self.usage);
+        self.session_id = session_id.or(self.session_id);
+        self.modified_files = modified_files;
+        self
+    }
+
     /// Rewrites `modified_files` under `workspace` as paths relative to it (others stay as is).
     pub fn relative_to(mut self, workspace: &Path) -> Self {
         for file in &mut self.modified_files {

@@ -186,7 +186,7 @@ impl StreamParser for OpencodeParser {
     }
 
     fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
-        let mut run = if let Some(error) = self.error {
+        let run = if let Some(error) = self.error {
             ParsedRun::failed(error)
         } else if self.stopped && exit_code.is_none_or(|c| c == 0) {
             ParsedRun {
@@ -196,10 +196,7 @@ impl StreamParser for OpencodeParser {
         } else {
             ParsedRun::failed(exit_failure("opencode", exit_code, stderr_tail))
         };
-        run.usage = self.usage;
-        run.session_id = self.session_id;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(self.usage, self.session_id, self.modified_files)
     }
 }
 

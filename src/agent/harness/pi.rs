@@ -217,7 +217,7 @@ impl StreamParser for PiParser {
     }
 
     fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
-        let mut run = if let Some(error) = self.error {
+        let run = if let Some(error) = self.error {
             ParsedRun::failed(error)
         } else if self.ended && exit_code == Some(0) {
             ParsedRun {
@@ -227,10 +227,7 @@ impl StreamParser for PiParser {
         } else {
             ParsedRun::failed(exit_failure("pi", exit_code, stderr_tail))
         };
-        run.usage = self.usage;
-        run.session_id = self.session_id;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(self.usage, self.session_id, self.modified_files)
     }
 }
 
