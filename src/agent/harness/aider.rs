@@ -367,10 +367,10 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::invocation;
     use crate::agent::harness::invocation::tests::{env, file, paths};
-    use crate::agent::harness::tests::{assert_call_then_result, kinds};
+    use crate::agent::harness::tests::*;
 
-    const BASIC: &str = include_str!("../../../tests/fixtures/agents/aider-basic.stdout");
-    const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/aider-api-error.stdout");
+    const BASIC: &str = fixture!("aider-basic.stdout");
+    const API_ERROR: &str = fixture!("aider-api-error.stdout");
 
     fn run(text: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
         crate::agent::harness::tests::parse(AiderParser::new(), text, exit)

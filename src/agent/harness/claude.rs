@@ -446,20 +446,16 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::invocation;
     use crate::agent::harness::invocation::tests::{env, paths};
-    use crate::agent::harness::tests::{
-        assert_call_then_result, assert_survives_garbage, feed, kinds,
-    };
+    use crate::agent::harness::tests::*;
 
-    const BASIC: &str = include_str!("../../../tests/fixtures/agents/claude-basic.jsonl");
-    const MAX_TURNS: &str = include_str!("../../../tests/fixtures/agents/claude-max-turns.jsonl");
-    const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/claude-api-error.jsonl");
-    const API_RETRY: &str = include_str!("../../../tests/fixtures/agents/claude-api-retry.jsonl");
-    const MAX_BUDGET: &str = include_str!("../../../tests/fixtures/agents/claude-max-budget.jsonl");
-    const PARTIAL: &str =
-        include_str!("../../../tests/fixtures/agents/claude-partial-thinking.jsonl");
-    const DENIED: &str =
-        include_str!("../../../tests/fixtures/agents/claude-permission-denied.jsonl");
-    const RESUME: &str = include_str!("../../../tests/fixtures/agents/claude-resume.jsonl");
+    const BASIC: &str = fixture!("claude-basic.jsonl");
+    const MAX_TURNS: &str = fixture!("claude-max-turns.jsonl");
+    const API_ERROR: &str = fixture!("claude-api-error.jsonl");
+    const API_RETRY: &str = fixture!("claude-api-retry.jsonl");
+    const MAX_BUDGET: &str = fixture!("claude-max-budget.jsonl");
+    const PARTIAL: &str = fixture!("claude-partial-thinking.jsonl");
+    const DENIED: &str = fixture!("claude-permission-denied.jsonl");
+    const RESUME: &str = fixture!("claude-resume.jsonl");
 
     fn run(text: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
         crate::agent::harness::tests::parse(ClaudeParser::new(), text, exit)

@@ -427,10 +427,10 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::tests::{env, file, paths};
     use crate::agent::harness::invocation::{DUMMY_API_KEY, invocation};
-    use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, kinds};
+    use crate::agent::harness::tests::*;
 
-    const BASIC: &str = include_str!("../../../tests/fixtures/agents/cline-basic.jsonl");
-    const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/cline-api-error.jsonl");
+    const BASIC: &str = fixture!("cline-basic.jsonl");
+    const API_ERROR: &str = fixture!("cline-api-error.jsonl");
 
     fn run(text: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
         crate::agent::harness::tests::parse(ClineParser::new(), text, exit)

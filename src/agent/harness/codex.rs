@@ -458,16 +458,13 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::tests::{env, file, paths};
     use crate::agent::harness::invocation::{DUMMY_API_KEY, invocation};
-    use crate::agent::harness::tests::{
-        assert_call_then_result, assert_survives_garbage, feed, kinds,
-    };
+    use crate::agent::harness::tests::*;
 
-    const BASIC: &str = include_str!("../../../tests/fixtures/agents/codex-basic.jsonl");
-    const RESUME: &str = include_str!("../../../tests/fixtures/agents/codex-resume.jsonl");
-    const REASONING: &str = include_str!("../../../tests/fixtures/agents/codex-reasoning.jsonl");
-    const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/codex-api-error.jsonl");
-    const UNKNOWN_MODEL: &str =
-        include_str!("../../../tests/fixtures/agents/codex-unknown-model.jsonl");
+    const BASIC: &str = fixture!("codex-basic.jsonl");
+    const RESUME: &str = fixture!("codex-resume.jsonl");
+    const REASONING: &str = fixture!("codex-reasoning.jsonl");
+    const API_ERROR: &str = fixture!("codex-api-error.jsonl");
+    const UNKNOWN_MODEL: &str = fixture!("codex-unknown-model.jsonl");
 
     fn usage(input: u64, output: u64) -> Usage {
         Usage {

@@ -349,16 +349,13 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::invocation;
     use crate::agent::harness::invocation::tests::{env, file, paths};
-    use crate::agent::harness::tests::{
-        assert_call_then_result, assert_survives_garbage, feed, kinds,
-    };
+    use crate::agent::harness::tests::*;
 
-    const BASIC: &str = include_str!("../../../tests/fixtures/agents/gemini-basic.jsonl");
-    const RESUME: &str = include_str!("../../../tests/fixtures/agents/gemini-resume.jsonl");
-    const MAX_TURNS: &str = include_str!("../../../tests/fixtures/agents/gemini-max-turns.jsonl");
-    const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/gemini-api-error.jsonl");
-    const API_ERROR_STDERR: &str =
-        include_str!("../../../tests/fixtures/agents/gemini-api-error.stderr");
+    const BASIC: &str = fixture!("gemini-basic.jsonl");
+    const RESUME: &str = fixture!("gemini-resume.jsonl");
+    const MAX_TURNS: &str = fixture!("gemini-max-turns.jsonl");
+    const API_ERROR: &str = fixture!("gemini-api-error.jsonl");
+    const API_ERROR_STDERR: &str = fixture!("gemini-api-error.stderr");
 
     fn run(text: &str, exit: i32, stderr: &str) -> (Vec<StreamEvent>, ParsedRun) {
         let mut parser = GeminiParser::new();

@@ -270,9 +270,9 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::tests::{env, file, paths};
     use crate::agent::harness::invocation::{DUMMY_API_KEY, invocation};
-    use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage};
+    use crate::agent::harness::tests::*;
 
-    const BASIC: &str = include_str!("../../../tests/fixtures/agents/grok-basic.jsonl");
+    const BASIC: &str = fixture!("grok-basic.jsonl");
 
     fn run(text: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
         crate::agent::harness::tests::parse(GrokParser::new(), text, exit)

@@ -326,13 +326,12 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::invocation;
     use crate::agent::harness::invocation::tests::{env, paths};
-    use crate::agent::harness::tests::{assert_call_then_result, kinds};
+    use crate::agent::harness::tests::*;
 
-    const BASIC: &str = include_str!("../../../tests/fixtures/agents/mini-basic.traj.json");
-    const BASIC_STDOUT: &str = include_str!("../../../tests/fixtures/agents/mini-basic.stdout");
-    const STEP_LIMIT: &str =
-        include_str!("../../../tests/fixtures/agents/mini-step-limit.traj.json");
-    const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/mini-api-error.traj.json");
+    const BASIC: &str = fixture!("mini-basic.traj.json");
+    const BASIC_STDOUT: &str = fixture!("mini-basic.stdout");
+    const STEP_LIMIT: &str = fixture!("mini-step-limit.traj.json");
+    const API_ERROR: &str = fixture!("mini-api-error.traj.json");
 
     fn run(traj: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
         let mut parser = MiniSweParser::new();

@@ -263,6 +263,14 @@ fn last_lines(text: &str, n: usize) -> String {
 pub(crate) mod tests {
     use super::*;
 
+    /// A stream captured from a pinned CLI, in `tests/fixtures/agents/`.
+    macro_rules! fixture {
+        ($name:literal) => {
+            include_str!(concat!("../../../tests/fixtures/agents/", $name))
+        };
+    }
+    pub(crate) use fixture;
+
     /// Feeds every line of `text` to `parser`, returning all events.
     pub(crate) fn feed<P: StreamParser>(parser: &mut P, text: &str) -> Vec<StreamEvent> {
         text.lines().flat_map(|l| parser.line(l)).collect()

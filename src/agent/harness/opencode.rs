@@ -330,11 +330,11 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::invocation;
     use crate::agent::harness::invocation::tests::{file, paths};
-    use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, kinds};
+    use crate::agent::harness::tests::*;
 
-    const BASIC: &str = include_str!("../../../tests/fixtures/agents/opencode-basic.jsonl");
-    const THINKING: &str = include_str!("../../../tests/fixtures/agents/opencode-thinking.jsonl");
-    const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/opencode-api-error.jsonl");
+    const BASIC: &str = fixture!("opencode-basic.jsonl");
+    const THINKING: &str = fixture!("opencode-thinking.jsonl");
+    const API_ERROR: &str = fixture!("opencode-api-error.jsonl");
 
     fn run(text: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
         crate::agent::harness::tests::parse(OpencodeParser::new(), text, exit)
