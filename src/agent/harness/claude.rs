@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 
 use super::{
-    ParsedRun, StreamParser, exit_failure, http_error_code, parse_line, push_unique, str_field,
+    ParsedRun, StreamParser, exit_failure, http_error_code, json_line, push_unique, str_field,
     system, u64_field, unknown,
 };
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
@@ -287,12 +287,9 @@ fn verdict(result: &Value, retry_delay: Option<f64>) -> (CodingStatus, Option<Co
 
 impl StreamParser for ClaudeParser {
     fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        if line.trim().is_empty() {
-            return Vec::new();
-        }
-        let value = match parse_line(line) {
+        let value = match json_line(line) {
             Ok(value) => value,
-            Err(event) => return vec![event],
+            Err(events) => return events,
         };
         if let Some(id) = str_field(&value, "session_id") {
             self.session_id = Some(id.to_owned());

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use super::{
-    ParsedRun, StreamParser, classify_message, exit_failure, parse_line, push_unique, str_field,
+    ParsedRun, StreamParser, classify_message, exit_failure, json_line, push_unique, str_field,
     system, u64_field, unknown,
 };
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
@@ -223,12 +223,9 @@ impl ClineParser {
 
 impl StreamParser for ClineParser {
     fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        if line.trim().is_empty() {
-            return Vec::new();
-        }
-        let value = match parse_line(line) {
+        let value = match json_line(line) {
             Ok(value) => value,
-            Err(event) => return vec![event],
+            Err(events) => return events,
         };
         match str_field(&value, "type") {
             Some("agent_event") => match value.get("event").cloned() {

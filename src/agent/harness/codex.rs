@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use serde_json::{Value, json};
 
 use super::{
-    ParsedRun, StreamParser, classify_message, exit_failure, parse_line, push_unique, str_field,
+    ParsedRun, StreamParser, classify_message, exit_failure, json_line, push_unique, str_field,
     system, u64_field, unknown,
 };
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
@@ -219,12 +219,9 @@ fn cumulative_usage(raw: &Value) -> Usage {
 
 impl StreamParser for CodexParser {
     fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        if line.trim().is_empty() {
-            return Vec::new();
-        }
-        let value = match parse_line(line) {
+        let value = match json_line(line) {
             Ok(value) => value,
-            Err(event) => return vec![event],
+            Err(events) => return events,
         };
         let kind = str_field(&value, "type").unwrap_or_default().to_owned();
         match kind.as_str() {

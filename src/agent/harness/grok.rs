@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::{
-    ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, parse_line,
+    ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, json_line,
     push_unique, str_field, system, unknown,
 };
 use crate::agent::{CodingError, ErrorCode, StreamEvent};
@@ -102,12 +102,9 @@ impl GrokParser {
 
 impl StreamParser for GrokParser {
     fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        if line.trim().is_empty() {
-            return Vec::new();
-        }
-        let value = match parse_line(line) {
+        let value = match json_line(line) {
             Ok(value) => value,
-            Err(event) => return vec![event],
+            Err(events) => return events,
         };
         match str_field(&value, "role") {
             Some("user") => vec![system(

@@ -167,6 +167,15 @@ fn parse_line(line: &str) -> Result<Value, StreamEvent> {
     serde_json::from_str::<Value>(line.trim()).map_err(|_| unknown_text(line))
 }
 
+/// A line of a JSON-lines stream as JSON, or what stands for it instead: nothing for a blank
+/// line, [`StreamEvent::Unknown`] for one that is not JSON.
+fn json_line(line: &str) -> Result<Value, Vec<StreamEvent>> {
+    if line.trim().is_empty() {
+        return Err(Vec::new());
+    }
+    parse_line(line).map_err(|event| vec![event])
+}
+
 fn unknown_text(line: &str) -> StreamEvent {
     StreamEvent::Unknown {
         raw: Value::String(line.to_owned()),

@@ -13,7 +13,7 @@ use super::invocation::{DUMMY_API_KEY, Invocation, RunPaths, push, set_env};
 use serde_json::{Value, json};
 
 use super::{
-    ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, parse_line,
+    ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, json_line,
     push_unique, str_field, system, u64_field, unknown,
 };
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
@@ -146,12 +146,9 @@ impl OpencodeParser {
 
 impl StreamParser for OpencodeParser {
     fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        if line.trim().is_empty() {
-            return Vec::new();
-        }
-        let value = match parse_line(line) {
+        let value = match json_line(line) {
             Ok(value) => value,
-            Err(event) => return vec![event],
+            Err(events) => return events,
         };
         if let Some(id) = str_field(&value, "sessionID") {
             self.session_id = Some(id.to_owned());

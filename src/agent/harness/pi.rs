@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use super::{
-    ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, parse_line,
+    ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, json_line,
     push_unique, str_field, system, u64_field, unknown,
 };
 use crate::agent::{CodingError, ErrorCode, StreamEvent, Usage};
@@ -172,12 +172,9 @@ fn api_error(text: &str) -> CodingError {
 
 impl StreamParser for PiParser {
     fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        if line.trim().is_empty() {
-            return Vec::new();
-        }
-        let value = match parse_line(line) {
+        let value = match json_line(line) {
             Ok(value) => value,
-            Err(event) => return vec![event],
+            Err(events) => return events,
         };
         match str_field(&value, "type") {
             Some("session") => match str_field(&value, "id") {
