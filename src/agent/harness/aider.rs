@@ -18,6 +18,53 @@ use serde_json::json;
 use super::{ParsedRun, StreamParser, classify_message, exit_failure, push_unique, system};
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
 
+const FACTS: Facts = Facts {
+    program: "aider",
+    description: "aider, run headless (aider --message).",
+    doc: Doc {
+        name: "aider",
+        program_note: "",
+        resume_note: "",
+        turns: "",
+        modes_note: "",
+        cost: "its `Cost:` line; estimated against an endpoint",
+    },
+    package: Package {
+        registry: Registry::PyPi,
+        name: "aider-chat",
+        version: "0.86.2",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: Some(NO_SESSION),
+    permission_modes: &[],
+    turn_limit: TurnLimit::Unsupported,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("--message", PROMPT),
+        ("-m", PROMPT),
+        ("--message-file", PROMPT),
+        ("-f", PROMPT),
+        ("--model", "use `model:`"),
+        (
+            "--stream",
+            "deltabench needs the API's usage, which a stream lacks",
+        ),
+        (
+            "--chat-history-file",
+            "deltabench keeps the histories in the trial folder",
+        ),
+        (
+            "--input-history-file",
+            "deltabench keeps the histories in the trial folder",
+        ),
+        (
+            "--llm-history-file",
+            "deltabench keeps the histories in the trial folder",
+        ),
+    ],
+    prompt: Prompt::InFlag,
+};
+
 /// Banner lines aider prints before the reply.
 const BANNER: [&str; 9] = [
     "Aider v",
@@ -234,53 +281,6 @@ impl super::adapter::CliAdapter for Adapter {
         )
     }
 }
-
-const FACTS: Facts = Facts {
-    program: "aider",
-    description: "aider, run headless (aider --message).",
-    doc: Doc {
-        name: "aider",
-        program_note: "",
-        resume_note: "",
-        turns: "",
-        modes_note: "",
-        cost: "its `Cost:` line; estimated against an endpoint",
-    },
-    package: Package {
-        registry: Registry::PyPi,
-        name: "aider-chat",
-        version: "0.86.2",
-    },
-    key_env: "OPENAI_API_KEY",
-    no_resume: Some(NO_SESSION),
-    permission_modes: &[],
-    turn_limit: TurnLimit::Unsupported,
-    appends_system_prompt: true,
-    reserved_flags: &[
-        ("--message", PROMPT),
-        ("-m", PROMPT),
-        ("--message-file", PROMPT),
-        ("-f", PROMPT),
-        ("--model", "use `model:`"),
-        (
-            "--stream",
-            "deltabench needs the API's usage, which a stream lacks",
-        ),
-        (
-            "--chat-history-file",
-            "deltabench keeps the histories in the trial folder",
-        ),
-        (
-            "--input-history-file",
-            "deltabench keeps the histories in the trial folder",
-        ),
-        (
-            "--llm-history-file",
-            "deltabench keeps the histories in the trial folder",
-        ),
-    ],
-    prompt: Prompt::InFlag,
-};
 
 impl BuiltinCli for Adapter {
     fn facts(&self) -> &'static Facts {

@@ -19,6 +19,52 @@ use super::{
 };
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
 
+const FACTS: Facts = Facts {
+    program: "claude",
+    description: "Claude Code, run headless (claude -p).",
+    doc: Doc {
+        name: "Claude Code",
+        program_note: "",
+        resume_note: "",
+        turns: "`--max-turns`",
+        modes_note: "",
+        cost: "the CLI's final `result`",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@anthropic-ai/claude-code",
+        version: "2.1.197",
+    },
+    key_env: "ANTHROPIC_API_KEY",
+    no_resume: None,
+    permission_modes: &[
+        "bypassPermissions",
+        "acceptEdits",
+        "default",
+        "plan",
+        "dontAsk",
+        "auto",
+    ],
+    turn_limit: TurnLimit::Native,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--print", PROMPT),
+        ("--output-format", STREAM),
+        ("--input-format", STREAM),
+        ("--session-id", SESSION),
+        ("--resume", SESSION),
+        ("-r", SESSION),
+        ("--continue", SESSION),
+        ("-c", SESSION),
+        ("--model", "use `model:`"),
+        ("--permission-mode", "use `permission_mode:`"),
+        ("--max-turns", "use `max_turns:`"),
+        ("--append-system-prompt", "use `append_system_prompt:`"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
+
 /// Tools whose successful call wrote the file named by their input.
 const WRITE_TOOLS: [(&str, &str); 4] = [
     ("Write", "file_path"),
@@ -338,52 +384,6 @@ impl super::adapter::CliAdapter for Adapter {
         &[".claude/telemetry"]
     }
 }
-
-const FACTS: Facts = Facts {
-    program: "claude",
-    description: "Claude Code, run headless (claude -p).",
-    doc: Doc {
-        name: "Claude Code",
-        program_note: "",
-        resume_note: "",
-        turns: "`--max-turns`",
-        modes_note: "",
-        cost: "the CLI's final `result`",
-    },
-    package: Package {
-        registry: Registry::Npm,
-        name: "@anthropic-ai/claude-code",
-        version: "2.1.197",
-    },
-    key_env: "ANTHROPIC_API_KEY",
-    no_resume: None,
-    permission_modes: &[
-        "bypassPermissions",
-        "acceptEdits",
-        "default",
-        "plan",
-        "dontAsk",
-        "auto",
-    ],
-    turn_limit: TurnLimit::Native,
-    appends_system_prompt: true,
-    reserved_flags: &[
-        ("-p", PROMPT),
-        ("--print", PROMPT),
-        ("--output-format", STREAM),
-        ("--input-format", STREAM),
-        ("--session-id", SESSION),
-        ("--resume", SESSION),
-        ("-r", SESSION),
-        ("--continue", SESSION),
-        ("-c", SESSION),
-        ("--model", "use `model:`"),
-        ("--permission-mode", "use `permission_mode:`"),
-        ("--max-turns", "use `max_turns:`"),
-        ("--append-system-prompt", "use `append_system_prompt:`"),
-    ],
-    prompt: Prompt::AfterDashes,
-};
 
 impl BuiltinCli for Adapter {
     fn facts(&self) -> &'static Facts {

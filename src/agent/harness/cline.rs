@@ -25,6 +25,65 @@ use super::{
 };
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
 
+const FACTS: Facts = Facts {
+    program: "cline",
+    description: "Cline, run headless (cline --json).",
+    doc: Doc {
+        name: "Cline",
+        program_note: "",
+        resume_note: " (its `--id` opens its interactive UI)",
+        turns: "",
+        modes_note: " (always `--auto-approve true`)",
+        cost: "estimated (its `totalCost` is 0 for a model it has no price for)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "cline",
+        version: "3.0.65",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: Some("its `--id` opens its interactive UI"),
+    permission_modes: &[],
+    turn_limit: // It has a turn limit inside (`maxIterations`) but no flag or setting for it.
+    TurnLimit::Enforced,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("--json", STREAM),
+        (
+            "--id",
+            "headless Cline cannot resume: `--id` opens its interactive UI",
+        ),
+        ("-i", "deltabench runs it headless"),
+        ("--tui", "deltabench runs it headless"),
+        ("--acp", "deltabench runs it headless"),
+        ("-z", "deltabench runs it headless"),
+        ("--zen", "deltabench runs it headless"),
+        ("-p", "it runs in act mode"),
+        ("--plan", "it runs in act mode"),
+        ("--auto-approve", "it runs with --auto-approve true"),
+        ("-P", "deltabench points it at the endpoint"),
+        ("--provider", "deltabench points it at the endpoint"),
+        ("-k", "use `api_key:`"),
+        ("--key", "use `api_key:`"),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+        ("-s", "use `append_system_prompt:`"),
+        ("--system", "use `append_system_prompt:`"),
+        (
+            "--config",
+            "deltabench writes its settings into the agent's HOME",
+        ),
+        (
+            "--data-dir",
+            "deltabench reads its sessions from the agent's HOME",
+        ),
+        ("--worktree", "it must work in the trial's workspace"),
+        ("-c", "it runs in the trial's workspace"),
+        ("--cwd", "it runs in the trial's workspace"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
+
 /// Where the CLI keeps one folder per session, under its HOME.
 pub const SESSIONS_DIR: &str = ".cline/data/sessions";
 
@@ -295,65 +354,6 @@ impl super::adapter::CliAdapter for Adapter {
         )
     }
 }
-
-const FACTS: Facts = Facts {
-    program: "cline",
-    description: "Cline, run headless (cline --json).",
-    doc: Doc {
-        name: "Cline",
-        program_note: "",
-        resume_note: " (its `--id` opens its interactive UI)",
-        turns: "",
-        modes_note: " (always `--auto-approve true`)",
-        cost: "estimated (its `totalCost` is 0 for a model it has no price for)",
-    },
-    package: Package {
-        registry: Registry::Npm,
-        name: "cline",
-        version: "3.0.65",
-    },
-    key_env: "OPENAI_API_KEY",
-    no_resume: Some("its `--id` opens its interactive UI"),
-    permission_modes: &[],
-    turn_limit: // It has a turn limit inside (`maxIterations`) but no flag or setting for it.
-    TurnLimit::Enforced,
-    appends_system_prompt: true,
-    reserved_flags: &[
-        ("--json", STREAM),
-        (
-            "--id",
-            "headless Cline cannot resume: `--id` opens its interactive UI",
-        ),
-        ("-i", "deltabench runs it headless"),
-        ("--tui", "deltabench runs it headless"),
-        ("--acp", "deltabench runs it headless"),
-        ("-z", "deltabench runs it headless"),
-        ("--zen", "deltabench runs it headless"),
-        ("-p", "it runs in act mode"),
-        ("--plan", "it runs in act mode"),
-        ("--auto-approve", "it runs with --auto-approve true"),
-        ("-P", "deltabench points it at the endpoint"),
-        ("--provider", "deltabench points it at the endpoint"),
-        ("-k", "use `api_key:`"),
-        ("--key", "use `api_key:`"),
-        ("-m", "use `model:`"),
-        ("--model", "use `model:`"),
-        ("-s", "use `append_system_prompt:`"),
-        ("--system", "use `append_system_prompt:`"),
-        (
-            "--config",
-            "deltabench writes its settings into the agent's HOME",
-        ),
-        (
-            "--data-dir",
-            "deltabench reads its sessions from the agent's HOME",
-        ),
-        ("--worktree", "it must work in the trial's workspace"),
-        ("-c", "it runs in the trial's workspace"),
-        ("--cwd", "it runs in the trial's workspace"),
-    ],
-    prompt: Prompt::AfterDashes,
-};
 
 impl BuiltinCli for Adapter {
     fn facts(&self) -> &'static Facts {

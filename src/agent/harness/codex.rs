@@ -20,6 +20,37 @@ use super::{
 };
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
 
+const FACTS: Facts = Facts {
+    program: "codex",
+    description: "Codex CLI, run headless (codex exec --json).",
+    doc: Doc {
+        name: "Codex CLI",
+        program_note: "",
+        resume_note: "",
+        turns: "",
+        modes_note: " (its `sandbox_mode`)",
+        cost: "estimated (it reports none)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@openai/codex",
+        version: "0.171.0",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &["danger-full-access", "workspace-write", "read-only"],
+    turn_limit: TurnLimit::Enforced,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("--json", STREAM),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+        ("-s", "use `permission_mode:`"),
+        ("--sandbox", "use `permission_mode:`"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
+
 /// Item types that are tool calls (a `tool_call` on start, a `tool_result` on completion).
 const TOOL_ITEMS: [&str; 5] = [
     "command_execution",
@@ -321,37 +352,6 @@ impl super::adapter::CliAdapter for Adapter {
         &[".codex/skills/.system"]
     }
 }
-
-const FACTS: Facts = Facts {
-    program: "codex",
-    description: "Codex CLI, run headless (codex exec --json).",
-    doc: Doc {
-        name: "Codex CLI",
-        program_note: "",
-        resume_note: "",
-        turns: "",
-        modes_note: " (its `sandbox_mode`)",
-        cost: "estimated (it reports none)",
-    },
-    package: Package {
-        registry: Registry::Npm,
-        name: "@openai/codex",
-        version: "0.171.0",
-    },
-    key_env: "OPENAI_API_KEY",
-    no_resume: None,
-    permission_modes: &["danger-full-access", "workspace-write", "read-only"],
-    turn_limit: TurnLimit::Enforced,
-    appends_system_prompt: true,
-    reserved_flags: &[
-        ("--json", STREAM),
-        ("-m", "use `model:`"),
-        ("--model", "use `model:`"),
-        ("-s", "use `permission_mode:`"),
-        ("--sandbox", "use `permission_mode:`"),
-    ],
-    prompt: Prompt::AfterDashes,
-};
 
 impl BuiltinCli for Adapter {
     fn facts(&self) -> &'static Facts {

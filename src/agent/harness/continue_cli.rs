@@ -21,6 +21,45 @@ use serde_json::{Value, json};
 use super::{ParsedRun, StreamParser, exit_failure, push_unique, str_field, system, u64_field};
 use crate::agent::{CodingError, StreamEvent, Usage};
 
+const FACTS: Facts = Facts {
+    program: "cn",
+    description: "Continue's CLI, run headless (cn -p --auto).",
+    doc: Doc {
+        name: "Continue's CLI",
+        program_note: "",
+        resume_note: " (the newest session of its HOME)",
+        turns: "",
+        modes_note: " (always `--auto`)",
+        cost: "estimated (its own `totalCost` is a guess for an unknown model)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@continuedev/cli",
+        version: "1.5.47",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &[],
+    turn_limit: // It writes its session (deltabench's view of its calls) only at exit.
+    TurnLimit::Unsupported,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--print", PROMPT),
+        ("--format", STREAM),
+        (
+            "--config",
+            "deltabench writes the config that points it at the endpoint",
+        ),
+        ("--resume", SESSION),
+        ("--fork", SESSION),
+        ("--model", "use `model:`"),
+        ("--readonly", "it runs with --auto"),
+        ("--auto", "it runs with --auto"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
+
 /// Tools whose successful call wrote the file named by their `filepath` argument.
 const WRITE_TOOLS: [&str; 3] = ["Write", "Edit", "MultiEdit"];
 
@@ -295,45 +334,6 @@ impl super::adapter::CliAdapter for Adapter {
         })
     }
 }
-
-const FACTS: Facts = Facts {
-    program: "cn",
-    description: "Continue's CLI, run headless (cn -p --auto).",
-    doc: Doc {
-        name: "Continue's CLI",
-        program_note: "",
-        resume_note: " (the newest session of its HOME)",
-        turns: "",
-        modes_note: " (always `--auto`)",
-        cost: "estimated (its own `totalCost` is a guess for an unknown model)",
-    },
-    package: Package {
-        registry: Registry::Npm,
-        name: "@continuedev/cli",
-        version: "1.5.47",
-    },
-    key_env: "OPENAI_API_KEY",
-    no_resume: None,
-    permission_modes: &[],
-    turn_limit: // It writes its session (deltabench's view of its calls) only at exit.
-    TurnLimit::Unsupported,
-    appends_system_prompt: true,
-    reserved_flags: &[
-        ("-p", PROMPT),
-        ("--print", PROMPT),
-        ("--format", STREAM),
-        (
-            "--config",
-            "deltabench writes the config that points it at the endpoint",
-        ),
-        ("--resume", SESSION),
-        ("--fork", SESSION),
-        ("--model", "use `model:`"),
-        ("--readonly", "it runs with --auto"),
-        ("--auto", "it runs with --auto"),
-    ],
-    prompt: Prompt::AfterDashes,
-};
 
 impl BuiltinCli for Adapter {
     fn facts(&self) -> &'static Facts {

@@ -19,6 +19,43 @@ use super::{
 };
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
 
+const FACTS: Facts = Facts {
+    program: "gemini",
+    description: "Gemini CLI, run headless (gemini -p).",
+    doc: Doc {
+        name: "Gemini CLI",
+        program_note: "",
+        resume_note: "",
+        turns: "`model.maxSessionTurns`",
+        modes_note: "",
+        cost: "estimated (it reports none)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@google/gemini-cli",
+        version: "0.61.0",
+    },
+    key_env: "GEMINI_API_KEY",
+    no_resume: None,
+    permission_modes: &["yolo", "auto_edit", "default", "plan"],
+    turn_limit: TurnLimit::Native,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--prompt", PROMPT),
+        ("-o", STREAM),
+        ("--output-format", STREAM),
+        ("-r", SESSION),
+        ("--resume", SESSION),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+        ("--approval-mode", "use `permission_mode:`"),
+        ("-y", "use `permission_mode:`"),
+        ("--yolo", "use `permission_mode:`"),
+    ],
+    prompt: Prompt::InFlag,
+};
+
 /// Exit code of `FatalTurnLimitedError`.
 const EXIT_TURN_LIMIT: i32 = 53;
 /// Exit code of a cancelled run.
@@ -247,43 +284,6 @@ impl super::adapter::CliAdapter for Adapter {
         super::adapter::Plain::boxed(GeminiParser::new())
     }
 }
-
-const FACTS: Facts = Facts {
-    program: "gemini",
-    description: "Gemini CLI, run headless (gemini -p).",
-    doc: Doc {
-        name: "Gemini CLI",
-        program_note: "",
-        resume_note: "",
-        turns: "`model.maxSessionTurns`",
-        modes_note: "",
-        cost: "estimated (it reports none)",
-    },
-    package: Package {
-        registry: Registry::Npm,
-        name: "@google/gemini-cli",
-        version: "0.61.0",
-    },
-    key_env: "GEMINI_API_KEY",
-    no_resume: None,
-    permission_modes: &["yolo", "auto_edit", "default", "plan"],
-    turn_limit: TurnLimit::Native,
-    appends_system_prompt: true,
-    reserved_flags: &[
-        ("-p", PROMPT),
-        ("--prompt", PROMPT),
-        ("-o", STREAM),
-        ("--output-format", STREAM),
-        ("-r", SESSION),
-        ("--resume", SESSION),
-        ("-m", "use `model:`"),
-        ("--model", "use `model:`"),
-        ("--approval-mode", "use `permission_mode:`"),
-        ("-y", "use `permission_mode:`"),
-        ("--yolo", "use `permission_mode:`"),
-    ],
-    prompt: Prompt::InFlag,
-};
 
 impl BuiltinCli for Adapter {
     fn facts(&self) -> &'static Facts {

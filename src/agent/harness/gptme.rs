@@ -27,6 +27,43 @@ use super::{
 };
 use crate::agent::{CodingError, ErrorCode, StreamEvent, Usage};
 
+const FACTS: Facts = Facts {
+    program: "gptme",
+    description: "gptme, run headless (gptme -n --output-format json).",
+    doc: Doc {
+        name: "gptme",
+        program_note: ", PyPI, in its own venv",
+        resume_note: "",
+        turns: "`GPTME_MAX_STEPS`",
+        modes_note: " (`-n`: no confirmations)",
+        cost: "estimated (it reports none)",
+    },
+    package: Package {
+        registry: Registry::PyPi,
+        name: "gptme",
+        version: "0.35.1",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &[],
+    turn_limit: TurnLimit::Native,
+    appends_system_prompt: false,
+    reserved_flags: &[
+        ("-n", "it always runs non-interactive"),
+        ("--non-interactive", "it always runs non-interactive"),
+        ("-w", "it runs in the trial's workspace"),
+        ("--workspace", "it runs in the trial's workspace"),
+        ("--output-format", STREAM),
+        ("--tool-format", STREAM),
+        ("--name", SESSION),
+        ("-r", SESSION),
+        ("--resume", SESSION),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
+
 /// Tools whose successful call wrote the file named by their `path` argument.
 const WRITE_TOOLS: [&str; 3] = ["save", "append", "patch"];
 
@@ -260,43 +297,6 @@ impl super::adapter::CliAdapter for Adapter {
         })
     }
 }
-
-const FACTS: Facts = Facts {
-    program: "gptme",
-    description: "gptme, run headless (gptme -n --output-format json).",
-    doc: Doc {
-        name: "gptme",
-        program_note: ", PyPI, in its own venv",
-        resume_note: "",
-        turns: "`GPTME_MAX_STEPS`",
-        modes_note: " (`-n`: no confirmations)",
-        cost: "estimated (it reports none)",
-    },
-    package: Package {
-        registry: Registry::PyPi,
-        name: "gptme",
-        version: "0.35.1",
-    },
-    key_env: "OPENAI_API_KEY",
-    no_resume: None,
-    permission_modes: &[],
-    turn_limit: TurnLimit::Native,
-    appends_system_prompt: false,
-    reserved_flags: &[
-        ("-n", "it always runs non-interactive"),
-        ("--non-interactive", "it always runs non-interactive"),
-        ("-w", "it runs in the trial's workspace"),
-        ("--workspace", "it runs in the trial's workspace"),
-        ("--output-format", STREAM),
-        ("--tool-format", STREAM),
-        ("--name", SESSION),
-        ("-r", SESSION),
-        ("--resume", SESSION),
-        ("-m", "use `model:`"),
-        ("--model", "use `model:`"),
-    ],
-    prompt: Prompt::AfterDashes,
-};
 
 impl BuiltinCli for Adapter {
     fn facts(&self) -> &'static Facts {

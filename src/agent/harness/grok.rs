@@ -22,6 +22,43 @@ use super::{
 };
 use crate::agent::{CodingError, ErrorCode, StreamEvent};
 
+const FACTS: Facts = Facts {
+    program: "grok",
+    description: "Grok CLI, run headless (grok --prompt).",
+    doc: Doc {
+        name: "Grok CLI",
+        program_note: "",
+        resume_note: " (it keeps no session)",
+        turns: "`--max-tool-rounds`",
+        modes_note: " (headless approves everything)",
+        cost: "estimated (it reports no usage: the gateway's count only)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@vibe-kit/grok-cli",
+        version: "0.0.34",
+    },
+    key_env: "GROK_API_KEY",
+    no_resume: Some(NO_SESSION),
+    permission_modes: &[],
+    turn_limit: TurnLimit::Native,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--prompt", PROMPT),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+        ("-u", "deltabench points it at the endpoint"),
+        ("--base-url", "deltabench points it at the endpoint"),
+        ("-k", "use `api_key:`"),
+        ("--api-key", "use `api_key:`"),
+        ("--max-tool-rounds", "use `max_turns:`"),
+        ("-d", "it runs in the trial's workspace"),
+        ("--directory", "it runs in the trial's workspace"),
+    ],
+    prompt: Prompt::InFlag,
+};
+
 /// The last message of a run that failed on an API or tool-loop error.
 const ERROR_PREFIX: &str = "Sorry, I encountered an error: ";
 /// The last message of a run stopped by `--max-tool-rounds`.
@@ -187,43 +224,6 @@ impl super::adapter::CliAdapter for Adapter {
         )
     }
 }
-
-const FACTS: Facts = Facts {
-    program: "grok",
-    description: "Grok CLI, run headless (grok --prompt).",
-    doc: Doc {
-        name: "Grok CLI",
-        program_note: "",
-        resume_note: " (it keeps no session)",
-        turns: "`--max-tool-rounds`",
-        modes_note: " (headless approves everything)",
-        cost: "estimated (it reports no usage: the gateway's count only)",
-    },
-    package: Package {
-        registry: Registry::Npm,
-        name: "@vibe-kit/grok-cli",
-        version: "0.0.34",
-    },
-    key_env: "GROK_API_KEY",
-    no_resume: Some(NO_SESSION),
-    permission_modes: &[],
-    turn_limit: TurnLimit::Native,
-    appends_system_prompt: true,
-    reserved_flags: &[
-        ("-p", PROMPT),
-        ("--prompt", PROMPT),
-        ("-m", "use `model:`"),
-        ("--model", "use `model:`"),
-        ("-u", "deltabench points it at the endpoint"),
-        ("--base-url", "deltabench points it at the endpoint"),
-        ("-k", "use `api_key:`"),
-        ("--api-key", "use `api_key:`"),
-        ("--max-tool-rounds", "use `max_turns:`"),
-        ("-d", "it runs in the trial's workspace"),
-        ("--directory", "it runs in the trial's workspace"),
-    ],
-    prompt: Prompt::InFlag,
-};
 
 impl BuiltinCli for Adapter {
     fn facts(&self) -> &'static Facts {

@@ -22,6 +22,41 @@ use super::{
 };
 use crate::agent::{CodingError, ErrorCode, StreamEvent, Usage};
 
+const FACTS: Facts = Facts {
+    program: "mini",
+    description: "mini-swe-agent, run headless (mini -y).",
+    doc: Doc {
+        name: "mini-swe-agent",
+        program_note: "",
+        resume_note: "",
+        turns: "`agent.step_limit`",
+        modes_note: "",
+        cost: "`model_stats.instance_cost`; estimated when 0",
+    },
+    package: Package {
+        registry: Registry::PyPi,
+        name: "mini-swe-agent",
+        version: "2.4.6",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: Some(NO_SESSION),
+    permission_modes: &[],
+    turn_limit: TurnLimit::Native,
+    appends_system_prompt: false,
+    reserved_flags: &[
+        ("-t", PROMPT),
+        ("--task", PROMPT),
+        ("-o", "deltabench reads the trajectory from its own path"),
+        (
+            "--output",
+            "deltabench reads the trajectory from its own path",
+        ),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+    ],
+    prompt: Prompt::InFlag,
+};
+
 #[derive(Debug, Default)]
 pub struct MiniSweParser {
     /// Messages of the trajectory already turned into events.
@@ -209,41 +244,6 @@ impl super::adapter::CliAdapter for Adapter {
         })
     }
 }
-
-const FACTS: Facts = Facts {
-    program: "mini",
-    description: "mini-swe-agent, run headless (mini -y).",
-    doc: Doc {
-        name: "mini-swe-agent",
-        program_note: "",
-        resume_note: "",
-        turns: "`agent.step_limit`",
-        modes_note: "",
-        cost: "`model_stats.instance_cost`; estimated when 0",
-    },
-    package: Package {
-        registry: Registry::PyPi,
-        name: "mini-swe-agent",
-        version: "2.4.6",
-    },
-    key_env: "OPENAI_API_KEY",
-    no_resume: Some(NO_SESSION),
-    permission_modes: &[],
-    turn_limit: TurnLimit::Native,
-    appends_system_prompt: false,
-    reserved_flags: &[
-        ("-t", PROMPT),
-        ("--task", PROMPT),
-        ("-o", "deltabench reads the trajectory from its own path"),
-        (
-            "--output",
-            "deltabench reads the trajectory from its own path",
-        ),
-        ("-m", "use `model:`"),
-        ("--model", "use `model:`"),
-    ],
-    prompt: Prompt::InFlag,
-};
 
 impl BuiltinCli for Adapter {
     fn facts(&self) -> &'static Facts {

@@ -18,6 +18,39 @@ use super::{
 };
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
 
+const FACTS: Facts = Facts {
+    program: "opencode",
+    description: "opencode, run headless (opencode run --format json).",
+    doc: Doc {
+        name: "opencode",
+        program_note: "",
+        resume_note: "",
+        turns: "",
+        modes_note: " (edit, bash, webfetch)",
+        cost: "its per-step cost; estimated against an endpoint",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "opencode-ai",
+        version: "1.18.33",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &["allow", "ask", "deny"],
+    turn_limit: TurnLimit::Enforced,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("--format", STREAM),
+        ("--session", SESSION),
+        ("-s", SESSION),
+        ("--continue", SESSION),
+        ("-c", SESSION),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
+
 /// Tools whose completed call wrote the file named by `state.input.filePath`.
 const WRITE_TOOLS: [&str; 4] = ["write", "edit", "multiedit", "patch"];
 
@@ -210,39 +243,6 @@ impl super::adapter::CliAdapter for Adapter {
         &[".config/opencode/node_modules"]
     }
 }
-
-const FACTS: Facts = Facts {
-    program: "opencode",
-    description: "opencode, run headless (opencode run --format json).",
-    doc: Doc {
-        name: "opencode",
-        program_note: "",
-        resume_note: "",
-        turns: "",
-        modes_note: " (edit, bash, webfetch)",
-        cost: "its per-step cost; estimated against an endpoint",
-    },
-    package: Package {
-        registry: Registry::Npm,
-        name: "opencode-ai",
-        version: "1.18.33",
-    },
-    key_env: "OPENAI_API_KEY",
-    no_resume: None,
-    permission_modes: &["allow", "ask", "deny"],
-    turn_limit: TurnLimit::Enforced,
-    appends_system_prompt: true,
-    reserved_flags: &[
-        ("--format", STREAM),
-        ("--session", SESSION),
-        ("-s", SESSION),
-        ("--continue", SESSION),
-        ("-c", SESSION),
-        ("-m", "use `model:`"),
-        ("--model", "use `model:`"),
-    ],
-    prompt: Prompt::AfterDashes,
-};
 
 impl BuiltinCli for Adapter {
     fn facts(&self) -> &'static Facts {

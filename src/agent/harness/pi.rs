@@ -24,6 +24,47 @@ use super::{
 };
 use crate::agent::{CodingError, ErrorCode, StreamEvent, Usage};
 
+const FACTS: Facts = Facts {
+    program: "pi",
+    description: "pi, run headless (pi -p --mode json).",
+    doc: Doc {
+        name: "pi",
+        program_note: ", npm `@mariozechner/pi-coding-agent`",
+        resume_note: "",
+        turns: "",
+        modes_note: " (its tools always run)",
+        cost: "its per-call cost; estimated against an endpoint",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@mariozechner/pi-coding-agent",
+        version: "0.73.1",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &[],
+    turn_limit: TurnLimit::Enforced,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--print", PROMPT),
+        ("--mode", STREAM),
+        ("--session", SESSION),
+        ("--session-dir", SESSION),
+        ("--no-session", SESSION),
+        ("--fork", SESSION),
+        ("-r", SESSION),
+        ("--resume", SESSION),
+        ("-c", SESSION),
+        ("--continue", SESSION),
+        ("--provider", "deltabench points it at the endpoint"),
+        ("--api-key", "use `api_key:`"),
+        ("--model", "use `model:`"),
+        ("--append-system-prompt", "use `append_system_prompt:`"),
+    ],
+    prompt: Prompt::Spaced,
+};
+
 /// Tools whose successful call wrote the file named by their `path` argument.
 const WRITE_TOOLS: [&str; 2] = ["write", "edit"];
 
@@ -236,47 +277,6 @@ impl super::adapter::CliAdapter for Adapter {
         super::adapter::Plain::locally_priced(PiParser::new())
     }
 }
-
-const FACTS: Facts = Facts {
-    program: "pi",
-    description: "pi, run headless (pi -p --mode json).",
-    doc: Doc {
-        name: "pi",
-        program_note: ", npm `@mariozechner/pi-coding-agent`",
-        resume_note: "",
-        turns: "",
-        modes_note: " (its tools always run)",
-        cost: "its per-call cost; estimated against an endpoint",
-    },
-    package: Package {
-        registry: Registry::Npm,
-        name: "@mariozechner/pi-coding-agent",
-        version: "0.73.1",
-    },
-    key_env: "OPENAI_API_KEY",
-    no_resume: None,
-    permission_modes: &[],
-    turn_limit: TurnLimit::Enforced,
-    appends_system_prompt: true,
-    reserved_flags: &[
-        ("-p", PROMPT),
-        ("--print", PROMPT),
-        ("--mode", STREAM),
-        ("--session", SESSION),
-        ("--session-dir", SESSION),
-        ("--no-session", SESSION),
-        ("--fork", SESSION),
-        ("-r", SESSION),
-        ("--resume", SESSION),
-        ("-c", SESSION),
-        ("--continue", SESSION),
-        ("--provider", "deltabench points it at the endpoint"),
-        ("--api-key", "use `api_key:`"),
-        ("--model", "use `model:`"),
-        ("--append-system-prompt", "use `append_system_prompt:`"),
-    ],
-    prompt: Prompt::Spaced,
-};
 
 impl BuiltinCli for Adapter {
     fn facts(&self) -> &'static Facts {

@@ -14,6 +14,53 @@ use super::invocation::{Invocation, RunPaths, push, set_env};
 use super::{ClaudeParser, ParsedRun, StreamParser};
 use crate::agent::{CodingStatus, StreamEvent};
 
+const FACTS: Facts = Facts {
+    program: "qwen",
+    description: "Qwen Code, run headless (qwen --output-format stream-json).",
+    doc: Doc {
+        name: "Qwen Code",
+        program_note: "",
+        resume_note: "",
+        turns: "`--max-session-turns`",
+        modes_note: "",
+        cost: "estimated (it reports none)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@qwen-code/qwen-code",
+        version: "0.24.4",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &["yolo", "auto-edit", "default", "plan", "auto"],
+    turn_limit: TurnLimit::Native,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--prompt", PROMPT),
+        ("-i", PROMPT),
+        ("--prompt-interactive", PROMPT),
+        ("-o", STREAM),
+        ("--output-format", STREAM),
+        ("--session-id", SESSION),
+        ("-r", SESSION),
+        ("--resume", SESSION),
+        ("-c", SESSION),
+        ("--continue", SESSION),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+        ("--approval-mode", "use `permission_mode:`"),
+        ("-y", "use `permission_mode:`"),
+        ("--yolo", "use `permission_mode:`"),
+        ("--max-session-turns", "use `max_turns:`"),
+        ("--append-system-prompt", "use `append_system_prompt:`"),
+        ("--auth-type", "deltabench points it at the endpoint"),
+        ("--openai-base-url", "deltabench points it at the endpoint"),
+        ("--openai-api-key", "use `api_key:`"),
+    ],
+    prompt: Prompt::InFlag,
+};
+
 /// Tools whose successful call wrote the file named by their input.
 const WRITE_TOOLS: [(&str, &str); 2] = [("write_file", "file_path"), ("edit", "file_path")];
 
@@ -98,53 +145,6 @@ impl super::adapter::CliAdapter for Adapter {
         )
     }
 }
-
-const FACTS: Facts = Facts {
-    program: "qwen",
-    description: "Qwen Code, run headless (qwen --output-format stream-json).",
-    doc: Doc {
-        name: "Qwen Code",
-        program_note: "",
-        resume_note: "",
-        turns: "`--max-session-turns`",
-        modes_note: "",
-        cost: "estimated (it reports none)",
-    },
-    package: Package {
-        registry: Registry::Npm,
-        name: "@qwen-code/qwen-code",
-        version: "0.24.4",
-    },
-    key_env: "OPENAI_API_KEY",
-    no_resume: None,
-    permission_modes: &["yolo", "auto-edit", "default", "plan", "auto"],
-    turn_limit: TurnLimit::Native,
-    appends_system_prompt: true,
-    reserved_flags: &[
-        ("-p", PROMPT),
-        ("--prompt", PROMPT),
-        ("-i", PROMPT),
-        ("--prompt-interactive", PROMPT),
-        ("-o", STREAM),
-        ("--output-format", STREAM),
-        ("--session-id", SESSION),
-        ("-r", SESSION),
-        ("--resume", SESSION),
-        ("-c", SESSION),
-        ("--continue", SESSION),
-        ("-m", "use `model:`"),
-        ("--model", "use `model:`"),
-        ("--approval-mode", "use `permission_mode:`"),
-        ("-y", "use `permission_mode:`"),
-        ("--yolo", "use `permission_mode:`"),
-        ("--max-session-turns", "use `max_turns:`"),
-        ("--append-system-prompt", "use `append_system_prompt:`"),
-        ("--auth-type", "deltabench points it at the endpoint"),
-        ("--openai-base-url", "deltabench points it at the endpoint"),
-        ("--openai-api-key", "use `api_key:`"),
-    ],
-    prompt: Prompt::InFlag,
-};
 
 impl BuiltinCli for Adapter {
     fn facts(&self) -> &'static Facts {
