@@ -448,13 +448,7 @@ mod tests {
             .collect();
         assert_eq!(texts, ["I'll create hello.txt now.", "Done, all good."]);
         // The failing `cat` is an error result, the editor's a success.
-        let errors: Vec<bool> = events
-            .iter()
-            .filter_map(|e| match e {
-                StreamEvent::ToolResult { is_error, .. } => Some(*is_error),
-                _ => None,
-            })
-            .collect();
+        let errors = tool_errors(&events);
         assert_eq!(errors, [false, true]);
         assert_eq!(run.status, CodingStatus::Completed);
         assert_eq!(run.text.as_deref(), Some("Done, all good."));

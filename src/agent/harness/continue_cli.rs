@@ -433,6 +433,7 @@ impl super::adapter::CliRun for ContinueRun {
 mod tests {
     use super::*;
     use crate::agent::CodingStatus;
+    use crate::agent::harness::tests::tool_errors;
 
     /// The session file Continue 1.5.47 wrote against the scripted endpoint (trimmed).
     const SESSION: &str = r#"{"sessionId":"528b39dc","workspaceDirectory":"/ws","history":[
@@ -458,13 +459,7 @@ mod tests {
             })
             .collect();
         assert_eq!(names, ["Write", "Bash"]);
-        let errors: Vec<_> = events
-            .iter()
-            .filter_map(|e| match e {
-                StreamEvent::ToolResult { is_error, .. } => Some(*is_error),
-                _ => None,
-            })
-            .collect();
+        let errors = tool_errors(&events);
         assert_eq!(errors, [false, true]);
         parser.line(r#"{"response":"Done.","status":"success"}"#);
         let run = parser

@@ -436,7 +436,7 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::tests::{env, paths};
     use crate::agent::harness::invocation::{DUMMY_API_KEY, invocation};
-    use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, feed};
+    use crate::agent::harness::tests::*;
 
     /// Lines as gptme 0.35.1 printed them against the scripted endpoint (metadata trimmed).
     const BASIC: &str = r#"{"type": "message", "role": "user", "content": "Create hello.txt", "timestamp": "t"}
@@ -464,13 +464,7 @@ hi
         assert_eq!(calls[1], ("shell", json!({"command": "cat hello.txt"})));
         // Arguments spanning lines are still one JSON value.
         assert_eq!(calls[2].1["path"], "nope.txt");
-        let errors: Vec<_> = events
-            .iter()
-            .filter_map(|e| match e {
-                StreamEvent::ToolResult { is_error, .. } => Some(*is_error),
-                _ => None,
-            })
-            .collect();
+        let errors = tool_errors(&events);
         assert_eq!(errors, [false, false, true]);
         let run = parser.finish(Some(0), "");
         assert_eq!(run.status, CodingStatus::Completed);

@@ -339,16 +339,6 @@ mod tests {
         (events, parser.finish(Some(exit), ""))
     }
 
-    fn usage(input: u64, output: u64, calls: u64, cost: f64) -> Usage {
-        Usage {
-            input_tokens: input,
-            output_tokens: output,
-            model_calls: calls,
-            cost_usd: Some(cost),
-            ..Usage::default()
-        }
-    }
-
     #[test]
     fn mini_basic() {
         let (events, run) = run(BASIC, 0);

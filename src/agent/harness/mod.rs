@@ -312,6 +312,45 @@ pub(crate) mod tests {
             .collect()
     }
 
+    /// Asserts the events are the `opening` notices, then a basic run's turns: say, write a
+    /// file, say, run a command, say, and the totals.
+    pub(crate) fn assert_basic_turns(events: &[StreamEvent], opening: &[&str]) {
+        let turns = [
+            "assistant",
+            "tool_call",
+            "tool_result",
+            "assistant",
+            "tool_call",
+            "tool_result",
+            "assistant",
+            "usage",
+            "result",
+        ];
+        assert_eq!(kinds(events), [opening, &turns[..]].concat());
+    }
+
+    /// Whether each tool result is an error, in order.
+    pub(crate) fn tool_errors(events: &[StreamEvent]) -> Vec<bool> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::ToolResult { is_error, .. } => Some(*is_error),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A usage of `input` and `output` tokens over `calls` model calls costing `cost`.
+    pub(crate) fn usage(input: u64, output: u64, calls: u64, cost: f64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            model_calls: calls,
+            cost_usd: Some(cost),
+            ..Usage::default()
+        }
+    }
+
     /// Asserts a tool call named `name` is followed by a result with the same id.
     pub(crate) fn assert_call_then_result(events: &[StreamEvent], name: &str) {
         let (pos, id) = events
