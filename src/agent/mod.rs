@@ -31,8 +31,8 @@ pub use builtin::oracle::OracleAgent;
 pub use handle::{CodingHandle, RunContext};
 pub use types::{
     CodingError, CodingInput, CodingOutput, CodingResult, CodingStatus, CodingTask,
-    CodingToolInput, ErrorCode, ModelCall, StreamEvent, Usage, coding_tool_input_schema,
-    new_session_id,
+    CodingToolInput, ErrorCode, ModelCall, StreamEvent, SystemSubtype, Usage,
+    coding_tool_input_schema, new_session_id,
 };
 
 /// A coding harness wearing deltabench's interface.

@@ -57,6 +57,115 @@ impl CodingInput {
     }
 }
 
+/// What a [`StreamEvent::System`] notice is about, spelt as in `events.jsonl`; a subtype a CLI
+/// adds that deltabench has no name for is kept as [`SystemSubtype::Other`].
+#[derive(Debug, Clone, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum SystemSubtype {
+    /// Deltabench started the agent's process.
+    Spawn,
+    /// The agent's process ended.
+    Exit,
+    /// A notice from deltabench.
+    Warning,
+    /// The CLI's session began (model, working folder).
+    Init,
+    /// The run reached its turn limit.
+    MaxTurns,
+    /// The run's budget was spent.
+    BudgetExceeded,
+    /// A replay met a request it has no answer for.
+    ReplayMismatch,
+    /// An error the CLI reported.
+    Error,
+    /// The CLI retries a request.
+    Retry,
+    /// Claude Code retries an API request.
+    ApiRetry,
+    /// Any other subtype, as the CLI spelt it.
+    Other(String),
+}
+
+impl SystemSubtype {
+    /// The subtype as `events.jsonl` spells it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Spawn => "spawn",
+            Self::Exit => "exit",
+            Self::Warning => "warning",
+            Self::Init => "init",
+            Self::MaxTurns => "max_turns",
+            Self::BudgetExceeded => "budget_exceeded",
+            Self::ReplayMismatch => "replay_mismatch",
+            Self::Error => "error",
+            Self::Retry => "retry",
+            Self::ApiRetry => "api_retry",
+            Self::Other(other) => other,
+        }
+    }
+}
+
+impl From<&str> for SystemSubtype {
+    fn from(subtype: &str) -> Self {
+        match subtype {
+            "spawn" => Self::Spawn,
+            "exit" => Self::Exit,
+            "warning" => Self::Warning,
+            "init" => Self::Init,
+            "max_turns" => Self::MaxTurns,
+            "budget_exceeded" => Self::BudgetExceeded,
+            "replay_mismatch" => Self::ReplayMismatch,
+            "error" => Self::Error,
+            "retry" => Self::Retry,
+            "api_retry" => Self::ApiRetry,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+}
+
+impl From<String> for SystemSubtype {
+    fn from(subtype: String) -> Self {
+        match Self::from(subtype.as_str()) {
+            Self::Other(_) => Self::Other(subtype),
+            known => known,
+        }
+    }
+}
+
+impl From<SystemSubtype> for String {
+    fn from(subtype: SystemSubtype) -> Self {
+        match subtype {
+            SystemSubtype::Other(other) => other,
+            known => known.as_str().to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for SystemSubtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// By spelling, so `Other("init")` is `Init`.
+impl PartialEq for SystemSubtype {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl PartialEq<str> for SystemSubtype {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for SystemSubtype {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// The common event vocabulary every agent's stream is mapped onto.
 ///
 /// `events.jsonl` holds one of these per line; `type` names the variant.
@@ -65,7 +174,8 @@ impl CodingInput {
 pub enum StreamEvent {
     /// Lifecycle and harness notices (start, exit, warnings).
     System {
-        subtype: String,
+        #[schemars(with = "String")]
+        subtype: SystemSubtype,
         message: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         data: Option<Value>,
@@ -316,4 +426,36 @@ pub fn coding_tool_input_schema() -> Value {
         "required": ["task"],
         "additionalProperties": false
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_subtypes_keep_their_spelling_in_json() {
+        for line in [
+            r#"{"type":"system","subtype":"init","message":"m"}"#,
+            r#"{"type":"system","subtype":"budget_exceeded","message":"m"}"#,
+            r#"{"type":"system","subtype":"compact_boundary","message":"m"}"#,
+        ] {
+            let event: StreamEvent = serde_json::from_str(line).unwrap();
+            assert_eq!(serde_json::to_string(&event).unwrap(), line);
+        }
+        let event: StreamEvent =
+            serde_json::from_str(r#"{"type":"system","subtype":"max_turns","message":"m"}"#)
+                .unwrap();
+        assert!(matches!(
+            event,
+            StreamEvent::System {
+                subtype: SystemSubtype::MaxTurns,
+                ..
+            }
+        ));
+        assert_eq!(
+            SystemSubtype::from("hook"),
+            SystemSubtype::Other("hook".into())
+        );
+        assert_eq!(SystemSubtype::Other("init".into()), SystemSubtype::Init);
+    }
 }

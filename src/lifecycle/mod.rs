@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::harness::ProgramError;
 use crate::agent::{CodingAgent, CodingResult, CodingTask, StreamEvent};
 use crate::delta::{DeltaProbe, EnvironmentDelta, ProbeContext, ProbeError};
 use crate::metric::{DeltaMetric, Metric, MetricError, Score};
@@ -21,6 +22,23 @@ pub struct BuildContext {
     pub base: String,
 }
 
+/// Why a build function could not construct its agent.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The CLI's executable was not found.
+    #[error(transparent)]
+    Program(#[from] ProgramError),
+    /// The agent names a scripted endpoint that was not started.
+    #[error("no endpoint was started for {}", .0.display())]
+    NoEndpoint(PathBuf),
+    /// The solution script's folder could not be copied into the agent's home.
+    #[error("cannot copy the solution script's folder: {0}")]
+    CopySolution(std::io::Error),
+    /// A build function of one's own failed.
+    #[error("{0}")]
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// Builds agents bound to a workspace. It never provisions: the workspace exists already.
 pub trait CodingAgentFactory: Send + Sync {
     fn create(
@@ -28,7 +46,7 @@ pub trait CodingAgentFactory: Send + Sync {
         workspace: &Path,
         base: &str,
         signal: Option<CancellationToken>,
-    ) -> Result<CodingNode, anyhow::Error>;
+    ) -> Result<CodingNode, BuildError>;
 }
 
 /// A factory from any build function (bring your own harness) and a delta probe.
@@ -39,7 +57,7 @@ pub struct FnCodingAgentFactory<F> {
 
 impl<F> FnCodingAgentFactory<F>
 where
-    F: Fn(&BuildContext) -> Result<Arc<dyn CodingAgent>, anyhow::Error> + Send + Sync,
+    F: Fn(&BuildContext) -> Result<Arc<dyn CodingAgent>, BuildError> + Send + Sync,
 {
     pub fn new(build: F, probe: Arc<dyn DeltaProbe>) -> Self {
         Self { build, probe }
@@ -48,14 +66,14 @@ where
 
 impl<F> CodingAgentFactory for FnCodingAgentFactory<F>
 where
-    F: Fn(&BuildContext) -> Result<Arc<dyn CodingAgent>, anyhow::Error> + Send + Sync,
+    F: Fn(&BuildContext) -> Result<Arc<dyn CodingAgent>, BuildError> + Send + Sync,
 {
     fn create(
         &self,
         workspace: &Path,
         base: &str,
         signal: Option<CancellationToken>,
-    ) -> Result<CodingNode, anyhow::Error> {
+    ) -> Result<CodingNode, BuildError> {
         let agent = (self.build)(&BuildContext {
             workspace: workspace.to_owned(),
             base: base.to_owned(),
@@ -234,8 +252,8 @@ pub enum RunNodeError {
     /// Unchanged from the provisioner; no agent was constructed.
     #[error(transparent)]
     Provision(#[from] ProvisionError),
-    #[error("cannot construct the agent: {0:#}")]
-    Construct(anyhow::Error),
+    #[error("cannot construct the agent: {0}")]
+    Construct(BuildError),
     #[error("the agent panicked: {0}")]
     AgentPanicked(String),
     #[error(transparent)]

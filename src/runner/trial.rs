@@ -30,8 +30,8 @@ use crate::delta::{
 };
 use crate::gateway::GatewayLease;
 use crate::lifecycle::{
-    BuildContext, CodingAgentFactory, FnCodingAgentFactory, Lifecycle, NodeReport, Phase,
-    RunCodingNode, RunNodeError, run_coding_node,
+    BuildContext, BuildError, CodingAgentFactory, FnCodingAgentFactory, Lifecycle, NodeReport,
+    Phase, RunCodingNode, RunNodeError, run_coding_node,
 };
 use crate::metric::{
     DeltaMetric, DeltaTokenMetric, ExitCodeMetric, GraderMetric, Metric, Reached, TestEvidence,
@@ -460,7 +460,7 @@ fn agent_factory<'a>(
             (url.clone(), stop.clone())
         })
     };
-    let build = move |ctx: &BuildContext| -> Result<Arc<dyn CodingAgent>, anyhow::Error> {
+    let build = move |ctx: &BuildContext| -> Result<Arc<dyn CodingAgent>, BuildError> {
         let contain = |agent: CommandAgent| agent.confined(confinement.clone());
         let command = |config: crate::agent::CommandAgentConfig| {
             CommandAgent::new(&agent_name, config, ctx.workspace.clone(), scratch.clone())
@@ -473,9 +473,7 @@ fn agent_factory<'a>(
                 let script = task.solution_script.clone().unwrap_or_default();
                 let copy = scratch.join("home").join(".deltabench-solution");
                 let folder = script.parent().unwrap_or(Path::new("/"));
-                crate::support::copy_folder(folder, &copy).map_err(|e| {
-                    anyhow::anyhow!("cannot copy the solution script's folder: {e}")
-                })?;
+                crate::support::copy_folder(folder, &copy).map_err(BuildError::CopySolution)?;
                 let name = script.file_name().unwrap_or_default();
                 // Where the task's container expects it (`solution_at`), so it runs as authored.
                 let (at, confinement) = match (&confinement, solution_at(task)) {
@@ -546,18 +544,19 @@ fn harness_agent(
     config: &HarnessConfig,
     ctx: &BuildContext,
     scratch: &Path,
-) -> Result<HarnessAgent, anyhow::Error> {
-    let program = find_program(kind, config.binary.as_deref()).map_err(anyhow::Error::msg)?;
-    let endpoint =
-        match &config.endpoint {
-            Some(Endpoint::Url(url)) => Some(url.clone()),
-            Some(Endpoint::Scripted(path)) => {
-                Some(inputs.endpoints.get(path).cloned().ok_or_else(|| {
-                    anyhow::anyhow!("no endpoint was started for {}", path.display())
-                })?)
-            }
-            None => None,
-        };
+) -> Result<HarnessAgent, BuildError> {
+    let program = find_program(kind, config.binary.as_deref())?;
+    let endpoint = match &config.endpoint {
+        Some(Endpoint::Url(url)) => Some(url.clone()),
+        Some(Endpoint::Scripted(path)) => Some(
+            inputs
+                .endpoints
+                .get(path)
+                .cloned()
+                .ok_or_else(|| BuildError::NoEndpoint(path.clone()))?,
+        ),
+        None => None,
+    };
     Ok(HarnessAgent::new(
         name,
         kind,

@@ -11,8 +11,8 @@ use deltabench::agent::{
 };
 use deltabench::delta::{CommandResult, DeltaProbe, EnvironmentDelta, ProbeContext, ProbeError};
 use deltabench::lifecycle::{
-    BuildContext, CodingAgentFactory, FnCodingAgentFactory, Phase, RunCodingNode, RunNodeError,
-    run_coding_node,
+    BuildContext, BuildError, CodingAgentFactory, FnCodingAgentFactory, Phase, RunCodingNode,
+    RunNodeError, run_coding_node,
 };
 use deltabench::metric::{CustomMetric, Metric};
 use deltabench::workspace::{
@@ -313,7 +313,7 @@ fn fixture() -> Fixture {
 
 fn factory_of(agent: MockAgent, built: Arc<AtomicUsize>) -> impl CodingAgentFactory {
     FnCodingAgentFactory::new(
-        move |_ctx: &BuildContext| -> Result<Arc<dyn CodingAgent>, anyhow::Error> {
+        move |_ctx: &BuildContext| -> Result<Arc<dyn CodingAgent>, BuildError> {
             built.fetch_add(1, Ordering::SeqCst);
             Ok(Arc::new(agent.clone()))
         },

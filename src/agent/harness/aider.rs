@@ -9,7 +9,7 @@
 //! Token counts are as aider prints them (rounded: `2.3k` is 2300). `sent` includes cache hits
 //! and writes, which are taken out of `input_tokens`. Cost is the last `$… session` figure.
 
-use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt};
+use super::builtin::{BuiltinCli, Doc, Facts, NO_SESSION, PROMPT, Prompt};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, litellm_dialect, litellm_model, openai_env, push};
@@ -17,6 +17,53 @@ use serde_json::json;
 
 use super::{ParsedRun, StreamParser, classify_message, exit_failure, push_unique, system};
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
+
+const FACTS: Facts = Facts {
+    program: "aider",
+    description: "aider, run headless (aider --message).",
+    doc: Doc {
+        name: "aider",
+        program_note: "",
+        resume_note: "",
+        turns: "",
+        modes_note: "",
+        cost: "its `Cost:` line; estimated against an endpoint",
+    },
+    package: Package {
+        registry: Registry::PyPi,
+        name: "aider-chat",
+        version: "0.86.2",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: Some(NO_SESSION),
+    permission_modes: &[],
+    turn_limit: TurnLimit::Unsupported,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("--message", PROMPT),
+        ("-m", PROMPT),
+        ("--message-file", PROMPT),
+        ("-f", PROMPT),
+        ("--model", "use `model:`"),
+        (
+            "--stream",
+            "deltabench needs the API's usage, which a stream lacks",
+        ),
+        (
+            "--chat-history-file",
+            "deltabench keeps the histories in the trial folder",
+        ),
+        (
+            "--input-history-file",
+            "deltabench keeps the histories in the trial folder",
+        ),
+        (
+            "--llm-history-file",
+            "deltabench keeps the histories in the trial folder",
+        ),
+    ],
+    prompt: Prompt::InFlag,
+};
 
 /// Banner lines aider prints before the reply.
 const BANNER: [&str; 9] = [
@@ -207,9 +254,7 @@ impl StreamParser for AiderParser {
         if run.status != CodingStatus::Completed {
             run.text = None;
         }
-        run.usage = self.usage;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(self.usage, None, self.modified_files)
     }
 }
 
@@ -238,65 +283,8 @@ impl super::adapter::CliAdapter for Adapter {
 }
 
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "aider"
-    }
-
-    fn description(&self) -> &'static str {
-        "aider, run headless (aider --message)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "aider",
-            program_note: "",
-            resume_note: "",
-            turns: "",
-            modes_note: "",
-            cost: "its `Cost:` line; estimated against an endpoint",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::PyPi,
-            name: "aider-chat",
-            version: "0.86.2",
-        }
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Unsupported
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("--message", PROMPT),
-            ("-m", PROMPT),
-            ("--message-file", PROMPT),
-            ("-f", PROMPT),
-            ("--model", "use `model:`"),
-            (
-                "--stream",
-                "deltabench needs the API's usage, which a stream lacks",
-            ),
-            (
-                "--chat-history-file",
-                "deltabench keeps the histories in the trial folder",
-            ),
-            (
-                "--input-history-file",
-                "deltabench keeps the histories in the trial folder",
-            ),
-            (
-                "--llm-history-file",
-                "deltabench keeps the histories in the trial folder",
-            ),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::InFlag
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
@@ -379,10 +367,10 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::invocation;
     use crate::agent::harness::invocation::tests::{env, file, paths};
-    use crate::agent::harness::tests::{assert_call_then_result, kinds};
+    use crate::agent::harness::tests::*;
 
-    const BASIC: &str = include_str!("../../../tests/fixtures/agents/aider-basic.stdout");
-    const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/aider-api-error.stdout");
+    const BASIC: &str = fixture!("aider-basic.stdout");
+    const API_ERROR: &str = fixture!("aider-api-error.stdout");
 
     fn run(text: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
         crate::agent::harness::tests::parse(AiderParser::new(), text, exit)

@@ -21,51 +21,90 @@ pub enum Prompt {
     InFlag,
 }
 
+/// What a built-in CLI is, as data: the facts that need no code.
+#[derive(Debug, Clone, Copy)]
+pub struct Facts {
+    /// The executable's name.
+    pub program: &'static str,
+    /// One line for the agent's description.
+    pub description: &'static str,
+    /// What docs/agents.md's table of CLIs says of it beyond the other facts.
+    pub doc: Doc,
+    /// The package that ships it, at the version deltabench was checked against.
+    pub package: Package,
+    /// The variable it reads its API key from when talking to its own provider.
+    pub key_env: &'static str,
+    /// Why `CodingTask::session_id` cannot continue one of its sessions; `None` when it can.
+    pub no_resume: Option<&'static str>,
+    /// The valid `permission_mode` values, the default first; empty when the key does not apply.
+    pub permission_modes: &'static [&'static str],
+    pub turn_limit: TurnLimit,
+    /// Whether `append_system_prompt` has somewhere to go.
+    pub appends_system_prompt: bool,
+    /// Flags `args:` may not pass, each with what to use instead.
+    pub reserved_flags: &'static [(&'static str, &'static str)],
+    pub prompt: Prompt,
+}
+
+/// Why a CLI cannot resume, for most that cannot.
+pub const NO_SESSION: &str = "it keeps no session of its own";
+
 /// One built-in CLI: what it is, how it is configured, invoked and read.
 pub trait BuiltinCli: CliAdapter {
+    /// Its facts; the accessors below read them.
+    fn facts(&self) -> &'static Facts;
+
     /// The executable's name.
-    fn program(&self) -> &'static str;
+    fn program(&self) -> &'static str {
+        self.facts().program
+    }
 
     /// One line for the agent's description.
-    fn description(&self) -> &'static str;
+    fn description(&self) -> &'static str {
+        self.facts().description
+    }
 
-    /// What docs/agents.md's table of CLIs says of it beyond the other facts.
-    fn doc(&self) -> Doc;
+    fn doc(&self) -> Doc {
+        self.facts().doc
+    }
 
-    /// The package that ships it, at the version deltabench was checked against.
-    fn package(&self) -> Package;
+    fn package(&self) -> Package {
+        self.facts().package
+    }
 
-    /// The variable it reads its API key from when talking to its own provider.
     fn key_env(&self) -> &'static str {
-        "OPENAI_API_KEY"
+        self.facts().key_env
     }
 
     /// Whether `CodingTask::session_id` can continue one of its sessions.
     fn can_resume(&self) -> bool {
-        false
+        self.facts().no_resume.is_none()
     }
 
     /// Why it cannot resume, when it cannot.
     fn no_resume_reason(&self) -> &'static str {
-        "it keeps no session of its own"
+        self.facts().no_resume.unwrap_or(NO_SESSION)
     }
 
-    /// The valid `permission_mode` values, the default first; empty when the key does not apply.
     fn permission_modes(&self) -> &'static [&'static str] {
-        &[]
+        self.facts().permission_modes
     }
 
-    fn turn_limit(&self) -> TurnLimit;
+    fn turn_limit(&self) -> TurnLimit {
+        self.facts().turn_limit
+    }
 
-    /// Whether `append_system_prompt` has somewhere to go.
     fn appends_system_prompt(&self) -> bool {
-        true
+        self.facts().appends_system_prompt
     }
 
-    /// Flags `args:` may not pass, each with what to use instead.
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)];
+    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
+        self.facts().reserved_flags
+    }
 
-    fn prompt(&self) -> Prompt;
+    fn prompt(&self) -> Prompt {
+        self.facts().prompt
+    }
 
     /// Adds its own arguments, environment and config files to `inv` (before `args:`, the
     /// prompt and `env:`, which [`super::invocation::invocation`] adds for every CLI).

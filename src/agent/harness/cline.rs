@@ -10,7 +10,7 @@
 //! `HOME/.cline/data/sessions/`. Its `totalCost` is 0 for a model it has no price for (any
 //! model behind a custom base URL), so it is not reported as the CLI's cost.
 
-use super::builtin::{BuiltinCli, Doc, Prompt, STREAM};
+use super::builtin::{BuiltinCli, Doc, Facts, Prompt, STREAM};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, push, set_env};
@@ -20,10 +20,69 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use super::{
-    ParsedRun, StreamParser, classify_message, exit_failure, parse_line, push_unique, str_field,
+    ParsedRun, StreamParser, classify_message, exit_failure, json_line, push_unique, str_field,
     system, u64_field, unknown,
 };
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
+
+const FACTS: Facts = Facts {
+    program: "cline",
+    description: "Cline, run headless (cline --json).",
+    doc: Doc {
+        name: "Cline",
+        program_note: "",
+        resume_note: " (its `--id` opens its interactive UI)",
+        turns: "",
+        modes_note: " (always `--auto-approve true`)",
+        cost: "estimated (its `totalCost` is 0 for a model it has no price for)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "cline",
+        version: "3.0.65",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: Some("its `--id` opens its interactive UI"),
+    permission_modes: &[],
+    turn_limit: // It has a turn limit inside (`maxIterations`) but no flag or setting for it.
+    TurnLimit::Enforced,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("--json", STREAM),
+        (
+            "--id",
+            "headless Cline cannot resume: `--id` opens its interactive UI",
+        ),
+        ("-i", "deltabench runs it headless"),
+        ("--tui", "deltabench runs it headless"),
+        ("--acp", "deltabench runs it headless"),
+        ("-z", "deltabench runs it headless"),
+        ("--zen", "deltabench runs it headless"),
+        ("-p", "it runs in act mode"),
+        ("--plan", "it runs in act mode"),
+        ("--auto-approve", "it runs with --auto-approve true"),
+        ("-P", "deltabench points it at the endpoint"),
+        ("--provider", "deltabench points it at the endpoint"),
+        ("-k", "use `api_key:`"),
+        ("--key", "use `api_key:`"),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+        ("-s", "use `append_system_prompt:`"),
+        ("--system", "use `append_system_prompt:`"),
+        (
+            "--config",
+            "deltabench writes its settings into the agent's HOME",
+        ),
+        (
+            "--data-dir",
+            "deltabench reads its sessions from the agent's HOME",
+        ),
+        ("--worktree", "it must work in the trial's workspace"),
+        ("-c", "it runs in the trial's workspace"),
+        ("--cwd", "it runs in the trial's workspace"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
 
 /// Where the CLI keeps one folder per session, under its HOME.
 pub const SESSIONS_DIR: &str = ".cline/data/sessions";
@@ -223,12 +282,9 @@ impl ClineParser {
 
 impl StreamParser for ClineParser {
     fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        if line.trim().is_empty() {
-            return Vec::new();
-        }
-        let value = match parse_line(line) {
+        let value = match json_line(line) {
             Ok(value) => value,
-            Err(event) => return vec![event],
+            Err(events) => return events,
         };
         match str_field(&value, "type") {
             Some("agent_event") => match value.get("event").cloned() {
@@ -254,7 +310,7 @@ impl StreamParser for ClineParser {
 
     fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
         let completed = self.finish.as_deref() == Some("completed") && exit_code == Some(0);
-        let mut run = if completed {
+        let run = if completed {
             ParsedRun {
                 text: self.last_text,
                 ..ParsedRun::completed()
@@ -269,9 +325,7 @@ impl StreamParser for ClineParser {
         } else {
             ParsedRun::failed(exit_failure("cline", exit_code, stderr_tail))
         };
-        run.usage = self.usage;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(self.usage, None, self.modified_files)
     }
 }
 
@@ -302,81 +356,8 @@ impl super::adapter::CliAdapter for Adapter {
 }
 
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "cline"
-    }
-
-    fn description(&self) -> &'static str {
-        "Cline, run headless (cline --json)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "Cline",
-            program_note: "",
-            resume_note: " (its `--id` opens its interactive UI)",
-            turns: "",
-            modes_note: " (always `--auto-approve true`)",
-            cost: "estimated (its `totalCost` is 0 for a model it has no price for)",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::Npm,
-            name: "cline",
-            version: "3.0.65",
-        }
-    }
-
-    fn no_resume_reason(&self) -> &'static str {
-        "its `--id` opens its interactive UI"
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        // It has a turn limit inside (`maxIterations`) but no flag or setting for it.
-        TurnLimit::Enforced
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("--json", STREAM),
-            (
-                "--id",
-                "headless Cline cannot resume: `--id` opens its interactive UI",
-            ),
-            ("-i", "deltabench runs it headless"),
-            ("--tui", "deltabench runs it headless"),
-            ("--acp", "deltabench runs it headless"),
-            ("-z", "deltabench runs it headless"),
-            ("--zen", "deltabench runs it headless"),
-            ("-p", "it runs in act mode"),
-            ("--plan", "it runs in act mode"),
-            ("--auto-approve", "it runs with --auto-approve true"),
-            ("-P", "deltabench points it at the endpoint"),
-            ("--provider", "deltabench points it at the endpoint"),
-            ("-k", "use `api_key:`"),
-            ("--key", "use `api_key:`"),
-            ("-m", "use `model:`"),
-            ("--model", "use `model:`"),
-            ("-s", "use `append_system_prompt:`"),
-            ("--system", "use `append_system_prompt:`"),
-            (
-                "--config",
-                "deltabench writes its settings into the agent's HOME",
-            ),
-            (
-                "--data-dir",
-                "deltabench reads its sessions from the agent's HOME",
-            ),
-            ("--worktree", "it must work in the trial's workspace"),
-            ("-c", "it runs in the trial's workspace"),
-            ("--cwd", "it runs in the trial's workspace"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::AfterDashes
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
@@ -443,10 +424,10 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::tests::{env, file, paths};
     use crate::agent::harness::invocation::{DUMMY_API_KEY, invocation};
-    use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, kinds};
+    use crate::agent::harness::tests::*;
 
-    const BASIC: &str = include_str!("../../../tests/fixtures/agents/cline-basic.jsonl");
-    const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/cline-api-error.jsonl");
+    const BASIC: &str = fixture!("cline-basic.jsonl");
+    const API_ERROR: &str = fixture!("cline-api-error.jsonl");
 
     fn run(text: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
         crate::agent::harness::tests::parse(ClineParser::new(), text, exit)
@@ -467,13 +448,7 @@ mod tests {
             .collect();
         assert_eq!(texts, ["I'll create hello.txt now.", "Done, all good."]);
         // The failing `cat` is an error result, the editor's a success.
-        let errors: Vec<bool> = events
-            .iter()
-            .filter_map(|e| match e {
-                StreamEvent::ToolResult { is_error, .. } => Some(*is_error),
-                _ => None,
-            })
-            .collect();
+        let errors = tool_errors(&events);
         assert_eq!(errors, [false, true]);
         assert_eq!(run.status, CodingStatus::Completed);
         assert_eq!(run.text.as_deref(), Some("Done, all good."));

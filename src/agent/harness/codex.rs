@@ -6,7 +6,7 @@
 //! earlier turns, so a resumed run is parsed with [`CodexParser::resuming`] and the earlier
 //! total is taken off. Codex reports no cost.
 
-use super::builtin::{BuiltinCli, ConfigRule, Doc, Prompt, STREAM};
+use super::builtin::{BuiltinCli, ConfigRule, Doc, Facts, Prompt, STREAM};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, push, set_env, toml_string};
@@ -15,10 +15,41 @@ use std::collections::HashSet;
 use serde_json::{Value, json};
 
 use super::{
-    ParsedRun, StreamParser, classify_message, exit_failure, parse_line, push_unique, str_field,
+    ParsedRun, StreamParser, classify_message, exit_failure, json_line, push_unique, str_field,
     system, u64_field, unknown,
 };
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
+
+const FACTS: Facts = Facts {
+    program: "codex",
+    description: "Codex CLI, run headless (codex exec --json).",
+    doc: Doc {
+        name: "Codex CLI",
+        program_note: "",
+        resume_note: "",
+        turns: "",
+        modes_note: " (its `sandbox_mode`)",
+        cost: "estimated (it reports none)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@openai/codex",
+        version: "0.171.0",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &["danger-full-access", "workspace-write", "read-only"],
+    turn_limit: TurnLimit::Enforced,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("--json", STREAM),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+        ("-s", "use `permission_mode:`"),
+        ("--sandbox", "use `permission_mode:`"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
 
 /// Item types that are tool calls (a `tool_call` on start, a `tool_result` on completion).
 const TOOL_ITEMS: [&str; 5] = [
@@ -219,12 +250,9 @@ fn cumulative_usage(raw: &Value) -> Usage {
 
 impl StreamParser for CodexParser {
     fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        if line.trim().is_empty() {
-            return Vec::new();
-        }
-        let value = match parse_line(line) {
+        let value = match json_line(line) {
             Ok(value) => value,
-            Err(event) => return vec![event],
+            Err(events) => return events,
         };
         let kind = str_field(&value, "type").unwrap_or_default().to_owned();
         match kind.as_str() {
@@ -298,9 +326,7 @@ impl StreamParser for CodexParser {
         if run.status == CodingStatus::Completed {
             run.text = self.last_text;
         }
-        run.session_id = self.session_id;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(None, self.session_id, self.modified_files)
     }
 }
 
@@ -328,57 +354,8 @@ impl super::adapter::CliAdapter for Adapter {
 }
 
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "codex"
-    }
-
-    fn description(&self) -> &'static str {
-        "Codex CLI, run headless (codex exec --json)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "Codex CLI",
-            program_note: "",
-            resume_note: "",
-            turns: "",
-            modes_note: " (its `sandbox_mode`)",
-            cost: "estimated (it reports none)",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::Npm,
-            name: "@openai/codex",
-            version: "0.171.0",
-        }
-    }
-
-    fn can_resume(&self) -> bool {
-        true
-    }
-
-    fn permission_modes(&self) -> &'static [&'static str] {
-        &["danger-full-access", "workspace-write", "read-only"]
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Enforced
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("--json", STREAM),
-            ("-m", "use `model:`"),
-            ("--model", "use `model:`"),
-            ("-s", "use `permission_mode:`"),
-            ("--sandbox", "use `permission_mode:`"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::AfterDashes
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
@@ -478,16 +455,13 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::tests::{env, file, paths};
     use crate::agent::harness::invocation::{DUMMY_API_KEY, invocation};
-    use crate::agent::harness::tests::{
-        assert_call_then_result, assert_survives_garbage, feed, kinds,
-    };
+    use crate::agent::harness::tests::*;
 
-    const BASIC: &str = include_str!("../../../tests/fixtures/agents/codex-basic.jsonl");
-    const RESUME: &str = include_str!("../../../tests/fixtures/agents/codex-resume.jsonl");
-    const REASONING: &str = include_str!("../../../tests/fixtures/agents/codex-reasoning.jsonl");
-    const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/codex-api-error.jsonl");
-    const UNKNOWN_MODEL: &str =
-        include_str!("../../../tests/fixtures/agents/codex-unknown-model.jsonl");
+    const BASIC: &str = fixture!("codex-basic.jsonl");
+    const RESUME: &str = fixture!("codex-resume.jsonl");
+    const REASONING: &str = fixture!("codex-reasoning.jsonl");
+    const API_ERROR: &str = fixture!("codex-api-error.jsonl");
+    const UNKNOWN_MODEL: &str = fixture!("codex-unknown-model.jsonl");
 
     fn usage(input: u64, output: u64) -> Usage {
         Usage {
@@ -505,22 +479,7 @@ mod tests {
     fn codex_basic() {
         let mut parser = CodexParser::new();
         let events = run(&mut parser, BASIC);
-        assert_eq!(
-            kinds(&events),
-            [
-                "system",
-                "system",
-                "assistant",
-                "tool_call",
-                "tool_result",
-                "assistant",
-                "tool_call",
-                "tool_result",
-                "assistant",
-                "usage",
-                "result"
-            ]
-        );
+        assert_basic_turns(&events, &["system", "system"]);
         assert_call_then_result(&events, "file_change");
         assert_call_then_result(&events, "command_execution");
         assert_eq!(parser.cumulative_usage(), Some(&usage(3300, 63)));

@@ -9,7 +9,7 @@
 //! turn limit). Its `totalCost` is Continue's own guess for a model it may not know, so it is
 //! not reported as the CLI's cost.
 
-use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt, SESSION, STREAM};
+use super::builtin::{BuiltinCli, Doc, Facts, PROMPT, Prompt, SESSION, STREAM};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, push, set_env};
@@ -20,6 +20,45 @@ use serde_json::{Value, json};
 
 use super::{ParsedRun, StreamParser, exit_failure, push_unique, str_field, system, u64_field};
 use crate::agent::{CodingError, StreamEvent, Usage};
+
+const FACTS: Facts = Facts {
+    program: "cn",
+    description: "Continue's CLI, run headless (cn -p --auto).",
+    doc: Doc {
+        name: "Continue's CLI",
+        program_note: "",
+        resume_note: " (the newest session of its HOME)",
+        turns: "",
+        modes_note: " (always `--auto`)",
+        cost: "estimated (its own `totalCost` is a guess for an unknown model)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@continuedev/cli",
+        version: "1.5.47",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &[],
+    turn_limit: // It writes its session (deltabench's view of its calls) only at exit.
+    TurnLimit::Unsupported,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--print", PROMPT),
+        ("--format", STREAM),
+        (
+            "--config",
+            "deltabench writes the config that points it at the endpoint",
+        ),
+        ("--resume", SESSION),
+        ("--fork", SESSION),
+        ("--model", "use `model:`"),
+        ("--readonly", "it runs with --auto"),
+        ("--auto", "it runs with --auto"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
 
 /// Tools whose successful call wrote the file named by their `filepath` argument.
 const WRITE_TOOLS: [&str; 3] = ["Write", "Edit", "MultiEdit"];
@@ -248,7 +287,7 @@ impl StreamParser for ContinueParser {
     }
 
     fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
-        let mut run = if let Some((id, had)) = &self.resumed
+        let run = if let Some((id, had)) = &self.resumed
             && self.seen == *had
             && exit_code == Some(0)
         {
@@ -268,10 +307,7 @@ impl StreamParser for ContinueParser {
             let error: CodingError = exit_failure("cn", exit_code, stderr_tail);
             ParsedRun::failed(error)
         };
-        run.usage = self.usage;
-        run.session_id = self.session_id;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(self.usage, self.session_id, self.modified_files)
     }
 }
 
@@ -300,61 +336,8 @@ impl super::adapter::CliAdapter for Adapter {
 }
 
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "cn"
-    }
-
-    fn description(&self) -> &'static str {
-        "Continue's CLI, run headless (cn -p --auto)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "Continue's CLI",
-            program_note: "",
-            resume_note: " (the newest session of its HOME)",
-            turns: "",
-            modes_note: " (always `--auto`)",
-            cost: "estimated (its own `totalCost` is a guess for an unknown model)",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::Npm,
-            name: "@continuedev/cli",
-            version: "1.5.47",
-        }
-    }
-
-    fn can_resume(&self) -> bool {
-        true
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        // It writes its session (deltabench's view of its calls) only at exit.
-        TurnLimit::Unsupported
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("-p", PROMPT),
-            ("--print", PROMPT),
-            ("--format", STREAM),
-            (
-                "--config",
-                "deltabench writes the config that points it at the endpoint",
-            ),
-            ("--resume", SESSION),
-            ("--fork", SESSION),
-            ("--model", "use `model:`"),
-            ("--readonly", "it runs with --auto"),
-            ("--auto", "it runs with --auto"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::AfterDashes
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
@@ -450,6 +433,7 @@ impl super::adapter::CliRun for ContinueRun {
 mod tests {
     use super::*;
     use crate::agent::CodingStatus;
+    use crate::agent::harness::tests::tool_errors;
 
     /// The session file Continue 1.5.47 wrote against the scripted endpoint (trimmed).
     const SESSION: &str = r#"{"sessionId":"528b39dc","workspaceDirectory":"/ws","history":[
@@ -475,13 +459,7 @@ mod tests {
             })
             .collect();
         assert_eq!(names, ["Write", "Bash"]);
-        let errors: Vec<_> = events
-            .iter()
-            .filter_map(|e| match e {
-                StreamEvent::ToolResult { is_error, .. } => Some(*is_error),
-                _ => None,
-            })
-            .collect();
+        let errors = tool_errors(&events);
         assert_eq!(errors, [false, true]);
         parser.line(r#"{"response":"Done.","status":"success"}"#);
         let run = parser

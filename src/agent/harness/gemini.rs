@@ -5,7 +5,7 @@
 //! (non-fatal notices) and the final `result` with `stats` (tokens, no cost). Exit 53 is the
 //! session turn limit; other non-zero exits (possibly an HTTP status modulo 256) are failures.
 
-use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt, SESSION, STREAM};
+use super::builtin::{BuiltinCli, Doc, Facts, PROMPT, Prompt, SESSION, STREAM};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, push, set_env};
@@ -14,10 +14,47 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use super::{
-    ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, parse_line,
+    ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, json_line,
     push_unique, str_field, system, u64_field, unknown,
 };
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
+
+const FACTS: Facts = Facts {
+    program: "gemini",
+    description: "Gemini CLI, run headless (gemini -p).",
+    doc: Doc {
+        name: "Gemini CLI",
+        program_note: "",
+        resume_note: "",
+        turns: "`model.maxSessionTurns`",
+        modes_note: "",
+        cost: "estimated (it reports none)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@google/gemini-cli",
+        version: "0.61.0",
+    },
+    key_env: "GEMINI_API_KEY",
+    no_resume: None,
+    permission_modes: &["yolo", "auto_edit", "default", "plan"],
+    turn_limit: TurnLimit::Native,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--prompt", PROMPT),
+        ("-o", STREAM),
+        ("--output-format", STREAM),
+        ("-r", SESSION),
+        ("--resume", SESSION),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+        ("--approval-mode", "use `permission_mode:`"),
+        ("-y", "use `permission_mode:`"),
+        ("--yolo", "use `permission_mode:`"),
+    ],
+    prompt: Prompt::InFlag,
+};
 
 /// Exit code of `FatalTurnLimitedError`.
 const EXIT_TURN_LIMIT: i32 = 53;
@@ -143,12 +180,9 @@ fn api_error_code(message: &str) -> ErrorCode {
 
 impl StreamParser for GeminiParser {
     fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        if line.trim().is_empty() {
-            return Vec::new();
-        }
-        let value = match parse_line(line) {
+        let value = match json_line(line) {
             Ok(value) => value,
-            Err(event) => return vec![event],
+            Err(events) => return events,
         };
         match str_field(&value, "type") {
             Some("init") => {
@@ -238,9 +272,7 @@ impl StreamParser for GeminiParser {
         if run.status == CodingStatus::Completed && !self.reply.is_empty() {
             run.text = Some(self.reply);
         }
-        run.session_id = self.session_id;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(None, self.session_id, self.modified_files)
     }
 }
 
@@ -254,67 +286,8 @@ impl super::adapter::CliAdapter for Adapter {
 }
 
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "gemini"
-    }
-
-    fn description(&self) -> &'static str {
-        "Gemini CLI, run headless (gemini -p)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "Gemini CLI",
-            program_note: "",
-            resume_note: "",
-            turns: "`model.maxSessionTurns`",
-            modes_note: "",
-            cost: "estimated (it reports none)",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::Npm,
-            name: "@google/gemini-cli",
-            version: "0.61.0",
-        }
-    }
-
-    fn key_env(&self) -> &'static str {
-        "GEMINI_API_KEY"
-    }
-
-    fn can_resume(&self) -> bool {
-        true
-    }
-
-    fn permission_modes(&self) -> &'static [&'static str] {
-        &["yolo", "auto_edit", "default", "plan"]
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Native
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("-p", PROMPT),
-            ("--prompt", PROMPT),
-            ("-o", STREAM),
-            ("--output-format", STREAM),
-            ("-r", SESSION),
-            ("--resume", SESSION),
-            ("-m", "use `model:`"),
-            ("--model", "use `model:`"),
-            ("--approval-mode", "use `permission_mode:`"),
-            ("-y", "use `permission_mode:`"),
-            ("--yolo", "use `permission_mode:`"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::InFlag
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
@@ -373,16 +346,13 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::invocation;
     use crate::agent::harness::invocation::tests::{env, file, paths};
-    use crate::agent::harness::tests::{
-        assert_call_then_result, assert_survives_garbage, feed, kinds,
-    };
+    use crate::agent::harness::tests::*;
 
-    const BASIC: &str = include_str!("../../../tests/fixtures/agents/gemini-basic.jsonl");
-    const RESUME: &str = include_str!("../../../tests/fixtures/agents/gemini-resume.jsonl");
-    const MAX_TURNS: &str = include_str!("../../../tests/fixtures/agents/gemini-max-turns.jsonl");
-    const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/gemini-api-error.jsonl");
-    const API_ERROR_STDERR: &str =
-        include_str!("../../../tests/fixtures/agents/gemini-api-error.stderr");
+    const BASIC: &str = fixture!("gemini-basic.jsonl");
+    const RESUME: &str = fixture!("gemini-resume.jsonl");
+    const MAX_TURNS: &str = fixture!("gemini-max-turns.jsonl");
+    const API_ERROR: &str = fixture!("gemini-api-error.jsonl");
+    const API_ERROR_STDERR: &str = fixture!("gemini-api-error.stderr");
 
     fn run(text: &str, exit: i32, stderr: &str) -> (Vec<StreamEvent>, ParsedRun) {
         let mut parser = GeminiParser::new();
@@ -402,22 +372,7 @@ mod tests {
     #[test]
     fn gemini_basic() {
         let (events, run) = run(BASIC, 0, "");
-        assert_eq!(
-            kinds(&events),
-            [
-                "system",
-                "system",
-                "assistant",
-                "tool_call",
-                "tool_result",
-                "assistant",
-                "tool_call",
-                "tool_result",
-                "assistant",
-                "usage",
-                "result"
-            ]
-        );
+        assert_basic_turns(&events, &["system", "system"]);
         assert_call_then_result(&events, "write_file");
         assert_call_then_result(&events, "run_shell_command");
         assert_eq!(run.status, CodingStatus::Completed);

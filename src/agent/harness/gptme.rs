@@ -12,7 +12,7 @@
 //! `GPTME_MAX_STEPS` stops it with a `system` message marked `max_steps_stop`. A failed model
 //! call ends it with exit 1 and `Error code: 400 - ...` on stderr.
 
-use super::builtin::{BuiltinCli, Doc, Prompt, SESSION, STREAM};
+use super::builtin::{BuiltinCli, Doc, Facts, Prompt, SESSION, STREAM};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, push, set_env};
@@ -26,6 +26,43 @@ use super::{
     push_unique, str_field, system, u64_field, unknown, unknown_text,
 };
 use crate::agent::{CodingError, ErrorCode, StreamEvent, Usage};
+
+const FACTS: Facts = Facts {
+    program: "gptme",
+    description: "gptme, run headless (gptme -n --output-format json).",
+    doc: Doc {
+        name: "gptme",
+        program_note: ", PyPI, in its own venv",
+        resume_note: "",
+        turns: "`GPTME_MAX_STEPS`",
+        modes_note: " (`-n`: no confirmations)",
+        cost: "estimated (it reports none)",
+    },
+    package: Package {
+        registry: Registry::PyPi,
+        name: "gptme",
+        version: "0.35.1",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &[],
+    turn_limit: TurnLimit::Native,
+    appends_system_prompt: false,
+    reserved_flags: &[
+        ("-n", "it always runs non-interactive"),
+        ("--non-interactive", "it always runs non-interactive"),
+        ("-w", "it runs in the trial's workspace"),
+        ("--workspace", "it runs in the trial's workspace"),
+        ("--output-format", STREAM),
+        ("--tool-format", STREAM),
+        ("--name", SESSION),
+        ("-r", SESSION),
+        ("--resume", SESSION),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
 
 /// Tools whose successful call wrote the file named by their `path` argument.
 const WRITE_TOOLS: [&str; 3] = ["save", "append", "patch"];
@@ -224,7 +261,7 @@ impl StreamParser for GptmeParser {
     }
 
     fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
-        let mut run = if exit_code == Some(0) && self.max_steps {
+        let run = if exit_code == Some(0) && self.max_steps {
             ParsedRun::max_turns()
         } else if exit_code == Some(0) && self.assistant_messages > 0 {
             ParsedRun {
@@ -234,9 +271,7 @@ impl StreamParser for GptmeParser {
         } else {
             ParsedRun::failed(exit_error(exit_code, stderr_tail))
         };
-        run.usage = self.usage;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(self.usage, None, self.modified_files)
     }
 }
 
@@ -264,63 +299,8 @@ impl super::adapter::CliAdapter for Adapter {
 }
 
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "gptme"
-    }
-
-    fn description(&self) -> &'static str {
-        "gptme, run headless (gptme -n --output-format json)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "gptme",
-            program_note: ", PyPI, in its own venv",
-            resume_note: "",
-            turns: "`GPTME_MAX_STEPS`",
-            modes_note: " (`-n`: no confirmations)",
-            cost: "estimated (it reports none)",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::PyPi,
-            name: "gptme",
-            version: "0.35.1",
-        }
-    }
-
-    fn can_resume(&self) -> bool {
-        true
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Native
-    }
-
-    fn appends_system_prompt(&self) -> bool {
-        false
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("-n", "it always runs non-interactive"),
-            ("--non-interactive", "it always runs non-interactive"),
-            ("-w", "it runs in the trial's workspace"),
-            ("--workspace", "it runs in the trial's workspace"),
-            ("--output-format", STREAM),
-            ("--tool-format", STREAM),
-            ("--name", SESSION),
-            ("-r", SESSION),
-            ("--resume", SESSION),
-            ("-m", "use `model:`"),
-            ("--model", "use `model:`"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::AfterDashes
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
@@ -456,7 +436,7 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::tests::{env, paths};
     use crate::agent::harness::invocation::{DUMMY_API_KEY, invocation};
-    use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, feed};
+    use crate::agent::harness::tests::*;
 
     /// Lines as gptme 0.35.1 printed them against the scripted endpoint (metadata trimmed).
     const BASIC: &str = r#"{"type": "message", "role": "user", "content": "Create hello.txt", "timestamp": "t"}
@@ -484,13 +464,7 @@ hi
         assert_eq!(calls[1], ("shell", json!({"command": "cat hello.txt"})));
         // Arguments spanning lines are still one JSON value.
         assert_eq!(calls[2].1["path"], "nope.txt");
-        let errors: Vec<_> = events
-            .iter()
-            .filter_map(|e| match e {
-                StreamEvent::ToolResult { is_error, .. } => Some(*is_error),
-                _ => None,
-            })
-            .collect();
+        let errors = tool_errors(&events);
         assert_eq!(errors, [false, false, true]);
         let run = parser.finish(Some(0), "");
         assert_eq!(run.status, CodingStatus::Completed);

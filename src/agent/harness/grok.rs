@@ -8,7 +8,7 @@
 //! `Sorry, I encountered an error: ...` (and drops the messages before it); at
 //! `--max-tool-rounds` the last message is `Maximum tool execution rounds reached. ...`.
 
-use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt};
+use super::builtin::{BuiltinCli, Doc, Facts, NO_SESSION, PROMPT, Prompt};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, push, set_env};
@@ -17,10 +17,47 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::{
-    ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, parse_line,
+    ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, json_line,
     push_unique, str_field, system, unknown,
 };
 use crate::agent::{CodingError, ErrorCode, StreamEvent};
+
+const FACTS: Facts = Facts {
+    program: "grok",
+    description: "Grok CLI, run headless (grok --prompt).",
+    doc: Doc {
+        name: "Grok CLI",
+        program_note: "",
+        resume_note: " (it keeps no session)",
+        turns: "`--max-tool-rounds`",
+        modes_note: " (headless approves everything)",
+        cost: "estimated (it reports no usage: the gateway's count only)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@vibe-kit/grok-cli",
+        version: "0.0.34",
+    },
+    key_env: "GROK_API_KEY",
+    no_resume: Some(NO_SESSION),
+    permission_modes: &[],
+    turn_limit: TurnLimit::Native,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--prompt", PROMPT),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+        ("-u", "deltabench points it at the endpoint"),
+        ("--base-url", "deltabench points it at the endpoint"),
+        ("-k", "use `api_key:`"),
+        ("--api-key", "use `api_key:`"),
+        ("--max-tool-rounds", "use `max_turns:`"),
+        ("-d", "it runs in the trial's workspace"),
+        ("--directory", "it runs in the trial's workspace"),
+    ],
+    prompt: Prompt::InFlag,
+};
 
 /// The last message of a run that failed on an API or tool-loop error.
 const ERROR_PREFIX: &str = "Sorry, I encountered an error: ";
@@ -102,12 +139,9 @@ impl GrokParser {
 
 impl StreamParser for GrokParser {
     fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        if line.trim().is_empty() {
-            return Vec::new();
-        }
-        let value = match parse_line(line) {
+        let value = match json_line(line) {
             Ok(value) => value,
-            Err(event) => return vec![event],
+            Err(events) => return events,
         };
         match str_field(&value, "role") {
             Some("user") => vec![system(
@@ -123,7 +157,7 @@ impl StreamParser for GrokParser {
 
     fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
         let last = self.last_text.clone().unwrap_or_default();
-        let mut run = if let Some(message) = last.strip_prefix(ERROR_PREFIX) {
+        let run = if let Some(message) = last.strip_prefix(ERROR_PREFIX) {
             ParsedRun::failed(api_error(message))
         } else if last.trim_start().starts_with(MAX_ROUNDS) {
             ParsedRun::max_turns()
@@ -140,8 +174,7 @@ impl StreamParser for GrokParser {
         } else {
             ParsedRun::failed(exit_failure("grok", exit_code, stderr_tail))
         };
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(None, None, self.modified_files)
     }
 }
 
@@ -193,59 +226,8 @@ impl super::adapter::CliAdapter for Adapter {
 }
 
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "grok"
-    }
-
-    fn description(&self) -> &'static str {
-        "Grok CLI, run headless (grok --prompt)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "Grok CLI",
-            program_note: "",
-            resume_note: " (it keeps no session)",
-            turns: "`--max-tool-rounds`",
-            modes_note: " (headless approves everything)",
-            cost: "estimated (it reports no usage: the gateway's count only)",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::Npm,
-            name: "@vibe-kit/grok-cli",
-            version: "0.0.34",
-        }
-    }
-
-    fn key_env(&self) -> &'static str {
-        "GROK_API_KEY"
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Native
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("-p", PROMPT),
-            ("--prompt", PROMPT),
-            ("-m", "use `model:`"),
-            ("--model", "use `model:`"),
-            ("-u", "deltabench points it at the endpoint"),
-            ("--base-url", "deltabench points it at the endpoint"),
-            ("-k", "use `api_key:`"),
-            ("--api-key", "use `api_key:`"),
-            ("--max-tool-rounds", "use `max_turns:`"),
-            ("-d", "it runs in the trial's workspace"),
-            ("--directory", "it runs in the trial's workspace"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::InFlag
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
@@ -285,9 +267,9 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::tests::{env, file, paths};
     use crate::agent::harness::invocation::{DUMMY_API_KEY, invocation};
-    use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage};
+    use crate::agent::harness::tests::*;
 
-    const BASIC: &str = include_str!("../../../tests/fixtures/agents/grok-basic.jsonl");
+    const BASIC: &str = fixture!("grok-basic.jsonl");
 
     fn run(text: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
         crate::agent::harness::tests::parse(GrokParser::new(), text, exit)

@@ -7,7 +7,7 @@
 //! cost is `info.model_stats.instance_cost`, the verdict is `info.exit_status`: `Submitted`,
 //! `LimitsExceeded` (exit 0) or an exception name (exit 1). There is no session id.
 
-use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt};
+use super::builtin::{BuiltinCli, Doc, Facts, NO_SESSION, PROMPT, Prompt};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{
@@ -21,6 +21,41 @@ use super::{
     unknown_text,
 };
 use crate::agent::{CodingError, ErrorCode, StreamEvent, Usage};
+
+const FACTS: Facts = Facts {
+    program: "mini",
+    description: "mini-swe-agent, run headless (mini -y).",
+    doc: Doc {
+        name: "mini-swe-agent",
+        program_note: "",
+        resume_note: "",
+        turns: "`agent.step_limit`",
+        modes_note: "",
+        cost: "`model_stats.instance_cost`; estimated when 0",
+    },
+    package: Package {
+        registry: Registry::PyPi,
+        name: "mini-swe-agent",
+        version: "2.4.6",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: Some(NO_SESSION),
+    permission_modes: &[],
+    turn_limit: TurnLimit::Native,
+    appends_system_prompt: false,
+    reserved_flags: &[
+        ("-t", PROMPT),
+        ("--task", PROMPT),
+        ("-o", "deltabench reads the trajectory from its own path"),
+        (
+            "--output",
+            "deltabench reads the trajectory from its own path",
+        ),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+    ],
+    prompt: Prompt::InFlag,
+};
 
 #[derive(Debug, Default)]
 pub struct MiniSweParser {
@@ -211,57 +246,8 @@ impl super::adapter::CliAdapter for Adapter {
 }
 
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "mini"
-    }
-
-    fn description(&self) -> &'static str {
-        "mini-swe-agent, run headless (mini -y)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "mini-swe-agent",
-            program_note: "",
-            resume_note: "",
-            turns: "`agent.step_limit`",
-            modes_note: "",
-            cost: "`model_stats.instance_cost`; estimated when 0",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::PyPi,
-            name: "mini-swe-agent",
-            version: "2.4.6",
-        }
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Native
-    }
-
-    fn appends_system_prompt(&self) -> bool {
-        false
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("-t", PROMPT),
-            ("--task", PROMPT),
-            ("-o", "deltabench reads the trajectory from its own path"),
-            (
-                "--output",
-                "deltabench reads the trajectory from its own path",
-            ),
-            ("-m", "use `model:`"),
-            ("--model", "use `model:`"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::InFlag
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
@@ -340,28 +326,17 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::invocation;
     use crate::agent::harness::invocation::tests::{env, paths};
-    use crate::agent::harness::tests::{assert_call_then_result, kinds};
+    use crate::agent::harness::tests::*;
 
-    const BASIC: &str = include_str!("../../../tests/fixtures/agents/mini-basic.traj.json");
-    const BASIC_STDOUT: &str = include_str!("../../../tests/fixtures/agents/mini-basic.stdout");
-    const STEP_LIMIT: &str =
-        include_str!("../../../tests/fixtures/agents/mini-step-limit.traj.json");
-    const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/mini-api-error.traj.json");
+    const BASIC: &str = fixture!("mini-basic.traj.json");
+    const BASIC_STDOUT: &str = fixture!("mini-basic.stdout");
+    const STEP_LIMIT: &str = fixture!("mini-step-limit.traj.json");
+    const API_ERROR: &str = fixture!("mini-api-error.traj.json");
 
     fn run(traj: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
         let mut parser = MiniSweParser::new();
         let events = parser.trajectory(traj);
         (events, parser.finish(Some(exit), ""))
-    }
-
-    fn usage(input: u64, output: u64, calls: u64, cost: f64) -> Usage {
-        Usage {
-            input_tokens: input,
-            output_tokens: output,
-            model_calls: calls,
-            cost_usd: Some(cost),
-            ..Usage::default()
-        }
     }
 
     #[test]

@@ -126,6 +126,20 @@ impl ParsedRun {
         }
     }
 
+    /// The run with what the stream showed beside its verdict: its usage and session (the
+    /// verdict's where the stream has none) and the files it saw written.
+    fn with_stream(
+        mut self,
+        usage: Option<Usage>,
+        session_id: Option<String>,
+        modified_files: Vec<String>,
+    ) -> Self {
+        self.usage = usage.or(self.usage);
+        self.session_id = session_id.or(self.session_id);
+        self.modified_files = modified_files;
+        self
+    }
+
     /// Rewrites `modified_files` under `workspace` as paths relative to it (others stay as is).
     pub fn relative_to(mut self, workspace: &Path) -> Self {
         for file in &mut self.modified_files {
@@ -153,6 +167,15 @@ fn parse_line(line: &str) -> Result<Value, StreamEvent> {
     serde_json::from_str::<Value>(line.trim()).map_err(|_| unknown_text(line))
 }
 
+/// A line of a JSON-lines stream as JSON, or what stands for it instead: nothing for a blank
+/// line, [`StreamEvent::Unknown`] for one that is not JSON.
+fn json_line(line: &str) -> Result<Value, Vec<StreamEvent>> {
+    if line.trim().is_empty() {
+        return Err(Vec::new());
+    }
+    parse_line(line).map_err(|event| vec![event])
+}
+
 fn unknown_text(line: &str) -> StreamEvent {
     StreamEvent::Unknown {
         raw: Value::String(line.to_owned()),
@@ -165,7 +188,7 @@ fn unknown(value: Value) -> StreamEvent {
 
 fn system(subtype: &str, message: impl Into<String>, data: Option<Value>) -> StreamEvent {
     StreamEvent::System {
-        subtype: subtype.to_owned(),
+        subtype: subtype.into(),
         message: message.into(),
         data,
     }
@@ -249,6 +272,14 @@ fn last_lines(text: &str, n: usize) -> String {
 pub(crate) mod tests {
     use super::*;
 
+    /// A stream captured from a pinned CLI, in `tests/fixtures/agents/`.
+    macro_rules! fixture {
+        ($name:literal) => {
+            include_str!(concat!("../../../tests/fixtures/agents/", $name))
+        };
+    }
+    pub(crate) use fixture;
+
     /// Feeds every line of `text` to `parser`, returning all events.
     pub(crate) fn feed<P: StreamParser>(parser: &mut P, text: &str) -> Vec<StreamEvent> {
         text.lines().flat_map(|l| parser.line(l)).collect()
@@ -279,6 +310,45 @@ pub(crate) mod tests {
                 StreamEvent::Unknown { .. } => "unknown",
             })
             .collect()
+    }
+
+    /// Asserts the events are the `opening` notices, then a basic run's turns: say, write a
+    /// file, say, run a command, say, and the totals.
+    pub(crate) fn assert_basic_turns(events: &[StreamEvent], opening: &[&str]) {
+        let turns = [
+            "assistant",
+            "tool_call",
+            "tool_result",
+            "assistant",
+            "tool_call",
+            "tool_result",
+            "assistant",
+            "usage",
+            "result",
+        ];
+        assert_eq!(kinds(events), [opening, &turns[..]].concat());
+    }
+
+    /// Whether each tool result is an error, in order.
+    pub(crate) fn tool_errors(events: &[StreamEvent]) -> Vec<bool> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::ToolResult { is_error, .. } => Some(*is_error),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A usage of `input` and `output` tokens over `calls` model calls costing `cost`.
+    pub(crate) fn usage(input: u64, output: u64, calls: u64, cost: f64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            model_calls: calls,
+            cost_usd: Some(cost),
+            ..Usage::default()
+        }
     }
 
     /// Asserts a tool call named `name` is followed by a result with the same id.

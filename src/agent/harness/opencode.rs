@@ -6,17 +6,50 @@
 //! no result event: the run ends on a `step_finish` with `reason:"stop"`, and usage and cost are
 //! the sums over all steps.
 
-use super::builtin::{BuiltinCli, Doc, Prompt, SESSION, STREAM};
+use super::builtin::{BuiltinCli, Doc, Facts, Prompt, SESSION, STREAM};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{DUMMY_API_KEY, Invocation, RunPaths, push, set_env};
 use serde_json::{Value, json};
 
 use super::{
-    ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, parse_line,
+    ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, json_line,
     push_unique, str_field, system, u64_field, unknown,
 };
 use crate::agent::{CodingError, CodingStatus, ErrorCode, StreamEvent, Usage};
+
+const FACTS: Facts = Facts {
+    program: "opencode",
+    description: "opencode, run headless (opencode run --format json).",
+    doc: Doc {
+        name: "opencode",
+        program_note: "",
+        resume_note: "",
+        turns: "",
+        modes_note: " (edit, bash, webfetch)",
+        cost: "its per-step cost; estimated against an endpoint",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "opencode-ai",
+        version: "1.18.33",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &["allow", "ask", "deny"],
+    turn_limit: TurnLimit::Enforced,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("--format", STREAM),
+        ("--session", SESSION),
+        ("-s", SESSION),
+        ("--continue", SESSION),
+        ("-c", SESSION),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+    ],
+    prompt: Prompt::AfterDashes,
+};
 
 /// Tools whose completed call wrote the file named by `state.input.filePath`.
 const WRITE_TOOLS: [&str; 4] = ["write", "edit", "multiedit", "patch"];
@@ -146,12 +179,9 @@ impl OpencodeParser {
 
 impl StreamParser for OpencodeParser {
     fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        if line.trim().is_empty() {
-            return Vec::new();
-        }
-        let value = match parse_line(line) {
+        let value = match json_line(line) {
             Ok(value) => value,
-            Err(event) => return vec![event],
+            Err(events) => return events,
         };
         if let Some(id) = str_field(&value, "sessionID") {
             self.session_id = Some(id.to_owned());
@@ -186,7 +216,7 @@ impl StreamParser for OpencodeParser {
     }
 
     fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
-        let mut run = if let Some(error) = self.error {
+        let run = if let Some(error) = self.error {
             ParsedRun::failed(error)
         } else if self.stopped && exit_code.is_none_or(|c| c == 0) {
             ParsedRun {
@@ -196,10 +226,7 @@ impl StreamParser for OpencodeParser {
         } else {
             ParsedRun::failed(exit_failure("opencode", exit_code, stderr_tail))
         };
-        run.usage = self.usage;
-        run.session_id = self.session_id;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(self.usage, self.session_id, self.modified_files)
     }
 }
 
@@ -218,59 +245,8 @@ impl super::adapter::CliAdapter for Adapter {
 }
 
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "opencode"
-    }
-
-    fn description(&self) -> &'static str {
-        "opencode, run headless (opencode run --format json)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "opencode",
-            program_note: "",
-            resume_note: "",
-            turns: "",
-            modes_note: " (edit, bash, webfetch)",
-            cost: "its per-step cost; estimated against an endpoint",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::Npm,
-            name: "opencode-ai",
-            version: "1.18.33",
-        }
-    }
-
-    fn can_resume(&self) -> bool {
-        true
-    }
-
-    fn permission_modes(&self) -> &'static [&'static str] {
-        &["allow", "ask", "deny"]
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Enforced
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("--format", STREAM),
-            ("--session", SESSION),
-            ("-s", SESSION),
-            ("--continue", SESSION),
-            ("-c", SESSION),
-            ("-m", "use `model:`"),
-            ("--model", "use `model:`"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::AfterDashes
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
@@ -351,11 +327,11 @@ mod tests {
     use crate::agent::harness::HarnessKind;
     use crate::agent::harness::invocation::invocation;
     use crate::agent::harness::invocation::tests::{file, paths};
-    use crate::agent::harness::tests::{assert_call_then_result, assert_survives_garbage, kinds};
+    use crate::agent::harness::tests::*;
 
-    const BASIC: &str = include_str!("../../../tests/fixtures/agents/opencode-basic.jsonl");
-    const THINKING: &str = include_str!("../../../tests/fixtures/agents/opencode-thinking.jsonl");
-    const API_ERROR: &str = include_str!("../../../tests/fixtures/agents/opencode-api-error.jsonl");
+    const BASIC: &str = fixture!("opencode-basic.jsonl");
+    const THINKING: &str = fixture!("opencode-thinking.jsonl");
+    const API_ERROR: &str = fixture!("opencode-api-error.jsonl");
 
     fn run(text: &str, exit: i32) -> (Vec<StreamEvent>, ParsedRun) {
         crate::agent::harness::tests::parse(OpencodeParser::new(), text, exit)

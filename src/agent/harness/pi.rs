@@ -10,7 +10,7 @@
 //! `errorMessage` (`429 ...`), after which pi may retry (`auto_retry_start`/`auto_retry_end`);
 //! the process exits 0 either way, so the verdict is the last assistant message's.
 
-use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt, SESSION, STREAM};
+use super::builtin::{BuiltinCli, Doc, Facts, PROMPT, Prompt, SESSION, STREAM};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, push, set_env};
@@ -19,10 +19,51 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use super::{
-    ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, parse_line,
+    ParsedRun, StreamParser, classify_message, exit_failure, http_error_code, json_line,
     push_unique, str_field, system, u64_field, unknown,
 };
 use crate::agent::{CodingError, ErrorCode, StreamEvent, Usage};
+
+const FACTS: Facts = Facts {
+    program: "pi",
+    description: "pi, run headless (pi -p --mode json).",
+    doc: Doc {
+        name: "pi",
+        program_note: ", npm `@mariozechner/pi-coding-agent`",
+        resume_note: "",
+        turns: "",
+        modes_note: " (its tools always run)",
+        cost: "its per-call cost; estimated against an endpoint",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@mariozechner/pi-coding-agent",
+        version: "0.73.1",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &[],
+    turn_limit: TurnLimit::Enforced,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--print", PROMPT),
+        ("--mode", STREAM),
+        ("--session", SESSION),
+        ("--session-dir", SESSION),
+        ("--no-session", SESSION),
+        ("--fork", SESSION),
+        ("-r", SESSION),
+        ("--resume", SESSION),
+        ("-c", SESSION),
+        ("--continue", SESSION),
+        ("--provider", "deltabench points it at the endpoint"),
+        ("--api-key", "use `api_key:`"),
+        ("--model", "use `model:`"),
+        ("--append-system-prompt", "use `append_system_prompt:`"),
+    ],
+    prompt: Prompt::Spaced,
+};
 
 /// Tools whose successful call wrote the file named by their `path` argument.
 const WRITE_TOOLS: [&str; 2] = ["write", "edit"];
@@ -172,12 +213,9 @@ fn api_error(text: &str) -> CodingError {
 
 impl StreamParser for PiParser {
     fn line(&mut self, line: &str) -> Vec<StreamEvent> {
-        if line.trim().is_empty() {
-            return Vec::new();
-        }
-        let value = match parse_line(line) {
+        let value = match json_line(line) {
             Ok(value) => value,
-            Err(event) => return vec![event],
+            Err(events) => return events,
         };
         match str_field(&value, "type") {
             Some("session") => match str_field(&value, "id") {
@@ -217,7 +255,7 @@ impl StreamParser for PiParser {
     }
 
     fn finish(self, exit_code: Option<i32>, stderr_tail: &str) -> ParsedRun {
-        let mut run = if let Some(error) = self.error {
+        let run = if let Some(error) = self.error {
             ParsedRun::failed(error)
         } else if self.ended && exit_code == Some(0) {
             ParsedRun {
@@ -227,10 +265,7 @@ impl StreamParser for PiParser {
         } else {
             ParsedRun::failed(exit_failure("pi", exit_code, stderr_tail))
         };
-        run.usage = self.usage;
-        run.session_id = self.session_id;
-        run.modified_files = self.modified_files;
-        run
+        run.with_stream(self.usage, self.session_id, self.modified_files)
     }
 }
 
@@ -244,63 +279,8 @@ impl super::adapter::CliAdapter for Adapter {
 }
 
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "pi"
-    }
-
-    fn description(&self) -> &'static str {
-        "pi, run headless (pi -p --mode json)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "pi",
-            program_note: ", npm `@mariozechner/pi-coding-agent`",
-            resume_note: "",
-            turns: "",
-            modes_note: " (its tools always run)",
-            cost: "its per-call cost; estimated against an endpoint",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::Npm,
-            name: "@mariozechner/pi-coding-agent",
-            version: "0.73.1",
-        }
-    }
-
-    fn can_resume(&self) -> bool {
-        true
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Enforced
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("-p", PROMPT),
-            ("--print", PROMPT),
-            ("--mode", STREAM),
-            ("--session", SESSION),
-            ("--session-dir", SESSION),
-            ("--no-session", SESSION),
-            ("--fork", SESSION),
-            ("-r", SESSION),
-            ("--resume", SESSION),
-            ("-c", SESSION),
-            ("--continue", SESSION),
-            ("--provider", "deltabench points it at the endpoint"),
-            ("--api-key", "use `api_key:`"),
-            ("--model", "use `model:`"),
-            ("--append-system-prompt", "use `append_system_prompt:`"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::Spaced
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {

@@ -7,12 +7,59 @@
 
 use serde_json::json;
 
-use super::builtin::{BuiltinCli, Doc, PROMPT, Prompt, SESSION, STREAM};
+use super::builtin::{BuiltinCli, Doc, Facts, PROMPT, Prompt, SESSION, STREAM};
 use super::cli::CliDialect;
 use super::config::{HarnessConfig, Package, Registry, TurnLimit};
 use super::invocation::{Invocation, RunPaths, push, set_env};
 use super::{ClaudeParser, ParsedRun, StreamParser};
 use crate::agent::{CodingStatus, StreamEvent};
+
+const FACTS: Facts = Facts {
+    program: "qwen",
+    description: "Qwen Code, run headless (qwen --output-format stream-json).",
+    doc: Doc {
+        name: "Qwen Code",
+        program_note: "",
+        resume_note: "",
+        turns: "`--max-session-turns`",
+        modes_note: "",
+        cost: "estimated (it reports none)",
+    },
+    package: Package {
+        registry: Registry::Npm,
+        name: "@qwen-code/qwen-code",
+        version: "0.24.4",
+    },
+    key_env: "OPENAI_API_KEY",
+    no_resume: None,
+    permission_modes: &["yolo", "auto-edit", "default", "plan", "auto"],
+    turn_limit: TurnLimit::Native,
+    appends_system_prompt: true,
+    reserved_flags: &[
+        ("-p", PROMPT),
+        ("--prompt", PROMPT),
+        ("-i", PROMPT),
+        ("--prompt-interactive", PROMPT),
+        ("-o", STREAM),
+        ("--output-format", STREAM),
+        ("--session-id", SESSION),
+        ("-r", SESSION),
+        ("--resume", SESSION),
+        ("-c", SESSION),
+        ("--continue", SESSION),
+        ("-m", "use `model:`"),
+        ("--model", "use `model:`"),
+        ("--approval-mode", "use `permission_mode:`"),
+        ("-y", "use `permission_mode:`"),
+        ("--yolo", "use `permission_mode:`"),
+        ("--max-session-turns", "use `max_turns:`"),
+        ("--append-system-prompt", "use `append_system_prompt:`"),
+        ("--auth-type", "deltabench points it at the endpoint"),
+        ("--openai-base-url", "deltabench points it at the endpoint"),
+        ("--openai-api-key", "use `api_key:`"),
+    ],
+    prompt: Prompt::InFlag,
+};
 
 /// Tools whose successful call wrote the file named by their input.
 const WRITE_TOOLS: [(&str, &str); 2] = [("write_file", "file_path"), ("edit", "file_path")];
@@ -100,73 +147,8 @@ impl super::adapter::CliAdapter for Adapter {
 }
 
 impl BuiltinCli for Adapter {
-    fn program(&self) -> &'static str {
-        "qwen"
-    }
-
-    fn description(&self) -> &'static str {
-        "Qwen Code, run headless (qwen --output-format stream-json)."
-    }
-
-    fn doc(&self) -> Doc {
-        Doc {
-            name: "Qwen Code",
-            program_note: "",
-            resume_note: "",
-            turns: "`--max-session-turns`",
-            modes_note: "",
-            cost: "estimated (it reports none)",
-        }
-    }
-
-    fn package(&self) -> Package {
-        Package {
-            registry: Registry::Npm,
-            name: "@qwen-code/qwen-code",
-            version: "0.24.4",
-        }
-    }
-
-    fn can_resume(&self) -> bool {
-        true
-    }
-
-    fn permission_modes(&self) -> &'static [&'static str] {
-        &["yolo", "auto-edit", "default", "plan", "auto"]
-    }
-
-    fn turn_limit(&self) -> TurnLimit {
-        TurnLimit::Native
-    }
-
-    fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("-p", PROMPT),
-            ("--prompt", PROMPT),
-            ("-i", PROMPT),
-            ("--prompt-interactive", PROMPT),
-            ("-o", STREAM),
-            ("--output-format", STREAM),
-            ("--session-id", SESSION),
-            ("-r", SESSION),
-            ("--resume", SESSION),
-            ("-c", SESSION),
-            ("--continue", SESSION),
-            ("-m", "use `model:`"),
-            ("--model", "use `model:`"),
-            ("--approval-mode", "use `permission_mode:`"),
-            ("-y", "use `permission_mode:`"),
-            ("--yolo", "use `permission_mode:`"),
-            ("--max-session-turns", "use `max_turns:`"),
-            ("--append-system-prompt", "use `append_system_prompt:`"),
-            ("--auth-type", "deltabench points it at the endpoint"),
-            ("--openai-base-url", "deltabench points it at the endpoint"),
-            ("--openai-api-key", "use `api_key:`"),
-        ]
-    }
-
-    fn prompt(&self) -> Prompt {
-        Prompt::InFlag
+    fn facts(&self) -> &'static Facts {
+        &FACTS
     }
 
     fn invoke(&self, config: &HarnessConfig, run: &RunPaths, inv: &mut Invocation) {
