@@ -44,6 +44,7 @@ const APPLY_SCRIPT: &str =
 /// How to take the agent's container's delta.
 #[derive(Clone)]
 pub struct ContainerCapture {
+    /// The container runtime the agent's container ran under.
     pub runtime: Runtime,
     /// The agent's kept container.
     pub container: String,
@@ -58,6 +59,7 @@ pub struct ContainerCapture {
 /// What the agent changed in its container, outside the workspace and the harness's mounts.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ContainerDelta {
+    /// Every path the agent added, changed or removed, held back or not.
     pub changes: Vec<ContainerChange>,
     /// Bytes of the changed files carried into verify.
     pub bytes: u64,
@@ -66,8 +68,10 @@ pub struct ContainerDelta {
     pub patch: String,
 }
 
+/// One path the agent changed in its container, and whether verify sees the change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ContainerChange {
+    /// The path and how it changed (its fields are flattened into this record's JSON).
     #[serde(flatten)]
     pub change: FsChange,
     /// `false` for a path held back: the verify command sees the image's version.
@@ -129,6 +133,7 @@ impl ContainerDelta {
 
 /// What [`ContainerCapture::capture`] found.
 pub struct Captured {
+    /// What the agent changed in its container.
     pub delta: ContainerDelta,
     /// The image holding the carried changes, when there are any: the verify command runs in
     /// it, and it is removed after.
@@ -143,19 +148,24 @@ pub enum CaptureError {
     /// The runtime could not list, inspect or export the container.
     #[error(transparent)]
     Runtime(#[from] ContainerError),
+    /// The list of changes could not be written beside the trial's artifacts.
     #[error("cannot save {CONTAINER_CHANGES}: {source}")]
     Save {
+        /// The error writing the file into the trial's artifacts.
         #[source]
         source: std::io::Error,
     },
     /// No scratch folder for the archive of the changes.
     #[error("{source}")]
     Scratch {
+        /// The error creating the folder.
         #[source]
         source: std::io::Error,
     },
+    /// The changes could not be applied in a new container from the agent's image.
     #[error("cannot lay the container's changes into a new container: {source}")]
     Apply {
+        /// The runtime's failure creating, filling or committing the container.
         #[source]
         source: ContainerError,
     },

@@ -9,9 +9,13 @@ use serde::{Deserialize, Serialize};
 /// The size of a diff.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiffStats {
+    /// Files the patch touches (each `diff --git` or `diff --container` section).
     pub files: u64,
+    /// Lines added (`+` lines inside hunks).
     pub insertions: u64,
+    /// Lines removed (`-` lines inside hunks).
     pub deletions: u64,
+    /// Length of the whole patch, in bytes.
     pub bytes: u64,
 }
 

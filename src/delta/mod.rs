@@ -40,11 +40,15 @@ pub use tests_report::{Outcomes, TestReport, cargo_tests, failed_tests};
 /// The verify command's result as a metric sees it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CommandResult {
+    /// The verify command as run, in shell syntax.
     pub command: String,
+    /// The command's exit status; `None` when a signal ended it (as on timeout).
     pub exit_code: Option<i32>,
+    /// True when the command ran past the verify timeout and was killed.
     pub timed_out: bool,
     /// Combined stdout and stderr, head and tail kept when long.
     pub output: String,
+    /// Wall-clock time the command ran, in milliseconds.
     pub duration_ms: u64,
     /// What Python test runners reported through the harness's hook; `None` when the probe
     /// installed no hook.
@@ -86,6 +90,7 @@ pub struct EnvironmentDelta {
     /// changes carried into verify, each in a `diff --container PATH` section; empty when
     /// nothing changed.
     pub diff: String,
+    /// The verify command's run against that diff.
     pub command_result: CommandResult,
     /// Why the probe refused to verify (a diff over `max_diff`): the trial fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,10 +120,14 @@ impl EnvironmentDelta {
 /// What a probe knows about the run it inspects.
 #[derive(Debug, Clone, Copy)]
 pub struct ProbeContext<'a> {
+    /// The trial's workspace directory, as the agent left it.
     pub workspace: &'a Path,
+    /// The task's id, for messages and log names.
     pub task: &'a str,
     /// The tree-ish the workspace started from.
     pub base: &'a str,
+    /// Cancelled when the run is interrupted: the probe stops its commands; `None` when the
+    /// caller never cancels.
     pub signal: Option<&'a CancellationToken>,
     /// An overlay's upper dir: only paths under it can differ from the base.
     pub changes: Option<&'a Path>,
@@ -126,6 +135,7 @@ pub struct ProbeContext<'a> {
 
 /// Gathers the delta before the workspace is disposed.
 pub trait DeltaProbe: Send + Sync {
+    /// Takes the delta of the workspace in `ctx`; an error leaves the trial unscored.
     fn probe<'a>(
         &'a self,
         ctx: &'a ProbeContext<'a>,
@@ -136,14 +146,20 @@ pub trait DeltaProbe: Send + Sync {
 #[derive(Debug, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct ProbeError {
+    /// Which step of the probe failed.
     pub kind: ProbeErrorKind,
+    /// The underlying failure, as shown after the step.
     pub message: String,
 }
 
+/// The step of a probe that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProbeErrorKind {
+    /// Taking the workspace's diff against the base.
     Diff,
+    /// Copying the task's hidden tests into the verify workspace.
     HiddenTests,
+    /// Starting or waiting for the verify command.
     Verify,
 }
 
@@ -158,6 +174,7 @@ impl std::fmt::Display for ProbeErrorKind {
 }
 
 impl ProbeError {
+    /// An error of `kind` with `message` as its detail.
     pub fn new(kind: ProbeErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,

@@ -30,11 +30,15 @@ pub struct Mutant {
     pub file: String,
     /// The test function holding the assertion (`Class.test_x`, `tests::adds`).
     pub test: String,
+    /// The assertion's line in the file, from 1.
     pub line: u32,
     /// Byte range of `original` in the file.
     pub start: usize,
+    /// End (exclusive) of that byte range.
     pub end: usize,
+    /// The source text the mutant replaces (the bytes `start..end`).
     pub original: String,
+    /// The text put in its place.
     pub replacement: String,
     /// What the change is, for a reason a user reads.
     pub what: String,
@@ -72,14 +76,17 @@ impl Mutant {
 /// A mutant that bit the reference, with the ids of the tests it made fail.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BitingMutant {
+    /// The mutant (its fields are flattened into this record's JSON).
     #[serde(flatten)]
     pub mutant: Mutant,
+    /// Ids of the tests that failed with the mutant in, as the test runner named them.
     pub failed: Vec<String>,
 }
 
 /// What the mutant lister found in a set of files.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Listing {
+    /// Every mutant found, in file order.
     pub mutants: Vec<Mutant>,
     /// Files it could not read, as `file: why`; they give no mutants, the rest still do.
     pub errors: Vec<String>,
@@ -90,8 +97,9 @@ pub fn has_mutator(path: &str) -> bool {
     path.ends_with(".py") || path.ends_with(".rs")
 }
 
+/// Why the mutant lister could not run.
 #[derive(Debug, thiserror::Error)]
-pub enum MutateError {
+pub(crate) enum MutateError {
     #[error("cannot run the mutant lister with {python}: {source}")]
     Spawn {
         python: String,
@@ -107,7 +115,7 @@ pub enum MutateError {
 }
 
 /// Lists the mutants of `files` (relative to `root`) with `python3`.
-pub fn list(root: &Path, files: &[String]) -> Result<Listing, MutateError> {
+pub(crate) fn list(root: &Path, files: &[String]) -> Result<Listing, MutateError> {
     let files: Vec<&String> = files.iter().filter(|f| has_mutator(f)).collect();
     if files.is_empty() {
         return Ok(Listing::default());
@@ -165,14 +173,14 @@ pub fn list(root: &Path, files: &[String]) -> Result<Listing, MutateError> {
 /// mutated file is written once, exactly as an unmutated one is, so nothing but the changed
 /// literal tells a mutant run from the judged run (no second write, no mode change).
 #[derive(Debug, Default)]
-pub struct Splicer {
+pub(crate) struct Splicer {
     pending: BTreeMap<String, Vec<Mutant>>,
     applied: Vec<Mutant>,
     skipped: Vec<String>,
 }
 
 impl Splicer {
-    pub fn new(mutants: &[Mutant]) -> Self {
+    pub(crate) fn new(mutants: &[Mutant]) -> Self {
         let mut pending: BTreeMap<String, Vec<Mutant>> = BTreeMap::new();
         for mutant in mutants {
             pending
@@ -188,7 +196,7 @@ impl Splicer {
 
     /// The overlay's edit: `bytes` of the workspace-relative `path` with its mutants applied,
     /// each only where its original text still stands.
-    pub fn edit(&mut self, path: &Path, bytes: &mut Vec<u8>) {
+    pub(crate) fn edit(&mut self, path: &Path, bytes: &mut Vec<u8>) {
         let Some(mut mutants) = self.pending.remove(&*path.to_string_lossy()) else {
             return;
         };
@@ -210,7 +218,7 @@ impl Splicer {
     }
 
     /// The mutants applied and, for the others, why not.
-    pub fn finish(mut self) -> (Vec<Mutant>, Vec<String>) {
+    pub(crate) fn finish(mut self) -> (Vec<Mutant>, Vec<String>) {
         for mutant in std::mem::take(&mut self.pending).into_values().flatten() {
             self.skipped.push(format!(
                 "{}: not a file the hidden tests lay",

@@ -47,6 +47,7 @@ pub const HOOK_REPORT: &str = "tests.jsonl";
 /// The mutation check's verify run: its output, and its home once both runs are done (while
 /// they run, each has the plain run's names).
 pub const MUTANTS_LOG: &str = "mutants.log";
+/// The mutation check's verify home, named as [`MUTANTS_LOG`] says.
 pub const MUTANTS_HOME: &str = "mutants-home";
 
 /// What the probe runs the mutation check for.
@@ -79,7 +80,9 @@ struct Verified {
 /// A verify command and its own time limit.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct VerifySpec {
+    /// The command line, run by `sh -c`.
     pub run: String,
+    /// How long the command may run before it is killed; `None` for no limit.
     pub timeout: Option<Duration>,
     /// Runs in the agent's own container, still running, on the agent's workspace.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -94,8 +97,11 @@ pub struct VerifySpec {
 /// Where the verify command runs: a workspace provisioned fresh from the base for it.
 #[derive(Clone)]
 pub struct FreshWorkspace {
+    /// Makes the verify workspace, as it made the agent's.
     pub provisioner: Arc<dyn WorkspaceProvisioner>,
+    /// The repository and commit the verify workspace starts from: the agent's base.
     pub base: WorkspaceBase,
+    /// The isolation strategy of the verify workspace.
     pub isolation: Isolation,
 }
 
@@ -103,7 +109,9 @@ pub struct FreshWorkspace {
 /// verify command in it.
 #[derive(Clone)]
 pub struct TaskProbe {
+    /// The task's hidden tests, laid over the verify workspace; `None` when it has none.
     pub hidden_tests: Option<Overlay>,
+    /// The verify command.
     pub verify: VerifySpec,
     /// Where `diff.patch`, `verify.log` and the test hook's files go, when set.
     pub artifacts: Option<PathBuf>,
@@ -113,6 +121,7 @@ pub struct TaskProbe {
     pub objects: PathBuf,
     /// The most bytes of changed content a diff may hold.
     pub max_diff: u64,
+    /// How the verify workspace is made.
     pub fresh: FreshWorkspace,
     /// The mutation check, when the task has one.
     pub mutation: Option<MutationPlan>,

@@ -30,12 +30,18 @@ pub use crate::workspace::EntryKind;
 pub enum FileChange {
     /// The file at `path` holds `content` (a symlink's content is its target).
     Write {
+        /// Where, relative to the workspace.
         path: PathBuf,
+        /// The file's bytes, or the symlink's target.
         content: Vec<u8>,
+        /// A plain file, an executable or a symlink.
         kind: EntryKind,
     },
     /// Nothing is at `path` any more (a file, or a whole directory of the base).
-    Remove { path: PathBuf },
+    Remove {
+        /// What is gone, relative to the workspace.
+        path: PathBuf,
+    },
 }
 
 impl FileChange {
@@ -57,15 +63,29 @@ pub struct Snapshot {
     pub changes: Vec<FileChange>,
 }
 
+/// Why the agent's tree could not be compared with the base.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
+    /// The changed files add up to more than `max_diff`: the trial is not verified.
     #[error(
         "the diff is larger than max_diff ({}): the changed files add up to more than that (at {path}); raise max_diff in the suite if this is expected",
         bytesize::ByteSize::b(*limit).display().iec()
     )]
-    TooLarge { limit: u64, path: String },
+    TooLarge {
+        /// The suite's `max_diff`, in bytes.
+        limit: u64,
+        /// The changed file that took the total over the limit.
+        path: String,
+    },
+    /// A file of the workspace could not be read.
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    Io {
+        /// The file read.
+        path: PathBuf,
+        /// The error reading it.
+        source: io::Error,
+    },
+    /// git2 could not read the base tree or build the patch.
     #[error("{0}")]
     Git(#[from] git2::Error),
 }

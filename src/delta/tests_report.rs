@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::CommandResult;
 
+/// What the harness's test hook saw in one verify run (Python runners only).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TestReport {
     /// Python interpreters that loaded the hook.
@@ -19,7 +20,9 @@ pub struct TestReport {
     pub runners: BTreeSet<String>,
     /// Test ids whose every report passed.
     pub passed: BTreeSet<String>,
+    /// Test ids with a failed report in any phase or subtest.
     pub failed: BTreeSet<String>,
+    /// Test ids reported skipped and never failed.
     pub skipped: BTreeSet<String>,
 }
 
@@ -151,11 +154,14 @@ pub fn cargo_tests<'a>(output: &'a str, outcome: &'a str) -> impl Iterator<Item 
 /// mutant run it is a bite, in the judged run it takes the pass away.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outcomes {
+    /// Test ids that passed and were never reported failed.
     pub passed: BTreeSet<String>,
+    /// Test ids reported failed by the hook or the runner's own output.
     pub failed: BTreeSet<String>,
 }
 
 impl Outcomes {
+    /// The outcomes `result` shows, from its hook report and its output.
     pub fn of(result: &CommandResult) -> Self {
         let mut outcomes = Self::default();
         if let Some(report) = &result.tests {

@@ -137,7 +137,9 @@ pub struct Toolchain {
 /// what the agent added).
 #[derive(Debug, Clone, Default)]
 pub struct ImagePrograms {
+    /// The `PATH` folders, in lookup order.
     pub path: Vec<String>,
+    /// For each folder of `path`, the names of the programs the image holds in it.
     pub programs: HashMap<String, HashSet<String>>,
 }
 

@@ -21,8 +21,11 @@ pub enum Dialect {
 /// The provider whose server answers a dialect (and whose key it takes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Provider {
+    /// Anthropic's API (the Messages dialect).
     Anthropic,
+    /// OpenAI's API (the Responses and Chat Completions dialects).
     OpenAi,
+    /// Google's Gemini API.
     Google,
 }
 
@@ -46,6 +49,7 @@ impl Dialect {
         }
     }
 
+    /// The provider whose server answers this dialect.
     pub fn provider(self) -> Provider {
         match self {
             Self::Anthropic => Provider::Anthropic,
@@ -218,6 +222,7 @@ pub struct Meter {
 pub const MAX_BODY: usize = 64 * 1024 * 1024;
 
 impl Meter {
+    /// A meter for an answer in `dialect`; `sse` when it is an event stream.
     pub fn new(dialect: Dialect, sse: bool) -> Self {
         Self {
             dialect,
@@ -228,6 +233,8 @@ impl Meter {
         }
     }
 
+    /// Reads the next bytes of the answer (`finish` gives its usage); a plain JSON body past
+    /// [`MAX_BODY`] is not counted.
     pub fn feed(&mut self, bytes: &[u8]) {
         if !self.sse {
             if self.buffer.len() + bytes.len() > MAX_BODY {

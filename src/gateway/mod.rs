@@ -169,9 +169,13 @@ pub fn over_budget(budget: &Budget, spent: &Spent) -> Option<String> {
 /// What a trial has used so far, as a budget counts it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Spent {
+    /// Every token counted: input, output, cache reads and cache writes.
     pub tokens: u64,
+    /// In US dollars, as priced so far.
     pub cost_usd: f64,
+    /// Model calls answered so far.
     pub model_calls: u64,
+    /// Since the agent started (`start_clock`), else since the trial registered.
     pub wall: std::time::Duration,
 }
 

@@ -27,6 +27,7 @@ use crate::agent::REPLAY_MISMATCH;
 pub struct Exchange {
     /// The request's place in the trial (1-based, in the order they arrived).
     pub n: usize,
+    /// The HTTP method, e.g. `POST`.
     pub method: String,
     /// The path after `/t/<token>`.
     pub path: String,
@@ -35,6 +36,7 @@ pub struct Exchange {
     pub query: Option<String>,
     /// The request body: JSON when it parses, else its text (`null` when empty).
     pub request: Value,
+    /// The answer's HTTP status.
     pub status: u16,
     /// The answer headers a replay needs (its content type).
     #[serde(default)]
@@ -279,16 +281,23 @@ impl Exchange {
 /// Why a recording could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum TapeError {
+    /// The recording file could not be read.
     #[error("cannot read the recording {}: {source}", path.display())]
     Read {
+        /// The recording file.
         path: PathBuf,
+        /// The read's error.
         #[source]
         source: std::io::Error,
     },
+    /// A line of the recording is not a recorded call.
     #[error("{} line {line}: not a recorded call: {source}", path.display())]
     Line {
+        /// The recording file.
         path: PathBuf,
+        /// The line, 1-based.
         line: usize,
+        /// What the JSON parser said.
         #[source]
         source: serde_json::Error,
     },
@@ -298,17 +307,27 @@ pub enum TapeError {
 /// [`REPLAY_MISMATCH`], which is how a trial's record tells a replay stop from other failures.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReplayMismatch {
+    /// The recording could not be used: a thread panicked while holding it.
     #[error("{REPLAY_MISMATCH}the recording is unreadable")]
     Unreadable,
+    /// The recording holds no request at all.
     #[error("{REPLAY_MISMATCH}request {n} does not match the recording: it holds no request")]
-    Empty { n: usize },
+    Empty {
+        /// The request's place in the trial (1-based).
+        n: usize,
+    },
+    /// The request matches no unused recorded request.
     #[error(
         "{REPLAY_MISMATCH}request {n} ({method} {path}) matches no recorded request; nearest is {nearest}, which differs at {differences}"
     )]
     NoMatch {
+        /// The request's place in the trial (1-based).
         n: usize,
+        /// The request's HTTP method.
         method: String,
+        /// The request's path.
         path: String,
+        /// The recorded request it is closest to.
         nearest: Box<Nearest>,
         /// The first few differing places, joined by `; `.
         differences: String,
@@ -318,9 +337,13 @@ pub enum ReplayMismatch {
 /// The recorded request a mismatched one is compared with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Nearest {
+    /// Its place in the recording (1-based).
     pub n: usize,
+    /// How many requests the recording holds.
     pub total: usize,
+    /// Its HTTP method.
     pub method: String,
+    /// Its path.
     pub path: String,
 }
 
@@ -415,6 +438,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
+    /// Opens (or creates) the recording at `path` to append to.
     pub fn create(path: &Path) -> std::io::Result<Recorder> {
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -425,6 +449,8 @@ impl Recorder {
         })
     }
 
+    /// Appends one exchange as a JSON line; a failed write is ignored (the trial goes on
+    /// unrecorded).
     pub fn write(&self, exchange: &Exchange) {
         if let (Ok(line), Ok(mut file)) = (serde_json::to_string(exchange), self.file.lock()) {
             let _ = writeln!(file, "{line}");

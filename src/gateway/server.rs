@@ -67,7 +67,9 @@ impl Upstream {
 /// What a trial registers with.
 #[derive(Debug, Clone, Default)]
 pub struct TrialSetup {
+    /// Where the trial's calls are forwarded, and with which keys.
     pub upstream: Upstream,
+    /// The trial's limits; a call past one is refused.
     pub budget: Budget,
     /// Prices every call when set (the agent's `price:`).
     pub price: Option<Price>,

@@ -184,7 +184,9 @@ pub fn contradiction(result: &CommandResult) -> Option<String> {
 pub struct TestEvidence {
     /// The runners whose summary or hook reported, e.g. `["unittest"]`.
     pub runners: Vec<String>,
+    /// Tests the summaries report run.
     pub ran: u64,
+    /// Tests the summaries report passed.
     pub passed: u64,
     /// Ids of the passed tests, where the runner gives them (the hook for unittest and pytest,
     /// the output of `cargo test`).

@@ -36,7 +36,10 @@ pub const FAILURE_TOKENS: [&str; 6] = [
 /// A verdict.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Score {
+    /// The metric's pass rule held.
     pub passed: bool,
+    /// The metric's number: 1.0 or 0.0 from a pass rule alone, else the metric's own (a
+    /// grader's `score`).
     pub score: f64,
     /// Why the metric failed the trial without a verdict of its own (a grader that crashed on
     /// what it read): the trial's reason.
@@ -45,6 +48,7 @@ pub struct Score {
 }
 
 impl Score {
+    /// 1.0 when passed, else 0.0, with no note.
     pub fn from_passed(passed: bool) -> Self {
         Self {
             passed,
@@ -66,13 +70,17 @@ impl Score {
 #[derive(Debug, thiserror::Error)]
 #[error("metric '{metric}': {message}")]
 pub struct MetricError {
+    /// The metric's name (a grader's command).
     pub metric: String,
+    /// What went wrong, e.g. that the grader cannot start.
     pub message: String,
 }
 
 /// Scores a delta.
 pub trait Metric: Send + Sync {
+    /// The name records and reports show (a grader's command).
     fn name(&self) -> &str;
+    /// Scores the trial's delta; an error leaves the trial unscored.
     fn score<'a>(
         &'a self,
         delta: &'a EnvironmentDelta,
@@ -146,6 +154,7 @@ pub struct CustomMetric {
 }
 
 impl CustomMetric {
+    /// A metric named `name` that passes a delta when `passed` holds.
     pub fn new(
         name: impl Into<String>,
         passed: impl Fn(&EnvironmentDelta) -> bool + Send + Sync + 'static,
@@ -209,10 +218,15 @@ pub const GRADER_LOG: &str = "grader.log";
 /// stays readable after the run.
 #[derive(Debug, Clone)]
 pub struct GraderMetric {
+    /// The shell command run.
     pub command: String,
+    /// The grader's working directory (the runner gives the suite file's folder).
     pub cwd: PathBuf,
+    /// How long it may run before it is killed and the trial fails.
     pub timeout: Duration,
+    /// The full verify log, given as `$DELTABENCH_VERIFY_LOG` when the file exists.
     pub verify_log: Option<PathBuf>,
+    /// Where the grader's output is written; `None` keeps it nowhere.
     pub log: Option<PathBuf>,
 }
 

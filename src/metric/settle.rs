@@ -7,10 +7,13 @@ use super::verdict::{Verdict, VerdictInput, verdict};
 /// How a trial ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Settled {
+    /// Scored, with the verdict.
     Scored(Verdict),
     /// Not scored: nothing is said about the agent; `retry` and `resume` run it again.
     Unscored {
+        /// Which fact left it unscored.
         cause: UnscoredCause,
+        /// That fact in words: the record's `infra_error`.
         why: String,
         /// The run's interrupt cut it short (`resume` runs it again, superseding it).
         interrupted: bool,
@@ -35,6 +38,7 @@ pub enum UnscoredCause {
 
 /// Why a trial could not reach a verdict, or the verdict's input when it could.
 pub enum Reached<'a> {
+    /// The trial ran to a verdict's input.
     Verdict(VerdictInput<'a>),
     /// The task's environment, the lifecycle, the sandbox or the tamper check failed: the
     /// harness's failure, not the agent's.
@@ -43,6 +47,7 @@ pub enum Reached<'a> {
 
 /// Everything that decides a trial's end.
 pub struct TrialFacts<'a> {
+    /// How far the trial got.
     pub reached: Reached<'a>,
     /// A replay that left its recording: it measured nothing the recording did.
     pub replay_mismatch: Option<String>,
@@ -65,6 +70,7 @@ impl TrialFacts<'_> {
     }
 }
 
+/// The `why` of a trial the run's interrupt cut short.
 pub const INTERRUPTED: &str =
     "interrupted: the run was stopped while this trial ran; `deltabench resume` runs it again";
 

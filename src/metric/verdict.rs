@@ -7,18 +7,24 @@ use super::Score;
 use super::evidence::{TestEvidence, contradiction, failures_shown, unclean_exit};
 use crate::delta::EnvironmentDelta;
 
+/// A trial's verdict, as its record's `outcome` writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Judgement {
+    /// The metric passed it, and its verify run is evidence.
     Pass,
+    /// Not passed: the metric failed it, or its diff touched protected paths.
     Fail,
     /// The verify run is no evidence: zero tests, a contradiction, a fake summary.
     Invalid,
 }
 
+/// What [`verdict`] decides of a scored trial.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
+    /// What the record's `outcome` says.
     pub judgement: Judgement,
+    /// The metric's score when the metric decided; 0.0 when invalid, rejected or tampered.
     pub score: f64,
     /// Why the trial did not pass, in words a user reads in the progress line and the record.
     pub reason: Option<String>,
@@ -33,13 +39,17 @@ impl Verdict {
         }
     }
 
+    /// Whether the judgement is [`Judgement::Pass`].
     pub fn passed(&self) -> bool {
         self.judgement == Judgement::Pass
     }
 }
 
+/// The facts a verdict is decided from.
 pub struct VerdictInput<'a> {
+    /// The trial's delta, its verify result included.
     pub delta: &'a EnvironmentDelta,
+    /// What the trial's metric made of the delta.
     pub score: Score,
     /// Protected paths the diff touched: the trial fails under every metric (a grader's
     /// verdict on a tampered verifier says nothing).
@@ -48,6 +58,9 @@ pub struct VerdictInput<'a> {
     pub expected: Option<&'a TestEvidence>,
 }
 
+/// The verdict on a trial: a delta the probe rejected or a tampered diff fails it; a verify run
+/// that contradicts itself, shows unexpected failures, misses the expected tests, or leaves a
+/// mutant alive is invalid; else the metric's pass rule decides.
 pub fn verdict(input: VerdictInput<'_>) -> Verdict {
     let result = &input.delta.command_result;
     if let Some(why) = &input.delta.rejected {

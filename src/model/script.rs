@@ -21,17 +21,25 @@ use serde_saphyr::Spanned;
 /// A script that could not be read or does not make sense.
 #[derive(Debug, thiserror::Error)]
 pub enum ScriptError {
+    /// The script file could not be read.
     #[error("{}: cannot read the script: {source}", path.display())]
     Read {
+        /// The script file.
         path: PathBuf,
+        /// The read's error.
         #[source]
         source: std::io::Error,
     },
+    /// The script is not valid YAML or asks for something impossible.
     #[error("{}:{line}:{column}: {message}", path.display())]
     Invalid {
+        /// The script file.
         path: PathBuf,
+        /// 1-based.
         line: u64,
+        /// 1-based.
         column: u64,
+        /// What is wrong there.
         message: String,
     },
 }
@@ -39,9 +47,13 @@ pub enum ScriptError {
 /// Token counts reported for one model call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
+    /// Uncached input tokens.
     pub input_tokens: u64,
+    /// Generated tokens.
     pub output_tokens: u64,
+    /// Input tokens read from the prompt cache.
     pub cache_read_tokens: u64,
+    /// Input tokens written to the prompt cache.
     pub cache_write_tokens: u64,
 }
 
@@ -73,16 +85,27 @@ impl Default for Usage {
 pub enum Action {
     /// Create (or overwrite) a file; `path` is relative to the agent's working directory
     /// unless absolute.
-    Write { path: String, content: String },
+    Write {
+        /// Where to write.
+        path: String,
+        /// The file's whole content.
+        content: String,
+    },
     /// Run a shell command.
-    Shell { command: String },
+    Shell {
+        /// The command line, run by the agent's shell tool.
+        command: String,
+    },
 }
 
 /// An answer the model gives at one step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
+    /// What the model says; `None` for a step with only an action.
     pub text: Option<String>,
+    /// The tool call it makes; `None` for a step with only text.
     pub action: Option<Action>,
+    /// What the call reports it used.
     pub usage: Usage,
 }
 
@@ -91,6 +114,7 @@ pub struct Reply {
 pub struct HttpError {
     /// 400..=599.
     pub status: u16,
+    /// The error's message, in the provider's error body.
     pub message: String,
     /// Seconds, sent as a `retry-after` header.
     pub retry_after: Option<u64>,
@@ -99,7 +123,9 @@ pub struct HttpError {
 /// One step of the script.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
+    /// The model answers (text, a tool call, or both).
     Reply(Reply),
+    /// The endpoint fails the call with an HTTP error.
     Error(HttpError),
 }
 
@@ -114,6 +140,7 @@ pub struct Script {
     /// Stream each text and tool call's arguments in pieces of this many characters, as real
     /// providers split them (anywhere, a path included); `None`: each in one piece.
     pub split: Option<usize>,
+    /// In order, one per main model call; past the last, see `repeat_last`.
     pub steps: Vec<Step>,
 }
 

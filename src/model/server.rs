@@ -57,6 +57,7 @@ pub fn without_delay(
 }
 
 impl Served {
+    /// Serves `router` on `listener` until stopped or dropped.
     pub fn start<L>(listener: L, router: Router) -> Self
     where
         L: axum::serve::Listener,

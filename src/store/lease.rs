@@ -22,12 +22,14 @@ use super::{sanitize, write_json_atomic};
 /// What a running run holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
+    /// The process id of the run.
     pub pid: u32,
     /// The process's start time in clock ticks since boot (`/proc/PID/stat` field 22), so a
     /// reused pid does not pass for the run.
     pub start_time: u64,
     /// The run's workspace root under the workdir: workspaces, overlay mounts, scratch.
     pub root: PathBuf,
+    /// The run directory the run writes.
     pub run_dir: PathBuf,
     /// The container runtime the run started containers with (labelled with the lease's
     /// [`id`](FoundLease::id)), so `gc` removes them with the same one whatever its `PATH`.
@@ -87,7 +89,9 @@ impl HeldLease {
 /// A lease file found on disk.
 #[derive(Debug, Clone)]
 pub struct FoundLease {
+    /// The lease file (`<cache>/leases/<id>.json`).
     pub path: PathBuf,
+    /// What the file holds.
     pub lease: Lease,
 }
 
@@ -130,19 +134,26 @@ pub fn leases(cache: &Path) -> Vec<FoundLease> {
 /// One thing reaping a dead run's lease did (or, in a dry run, would do).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reaped {
+    /// A process still working under the run's root, killed.
     Killed {
+        /// Its process id.
         pid: i32,
+        /// Its working directory.
         cwd: PathBuf,
     },
     /// The run's cgroups, every process still in them killed.
     Cgroup(PathBuf),
     /// A container of the run, removed through its runtime.
     Container(String),
+    /// A mount under the run's root, detached.
     Unmounted(PathBuf),
+    /// The run's root, removed.
     Removed(PathBuf),
     /// Something that could not be cleaned, with why.
     Failed {
+        /// What could not be cleaned (a path, a process, a container).
         what: String,
+        /// Why, as the system said.
         error: String,
     },
 }

@@ -16,8 +16,10 @@ use super::{Manifest, ReadRunError, RunDir, Shard, StoredRun, TrialRecord, layou
 /// Why run directories cannot be merged.
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
+    /// No run directory was given.
     #[error("nothing to merge: name at least one run directory")]
     NoInputs,
+    /// An input's run directory could not be read.
     #[error(transparent)]
     Read(#[from] ReadRunError),
     /// `input` was run without `--shard`, so it is no part of a sharded plan.
@@ -33,36 +35,62 @@ pub enum MergeError {
         first.display()
     )]
     Mismatch {
+        /// The input that differs.
         input: PathBuf,
+        /// The first input, whose plan the others must share.
         first: PathBuf,
+        /// The manifest field that differs (`suite_digest`, `tasks`, ...).
         field: String,
+        /// That field in the first input.
         expected: String,
+        /// That field in `input`.
         found: String,
     },
+    /// Two inputs hold the same shard (or are both whole runs).
     #[error("{} and {} are both {shard}", first.display(), second.display())]
     SameShard {
+        /// The input read first.
         first: PathBuf,
+        /// The input read second.
         second: PathBuf,
+        /// The shard both hold, as `I/N`.
         shard: String,
     },
+    /// Two inputs hold a record of the same trial.
     #[error(
         "trial {task} / {agent} #{trial} is in both {} and {}",
         first.display(),
         second.display()
     )]
     SameTrial {
+        /// The trial's task.
         task: String,
+        /// The trial's agent.
         agent: String,
+        /// The trial's number.
         trial: u32,
+        /// The input read first.
         first: PathBuf,
+        /// The input read second.
         second: PathBuf,
     },
+    /// A record's trial folder is not in its run directory.
     #[error("{}: the folder of a recorded trial is missing", dir.display())]
-    MissingTrialDir { dir: PathBuf },
+    MissingTrialDir {
+        /// The folder expected.
+        dir: PathBuf,
+    },
+    /// The `--out` directory already holds a run.
     #[error("{} already holds a run; choose another --out", .0.display())]
     OutHoldsRun(PathBuf),
+    /// Writing the merged run failed.
     #[error("cannot write {}: {source}", path.display())]
-    Write { path: PathBuf, source: io::Error },
+    Write {
+        /// The file or folder written.
+        path: PathBuf,
+        /// The write's error.
+        source: io::Error,
+    },
 }
 
 impl MergeError {
@@ -75,6 +103,7 @@ impl MergeError {
 /// What a merge wrote, for the caller to report.
 #[derive(Debug, Clone)]
 pub struct Merged {
+    /// The merged run's manifest, as written.
     pub manifest: Manifest,
     /// The merged records, in plan order.
     pub records: Vec<TrialRecord>,
@@ -90,11 +119,15 @@ pub struct Merged {
 /// what `report` shows of an unfinished set of shards.
 #[derive(Debug, Clone)]
 pub struct Gathered {
+    /// The merged run's manifest.
     pub manifest: Manifest,
     /// Each record with the run directory holding its folder, in plan order.
     pub records: Vec<(PathBuf, TrialRecord)>,
+    /// As [`Merged::inputs`].
     pub inputs: Vec<(PathBuf, Option<Shard>, usize)>,
+    /// As [`Merged::missing_shards`].
     pub missing_shards: Vec<u32>,
+    /// As [`Merged::interrupted`].
     pub interrupted: Vec<PathBuf>,
 }
 

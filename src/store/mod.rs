@@ -30,7 +30,9 @@ pub use request::{RunRequest, Sequential, Shard, ShardParseError, StoppingRule};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
+    /// The verifier's evidence says the task is solved.
     Pass,
+    /// Scored, and not solved.
     Fail,
     /// The verifier gave no evidence (zero tests ran) or contradicted itself (a summary that
     /// claims success with a non-zero exit): counted as not passed, shown apart, never retried.
@@ -50,6 +52,7 @@ impl From<Judgement> for Outcome {
 }
 
 impl Outcome {
+    /// The name the JSON records (`infra_error` for [`Outcome::InfraError`]).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pass => "pass",
@@ -63,8 +66,11 @@ impl Outcome {
 /// The verify command's result as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerifyRecord {
+    /// Null when the command was killed (a timeout) or ended by a signal.
     pub exit_code: Option<i32>,
+    /// The command ran past the task's verify timeout and was killed.
     pub timed_out: bool,
+    /// Wall time of the verify command.
     pub duration_ms: u64,
     /// The reward the test script wrote, as deltabench read it (a task with `verify.reward`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -98,13 +104,18 @@ pub enum UsageSource {
 pub struct UsageRecord {
     /// Uncached input.
     pub input_tokens: u64,
+    /// Tokens the model generated.
     pub output_tokens: u64,
+    /// Input tokens served from the provider's prompt cache.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_read_tokens: u64,
+    /// Input tokens written to the provider's prompt cache.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_write_tokens: u64,
+    /// Provider calls counted (absent when 0).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub model_calls: u64,
+    /// In US dollars; null when neither the agent nor a price table gave one.
     pub cost_usd: Option<f64>,
     /// True when deltabench priced the tokens (the agent reported no cost).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -134,28 +145,37 @@ fn is_zero(n: &u64) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(remote = "Self")]
 pub struct TrialRecord {
+    /// The task's id in the suite.
     pub task: String,
+    /// The agent's name in the suite (a matrix variant by its expanded name).
     pub agent: String,
     /// 1-based.
     pub trial: u32,
+    /// Also written as `passed`, true only for `pass`.
     pub outcome: Outcome,
     /// Null when the trial was not scored.
     pub score: Option<f64>,
+    /// The metric that scored it, as the task declared it.
     pub metric: RecordedMetric,
     /// The agent's `CodingResult` status; null when no agent ran.
     pub status: Option<CodingStatus>,
+    /// What went wrong in the agent's run, as it reported; null when it ran clean.
     pub error: Option<CodingError>,
     /// Why the trial could not be scored.
     pub infra_error: Option<String>,
     /// Which fact left it unscored (absent in runs recorded before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unscored: Option<UnscoredCause>,
+    /// The agent's session, to resume or inspect it; null when it gave none.
     pub session_id: Option<String>,
+    /// The size of the workspace delta; null when the probe did not run.
     pub diff: Option<DiffStats>,
+    /// Null when the verify command did not run.
     pub verify: Option<VerifyRecord>,
     /// The usage to compare trials by: the gateway's count when the agent's calls passed it,
     /// else what the agent reported (`usage_source` says which).
     pub usage: Option<UsageRecord>,
+    /// Which count `usage` holds; absent when there is no usage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_source: Option<UsageSource>,
     /// What the agent (its CLI's own stream) reported.
@@ -174,6 +194,7 @@ pub struct TrialRecord {
     pub agent_duration_ms: Option<u64>,
     /// Microseconds per lifecycle phase, in the order they ran.
     pub phases: Vec<(String, u64)>,
+    /// When the trial started: RFC 3339, UTC, in milliseconds.
     pub started_at: String,
     /// Protected paths (the hidden tests by default) the agent's diff touched; non-empty fails
     /// the trial under the `delta` metric.
@@ -222,8 +243,11 @@ pub struct TrialRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum RecordedMetric {
+    /// `delta`: a non-empty workspace delta and a passing verify command.
     Delta,
+    /// `delta-token`: a non-empty workspace delta and no failure token in the verify output.
     DeltaToken,
+    /// `exit-code`: the verify command's exit code alone.
     ExitCode,
     /// The grader's command.
     Grader(String),
@@ -384,16 +408,22 @@ impl<'de> Deserialize<'de> for TrialRecord {
 /// The manifest of a run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
+    /// The suite's name.
     pub suite: String,
+    /// The suite file the run was planned from, as given.
     pub suite_path: String,
+    /// The suite's digest when the run started; `resume` refuses a suite changed since.
     pub suite_digest: String,
     /// Agent configurations, in the run's order.
     pub agents: indexmap::IndexMap<String, serde_json::Value>,
     /// Agents expanded from an ablation `matrix:`, with their base and factor levels.
     #[serde(default)]
     pub variants: indexmap::IndexMap<String, crate::suite::AgentVariant>,
+    /// Task ids, in the run's order.
     pub tasks: Vec<String>,
+    /// Trials per (task, agent) pair.
     pub trials_per_task: u32,
+    /// Trials run at once (`--jobs`).
     pub jobs: usize,
     /// Trials this run directory was meant to hold: its shard's slice when sharded.
     pub planned_trials: usize,
@@ -403,10 +433,15 @@ pub struct Manifest {
     /// The run directories `deltabench merge` combined into this one, as given.
     #[serde(default)]
     pub merged_from: Vec<String>,
+    /// The version of deltabench that wrote the run.
     pub deltabench_version: String,
+    /// RFC 3339, UTC, in milliseconds; after a merge, the earliest of the runs.
     pub started_at: String,
+    /// Null until the run ends (and while a `resume` runs); after a merge, the latest.
     pub finished_at: Option<String>,
+    /// The host that ran it (see [`host_name`]); after a merge, the distinct hosts joined by `, `.
     pub host: String,
+    /// The run's workspace root; empty until trials start; after a merge, the distinct roots joined by `, `.
     pub workdir: String,
     /// How `worktree` workspaces were made: overlay mounts or clones, and why.
     #[serde(default)]
@@ -534,6 +569,7 @@ impl RunDir {
         Ok((run, stored))
     }
 
+    /// The run directory, absolute.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -591,27 +627,43 @@ pub fn write_json_atomic(path: &Path, value: &impl Serialize) -> io::Result<()> 
 /// A finished (or interrupted) run read back from disk.
 #[derive(Debug, Clone)]
 pub struct StoredRun {
+    /// The run directory.
     pub path: PathBuf,
+    /// Its `manifest.json`.
     pub manifest: Manifest,
+    /// The records of `trials.jsonl`, in file order.
     pub trials: Vec<TrialRecord>,
 }
 
 /// Why a run directory cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadRunError {
+    /// The manifest or `trials.jsonl` could not be read.
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    Io {
+        /// The file read.
+        path: PathBuf,
+        /// The read's error.
+        source: io::Error,
+    },
+    /// A line is not valid JSON for its record.
     #[error("{}:{line}: {message}", path.display())]
     Parse {
+        /// The file read.
         path: PathBuf,
+        /// The line, 1-based.
         line: usize,
+        /// What the JSON parser said.
         message: String,
     },
     /// A well-formed record the run cannot have written: `line` is 1-based.
     #[error("{}:{line}: {reason}", path.display())]
     Record {
+        /// The file read.
         path: PathBuf,
+        /// The line, 1-based.
         line: usize,
+        /// What the record has that the plan does not.
         reason: BadRecord,
     },
 }
@@ -620,20 +672,44 @@ pub enum ReadRunError {
 /// every report, so a tampered or foreign line is refused instead of scored.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BadRecord {
+    /// The record's task is not one the run planned.
     #[error("task '{task}' is not in the run's plan (tasks: {valid})")]
-    Task { task: String, valid: String },
+    Task {
+        /// The record's task.
+        task: String,
+        /// The planned tasks, the first 20 joined by `, `.
+        valid: String,
+    },
+    /// The record's agent is not one the run planned.
     #[error("agent '{agent}' is not in the run's plan (agents: {valid})")]
-    Agent { agent: String, valid: String },
+    Agent {
+        /// The record's agent.
+        agent: String,
+        /// The planned agents, the first 20 joined by `, `.
+        valid: String,
+    },
+    /// The record's trial number is outside `1..=trials_per_task`.
     #[error("trial {trial} is not in the run's plan (trials: {valid})")]
-    Trial { trial: u32, valid: String },
+    Trial {
+        /// The record's trial number.
+        trial: u32,
+        /// The planned numbers (`1 to N`).
+        valid: String,
+    },
+    /// The record's trial belongs to another shard of the plan.
     #[error(
         "trial {task} / {agent} #{trial} belongs to shard {owner}, not to this run's shard {shard}"
     )]
     Shard {
+        /// The record's task.
         task: String,
+        /// The record's agent.
         agent: String,
+        /// The record's trial number.
         trial: u32,
+        /// This run directory's shard.
         shard: Shard,
+        /// The shard that trial belongs to.
         owner: Shard,
     },
     /// Only a record of an interrupted trial is followed by another: the one `resume` writes.
@@ -641,9 +717,13 @@ pub enum BadRecord {
         "trial {task} / {agent} #{trial} is already recorded on line {first}; a trial is recorded again only after it was interrupted"
     )]
     Duplicate {
+        /// The record's task.
         task: String,
+        /// The record's agent.
         agent: String,
+        /// The record's trial number.
         trial: u32,
+        /// The line (1-based) of the trial's first record.
         first: usize,
     },
 }

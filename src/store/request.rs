@@ -12,13 +12,19 @@ use sha2::{Digest, Sha256};
 pub struct RunRequest {
     /// Agent names; empty means the suite's agents (or `oracle` and `noop`).
     pub agents: Vec<String>,
+    /// Trials per (task, agent) pair (`--trials`); for a run in rounds, the rounds begun.
     pub trials: u32,
+    /// Trials at once (`--jobs`).
     pub jobs: usize,
+    /// Task ids to run (`--task`); empty means every task.
     pub tasks: Vec<String>,
+    /// Run only tasks with one of these tags (`--tag`); empty means no filter.
     pub tags: Vec<String>,
+    /// Where workspaces are created (`--workdir`).
     pub workdir: PathBuf,
     /// Prepared sources and workspace templates, reused across runs.
     pub cache: PathBuf,
+    /// Keep the workspaces after the run (`--keep-workspaces`).
     pub keep_workspaces: bool,
     /// Keep what each CLI writes of its own in its trial's home (bundled skills, plugin
     /// installs, caches); pruned otherwise.
@@ -51,6 +57,7 @@ pub struct RunRequest {
 /// `max_trials` rounds ran. Recorded, so `resume` goes on from the last round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sequential {
+    /// What stops the rounds.
     pub rule: StoppingRule,
     /// Rounds at most: trials per task and agent.
     pub max_trials: u32,
@@ -66,13 +73,22 @@ pub enum StoppingRule {
     /// The sequential gate decided: `regressed` or `not regressed` within `margin`. Against the
     /// baseline run's same agent, or (no baseline) the run's first agent against its second.
     Decided {
+        /// The run to compare with (`--baseline`); null compares the run's first agent with its second.
         baseline: Option<PathBuf>,
+        /// `not regressed` means the candidate is not worse by this much: a fraction in (0, 1).
         margin: f64,
+        /// The drop in pass rate (0..1) tolerated.
         max_drop: f64,
+        /// The test's confidence (0.95 by default): each false claim stays under 1 − confidence.
         confidence: f64,
     },
     /// Every agent's pass-rate interval is at most `width` wide.
-    CiWidth { width: f64, confidence: f64 },
+    CiWidth {
+        /// The widest interval accepted, a fraction (0.1 for ±5 points).
+        width: f64,
+        /// The intervals' confidence level.
+        confidence: f64,
+    },
 }
 
 /// Slice `index` (1-based) of `total` of a plan: the trials whose key hashes to it.
@@ -81,7 +97,9 @@ pub enum StoppingRule {
 /// every machine computes the same slices and adding a task or an agent moves no other trial.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Shard {
+    /// 1-based, at most `total`.
     pub index: u32,
+    /// How many shards the plan is split into, at least 1.
     pub total: u32,
 }
 
@@ -104,14 +122,23 @@ impl fmt::Display for Shard {
 /// Why a `--shard` value is not `I/N` with `1 <= I <= N`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShardParseError {
+    /// The value is not of the form `I/N`.
     #[error("'{0}' is not of the form I/N (e.g. --shard 2/4)")]
     Form(String),
+    /// I or N is not a whole number.
     #[error("'{0}': I and N must be whole numbers (e.g. --shard 2/4)")]
     Number(String),
+    /// N is 0.
     #[error("'{0}': the shard count N must be at least 1 (e.g. --shard 2/4)")]
     ZeroTotal(String),
+    /// I is 0 or greater than N.
     #[error("'{value}': the shard index must be between 1 and {total} (e.g. --shard 2/4)")]
-    Index { value: String, total: u32 },
+    Index {
+        /// The value given.
+        value: String,
+        /// Its N.
+        total: u32,
+    },
 }
 
 impl FromStr for Shard {

@@ -24,11 +24,14 @@ pub struct RoundMark {
     pub decided: Option<String>,
     /// Seconds since the Unix epoch when the shard was last alive.
     pub heartbeat: u64,
+    /// The host the shard runs on.
     pub host: String,
+    /// The shard's process id.
     pub pid: u32,
 }
 
 impl RoundMark {
+    /// A mark of `round` from this process, its heartbeat now.
     pub fn new(round: u32) -> Self {
         Self {
             round,
@@ -57,6 +60,7 @@ pub fn read_mark(run_dir: &Path) -> Option<RoundMark> {
     serde_json::from_str(&text).ok()
 }
 
+/// Writes the run directory's mark atomically (temp file + rename).
 pub fn write_mark(run_dir: &Path, mark: &RoundMark) -> std::io::Result<()> {
     super::write_json_atomic(&run_dir.join(ROUNDS), mark)
 }
@@ -69,15 +73,23 @@ pub enum Sibling {
     /// No mark yet: its job has not started (or has not finished its first round's set-up).
     NotStarted,
     /// Still in an earlier round, and alive.
-    Behind { round: u32 },
+    Behind {
+        /// The last round it recorded in full.
+        round: u32,
+    },
     /// Still in an earlier round, and silent for longer than [`STALE_SECS`].
     Gone {
+        /// The last round it recorded in full.
         round: u32,
+        /// Seconds since its last heartbeat.
         silent: u64,
+        /// The host it ran on.
         host: String,
     },
 }
 
+/// Where the shard whose mark is `mark` stands against `round`, at `now` (seconds since the Unix
+/// epoch).
 pub fn sibling(mark: Option<&RoundMark>, round: u32, now: u64) -> Sibling {
     match mark {
         None => Sibling::NotStarted,
@@ -91,7 +103,8 @@ pub fn sibling(mark: Option<&RoundMark>, round: u32, now: u64) -> Sibling {
     }
 }
 
-pub fn now() -> u64 {
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub(crate) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

@@ -29,29 +29,43 @@ pub fn parse_dir_name(name: &str) -> Option<Shard> {
 /// Why `--shard auto` found no slice.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AutoShardError {
+    /// None of the variables `--shard auto` reads is set: give `--shard I/N` instead.
     #[error(
         "--shard auto found no shard in the environment: it looks for {AUTO_VARIABLES}, and none is set"
     )]
     Nothing,
+    /// A variable is set without the one it needs beside it.
     #[error("--shard auto: {variable} is set but {missing} is not: {why}")]
     Missing {
+        /// The variable that is set.
         variable: String,
+        /// What is not set (a variable, or the shard count).
         missing: String,
+        /// What to do, or why it is needed.
         why: String,
     },
+    /// A variable's value names no shard of the plan.
     #[error("--shard auto: {variable}={value}: {why}")]
     Bad {
+        /// The variable read.
         variable: String,
+        /// Its value.
         value: String,
+        /// What is wrong with it.
         why: String,
     },
+    /// Two sources name different shards.
     #[error(
         "--shard auto: the environment contradicts itself: {first} says shard {a}, {second} says shard {b}; unset one of them"
     )]
     Contradiction {
+        /// The first source (a variable's name).
         first: String,
+        /// The shard it names.
         a: Shard,
+        /// The second source.
         second: String,
+        /// The shard it names.
         b: Shard,
     },
 }
@@ -209,21 +223,31 @@ fn agreed(found: Vec<(String, Shard)>) -> Result<Shard, AutoShardError> {
 /// The shard folders a parent folder holds, by index.
 #[derive(Debug, Clone)]
 pub struct ShardSet {
+    /// The shard count N, the same for every folder.
     pub total: u32,
+    /// Each folder, by its shard index I.
     pub dirs: BTreeMap<u32, PathBuf>,
 }
 
 /// Why a folder is not a parent of shard folders.
 #[derive(Debug, thiserror::Error)]
 pub enum ShardSetError {
+    /// The folder could not be listed.
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    Io {
+        /// The folder listed.
+        path: PathBuf,
+        /// The listing's error.
+        source: io::Error,
+    },
+    /// The folder holds no `shard-I-of-N` folder.
     #[error(
         "{} holds no shard folders (shard-I-of-N, written by `run --shard auto --out {}`)",
         .0.display(),
         .0.display()
     )]
     Empty(PathBuf),
+    /// The folder holds shards of two different counts N.
     #[error(
         "{} holds shards of two counts: {} and {}; keep one run's shards per folder",
         parent.display(),
@@ -231,8 +255,11 @@ pub enum ShardSetError {
         second.display()
     )]
     MixedTotals {
+        /// The folder listed.
         parent: PathBuf,
+        /// A shard folder of the first count.
         first: PathBuf,
+        /// A shard folder of another count.
         second: PathBuf,
     },
 }
@@ -286,6 +313,7 @@ pub enum ShardState {
 }
 
 impl ShardState {
+    /// How `status` shows it (`STOPPED` in capitals, so a stopped shard stands out).
     pub fn label(self) -> &'static str {
         match self {
             Self::NotStarted => "not started",
@@ -300,14 +328,19 @@ impl ShardState {
 /// How far one shard got.
 #[derive(Debug, Clone)]
 pub struct ShardProgress {
+    /// The shard the folder's name says it is.
     pub shard: Shard,
+    /// The shard's folder.
     pub dir: PathBuf,
+    /// Where it stands.
     pub state: ShardState,
     /// Planned trials; None until the shard's run wrote its manifest.
     pub planned: Option<usize>,
     /// Recorded trials (an interrupted trial's record does not count).
     pub recorded: usize,
+    /// Recorded trials that passed.
     pub passed: usize,
+    /// The host its manifest says ran it; empty until it wrote one.
     pub host: String,
     /// Seconds until the shard is done at its pace so far, while it runs.
     pub eta_secs: Option<u64>,

@@ -24,6 +24,7 @@ pub struct CloneBackend {
 }
 
 impl CloneBackend {
+    /// Clones under `root`, one folder per workspace name, removed on dispose.
     pub fn new(root: &Path) -> Self {
         Self {
             root: root.to_owned(),

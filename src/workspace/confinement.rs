@@ -7,6 +7,7 @@ use crate::process::{CommandSpec, ProcessOutput};
 
 use super::{ContainerPolicy, Network, SandboxPolicy, container_started, sandbox_started};
 
+/// Where a trial's commands run, with the policy that wraps them.
 #[derive(Debug, Clone, Default)]
 pub enum Confinement {
     /// On this machine, as the harness runs.
@@ -117,10 +118,12 @@ impl Confinement {
         }
     }
 
+    /// True when commands run unwrapped on this machine.
     pub fn is_host(&self) -> bool {
         matches!(self, Self::Host)
     }
 
+    /// The container policy, when commands run in the task's container.
     pub fn container(&self) -> Option<&ContainerPolicy> {
         match self {
             Self::Container(policy) => Some(policy),

@@ -27,6 +27,7 @@ const LOG_TAIL_LINES: usize = 20;
 /// Where a task's commands run: an image (named, or built from a Dockerfile).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Environment {
+    /// The image every command's container starts from.
     pub image: ImageSource,
     /// Where the workspace is mounted inside.
     pub workdir: PathBuf,
@@ -73,8 +74,15 @@ pub struct Limits {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ImageSource {
+    /// An image by name or id (`python:3.12`).
     Image(String),
-    Dockerfile { path: PathBuf, context: PathBuf },
+    /// An image the harness builds.
+    Dockerfile {
+        /// The Dockerfile.
+        path: PathBuf,
+        /// The build context folder (the Dockerfile's folder unless the suite names one).
+        context: PathBuf,
+    },
 }
 
 /// `workdir` when the suite does not set one.
@@ -83,29 +91,39 @@ pub const DEFAULT_WORKDIR: &str = "/app";
 /// Which CLI a runtime speaks: the flags differ a little.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RuntimeKind {
+    /// Podman's CLI.
     Podman,
+    /// Docker's CLI.
     Docker,
 }
 
 /// A container runtime's CLI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Runtime {
+    /// The CLI program run (a name on `PATH` or a path).
     pub program: PathBuf,
+    /// Which CLI it is.
     pub kind: RuntimeKind,
 }
 
 /// Why a run's containers could not be listed or removed.
 #[derive(Debug, thiserror::Error)]
 pub enum RemoveContainersError {
+    /// The runtime's CLI could not be started.
     #[error("cannot start {}: {source}", program.display())]
     Spawn {
+        /// The CLI program.
         program: PathBuf,
+        /// The error starting it.
         #[source]
         source: std::io::Error,
     },
     /// The runtime refused; the last lines it wrote.
     #[error("{stderr}")]
-    Failed { stderr: String },
+    Failed {
+        /// The runtime's standard error, last lines kept.
+        stderr: String,
+    },
 }
 
 /// Why containers cannot run, or an image cannot be had: a configuration problem.
@@ -608,15 +626,21 @@ impl Runtime {
 /// One path `diff` lists: added, changed or deleted in a container against its image.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FsChange {
+    /// How the path changed.
     pub kind: FsChangeKind,
+    /// The absolute path inside the container.
     pub path: String,
 }
 
+/// How a path changed in a container (`A`, `C` or `D` in the runtime's `diff`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FsChangeKind {
+    /// Not in the image.
     Added,
+    /// In the image, and different in the container.
     Changed,
+    /// In the image and removed.
     Deleted,
 }
 
@@ -693,9 +717,13 @@ static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 /// How to run one kind of command (setup, the agent, the verify command) in a container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerPolicy {
+    /// The runtime whose CLI runs the container.
     pub runtime: Runtime,
+    /// The image's name or id.
     pub image: String,
+    /// Where the workspace is mounted inside, and the command's working directory.
     pub workdir: PathBuf,
+    /// The network the container gets.
     pub network: Network,
     /// A host folder, created on use, mounted at the same path as the command's `$HOME`.
     pub home: PathBuf,
@@ -716,6 +744,7 @@ pub struct ContainerPolicy {
     pub label: String,
     /// How the command reaches the gateway under [`Network::Model`].
     pub route: Option<ModelRoute>,
+    /// The container's CPU and memory limits.
     pub limits: Limits,
     /// The name of the container to keep (stopped, not removed) when the command ends, so its
     /// file system can be read: the agent's under `delta: container`.
@@ -726,6 +755,7 @@ pub struct ContainerPolicy {
 }
 
 impl ContainerPolicy {
+    /// Runs in `image` instead.
     pub fn image(mut self, image: &str) -> Self {
         self.image = image.to_owned();
         self
@@ -746,6 +776,7 @@ impl ContainerPolicy {
         kept
     }
 
+    /// Runs with `network` instead.
     pub fn network(mut self, network: Network) -> Self {
         self.network = network;
         self
@@ -759,6 +790,7 @@ impl ContainerPolicy {
         self
     }
 
+    /// Mounts `home` as the command's `$HOME` instead.
     pub fn home(mut self, home: PathBuf) -> Self {
         self.home = home;
         self

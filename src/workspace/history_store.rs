@@ -42,19 +42,29 @@ const STRAY_FILES: [&str; 4] = ["FETCH_HEAD", "ORIG_HEAD", "packed-refs.lock", "
 /// Why a history repository cannot be checked or cleaned.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// A file or folder of the store could not be read.
     #[error("cannot read the history store {}: {source}", path.display())]
     Read {
+        /// The file or folder read.
         path: PathBuf,
+        /// The error reading it.
         #[source]
         source: std::io::Error,
     },
+    /// The store has no manifest and not exactly one pack: some other tool made it.
     #[error(
         "the history store {} has no manifest ({MANIFEST}) and {packs} packs (a history holds \
          one): it was not made by this deltabench; remove {} and run again to rebuild it",
         repo.display(),
         repo.display()
     )]
-    Unknown { repo: PathBuf, packs: usize },
+    Unknown {
+        /// The history repository.
+        repo: PathBuf,
+        /// How many packs it holds.
+        packs: usize,
+    },
+    /// The store borrows objects from something other than one whole history beside it.
     #[error(
         "the history store {} borrows objects from {text:?}, which is not one whole history \
          beside it in the cache (a workspace would read every object there); remove {} and run \
@@ -62,7 +72,13 @@ pub enum StoreError {
         repo.display(),
         repo.display()
     )]
-    Alternates { repo: PathBuf, text: String },
+    Alternates {
+        /// The history repository.
+        repo: PathBuf,
+        /// The content of its `objects/info/alternates` file.
+        text: String,
+    },
+    /// A stray object, pack or file could not be removed from the store.
     #[error(
         "cannot remove {} from the history store {}: {source}; remove {} and run again to \
          rebuild it",
@@ -71,20 +87,29 @@ pub enum StoreError {
         repo.display()
     )]
     Remove {
+        /// The history repository.
         repo: PathBuf,
+        /// What could not be removed.
         path: PathBuf,
+        /// The error removing it.
         #[source]
         source: std::io::Error,
     },
+    /// The store's lock file could not be opened or locked.
     #[error("cannot lock the history store {}: {source}", path.display())]
     Lock {
+        /// The lock file.
         path: PathBuf,
+        /// The error opening or locking it.
         #[source]
         source: std::io::Error,
     },
+    /// git2 could not open the store or read its objects and refs.
     #[error("cannot read the history store {}: {}", repo.display(), source.message())]
     Git {
+        /// The history repository.
         repo: PathBuf,
+        /// git2's reason.
         #[source]
         source: git2::Error,
     },
@@ -103,6 +128,7 @@ pub struct Removed {
 }
 
 impl Removed {
+    /// True when nothing was removed: the store held only its base.
     pub fn is_empty(&self) -> bool {
         self.loose.is_empty() && self.packs.is_empty() && self.other.is_empty()
     }

@@ -100,6 +100,7 @@ pub enum Isolation {
 }
 
 impl Isolation {
+    /// The strategy's name as suites and JSON spell it (`worktree`).
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -129,6 +130,7 @@ impl FromStr for Isolation {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown isolation strategy: '{value}'. Valid strategies: {}", ISOLATION_STRATEGIES.join(", "))]
 pub struct UnknownIsolationStrategyError {
+    /// The string given.
     pub value: String,
 }
 
@@ -136,8 +138,11 @@ pub struct UnknownIsolationStrategyError {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("cannot provision a {isolation} workspace from {}: {reason}", base.display())]
 pub struct WorkspaceProvisionError {
+    /// The strategy asked for.
     pub isolation: Isolation,
+    /// The repository the workspace was to be made from.
     pub base: PathBuf,
+    /// The backend's failure, as a message.
     pub reason: String,
 }
 
@@ -145,6 +150,7 @@ pub struct WorkspaceProvisionError {
 /// where it is read, so an unknown one never reaches a provisioner).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ProvisionError {
+    /// The backend failed to make the workspace.
     #[error(transparent)]
     Provision(#[from] WorkspaceProvisionError),
 }
@@ -164,6 +170,7 @@ pub struct WorkspaceBase {
 }
 
 impl WorkspaceBase {
+    /// A base with no preparation.
     pub fn new(repo: PathBuf, commit: String, name: String) -> Self {
         Self {
             repo,
@@ -173,6 +180,7 @@ impl WorkspaceBase {
         }
     }
 
+    /// Sets the work done once per template (`None`: none).
     pub fn prepared_by(mut self, prepare: Option<Arc<dyn Prepare>>) -> Self {
         self.prepare = prepare;
         self
@@ -199,7 +207,9 @@ type Dispose = Box<dyn FnOnce() -> std::io::Result<()> + Send>;
 /// `dispose` runs exactly once: explicitly through [`ProvisionedWorkspace::dispose`], or, if the
 /// owner never got that far (a dropped future, a panic), when the value is dropped.
 pub struct ProvisionedWorkspace {
+    /// The workspace's root directory, where the agent works.
     pub path: PathBuf,
+    /// The strategy it was made under.
     pub isolation: Isolation,
     /// The tree-ish the workspace started from; the probe diffs against it.
     pub base: String,
@@ -214,6 +224,8 @@ pub struct ProvisionedWorkspace {
 }
 
 impl ProvisionedWorkspace {
+    /// A workspace at `path` starting from `base`, removed by `dispose`; not prepared, with no
+    /// changes directory.
     pub fn new(
         path: PathBuf,
         isolation: Isolation,
@@ -249,6 +261,7 @@ impl ProvisionedWorkspace {
         self.base = base;
     }
 
+    /// Runs the dispose action now, returning its error (dropping the workspace ignores it).
     pub fn dispose(mut self) -> std::io::Result<()> {
         self.dispose.take().map_or(Ok(()), |dispose| dispose())
     }
@@ -276,6 +289,7 @@ impl fmt::Debug for ProvisionedWorkspace {
 
 /// Materialises workspaces for one strategy. Blocking: the provisioner runs it off the runtime.
 pub trait WorkspaceBackend: Send + Sync {
+    /// Makes a workspace of `base`.
     fn provision(
         &self,
         base: &WorkspaceBase,
@@ -284,6 +298,7 @@ pub trait WorkspaceBackend: Send + Sync {
 
 /// One method in, a disposable workspace out.
 pub trait WorkspaceProvisioner: Send + Sync {
+    /// Makes a workspace of `base` with the backend for `isolation`; an error when it has none.
     fn provision<'a>(
         &'a self,
         base: &'a WorkspaceBase,
@@ -313,6 +328,7 @@ impl BackendProvisioner {
             .with(Isolation::Worktree, CloneBackend::new(root).keeping(keep))
     }
 
+    /// Registers `backend` for `isolation`, replacing any before it.
     pub fn with(self, isolation: Isolation, backend: impl WorkspaceBackend + 'static) -> Self {
         self.with_shared(isolation, Arc::new(backend))
     }

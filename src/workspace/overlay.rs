@@ -17,12 +17,16 @@ use git2::{Diff, Oid, Repository};
 /// How a file is stored: git knows regular files, executables and symlinks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
+    /// A regular file (mode 100644).
     File,
+    /// A regular file with the executable bit (mode 100755).
     Executable,
+    /// A symbolic link, whose content is its target (mode 120000).
     Symlink,
 }
 
 impl EntryKind {
+    /// The git file mode of this kind.
     pub fn mode(self) -> git2::FileMode {
         match self {
             Self::File => git2::FileMode::Blob,
@@ -31,6 +35,7 @@ impl EntryKind {
         }
     }
 
+    /// The kind of a git file mode; `None` for a folder, submodule or unknown mode.
     pub fn of_mode(mode: i32) -> Option<Self> {
         match mode {
             0o100644 => Some(Self::File),
@@ -60,6 +65,7 @@ impl Overlay {
         }
     }
 
+    /// The directory or patch file.
     pub fn path(&self) -> &Path {
         match self {
             Self::Dir(path) | Self::Patch(path) => path,
@@ -67,52 +73,82 @@ impl Overlay {
     }
 }
 
+/// Why an overlay could not be laid over a workspace.
 #[derive(Debug, thiserror::Error)]
 pub enum OverlayError {
+    /// A file could not be read, written or removed.
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// A patch overlay does not apply to the base.
     #[error("{}: {message}", path.display())]
-    Patch { path: PathBuf, message: String },
+    Patch {
+        /// The patch file.
+        path: PathBuf,
+        /// Why it does not apply.
+        message: String,
+    },
+    /// A path of the overlay leads outside the workspace (`..`, an absolute path).
     #[error("{}: refusing to write outside the workspace", path.display())]
-    Escape { path: PathBuf },
+    Escape {
+        /// The path, relative to the workspace.
+        path: PathBuf,
+    },
 }
 
 /// Why a patch does not apply to a tree (see [`patched_files`]).
 #[derive(Debug, thiserror::Error)]
 pub enum PatchError {
+    /// The file does not parse as a git diff.
     #[error("not a patch: {}", source.message())]
     NotAPatch {
+        /// git2's parse error.
         #[source]
         source: git2::Error,
     },
+    /// The patch deletes a file with content but carries no hunk removing it.
     #[error("a deletion with no hunk of a file that is not empty")]
     NonEmptyDeletion,
     /// libgit2 could not apply it, or read what it applied.
     #[error("{}", source.message())]
     Apply {
+        /// git2's reason.
         #[source]
         source: git2::Error,
     },
+    /// A file the patch leaves could not be read from the repository.
     #[error("{}: {}", path.display(), source.message())]
     Blob {
+        /// The file, relative to the tree.
         path: PathBuf,
+        /// git2's reason.
         #[source]
         source: git2::Error,
     },
     /// The scratch repository `git apply` runs in could not be made.
     #[error("cannot prepare `git apply`: {}", source.message())]
     ScratchRepo {
+        /// git2's reason.
         #[source]
         source: git2::Error,
     },
+    /// A file of that scratch repository could not be written.
     #[error("cannot prepare `git apply`: {source}")]
     ScratchFile {
+        /// The I/O error.
         #[source]
         source: io::Error,
     },
     /// `git apply` refused it; its reasons, one per line of its stderr, joined by `; `.
     #[error("{reasons}")]
-    Rejected { reasons: String },
+    Rejected {
+        /// The reasons, as one string.
+        reasons: String,
+    },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> OverlayError + '_ {
@@ -243,7 +279,9 @@ fn apply_patch(
 /// One path a patch changes: its new content and kind, or `None` when the patch removes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PatchedFile {
+    /// The path, relative to the tree.
     pub path: PathBuf,
+    /// The file's new bytes and kind; `None` when the patch removes it.
     pub content: Option<(Vec<u8>, EntryKind)>,
 }
 

@@ -996,7 +996,9 @@ fn mount_overlay(
 /// A cached template `gc --cache-max` removed (or would remove, on a dry run).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EvictedTemplate {
+    /// The template's folder in the cache.
     pub dir: PathBuf,
+    /// Its size, in bytes, as counted toward `--cache-max`.
     pub bytes: u64,
     /// What its preparation made outside it, as written to its `made` file (an image name).
     pub made: Option<String>,

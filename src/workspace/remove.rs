@@ -26,7 +26,9 @@ const SHOWN: usize = 5;
 /// A path [`remove_tree`] left on disk, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeftBehind {
+    /// The path still on disk.
     pub path: PathBuf,
+    /// Why it could not be removed (the system's error, or a mount on it).
     pub reason: String,
 }
 
@@ -47,7 +49,9 @@ impl fmt::Display for LeftBehind {
     if left.len() == 1 { "it" } else { "them" }
 )]
 pub struct RemoveError {
+    /// The tree being removed.
     pub root: PathBuf,
+    /// Every path left on disk (the message names the first few).
     pub left: Vec<LeftBehind>,
 }
 

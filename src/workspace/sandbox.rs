@@ -48,6 +48,7 @@ pub enum Network {
 }
 
 impl Network {
+    /// True for no network at all.
     pub fn is_none(&self) -> bool {
         *self == Self::None
     }
@@ -92,6 +93,7 @@ impl fmt::Display for Network {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown network mode: '{value}'. Valid modes: none, host, model")]
 pub struct UnknownNetworkError {
+    /// The value given.
     pub value: String,
 }
 
@@ -116,6 +118,7 @@ impl FromStr for Network {
     "the `sandbox` isolation strategy needs bubblewrap, and {reason}. Install it (`apt-get install bubblewrap`) and make sure unprivileged user namespaces are enabled (`sysctl kernel.unprivileged_userns_clone=1`, `user.max_user_namespaces` > 0), or use `worktree`"
 )]
 pub struct SandboxUnavailableError {
+    /// What the check found: `bwrap` cannot start, or cannot build the sandbox.
     pub reason: String,
 }
 
@@ -178,6 +181,7 @@ const TOOLCHAIN_SECRETS: [&str; 2] = ["credentials", "credentials.toml"];
 pub struct SandboxPolicy {
     /// A host directory, created on use, that becomes the command's empty, writable `$HOME`.
     pub home: PathBuf,
+    /// The network the command gets.
     pub network: Network,
     /// Host paths masked (emptied) where an exposed tree would show them.
     pub hidden: Vec<PathBuf>,
@@ -207,6 +211,8 @@ pub(super) fn object_stores(repo: &Path) -> (PathBuf, Vec<PathBuf>) {
 }
 
 impl SandboxPolicy {
+    /// A policy with `home` as `$HOME`, no network, and nothing hidden or exposed beyond the
+    /// workspace.
     pub fn new(home: PathBuf) -> Self {
         Self {
             home,
@@ -227,6 +233,7 @@ impl SandboxPolicy {
         self
     }
 
+    /// Runs with `network` instead.
     pub fn network(mut self, network: Network) -> Self {
         self.network = network;
         self

@@ -30,16 +30,22 @@ use super::git::{git_command, run_git};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RepoKind {
+    /// A folder with a `.git` inside.
     WorkTree,
+    /// A bare git repository.
     Bare,
+    /// A `git bundle` file.
     Bundle,
+    /// A folder that is no repository: its files are committed into a cached one.
     PlainDir,
 }
 
 /// The suite's repository.
 #[derive(Debug, Clone, Serialize)]
 pub struct RepoSource {
+    /// The repository, file or folder, as the suite resolved `repo:`.
     pub path: PathBuf,
+    /// What is at that path.
     pub kind: RepoKind,
 }
 
