@@ -10,7 +10,7 @@
 //! container instead ([`ContainerPolicy`]), whatever the isolation.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -117,31 +117,71 @@ impl CommandAgent {
 
     async fn execute_command(self, ctx: RunContext, task: String, session: String) -> CodingResult {
         let instruction_file = self.scratch.join(INSTRUCTION_FILE);
-        if let Err(err) = tokio::fs::write(&instruction_file, &task).await {
-            return CodingResult::failed(
-                session,
-                CodingError::new(
-                    ErrorCode::SdkError,
-                    format!("cannot write {}: {err}", instruction_file.display()),
-                ),
-            );
-        }
         let events_file = self.events_file();
-        if let Err(err) = fresh_file(&events_file) {
-            return CodingResult::failed(
-                session,
-                CodingError::new(
-                    ErrorCode::SdkError,
-                    format!("cannot create {}: {err}", events_file.display()),
-                ),
+        if let Err(err) = prepare_files(&instruction_file, &task, &events_file).await {
+            return CodingResult::failed(session, err);
+        }
+        let spec = self.spec(&task, &session, &instruction_file, &events_file);
+        let spec = match confined_spec(&self.confinement, &self.workspace, spec) {
+            Ok(spec) => spec,
+            Err(err) => return CodingResult::failed(session, err),
+        };
+        ctx.emit(StreamEvent::System {
+            subtype: "spawn".into(),
+            message: format!("{}sh -c {:?}", self.confinement.place(), self.config.run),
+            data: None,
+        })
+        .await;
+        let budget = self.gateway.as_ref().map(|(_, stop)| stop.clone());
+        let ended = match run_within_budget(&spec, &ctx.cancel, budget.as_ref()).await {
+            Ok(ended) => ended,
+            Err(err) => {
+                let message = format!("cannot start `{}`: {err}", self.config.run);
+                return CodingResult::failed(
+                    session,
+                    CodingError::new(ErrorCode::SdkError, message),
+                );
+            }
+        };
+        let exceeded = budget.as_ref().and_then(BudgetStop::tripped);
+        let reported = report_events(&ctx, &events_file, &ended).await;
+        if let Some(failed) = confinement_failure(&self.confinement, &session, &ended) {
+            return failed;
+        }
+        let end = CommandEnd {
+            cancelled: ctx.cancel.is_cancelled(),
+            exceeded,
+            timeout: self.config.timeout,
+        };
+        if let Some(reason) = &end.exceeded {
+            ctx.emit(crate::agent::stop_event(reason)).await;
+        }
+        let mut result = end.result(session, &ended);
+        result.output.text = summary(&ended.output.text());
+        result.usage = reported.usage;
+        if !reported.problems.is_empty() {
+            result.output.metadata.insert(
+                "agent_events_problems".to_owned(),
+                serde_json::json!(reported.problems),
             );
         }
+        result
+    }
+
+    /// The command line with the trial's variables, the gateway's and the agent's own `env:`.
+    fn spec(
+        &self,
+        task: &str,
+        session: &str,
+        instruction_file: &Path,
+        events_file: &Path,
+    ) -> CommandSpec {
         let mut spec = CommandSpec::shell(&self.config.run, &self.workspace)
-            .env("DELTABENCH_INSTRUCTION", &task)
-            .env("DELTABENCH_EVENTS", &events_file)
-            .env("DELTABENCH_INSTRUCTION_FILE", &instruction_file)
+            .env("DELTABENCH_INSTRUCTION", task)
+            .env("DELTABENCH_EVENTS", events_file)
+            .env("DELTABENCH_INSTRUCTION_FILE", instruction_file)
             .env("DELTABENCH_WORKSPACE", &self.workspace)
-            .env("DELTABENCH_SESSION_ID", &session)
+            .env("DELTABENCH_SESSION_ID", session)
             .timeout(self.config.timeout)
             .log_path(Some(self.scratch.join(AGENT_LOG)));
         if let Some((url, _)) = &self.gateway {
@@ -161,116 +201,7 @@ impl CommandAgent {
         for (key, value) in &self.config.env {
             spec = spec.env(key, value);
         }
-        let spec = match confined_spec(&self.confinement, &self.workspace, spec) {
-            Ok(spec) => spec,
-            Err(err) => return CodingResult::failed(session, err),
-        };
-        ctx.emit(StreamEvent::System {
-            subtype: "spawn".into(),
-            message: format!("{}sh -c {:?}", self.confinement.place(), self.config.run),
-            data: None,
-        })
-        .await;
-        let stop = ctx.cancel.child_token();
-        let budget = self.gateway.as_ref().map(|(_, stop)| stop.clone());
-        let stopper = budget.clone().map(|budget| {
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                budget.wait().await;
-                stop.cancel();
-            })
-        });
-        let ended = process::run(&spec, &stop).await;
-        if let Some(stopper) = stopper {
-            stopper.abort();
-        }
-        let exceeded = budget.as_ref().and_then(BudgetStop::tripped);
-        let ended = match ended {
-            Ok(ended) => ended,
-            Err(err) => {
-                return CodingResult::failed(
-                    session,
-                    CodingError::new(
-                        ErrorCode::SdkError,
-                        format!("cannot start `{}`: {err}", self.config.run),
-                    ),
-                );
-            }
-        };
-        let reported = agent_events::read(&events_file);
-        if std::fs::symlink_metadata(&events_file).is_ok_and(|m| m.is_file() && m.len() == 0) {
-            // Nothing reported: no empty file left in the trial folder.
-            let _ = std::fs::remove_file(&events_file);
-        }
-        for event in reported.events {
-            ctx.emit(event).await;
-        }
-        for problem in &reported.problems {
-            ctx.emit(StreamEvent::System {
-                subtype: "warning".into(),
-                message: format!("$DELTABENCH_EVENTS ({AGENT_EVENTS}): {problem}"),
-                data: None,
-            })
-            .await;
-        }
-        ctx.emit(StreamEvent::System {
-            subtype: "exit".into(),
-            message: ended.ending(),
-            data: Some(serde_json::json!({
-                "exit_code": ended.exit_code,
-                "signal": ended.signal,
-                "timed_out": ended.timed_out,
-                "leaked": ended.leaked,
-                "output_bytes": ended.output.total_bytes(),
-            })),
-        })
-        .await;
-        if let Some(failed) = confinement_failure(&self.confinement, &session, &ended) {
-            return failed;
-        }
-
-        let mut result = if ctx.cancel.is_cancelled() {
-            CodingResult::aborted(session)
-        } else if let Some(reason) = exceeded {
-            ctx.emit(crate::agent::stop_event(&reason)).await;
-            crate::agent::stopped_result(session, reason)
-        } else if ended.cancelled {
-            CodingResult::aborted(session)
-        } else if ended.timed_out {
-            let limit = self.config.timeout.unwrap_or_default();
-            CodingResult::failed(
-                session,
-                CodingError::new(
-                    ErrorCode::Timeout,
-                    format!(
-                        "command exceeded its timeout of {}",
-                        humantime::format_duration(limit)
-                    ),
-                ),
-            )
-        } else if ended.exit_code == Some(0) {
-            CodingResult::completed(session)
-        } else {
-            CodingResult::failed(
-                session,
-                CodingError::new(ErrorCode::SdkError, format!("command {}", ended.ending())),
-            )
-        };
-        let text = ended.output.text();
-        let start = text
-            .char_indices()
-            .rev()
-            .nth(SUMMARY_CHARS)
-            .map_or(0, |(i, _)| i);
-        result.output.text = Some(text[start..].to_owned()).filter(|t| !t.is_empty());
-        result.usage = reported.usage;
-        if !reported.problems.is_empty() {
-            result.output.metadata.insert(
-                "agent_events_problems".to_owned(),
-                serde_json::json!(reported.problems),
-            );
-        }
-        result
+        spec
     }
 
     /// Where the command writes its events: the trial folder, or the home it gets when it runs
@@ -281,6 +212,116 @@ impl CommandAgent {
             None => self.scratch.join(AGENT_EVENTS),
         }
     }
+}
+
+/// The instruction file written and the events file made empty, or the agent's error saying
+/// which could not be.
+async fn prepare_files(instruction: &Path, task: &str, events: &Path) -> Result<(), CodingError> {
+    let failed = |message| CodingError::new(ErrorCode::SdkError, message);
+    tokio::fs::write(instruction, task)
+        .await
+        .map_err(|err| failed(format!("cannot write {}: {err}", instruction.display())))?;
+    fresh_file(events).map_err(|err| failed(format!("cannot create {}: {err}", events.display())))
+}
+
+/// Runs `spec` until it ends, the run is cancelled, or the gateway's budget trips.
+async fn run_within_budget(
+    spec: &CommandSpec,
+    cancel: &tokio_util::sync::CancellationToken,
+    budget: Option<&BudgetStop>,
+) -> std::io::Result<process::ProcessOutput> {
+    let stop = cancel.child_token();
+    let stopper = budget.cloned().map(|budget| {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            budget.wait().await;
+            stop.cancel();
+        })
+    });
+    let ended = process::run(spec, &stop).await;
+    if let Some(stopper) = stopper {
+        stopper.abort();
+    }
+    ended
+}
+
+/// Emits what the command reported in `$DELTABENCH_EVENTS` (and the problems reading it), then
+/// how it exited; an empty events file is removed.
+async fn report_events(
+    ctx: &RunContext,
+    events_file: &Path,
+    ended: &process::ProcessOutput,
+) -> agent_events::AgentEvents {
+    let mut reported = agent_events::read(events_file);
+    if std::fs::symlink_metadata(events_file).is_ok_and(|m| m.is_file() && m.len() == 0) {
+        // Nothing reported: no empty file left in the trial folder.
+        let _ = std::fs::remove_file(events_file);
+    }
+    for event in std::mem::take(&mut reported.events) {
+        ctx.emit(event).await;
+    }
+    for problem in &reported.problems {
+        ctx.emit(StreamEvent::System {
+            subtype: "warning".into(),
+            message: format!("$DELTABENCH_EVENTS ({AGENT_EVENTS}): {problem}"),
+            data: None,
+        })
+        .await;
+    }
+    ctx.emit(StreamEvent::System {
+        subtype: "exit".into(),
+        message: ended.ending(),
+        data: Some(serde_json::json!({
+            "exit_code": ended.exit_code,
+            "signal": ended.signal,
+            "timed_out": ended.timed_out,
+            "leaked": ended.leaked,
+            "output_bytes": ended.output.total_bytes(),
+        })),
+    })
+    .await;
+    reported
+}
+
+/// What decides a command agent's status besides its exit.
+struct CommandEnd {
+    /// The run was cancelled while the command ran.
+    cancelled: bool,
+    /// The gateway's budget tripped, and why.
+    exceeded: Option<String>,
+    timeout: Option<std::time::Duration>,
+}
+
+impl CommandEnd {
+    /// The agent's result: aborted, stopped by its budget, timed out, completed or failed.
+    fn result(&self, session: String, ended: &process::ProcessOutput) -> CodingResult {
+        if self.cancelled {
+            CodingResult::aborted(session)
+        } else if let Some(reason) = &self.exceeded {
+            crate::agent::stopped_result(session, reason.clone())
+        } else if ended.cancelled {
+            CodingResult::aborted(session)
+        } else if ended.timed_out {
+            let limit = humantime::format_duration(self.timeout.unwrap_or_default());
+            let message = format!("command exceeded its timeout of {limit}");
+            CodingResult::failed(session, CodingError::new(ErrorCode::Timeout, message))
+        } else if ended.exit_code == Some(0) {
+            CodingResult::completed(session)
+        } else {
+            let message = format!("command {}", ended.ending());
+            CodingResult::failed(session, CodingError::new(ErrorCode::SdkError, message))
+        }
+    }
+}
+
+/// The last [`SUMMARY_CHARS`] characters of the command's output, `None` when it printed nothing.
+fn summary(text: &str) -> Option<String> {
+    let start = text
+        .char_indices()
+        .rev()
+        .nth(SUMMARY_CHARS)
+        .map_or(0, |(i, _)| i);
+    Some(text[start..].to_owned()).filter(|t| !t.is_empty())
 }
 
 /// An empty file at `path`, replacing whatever was there (a symlink is removed, not followed).
