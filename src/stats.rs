@@ -51,7 +51,9 @@ const PLAN_TRIALS: [usize; 5] = [1, 2, 3, 5, 10];
 /// A closed interval `[lo, hi]`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Interval {
+    /// Lower bound, a fraction (0.8 is 80%, or +80 points for a difference).
     pub lo: f64,
+    /// Upper bound, in the same unit as `lo`.
     pub hi: f64,
 }
 
@@ -185,8 +187,11 @@ pub fn pass_hat_k(n: usize, c: usize, k: usize) -> Option<f64> {
 /// One task's outcomes for one agent: how many trials passed out of how many.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TaskOutcome {
+    /// Task name, as in the suite.
     pub task: String,
+    /// Trials of this task that passed.
     pub passed: usize,
+    /// Trials of this task that were scored; `passed` of them passed.
     pub trials: usize,
 }
 
@@ -236,13 +241,18 @@ fn sample_variance(values: &[f64]) -> f64 {
 /// An agent's pass rate over tasks, with its interval.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RateEstimate {
+    /// Pass rate as a fraction in [0, 1]: passed/trials (`"wilson"`) or the mean per-task pass
+    /// fraction (`"clustered"`).
     pub rate: f64,
+    /// Two-sided interval of `rate` at the requested confidence.
     pub interval: Interval,
     /// `"wilson"` or `"clustered"`.
     pub method: &'static str,
     /// Tasks with at least one trial.
     pub tasks: usize,
+    /// Trials counted, over all tasks.
     pub trials: usize,
+    /// Trials that passed, over all tasks.
     pub passed: usize,
 }
 
@@ -341,7 +351,9 @@ pub struct Flips {
     pub fixed: Vec<String>,
     /// Passed on the baseline, fails on the candidate.
     pub broken: Vec<String>,
+    /// Passed on both sides.
     pub both_pass: Vec<String>,
+    /// Failed on both sides.
     pub both_fail: Vec<String>,
 }
 
@@ -649,18 +661,26 @@ pub fn sign_flip(diffs: &[f64], confidence: f64, iterations: usize, seed: u64) -
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Finding {
+    /// A significant drop, or more tasks broken outright than allowed: the gate fails.
     Regressed,
+    /// A significant gain and no regression.
     Improved,
+    /// Neither: the data cannot tell; [`Comparison::to_decide`] says what would.
     Inconclusive,
 }
 
 /// One shared task: its trials on each side and the within-task test.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskComparison {
+    /// Task name, as in the suite.
     pub task: String,
+    /// Baseline trials of this task that passed.
     pub base_passed: usize,
+    /// Baseline trials of this task.
     pub base_trials: usize,
+    /// Candidate trials of this task that passed.
     pub candidate_passed: usize,
+    /// Candidate trials of this task.
     pub candidate_trials: usize,
     /// Two-sided [`fisher_exact`] p of the two sides' trial counts.
     pub p_value: f64,
@@ -702,25 +722,34 @@ pub struct Comparison {
     pub tasks: usize,
     /// Each shared task, sorted by task.
     pub per_task: Vec<TaskComparison>,
+    /// Which tasks flipped between pass and fail (a task's pass: most of its trials passed).
     pub flips: Flips,
     /// Mean per-task pass fraction on the shared tasks, with its [`pass_rate`] interval.
     pub base_rate: f64,
+    /// Interval of `base_rate`.
     pub base_interval: Interval,
+    /// Mean per-task pass fraction of the candidate on the shared tasks.
     pub candidate_rate: f64,
+    /// Interval of `candidate_rate`.
     pub candidate_interval: Interval,
     /// candidate_rate − base_rate.
     pub diff: f64,
     /// The test across tasks: `"paired-permutation"` ([`sign_flip`] on per-task differences).
     pub test: &'static str,
+    /// Two-sided p of `test`: below 1 − confidence, `diff` is significant.
     pub p_value: f64,
     /// Interval of `diff`: the inversion of the same test (see [`SignFlip::interval`]).
     pub interval: Interval,
+    /// The p-value counted every sign assignment; else seeded random ones (see [`SignFlip::exact`]).
     pub exact: bool,
+    /// The smallest p this many tasks can give.
     pub min_p: f64,
+    /// `min_p` is not below 1 − confidence: across tasks this comparison can never be significant.
     pub powerless: bool,
     /// Tasks whose pass fraction fell (`dropped`) or rose (`gained`) significantly within their
     /// own trials: Holm-adjusted Fisher p below 1 − confidence.
     pub dropped: Vec<String>,
+    /// See `dropped`: tasks whose pass fraction rose significantly.
     pub gained: Vec<String>,
     /// Tasks broken outright: every baseline trial passed and no candidate trial did, with at
     /// least [`OUTRIGHT_TRIALS`] trials on each side (one flip of one trial is left to the tests).
@@ -729,11 +758,13 @@ pub struct Comparison {
     pub fixed_outright: Vec<String>,
     /// More tasks than this broken outright is a regression, whatever the tests say.
     pub max_broken: Option<usize>,
+    /// What the tests found; [`gate`] decides from it.
     pub verdict: Finding,
     /// The smallest |diff| this many tasks detect with 80% power at `confidence`.
     pub mde: f64,
     /// With an inconclusive verdict: what [`plan`] says a comparison would need to decide.
     pub to_decide: Option<ToDecide>,
+    /// Two-sided confidence level every test and interval here used (0.95 for 95%).
     pub confidence: f64,
 }
 
@@ -741,8 +772,12 @@ pub struct Comparison {
 /// [`plan`] on both sides' trials.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToDecide {
+    /// The change to detect, a fraction (0.1 is ten points): the one seen, or five points when it is
+    /// smaller.
     pub effect: f64,
+    /// Probability of detecting `effect` (0.8 is 80%).
     pub power: f64,
+    /// Tasks needed for each trials-per-task count [`plan`] tries.
     pub rows: Vec<PlanRow>,
 }
 
@@ -1165,7 +1200,9 @@ pub fn gate(cmp: &Comparison, max_drop: f64) -> (bool, String) {
 /// One row of a sample-size plan: this many trials per task needs this many tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct PlanRow {
+    /// Trials per task.
     pub trials: usize,
+    /// Tasks needed with that many trials each.
     pub tasks: usize,
 }
 

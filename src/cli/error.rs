@@ -24,7 +24,7 @@ pub(super) type Source = Box<dyn StdError + Send + Sync + 'static>;
 
 /// What kind of failure ended the command; its exit code follows from it alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// The user's to fix: the command line, a suite or agents file, a run directory named, an
     /// `--out` in use. Nothing was run.
     Usage,
@@ -35,7 +35,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub fn exit(self) -> Exit {
+    pub(crate) fn exit(self) -> Exit {
         match self {
             Self::Usage => Exit::Usage,
             Self::Unscored | Self::Harness => Exit::Unscored,
@@ -45,7 +45,7 @@ impl ErrorKind {
 
 /// The error a command ends with (see the module's docs).
 #[derive(Debug)]
-pub struct CliError {
+pub(crate) struct CliError {
     kind: ErrorKind,
     /// Its Display is the first line; its `source()` chain, the `caused by:` lines.
     error: Source,
@@ -82,7 +82,7 @@ impl StdError for Message {
 
 impl CliError {
     /// `error` as the message, its sources as the causes.
-    pub fn new(kind: ErrorKind, error: impl Into<Source>) -> Self {
+    pub(crate) fn new(kind: ErrorKind, error: impl Into<Source>) -> Self {
         Self {
             kind,
             error: error.into(),
@@ -93,7 +93,7 @@ impl CliError {
     }
 
     /// `message`, caused by `cause` (and what caused that).
-    pub fn with_cause(
+    pub(crate) fn with_cause(
         kind: ErrorKind,
         message: impl Into<String>,
         cause: impl Into<Source>,
@@ -117,19 +117,19 @@ impl CliError {
         )
     }
 
-    pub fn usage(message: impl Into<String>) -> Self {
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
         Self::message(ErrorKind::Usage, message)
     }
 
-    pub fn unscored(message: impl Into<String>) -> Self {
+    pub(crate) fn unscored(message: impl Into<String>) -> Self {
         Self::message(ErrorKind::Unscored, message)
     }
 
-    pub fn harness(message: impl Into<String>) -> Self {
+    pub(crate) fn harness(message: impl Into<String>) -> Self {
         Self::message(ErrorKind::Harness, message)
     }
 
-    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+    pub(crate) fn hint(mut self, hint: impl Into<String>) -> Self {
         self.hints.push(hint.into());
         self
     }
@@ -140,12 +140,12 @@ impl CliError {
         self
     }
 
-    pub fn kind(&self) -> ErrorKind {
+    pub(crate) fn kind(&self) -> ErrorKind {
         self.kind
     }
 
     /// What is printed on stderr, each line ending in a newline.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut text = String::new();
         for err in std::iter::once(self).chain(&self.more).take(SHOWN_ERRORS) {
             text.push_str(&err.render_error());

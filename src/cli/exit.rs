@@ -34,6 +34,7 @@ impl Exit {
         Self::Interrupted,
     ];
 
+    /// The number the process exits with.
     pub const fn code(self) -> u8 {
         match self {
             Self::Ok => 0,

@@ -34,7 +34,7 @@ use clap::{CommandFactory, FromArgMatches};
 
 pub use args::Cli;
 use args::{Command, Places, SuiteArgs};
-pub use error::{CliError, ErrorKind};
+pub(crate) use error::{CliError, ErrorKind};
 use exit::Exit;
 
 use crate::store::{self, StoredRun};

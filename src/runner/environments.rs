@@ -121,11 +121,13 @@ impl ImageError {
 /// One image of a suite's environments, as [`build_images`] left it.
 #[derive(Debug, Clone)]
 pub struct ImageReport {
+    /// The image's name, as the tasks' environments give it.
     pub image: String,
     /// The tasks that run in it.
     pub tasks: Vec<String>,
     /// `Ok(true)` built now, `Ok(false)` already there; `Err` why it cannot be used.
     pub outcome: Result<bool, ImageError>,
+    /// Wall-clock time its build or check took.
     pub duration: std::time::Duration,
 }
 

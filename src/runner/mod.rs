@@ -58,9 +58,11 @@ enum TrialEvent {
 
 /// Hears about the run as it goes. Implemented by the terminal reporter.
 pub trait RunObserver: Send {
+    /// The run directory is written and its trials are about to start.
     fn started(&mut self, plan: &Plan, run_dir: &Path);
     /// A trial (`task / agent #n`) began; `trial_finished` names it the same way.
     fn trial_started(&mut self, _name: &str) {}
+    /// A trial ended; `record` is what `trials.jsonl` now holds for it.
     fn trial_finished(&mut self, record: &TrialRecord);
     /// A record the run directory held before this run started (a resumed run's).
     fn recorded(&mut self, _record: &TrialRecord) {}
@@ -75,34 +77,45 @@ pub enum RunError {
     /// configuration error, at a place in the suite file when it has one.
     #[error("{context}")]
     Config {
+        /// What could not be done: the error's message.
         context: String,
+        /// Where the faulty value is written (suite file, line, column), when known.
         at: Option<(PathBuf, u64, u64)>,
+        /// What caused it, when something below did.
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     /// A killed or interrupted run's directory cannot be read back.
     #[error("cannot reopen {}", path.display())]
     Reopen {
+        /// The run directory.
         path: PathBuf,
+        /// Why reading it failed.
         #[source]
         source: Box<crate::store::ReadRunError>,
     },
+    /// The model gateway, which agents' model calls pass through, could not start.
     #[error("cannot start the model gateway")]
     Gateway {
+        /// Why it could not start.
         #[source]
         source: crate::gateway::GatewayError,
     },
     /// A blocking step of the run's preparation panicked or was cancelled.
     #[error("{context}")]
     Task {
+        /// The step that failed.
         context: String,
+        /// Its panic or cancellation.
         #[source]
         source: tokio::task::JoinError,
     },
     /// The harness could not do its part (write the run directory, start a server).
     #[error("{context}")]
     Io {
+        /// What the harness was doing.
         context: String,
+        /// Why it failed.
         #[source]
         source: std::io::Error,
     },
@@ -141,12 +154,14 @@ impl RunError {
 /// The result of a whole run.
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
+    /// The run directory the run wrote.
     pub run_dir: PathBuf,
     /// The run's records, those of an earlier run resumed included: the records themselves
     /// are in `trials.jsonl` only (the observer saw each).
     pub trials: usize,
     /// Of those, the ones that could not be scored.
     pub infra_errors: usize,
+    /// The run ended before every planned trial was recorded (an interrupt); `resume` finishes it.
     pub interrupted: bool,
     /// Workspace leftovers that could not be removed.
     pub leftovers: Vec<String>,

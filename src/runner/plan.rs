@@ -17,7 +17,9 @@ use crate::workspace::{Isolation, Network, check_bubblewrap};
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct PlanError {
+    /// What does not fit: the error's message.
     pub message: String,
+    /// What to do about it, printed as `hint:`; `None` when there is nothing to add.
     pub hint: Option<String>,
 }
 
@@ -33,21 +35,28 @@ impl PlanError {
 /// One planned trial.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrialSpec {
+    /// Index of the task in the plan's `suite.tasks`.
     pub task: usize,
+    /// The agent's name, a key of [`Plan::agents`].
     pub agent: String,
+    /// The trial's number for its task and agent, from 1 (the `#n` of `task / agent #n`).
     pub trial: u32,
 }
 
 /// A validated run plan.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The validated suite the plan was made from.
     pub suite: Arc<Suite>,
+    /// The agents the trials run, by name.
     pub agents: IndexMap<String, AgentSpec>,
+    /// The planned tasks (`--task` and `--tag` applied), as indices into `suite.tasks`.
     pub tasks: Vec<usize>,
     /// The trials to run: the whole plan, or the shard's slice of it.
     pub trials: Vec<TrialSpec>,
     /// Trials in the whole plan, before `--shard` took its slice.
     pub unsharded_trials: usize,
+    /// What the user asked for, as the manifest records it: `resume` plans from it again.
     pub request: RunRequest,
     /// What `validate` saw each task's reference solution show (the suite's lock file).
     pub expected: HashMap<String, TestEvidence>,

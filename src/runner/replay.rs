@@ -15,31 +15,56 @@ const REPLAY_FREE: [&str; 2] = ["endpoint", "api_key"];
 #[derive(Debug, thiserror::Error)]
 #[error("--replay {}: {why}", recorded.display())]
 pub struct ReplayError {
+    /// The run directory given to `--replay`.
     pub recorded: PathBuf,
+    /// Why it cannot answer the plan.
     pub why: NotReplayable,
 }
 
+/// Why a recording cannot answer a plan's trials.
 #[derive(Debug, thiserror::Error)]
 pub enum NotReplayable {
+    /// Its manifest cannot be read (no run directory there): the I/O error.
     #[error("not a run directory (no readable {manifest}: {0})", manifest = layout::MANIFEST)]
     NotARun(std::io::Error),
+    /// Its manifest is no manifest this deltabench reads: the JSON error.
     #[error("its {manifest} is unreadable: {0}", manifest = layout::MANIFEST)]
     Unreadable(serde_json::Error),
+    /// The run was made without `--record`, so it holds no model calls.
     #[error("that run was not made with --record: it holds no model calls to answer from")]
     NotRecorded,
+    /// The recording is a run of another suite.
     #[error("it records suite '{recorded}', not '{planned}'")]
-    OtherSuite { recorded: String, planned: String },
+    OtherSuite {
+        /// The suite name the recording's manifest holds.
+        recorded: String,
+        /// The plan's suite name.
+        planned: String,
+    },
+    /// The plan runs an agent that uses the gateway, and the recording has none of its name.
     #[error("it records no agent '{name}' (it has {})", has.join(", "))]
-    NoAgent { name: String, has: Vec<String> },
+    NoAgent {
+        /// The planned agent, one that uses the gateway.
+        name: String,
+        /// The agents the recording holds.
+        has: Vec<String>,
+    },
+    /// An agent that uses the gateway is configured otherwise than in the recording, beyond
+    /// `endpoint` and `api_key`: the agent's name.
     #[error(
         "agent '{0}' is configured otherwise than in the recording (only `endpoint` and `api_key` may differ)"
     )]
     Reconfigured(String),
+    /// A planned trial of an agent that uses the gateway has no recorded model calls.
     #[error("no recording of trial {task} / {agent} #{trial} ({} is missing)", file.display())]
     Missing {
+        /// The trial's task id.
         task: String,
+        /// The trial's agent.
         agent: String,
+        /// The trial's number, from 1.
         trial: u32,
+        /// The file of model calls that should be there.
         file: PathBuf,
     },
 }

@@ -11,14 +11,20 @@ use super::Plan;
 /// Why a run directory cannot be resumed with this plan. Exit code 2.
 #[derive(Debug, thiserror::Error)]
 pub enum ResumeError {
+    /// The suite file, or a file it names, is not what the run started with; `--force` resumes
+    /// anyway.
     #[error(
         "suite digest changed: {suite}, or a file it names (instructions, hidden tests, solutions, model scripts), is not what the run started with ({recorded}, now {now})"
     )]
     SuiteChanged {
+        /// The suite file.
         suite: PathBuf,
+        /// The suite digest the manifest holds.
         recorded: String,
+        /// The suite's digest now.
         now: String,
     },
+    /// An agent's config changed since the run started (its name); `--force` resumes anyway.
     #[error("agent '{0}' config changed since the run started")]
     AgentChanged(String),
     /// The plan now holds other trials than the manifest's: records of the resumed run would
@@ -26,9 +32,21 @@ pub enum ResumeError {
     #[error(
         "the {what} changed since the run started ({change}): the run directory holds another plan; start a new run instead"
     )]
-    PlanChanged { what: &'static str, change: String },
+    PlanChanged {
+        /// What changed: `agents`, `tasks`, `trials per task` or `shard`.
+        what: &'static str,
+        /// The change in words: the values then and now, or the names no longer and newly
+        /// planned.
+        change: String,
+    },
+    /// A live process still holds a lease on the run directory: let it finish, or stop it.
     #[error("the run is still running (pid {pid}, lease {})", lease.display())]
-    StillRunning { pid: u32, lease: PathBuf },
+    StillRunning {
+        /// The process that holds the lease.
+        pid: u32,
+        /// Its lease file in the run directory.
+        lease: PathBuf,
+    },
 }
 
 impl ResumeError {

@@ -19,6 +19,7 @@ pub struct Unsound<'a> {
 }
 
 impl<'a> Unsound<'a> {
+    /// A reason the task is unsound, shown with `shown`'s verify output (none when `None`).
     pub fn new(reason: impl Into<String>, shown: Option<&'a Trial<'a>>) -> Self {
         Self {
             reason: reason.into(),

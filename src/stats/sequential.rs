@@ -36,8 +36,11 @@ const PRIOR_WEIGHT: f64 = 10.0;
 /// which `not regressed` is claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct SequentialSpec {
+    /// Probability of each false claim, `regressed` or `not regressed` (0.05 for 5%).
     pub alpha: f64,
+    /// A drop in δ up to this fraction (0.05 is five points) is tolerated, not `regressed`.
     pub max_drop: f64,
+    /// `not regressed` is claimed once δ > −margin, a fraction like `max_drop`.
     pub margin: f64,
 }
 
@@ -56,6 +59,7 @@ pub enum SequentialDecision {
 /// The gate after some rounds: its decision, the round that decided it, and both wealths.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SequentialState {
+    /// `Undecided` until one e-value reaches 1/α.
     pub decision: SequentialDecision,
     /// Rounds read (the deciding one, when decided).
     pub rounds: usize,
@@ -243,6 +247,7 @@ pub fn gate_sides(agents: &[String], baseline_agents: Option<&[String]>) -> (Str
 /// The sequential gate after some rounds of a run in rounds, and what a fixed design would ask.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GateReading {
+    /// Decision and evidence after the rounds read.
     pub state: SequentialState,
     /// The candidate's trials in the rounds the gate read, each paired with a baseline trial.
     pub paired_trials: usize,
@@ -310,6 +315,7 @@ pub fn interval_widths(
 /// A simulated suite: each task's baseline pass probability; the candidate's is lower by `drop`.
 #[derive(Debug, Clone)]
 pub struct SimSuite {
+    /// Each task's baseline pass probability, in [0, 1].
     pub base: Vec<f64>,
 }
 
@@ -352,9 +358,13 @@ impl SimSuite {
 /// What many simulated sequential runs did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SimResult {
+    /// Simulated gates run.
     pub runs: usize,
+    /// Runs that ended `regressed`.
     pub regressed: usize,
+    /// Runs that ended `not regressed`.
     pub not_regressed: usize,
+    /// Runs still undecided at the round cap.
     pub undecided: usize,
     /// Mean trials per task and side the runs used.
     pub mean_trials: f64,
@@ -412,7 +422,9 @@ pub fn simulate(
 /// to the fixed design with the same α and the same power.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SimRow {
+    /// The candidate's drop on every task, a fraction (0.1 is ten points).
     pub drop: f64,
+    /// What the sequential runs did at this drop.
     pub result: SimResult,
     /// Trials per task a fixed design needs for the power the sequential gate reached
     /// (capped at 99%); `None` under no difference.

@@ -17,18 +17,31 @@ use crate::support::parse_duration;
 pub enum SuiteError {
     /// SUITE names no suite: no such path, or a folder without `suite.yaml`.
     #[error("cannot read {}: {why}", path.display())]
-    NotFound { path: PathBuf, why: &'static str },
+    NotFound {
+        /// The path given as SUITE.
+        path: PathBuf,
+        /// What is missing: the path itself, or the folder's `suite.yaml`.
+        why: &'static str,
+    },
+    /// The suite or agents file could not be read (a missing `--agents` file too).
     #[error("cannot read {}", path.display())]
     Read {
+        /// The file read.
         path: PathBuf,
+        /// Why reading failed.
         #[source]
         source: std::io::Error,
     },
+    /// A mistake at one place in the suite or agents file: fix it there.
     #[error("{}:{line}:{column}: {message}", path.display())]
     At {
+        /// The file holding the mistake.
         path: PathBuf,
+        /// Line of the mistake, as the message prints it.
         line: u64,
+        /// Column of the mistake, as the message prints it.
         column: u64,
+        /// What is wrong there, in words.
         message: String,
         /// The offending line with a caret under the column.
         snippet: String,
@@ -61,6 +74,7 @@ fn summary(errors: &[SuiteError]) -> String {
 }
 
 impl SuiteError {
+    /// The offending line with a caret under the column, for an [`At`](Self::At) error.
     pub fn snippet(&self) -> Option<&str> {
         match self {
             Self::At { snippet, .. } => Some(snippet),

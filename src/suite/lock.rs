@@ -16,9 +16,13 @@ use crate::workspace::ImageSource;
 
 const VERSION: u32 = 1;
 
+/// A suite's lock file: per task, what its reference solution's verify run showed under
+/// `validate`, and which tasks were flaky.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SuiteLock {
+    /// Format version; [`SuiteLock::read_at`] rejects any but the one this deltabench writes.
     pub version: u32,
+    /// Task id to what its reference showed.
     pub tasks: BTreeMap<String, LockedTask>,
     /// Tasks whose reference did not pass every time under `validate --repeat N`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -29,8 +33,11 @@ pub struct SuiteLock {
 /// much about the task as about the agent, so gates leave it out by default.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlakyTask {
+    /// The task's [`task_digest`] when it was marked: the mark holds while that is unchanged.
     pub digest: String,
+    /// Verify runs of the reference that passed.
     pub passed: u32,
+    /// Verify runs of the reference (`validate --repeat N`).
     pub runs: u32,
 }
 
@@ -41,21 +48,35 @@ pub struct LockedTask {
     pub tests: TestEvidence,
 }
 
+/// A lock file that cannot be read, parsed or written.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
+    /// The lock file exists but reading it failed.
     #[error("cannot read {}: {source}", path.display())]
     Read {
+        /// The lock file.
         path: PathBuf,
+        /// Why reading failed.
         source: std::io::Error,
     },
+    /// The file is no lock this deltabench reads (bad JSON, another version): `validate`
+    /// rewrites it.
     #[error(
         "{}: not a deltabench lock file ({message}); run `deltabench validate` again to rewrite it",
         path.display()
     )]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The lock file.
+        path: PathBuf,
+        /// What is wrong: the JSON error, or the version found.
+        message: String,
+    },
+    /// Writing the lock next to the suite failed: is its folder writable?
     #[error("cannot write {}: {source}", path.display())]
     Write {
+        /// The lock file being written.
         path: PathBuf,
+        /// Why writing failed.
         source: std::io::Error,
     },
 }
@@ -232,6 +253,8 @@ impl SuiteLock {
         true
     }
 
+    /// Writes the lock next to the suite (through a `.json.tmp` renamed over it) and returns its
+    /// path.
     pub fn write(&self, suite: &Suite) -> Result<PathBuf, LockError> {
         let path = lock_path(suite);
         let text = serde_json::to_string_pretty(self).expect("plain data") + "\n";

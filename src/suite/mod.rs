@@ -35,7 +35,6 @@ pub use lock::{
     FlakyTask, LockError, SuiteLock, lock_path, lock_path_of, suite_root, task_digest, unvalidated,
 };
 pub use matrix::MATRIX_FACTORS;
-pub use raw::{RawAgent, RawAgentsFile, RawSuite};
 pub use types::{
     AgentSpec, AgentVariant, DEFAULT_MAX_DIFF, Located, MetricKind, MetricSpec, Suite, Task,
     agent_configs, json_schema,

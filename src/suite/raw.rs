@@ -16,168 +16,168 @@ use crate::agent::{MockArtifact, SimulatedError, StreamEvent};
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(title = "deltabench suite")]
-pub struct RawSuite {
+pub(crate) struct RawSuite {
     /// Suite name; names the default output folder.
     #[schemars(with = "String")]
-    pub name: Spanned<String>,
+    pub(crate) name: Spanned<String>,
     #[serde(default)]
-    pub description: Option<String>,
+    pub(crate) description: Option<String>,
     /// A git repo (bare or not), a git bundle file, or a plain directory; relative to this file.
     #[schemars(with = "String")]
-    pub repo: Spanned<String>,
+    pub(crate) repo: Spanned<String>,
     /// Default commit-ish for every task (default `HEAD`).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub base: Option<Spanned<String>>,
+    pub(crate) base: Option<Spanned<String>>,
     /// Named agent configurations, merged with `--agents FILE`.
     #[serde(default)]
-    pub agents: IndexMap<String, RawAgent>,
+    pub(crate) agents: IndexMap<String, RawAgent>,
     /// The budget of every agent whose model calls pass deltabench's gateway, limit by limit
     /// where the agent's own `budget:` leaves one unset.
     #[serde(default)]
     #[schemars(with = "Option<RawBudgetSchema>")]
-    pub budget: Option<Spanned<RawBudget>>,
+    pub(crate) budget: Option<Spanned<RawBudget>>,
     /// Defaults for every task.
     #[serde(default)]
-    pub defaults: RawDefaults,
+    pub(crate) defaults: RawDefaults,
     /// The most changed content a trial's diff may hold, e.g. `20MiB` (the default); past it
     /// the trial fails without verifying.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub max_diff: Option<Spanned<String>>,
+    pub(crate) max_diff: Option<Spanned<String>>,
     /// Images to build environments `FROM` instead of the ones their Dockerfiles name: a map
     /// of the name as written (`ubuntu:24.04`) to a local image (`localhost/my-ubuntu:24.04`),
     /// for machines without a registry, or a mirror.
     #[serde(default)]
-    pub base_images: IndexMap<String, String>,
+    pub(crate) base_images: IndexMap<String, String>,
     #[schemars(with = "Vec<RawTask>")]
-    pub tasks: Spanned<Vec<RawTask>>,
+    pub(crate) tasks: Spanned<Vec<RawTask>>,
 }
 
 /// A `--agents FILE`: a top-level `agents:` map.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RawAgentsFile {
-    pub agents: IndexMap<String, RawAgent>,
+pub(crate) struct RawAgentsFile {
+    pub(crate) agents: IndexMap<String, RawAgent>,
 }
 
 /// One agent configuration. `kind` decides which other keys apply.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RawAgent {
+pub(crate) struct RawAgent {
     /// `noop`, `oracle`, `mock`, `command`, a real CLI: `claude-code`, `codex`, `gemini-cli`,
     /// `opencode`, `mini-swe-agent`, `aider`, or `cli` (any other CLI, described by `command`,
     /// `args`, `dialect` and `output`).
     #[schemars(with = "String")]
-    pub kind: Spanned<String>,
+    pub(crate) kind: Spanned<String>,
     /// command: the shell command line; a leading `./` or `../` path is relative to this file.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub run: Option<Spanned<String>>,
+    pub(crate) run: Option<Spanned<String>>,
     /// command: wall-clock limit, e.g. `60s`.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub timeout: Option<Spanned<String>>,
+    pub(crate) timeout: Option<Spanned<String>>,
     /// command: extra environment variables.
     #[serde(default)]
-    pub env: Option<BTreeMap<String, String>>,
+    pub(crate) env: Option<BTreeMap<String, String>>,
     /// The agent's network under `isolation: sandbox` or in a task's container: `model` (only
     /// deltabench's model gateway; the default when its calls pass the gateway), `none` (the
     /// default otherwise) or `host`.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub network: Option<Spanned<String>>,
+    pub(crate) network: Option<Spanned<String>>,
     /// Real CLI kinds: the model name as the CLI takes it.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub model: Option<Spanned<String>>,
+    pub(crate) model: Option<Spanned<String>>,
     /// Real CLI kinds: stop after this many turns (claude-code, gemini-cli, mini-swe-agent
     /// natively; codex and opencode are stopped by deltabench at tool call N+1).
     #[serde(default)]
     #[schemars(with = "Option<u32>")]
-    pub max_turns: Option<Spanned<u32>>,
+    pub(crate) max_turns: Option<Spanned<u32>>,
     /// Real CLI kinds: the CLI's approval/sandbox mode (valid values depend on the kind).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub permission_mode: Option<Spanned<String>>,
+    pub(crate) permission_mode: Option<Spanned<String>>,
     /// Real CLI kinds: text added to the CLI's system prompt.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub append_system_prompt: Option<Spanned<String>>,
+    pub(crate) append_system_prompt: Option<Spanned<String>>,
     /// Real CLI kinds: extra command-line arguments. cli: the whole argument list, a template
     /// with `{instruction}`, `{model}`, `{max_turns}`, `{workspace}`, `{home}`, `{session}`,
     /// `{endpoint}` and `{api_key}`.
     #[serde(default)]
     #[schemars(with = "Option<Vec<String>>")]
-    pub args: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(crate) args: Option<Spanned<Vec<Spanned<String>>>>,
     /// cli: the executable (a path relative to this file, or a name on PATH).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub command: Option<Spanned<String>>,
+    pub(crate) command: Option<Spanned<String>>,
     /// cli: the API the CLI speaks, which sets the variables pointing it at the endpoint:
     /// `anthropic`, `openai` or `gemini`.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub dialect: Option<Spanned<String>>,
+    pub(crate) dialect: Option<Spanned<String>>,
     /// cli: how its stdout is read.
     #[serde(default)]
     #[schemars(with = "Option<RawCliOutput>")]
-    pub output: Option<Spanned<RawCliOutput>>,
+    pub(crate) output: Option<Spanned<RawCliOutput>>,
     /// Real CLI kinds: the executable (a path relative to this file, or a name on PATH).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub binary: Option<Spanned<String>>,
+    pub(crate) binary: Option<Spanned<String>>,
     /// Real CLI kinds: `http://HOST:PORT` (a compatible server's root) or `scripted:PATH`
     /// (deltabench's scripted model endpoint, started for the run).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub endpoint: Option<Spanned<String>>,
+    pub(crate) endpoint: Option<Spanned<String>>,
     /// Real CLI kinds: the API key (default: a dummy for loopback endpoints, else the CLI's
     /// usual variable from deltabench's environment).
     #[serde(default)]
-    pub api_key: Option<String>,
+    pub(crate) api_key: Option<String>,
     /// Real CLI kinds: USD per million tokens, overriding the price table for this agent.
     #[serde(default)]
-    pub price: Option<crate::agent::harness::Price>,
+    pub(crate) price: Option<crate::agent::harness::Price>,
     /// Real CLI kinds, and command agents with `gateway: true`: limits on a trial's model
     /// use, enforced at deltabench's gateway (`tokens`, `cost_usd`, `model_calls`, `wall`).
     #[serde(default)]
     #[schemars(with = "Option<RawBudgetSchema>")]
-    pub budget: Option<Spanned<RawBudget>>,
+    pub(crate) budget: Option<Spanned<RawBudget>>,
     /// command: route the command's model calls through deltabench's gateway.
     #[serde(default)]
     #[schemars(with = "Option<bool>")]
-    pub gateway: Option<Spanned<bool>>,
+    pub(crate) gateway: Option<Spanned<bool>>,
     /// mock: the scripted events.
     #[serde(default)]
-    pub responses: Option<Vec<StreamEvent>>,
+    pub(crate) responses: Option<Vec<StreamEvent>>,
     /// mock: named texts returned in the result's metadata.
     #[serde(default)]
-    pub artifacts: Option<Vec<MockArtifact>>,
+    pub(crate) artifacts: Option<Vec<MockArtifact>>,
     /// mock: pause before each event, e.g. `10ms`.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub delay: Option<Spanned<String>>,
+    pub(crate) delay: Option<Spanned<String>>,
     /// mock: fail after N events with this message and code.
     #[serde(default)]
-    pub simulate_error: Option<SimulatedError>,
+    pub(crate) simulate_error: Option<SimulatedError>,
     /// mock: panic after N events (tests the harness, not an agent).
     #[serde(default)]
-    pub simulate_panic: Option<usize>,
+    pub(crate) simulate_panic: Option<usize>,
     /// mock: perform scripted `write` calls in the workspace.
     #[serde(default)]
-    pub apply_writes: Option<bool>,
+    pub(crate) apply_writes: Option<bool>,
     /// Ablation: factor (a config key such as `timeout`, or `env.NAME`) to its levels (a list
     /// of values, or a map of label to value). Expands into one agent per combination, named
     /// `name[factor=level,...]`.
     #[serde(default)]
     #[schemars(with = "Option<IndexMap<String, LevelsSchema>>")]
-    pub matrix: Option<IndexMap<String, Spanned<RawLevels>>>,
+    pub(crate) matrix: Option<IndexMap<String, Spanned<RawLevels>>>,
 }
 
 impl RawAgent {
     /// The keys set on this agent, with the location to blame when they do not fit the kind.
-    pub fn keys_set(&self) -> Vec<(&'static str, Option<(u64, u64)>)> {
+    pub(crate) fn keys_set(&self) -> Vec<(&'static str, Option<(u64, u64)>)> {
         let at = |s: &Option<Spanned<String>>| s.as_ref().map(loc);
         let mut keys = Vec::new();
         let mut add = |name, set: bool, location| {
@@ -240,37 +240,37 @@ impl RawAgent {
 /// A `kind: cli` agent's `output:`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RawCliOutput {
+pub(crate) struct RawCliOutput {
     /// `stream-json` (Claude Code's), `gemini-stream-json`, `codex-json`, `opencode-json`,
     /// `json-lines` (the CLI's own shape, read at the fields below), `text` or `aider-text`.
     #[schemars(with = "String")]
-    pub parser: Spanned<String>,
+    pub(crate) parser: Spanned<String>,
     /// json-lines: the dotted path of the final answer in a line (`result`, `data.text`).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub result: Option<Spanned<String>>,
+    pub(crate) result: Option<Spanned<String>>,
     /// json-lines: the dotted path of the session id.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub session_id: Option<Spanned<String>>,
+    pub(crate) session_id: Option<Spanned<String>>,
     /// json-lines: the dotted path of the token counts (`input_tokens`/`prompt_tokens`, ...).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub usage: Option<Spanned<String>>,
+    pub(crate) usage: Option<Spanned<String>>,
 }
 
 /// An agent's `budget:`; each value is checked to be above zero when the agent is built.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawBudget {
+pub(crate) struct RawBudget {
     #[serde(default)]
-    pub tokens: Option<Spanned<i64>>,
+    pub(crate) tokens: Option<Spanned<i64>>,
     #[serde(default)]
-    pub cost_usd: Option<Spanned<f64>>,
+    pub(crate) cost_usd: Option<Spanned<f64>>,
     #[serde(default)]
-    pub model_calls: Option<Spanned<i64>>,
+    pub(crate) model_calls: Option<Spanned<i64>>,
     #[serde(default)]
-    pub wall: Option<Spanned<String>>,
+    pub(crate) wall: Option<Spanned<String>>,
 }
 
 /// An agent's budget; each limit is optional and must be above zero.
@@ -296,195 +296,195 @@ pub(super) fn loc<T>(spanned: &Spanned<T>) -> (u64, u64) {
 /// Task fields that `defaults:` may set.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RawDefaults {
+pub(crate) struct RawDefaults {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub base: Option<Spanned<String>>,
+    pub(crate) base: Option<Spanned<String>>,
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub setup: Option<Spanned<String>>,
+    pub(crate) setup: Option<Spanned<String>>,
     #[serde(default)]
     #[schemars(with = "Option<VerifySchema>")]
-    pub verify: Option<Spanned<RawVerify>>,
+    pub(crate) verify: Option<Spanned<RawVerify>>,
     #[serde(default)]
     #[schemars(with = "Option<MetricSchema>")]
-    pub metric: Option<Spanned<RawMetric>>,
+    pub(crate) metric: Option<Spanned<RawMetric>>,
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub timeout: Option<Spanned<String>>,
+    pub(crate) timeout: Option<Spanned<String>>,
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub isolation: Option<Spanned<String>>,
+    pub(crate) isolation: Option<Spanned<String>>,
     #[serde(default)]
-    pub tags: Option<Vec<String>>,
+    pub(crate) tags: Option<Vec<String>>,
     #[serde(default)]
     #[schemars(with = "Option<RawEnvironment>")]
-    pub environment: Option<Spanned<RawEnvironment>>,
+    pub(crate) environment: Option<Spanned<RawEnvironment>>,
     #[serde(default)]
     #[schemars(with = "Option<bool>")]
-    pub prepare: Option<Spanned<bool>>,
+    pub(crate) prepare: Option<Spanned<bool>>,
     #[serde(default)]
     #[schemars(with = "Option<u32>")]
-    pub mutants: Option<Spanned<u32>>,
+    pub(crate) mutants: Option<Spanned<u32>>,
 }
 
 /// `environment:`: the container a task's setup, agent and verify command run in.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RawEnvironment {
+pub(crate) struct RawEnvironment {
     /// A local image name (fully qualified, e.g. `localhost/NAME:TAG`; never pulled).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub image: Option<Spanned<String>>,
+    pub(crate) image: Option<Spanned<String>>,
     /// A Dockerfile, relative to the suite file, built once per run (or `image`).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub dockerfile: Option<Spanned<String>>,
+    pub(crate) dockerfile: Option<Spanned<String>>,
     /// The build context, relative to the suite file (default: the Dockerfile's folder).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub context: Option<Spanned<String>>,
+    pub(crate) context: Option<Spanned<String>>,
     /// Where the workspace is mounted inside (default `/app`).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub workdir: Option<Spanned<String>>,
+    pub(crate) workdir: Option<Spanned<String>>,
     /// The network of setup and the agent: `none` (default) or `host`. The verify command
     /// always runs with none.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub network: Option<Spanned<String>>,
+    pub(crate) network: Option<Spanned<String>>,
     /// The CPUs each container may use (`--cpus`), e.g. `2` or `0.5`.
     #[serde(default)]
     #[schemars(with = "Option<f64>")]
-    pub cpus: Option<Spanned<f64>>,
+    pub(crate) cpus: Option<Spanned<f64>>,
     /// The memory each container may use (`--memory`), e.g. `512MiB` or `2 GB`.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub memory: Option<Spanned<String>>,
+    pub(crate) memory: Option<Spanned<String>>,
     /// What of the agent's container the verify command sees: `workspace` (default, the
     /// workspace's diff) or `container` (also what the agent changed anywhere in its
     /// container's file system, minus the protected paths).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub delta: Option<Spanned<String>>,
+    pub(crate) delta: Option<Spanned<String>>,
     /// The verify command's network: `none` (default) or `host`, for tests that fetch what they
     /// need at test time (Harbor's `allow_internet`); records and reports mark such trials.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub verify_network: Option<Spanned<String>>,
+    pub(crate) verify_network: Option<Spanned<String>>,
     /// Folders of the verify workspace mounted read-only into the verify container, by the
     /// path they appear at (`/tests: .deltabench/tests`): a test script runs as authored.
     #[serde(default)]
     #[schemars(with = "Option<BTreeMap<String, String>>")]
-    pub verify_mounts: Option<Spanned<BTreeMap<String, String>>>,
+    pub(crate) verify_mounts: Option<Spanned<BTreeMap<String, String>>>,
     /// Where the oracle's solution script folder is mounted (`/solution`), so the script runs
     /// as authored.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub solution_at: Option<Spanned<String>>,
+    pub(crate) solution_at: Option<Spanned<String>>,
     /// Container paths (globs) the verify image gets from the agent's container whatever the
     /// toolchain rule says (a package the task asks to install site-wide). `delta: container`.
     #[serde(default)]
     #[schemars(with = "Option<Vec<String>>")]
-    pub outputs: Option<Spanned<Vec<String>>>,
+    pub(crate) outputs: Option<Spanned<Vec<String>>>,
 }
 
 /// One task.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RawTask {
+pub(crate) struct RawTask {
     /// Unique within the suite, `[A-Za-z0-9._-]+`.
     #[schemars(with = "String")]
-    pub id: Spanned<String>,
+    pub(crate) id: Spanned<String>,
     /// The instruction given to the agent (or `instruction_file`).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub instruction: Option<Spanned<String>>,
+    pub(crate) instruction: Option<Spanned<String>>,
     /// A file holding the instruction, relative to the suite file.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub instruction_file: Option<Spanned<String>>,
+    pub(crate) instruction_file: Option<Spanned<String>>,
     /// Commit-ish the workspace starts from.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub base: Option<Spanned<String>>,
+    pub(crate) base: Option<Spanned<String>>,
     /// Shell command run in the workspace before the agent; its result is part of the base.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub setup: Option<Spanned<String>>,
+    pub(crate) setup: Option<Spanned<String>>,
     /// Run `setup` once per base commit and environment into a cached template that every
     /// trial gets a copy-on-write view of (default: true with an `environment`, false on the
     /// host, where the template's path differs from the trial's).
     #[serde(default)]
     #[schemars(with = "Option<bool>")]
-    pub prepare: Option<Spanned<bool>>,
+    pub(crate) prepare: Option<Spanned<bool>>,
     /// Hidden tests: a directory copied over the workspace after the agent, or a `.patch`.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub tests: Option<Spanned<String>>,
+    pub(crate) tests: Option<Spanned<String>>,
     /// Globs of workspace paths the agent must not modify (`*`, `?`, `**`; a directory covers
     /// what is under it); a diff touching one fails the trial. Default: the hidden tests and the
     /// test infrastructure (`conftest.py`, `pytest.ini`, ...); `defaults` in the list brings
     /// those back, a `!glob` entry takes paths out.
     #[serde(default)]
-    pub protected: Option<Vec<String>>,
+    pub(crate) protected: Option<Vec<String>>,
     /// The verify command: a string, or `{run, timeout}`.
     #[serde(default)]
     #[schemars(with = "Option<VerifySchema>")]
-    pub verify: Option<Spanned<RawVerify>>,
+    pub(crate) verify: Option<Spanned<RawVerify>>,
     /// Reference solution: a `.patch` or a directory.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub solution: Option<Spanned<String>>,
+    pub(crate) solution: Option<Spanned<String>>,
     /// Reference solution as a script (or `solution`): the `oracle` runs `bash SCRIPT` in the
     /// workspace, in the task's container or sandbox as any agent, with its folder's copy at
     /// `$DELTABENCH_SOLUTION`; what it changes is the reference. For solutions that need the
     /// task's image (Harbor's `solve.sh`, Terminal-Bench's `solution.sh`).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub solution_script: Option<Spanned<String>>,
+    pub(crate) solution_script: Option<Spanned<String>>,
     /// `delta` (default), `delta-token`, `exit-code`, or `{grader: COMMAND, timeout}`.
     #[serde(default)]
     #[schemars(with = "Option<MetricSchema>")]
-    pub metric: Option<Spanned<RawMetric>>,
+    pub(crate) metric: Option<Spanned<RawMetric>>,
     #[serde(default)]
-    pub tags: Option<Vec<String>>,
+    pub(crate) tags: Option<Vec<String>>,
     /// The agent's wall-clock limit, e.g. `10m`.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub timeout: Option<Spanned<String>>,
+    pub(crate) timeout: Option<Spanned<String>>,
     /// `session`, `worktree` (default) or `sandbox`.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
-    pub isolation: Option<Spanned<String>>,
+    pub(crate) isolation: Option<Spanned<String>>,
     /// The container the task's commands run in; replaces the default's whole mapping.
     #[serde(default)]
     #[schemars(with = "Option<RawEnvironment>")]
-    pub environment: Option<Spanned<RawEnvironment>>,
+    pub(crate) environment: Option<Spanned<RawEnvironment>>,
     /// Mutants of the hidden tests' assertions run with every passing trial, to show that the
     /// assertions still bite in that run (default 3 where a mutator exists: Python, Rust); 0
     /// turns the check off.
     #[serde(default)]
     #[schemars(with = "Option<u32>")]
-    pub mutants: Option<Spanned<u32>>,
+    pub(crate) mutants: Option<Spanned<u32>>,
 }
 
 /// A factor's levels as written: `[a, b]` (each value its own label) or `{label: value}`.
 #[derive(Debug, Clone)]
-pub struct RawLevels(pub Vec<(String, String)>);
+pub(crate) struct RawLevels(pub(crate) Vec<(String, String)>);
 
 /// `verify:` as written: a command, or a map with `run` and `timeout`.
 #[derive(Debug, Clone)]
-pub struct RawVerify {
-    pub run: String,
-    pub timeout: Option<String>,
-    pub in_place: bool,
-    pub reward: Option<String>,
+pub(crate) struct RawVerify {
+    pub(crate) run: String,
+    pub(crate) timeout: Option<String>,
+    pub(crate) in_place: bool,
+    pub(crate) reward: Option<String>,
 }
 
 /// `metric:` as written: a name, or a grader command.
 #[derive(Debug, Clone)]
-pub enum RawMetric {
+pub(crate) enum RawMetric {
     Named(String),
     Grader {
         command: String,

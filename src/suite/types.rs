@@ -17,8 +17,11 @@ use crate::workspace::{Environment, Isolation, Network, Overlay, RepoSource};
 /// A value with the place in the suite file it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Located<T> {
+    /// The value as validated.
     pub value: T,
+    /// Line of the value in the suite file, as error messages print it.
     pub line: u64,
+    /// Column of the value, as error messages print it.
     pub column: u64,
 }
 
@@ -29,14 +32,21 @@ pub struct Located<T> {
 #[strum_discriminants(
     name(MetricKind),
     derive(strum::VariantNames, strum::IntoStaticStr, strum::EnumString),
-    strum(serialize_all = "kebab-case")
+    strum(serialize_all = "kebab-case"),
+    doc = "A [`MetricSpec`] without its settings: what `metric:` names."
 )]
 pub enum MetricSpec {
+    /// The default: passed when the diff is non-empty and the verify command exited 0 in time.
     Delta,
+    /// Passed when the diff is non-empty and the verify output carries no failure token.
     DeltaToken,
+    /// Passed when the verify command exited 0 in time, whatever the diff.
     ExitCode,
+    /// A command of the suite's reads the diff and verify result as JSON and prints the verdict.
     Grader {
+        /// The grader command, a script named in it resolved against the suite file's folder.
         command: String,
+        /// The grader's wall-clock limit (`timeout:`, 60s when the suite sets none).
         #[serde(with = "duration_opt")]
         timeout: Option<Duration>,
         /// The command as the suite wrote it (a script named relative to its file's folder, as
@@ -47,6 +57,7 @@ pub enum MetricSpec {
 }
 
 impl MetricSpec {
+    /// The metric's name as trials record it: its kind's kebab-case name, or `grader:COMMAND`.
     pub fn name(&self) -> String {
         match self {
             Self::Grader { command, .. } => format!("grader:{command}"),
@@ -68,13 +79,19 @@ impl MetricSpec {
 /// [`HarnessKind`]'s name.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentSpec {
+    /// Completes at once and changes nothing (built in as `noop`).
     Noop,
+    /// Applies the task's reference solution (built in as `oracle`).
     Oracle,
+    /// Replays a scripted event stream (`kind: mock`).
     Mock(MockConfig),
+    /// Runs `sh -c RUN` in the workspace: a harness of the user's own (`kind: command`).
     Command(CommandAgentConfig),
     /// A real CLI agent, built in or defined (`kind: cli`).
     Harness {
+        /// Which CLI: one of the built-in ones, or `cli` for one the file describes.
         kind: HarnessKind,
+        /// How to start it and read its output, from the agent's keys.
         config: Box<HarnessConfig>,
     },
 }
@@ -171,26 +188,39 @@ impl AgentSpec {
 /// A validated task.
 #[derive(Debug, Clone, Serialize)]
 pub struct Task {
+    /// Unique in the suite; names the task in run directories, reports and `--task`.
     pub id: String,
+    /// The prompt given to the agent (`instruction:`, or the text of `instruction_file:`).
     pub instruction: String,
+    /// Commit-ish the workspace starts from (the task's, else the defaults', else the suite's,
+    /// else `HEAD`), with where it was written; serialized as the value alone.
     #[serde(serialize_with = "located_value")]
     pub base: Located<String>,
+    /// Shell command run in the workspace before the agent (the task's, else the defaults').
     pub setup: Option<String>,
     /// `setup` runs once into a cached template instead of in every trial.
     pub prepare: bool,
+    /// Hidden tests copied over the workspace after the agent: a directory or a `.patch`.
     pub tests: Option<Overlay>,
     /// `protected:` as written; `None` protects the paths the hidden tests write.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protected: Option<Vec<String>>,
+    /// The command that judges the workspace once the hidden tests are in, and its limit.
     pub verify: VerifySpec,
+    /// Reference solution the `oracle` applies: a `.patch` or a directory.
     pub solution: Option<Overlay>,
     /// A script the `oracle` runs as the reference, instead of `solution`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub solution_script: Option<PathBuf>,
+    /// How a trial is scored (`metric:`, default [`MetricSpec::Delta`]).
     pub metric: MetricSpec,
+    /// Labels from `tags:`, which `--tag` selects tasks by.
     pub tags: Vec<String>,
+    /// The agent's wall-clock limit (the task's, else the defaults'); `None`: no limit.
     #[serde(with = "duration_opt")]
     pub timeout: Option<Duration>,
+    /// How the trial's workspace and agent are isolated: `session`, `worktree` (default) or
+    /// `sandbox`.
     pub isolation: Isolation,
     /// The container its setup, agent and verify command run in; `None`: on the host.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -206,16 +236,21 @@ fn located_value<S: serde::Serializer>(v: &Located<String>, s: S) -> Result<S::O
 /// A validated suite.
 #[derive(Debug, Clone, Serialize)]
 pub struct Suite {
+    /// `name:`; names the default output folder.
     pub name: String,
+    /// `description:`, free text for people.
     pub description: Option<String>,
     /// The suite file.
     pub path: PathBuf,
     /// sha256 of the suite file and the agents file, if any.
     pub digest: String,
+    /// Where tasks' workspaces come from (`repo:`, resolved against the suite file's folder).
     pub repo: RepoSource,
+    /// Every agent the suite and the agents file define, by name, a matrix as its combinations.
     pub agents: IndexMap<String, AgentSpec>,
     /// The agents a `matrix:` expanded into, with their base name and factor levels.
     pub variants: IndexMap<String, AgentVariant>,
+    /// The tasks, in file order.
     pub tasks: Vec<Task>,
     /// The most bytes of changed content a trial's diff may hold.
     pub max_diff: u64,
@@ -264,6 +299,7 @@ pub const DEFAULT_MAX_DIFF: u64 = 20 * 1024 * 1024;
 /// One combination of an ablation matrix.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct AgentVariant {
+    /// The name the matrix agent has in the file, which its combinations share.
     pub base: String,
     /// Factor to level label, in the matrix's order.
     pub factors: IndexMap<String, String>,

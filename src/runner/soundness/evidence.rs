@@ -15,13 +15,16 @@ const MAX_LINE_CHARS: usize = 200;
 
 /// One trial of a task, with what its folder holds.
 pub struct Trial<'a> {
+    /// The trial's record, from `trials.jsonl`.
     pub record: &'a TrialRecord,
+    /// The trial's folder in the run directory.
     pub dir: PathBuf,
     /// `tests.json`: absent when verify did not run.
     pub tests: Option<TestEvidence>,
 }
 
 impl<'a> Trial<'a> {
+    /// The trial of `record` in the run directory `run_dir`, with its `tests.json` when readable.
     pub fn read(run_dir: &Path, record: &'a TrialRecord) -> Self {
         let dir = layout::record_path(run_dir, record);
         let tests = std::fs::read(dir.join(layout::TESTS))
@@ -30,6 +33,7 @@ impl<'a> Trial<'a> {
         Self { record, dir, tests }
     }
 
+    /// The verify command's exit code; `None` when verify did not run or no exit code was recorded.
     pub fn verify_exit(&self) -> Option<i32> {
         self.record.verify.as_ref().and_then(|v| v.exit_code)
     }
