@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::harness::{Endpoint, HarnessAgent, HarnessConfig, HarnessKind, find_program};
 use crate::agent::{
-    CodingAgent, CodingResult, CodingTask, CommandAgent, MockAgent, NoopAgent, OracleAgent,
-    SANDBOX_FAILED, StreamEvent,
+    BudgetStop, CodingAgent, CodingResult, CodingTask, CommandAgent, CommandAgentConfig, MockAgent,
+    NoopAgent, OracleAgent, SANDBOX_FAILED, StreamEvent,
 };
 use crate::delta::{
     ContainerCapture, DiffStats, FreshWorkspace, MutationPlan, TaskProbe, commit_setup, mutate,
@@ -128,18 +128,40 @@ pub async fn run_trial(
     let trial = wire(inputs, spec, commit, dir);
     let (ran, lifecycle, timed) = run(&trial, dir, &cancel).await;
 
+    let (result, result_json) = record_outcome(&mut record, inputs, &trial, &ran, &lifecycle, dir);
+    super::gateway::record_usage(&mut record, trial.lease.as_deref());
+    record_durations(&mut record, &lifecycle, started);
+    write_trajectory(dir, &trial, &spec.agent, &record, &timed, result.as_ref());
+    let unredacted = tidy_folder(inputs, &trial, dir);
+    let settled = settle(trial_facts(
+        &record, inputs, &trial, &ran, &cancel, unredacted,
+    ));
+    record.settle(settled);
+    write_result(&trial.secrets, record, result_json, dir)
+}
+
+/// What the lifecycle did, into the record: its phases, the delta's observations and the
+/// agent's result; with the result and the lifecycle as `result.json` begins.
+fn record_outcome(
+    record: &mut TrialRecord,
+    inputs: &TrialInputs,
+    trial: &Wired<'_>,
+    ran: &Result<NodeReport, RunNodeError>,
+    lifecycle: &Lifecycle,
+    dir: &Path,
+) -> (Option<CodingResult>, serde_json::Value) {
     record.phases = lifecycle
         .steps
         .iter()
         .map(|(phase, us)| (format!("{phase:?}").to_lowercase(), *us))
         .collect();
     record.verify_network = trial.verify_network == Network::Host;
-    record.in_place = task.verify.in_place;
+    record.in_place = trial.task.verify.in_place;
     let mut result_json = serde_json::json!({ "lifecycle": lifecycle });
     let mut result = None;
-    match &ran {
+    match ran {
         Ok(report) => {
-            observe(&mut record, inputs, &trial, report, dir);
+            observe(record, inputs, trial, report, dir);
             result = Some(report.outcome.result.clone());
             result_json["summary"] =
                 serde_json::to_value(&report.outcome.summary).unwrap_or_default();
@@ -148,47 +170,48 @@ pub async fn run_trial(
         Err(_) => {}
     }
     if let Some(result) = &result {
-        describe_result(&mut record, result);
+        describe_result(record, result);
         result_json["result"] = serde_json::to_value(result).unwrap_or_default();
     }
-    super::gateway::record_usage(&mut record, trial.lease.as_deref());
+    (result, result_json)
+}
+
+/// The trial's time without its preparation, and the preparation's when it had one.
+fn record_durations(record: &mut TrialRecord, lifecycle: &Lifecycle, started: Instant) {
     let preparation = Duration::from_micros(lifecycle.micros(Phase::Prepare));
     record.preparation_ms =
         (lifecycle.count(Phase::Prepare) > 0).then_some(preparation.as_millis() as u64);
     record.duration_ms = started.elapsed().saturating_sub(preparation).as_millis() as u64;
+}
 
-    let counted = trial.lease.as_ref().map(|l| (l.calls(), l.usage()));
-    let agent = &inputs.agents[&spec.agent];
-    write_trajectory(
-        dir,
-        &TrajectoryInput {
-            agent: &spec.agent,
-            kind: agent.kind(),
-            model: agent.as_harness().and_then(|(_, c)| c.model.as_deref()),
-            instruction: &task.instruction,
-            started_at: &record.started_at,
-            events: &timed,
-            result: result.as_ref(),
-            gateway: counted
-                .as_ref()
-                .map(|(calls, total)| Counted { calls, total }),
-        },
-    );
+/// The trial's folder made fit to keep: the CLI's home pruned (unless the run keeps homes),
+/// the secrets redacted; what could not be redacted, if anything.
+fn tidy_folder(inputs: &TrialInputs, trial: &Wired<'_>, dir: &Path) -> Option<String> {
     if !inputs.keep_homes
-        && let Some((kind, config)) = agent.as_harness()
+        && let Some((kind, config)) = trial.agent.as_harness()
     {
         crate::agent::harness::prune_home(&dir.join("home"), config.adapter(kind).bundled());
     }
     // A secret may remain on disk: the record says so rather than the run failing.
-    let unredacted = trial
+    trial
         .secrets
         .redact_dir(dir)
         .err()
-        .map(|e| format!("cannot redact secrets from {}: {e}", dir.display()));
+        .map(|e| format!("cannot redact secrets from {}: {e}", dir.display()))
+}
 
-    let settled = settle(TrialFacts {
-        reached: match &ran {
-            Ok(report) => reached(&record, inputs, &trial, report),
+/// What [`settle`] decides the trial's outcome from.
+fn trial_facts<'a>(
+    record: &'a TrialRecord,
+    inputs: &'a TrialInputs,
+    trial: &Wired<'_>,
+    ran: &'a Result<NodeReport, RunNodeError>,
+    cancel: &CancellationToken,
+    unredacted: Option<String>,
+) -> TrialFacts<'a> {
+    TrialFacts {
+        reached: match ran {
+            Ok(report) => reached(record, inputs, trial, report),
             Err(err) => Reached::Broken(err.to_string()),
         },
         // A replay that left its recording measured nothing the recording did.
@@ -201,20 +224,26 @@ pub async fn run_trial(
         // preemption) reached its agent or verify command directly: its end is no verdict.
         interrupted: cancel.is_cancelled(),
         unredacted,
-    });
-    record.settle(settled);
-    let record = redact(&trial.secrets, record);
+    }
+}
+
+/// `result.json`: the settled record, redacted, after what `result_json` holds; the record.
+fn write_result(
+    secrets: &Secrets,
+    record: TrialRecord,
+    mut result_json: serde_json::Value,
+    dir: &Path,
+) -> TrialRecord {
+    let record = redact(secrets, record);
     result_json["record"] = serde_json::to_value(&record).unwrap_or_default();
-    let _ = write_json_atomic(
-        &dir.join(layout::RESULT),
-        &redact(&trial.secrets, result_json),
-    );
+    let _ = write_json_atomic(&dir.join(layout::RESULT), &redact(secrets, result_json));
     record
 }
 
 /// What a trial's steps share once wired.
 struct Wired<'a> {
     task: &'a Task,
+    agent: &'a AgentSpec,
     base: WorkspaceBase,
     provisioner: SetupProvisioner,
     factory: Box<dyn CodingAgentFactory + 'a>,
@@ -239,8 +268,54 @@ fn wire<'a>(inputs: &'a TrialInputs, spec: &'a TrialSpec, commit: &str, dir: &Pa
     );
     // Only the base commit's history, so no later commit is readable from the workspace.
     let history = inputs.source.repo_for(commit);
+    let base = workspace_base(inputs, spec, commit, history);
+    let places = Places::of(inputs, spec, dir, history);
+    let agent_confinement = places.agent();
+    let verify_network = task
+        .environment
+        .as_ref()
+        .map_or(Network::None, |e| e.verify_network);
+    let probe = Arc::new(task_probe(
+        &places,
+        commit,
+        &base,
+        &agent_confinement,
+        &protected,
+        verify_network,
+    ));
+    let lease = super::gateway::lease(
+        inputs.gateway.as_ref(),
+        agent_spec,
+        super::gateway::agent_network(task, agent_spec),
+        &inputs.endpoints,
+        taping(inputs, spec, dir),
+    );
+    Wired {
+        task,
+        agent: agent_spec,
+        factory: agent_factory(inputs, spec, dir, agent_confinement, lease.clone(), probe),
+        provisioner: places.setup(layout::SETUP_LOG, "home"),
+        metric: metric_for(task, &inputs.suite, dir),
+        secrets: Secrets::of_trial(agent_env, api_key),
+        base,
+        lease,
+        protected,
+        history,
+        verify_network,
+    }
+}
+
+/// The agent's workspace base: the task's base commit, from the session's work tree or the
+/// trial's history, named after the trial and prepared by the task's prepared setup if any.
+fn workspace_base(
+    inputs: &TrialInputs,
+    spec: &TrialSpec,
+    commit: &str,
+    history: &Path,
+) -> WorkspaceBase {
+    let task = &inputs.suite.tasks[spec.task];
     let preparation = inputs.preparations.get(&spec.task);
-    let base = WorkspaceBase::new(
+    WorkspaceBase::new(
         match (task.isolation, &inputs.source.work_tree) {
             (Isolation::Session, Some(tree)) => tree.clone(),
             _ => history.to_owned(),
@@ -253,53 +328,32 @@ fn wire<'a>(inputs: &'a TrialInputs, spec: &'a TrialSpec, commit: &str, dir: &Pa
             spec.trial
         ),
     )
-    .prepared_by(preparation.map(|p| p.clone() as Arc<dyn Prepare>));
-    let places = Places::of(inputs, spec, dir, history);
-    let setup = |log: &str, home: &str| SetupProvisioner {
-        inner: inputs.provisioner.clone(),
-        setup: task.setup.clone(),
-        timeout: task.timeout,
-        log: dir.join(log),
-        history: history.to_owned(),
-        container: places.container(home),
-    };
-    let agent_confinement = places.agent();
+    .prepared_by(preparation.map(|p| p.clone() as Arc<dyn Prepare>))
+}
+
+/// The probe of the trial's delta: verify in a fresh workspace of its own, confined where
+/// [`Places::verify`] says, with the mutation check and the container's delta where they apply.
+fn task_probe(
+    places: &Places<'_>,
+    commit: &str,
+    base: &WorkspaceBase,
+    agent_confinement: &Confinement,
+    protected: &std::io::Result<Protected>,
+    verify_network: Network,
+) -> TaskProbe {
+    let (inputs, task, history) = (places.inputs, places.task, places.history);
+    let agent_spec = &inputs.agents[&places.spec.agent];
     let in_place = agent_confinement.container().filter(|p| p.live).cloned();
-    let container_delta = match (agent_confinement.container(), &protected) {
-        (Some(policy), Ok(protected)) => policy.keep.as_ref().map(|name| ContainerCapture {
-            runtime: policy.runtime.clone(),
-            container: name.clone(),
-            image: policy.image.clone(),
-            label: policy.label.clone(),
-            toolchain: Arc::new(toolchain(task, protected)),
-        }),
-        _ => None,
-    };
-    let verify_network = task
-        .environment
-        .as_ref()
-        .map_or(Network::None, |e| e.verify_network);
-    let probe = Arc::new(TaskProbe {
+    TaskProbe {
         hidden_tests: task.tests.clone(),
         verify: task.verify.clone(),
-        artifacts: Some(dir.to_owned()),
-        // No network unless the task declares its tests need one (a host answering any
-        // address fails tests).
-        confinement: match places.confinement(layout::VERIFY_HOME) {
-            Confinement::Container(policy) => Confinement::Container(
-                policy.network(verify_network).workspace_mounts(
-                    task.environment
-                        .as_ref()
-                        .map_or(&[][..], |e| &e.verify_mounts),
-                ),
-            ),
-            confinement => confinement,
-        },
+        artifacts: Some(places.dir.to_owned()),
+        confinement: places.verify(verify_network),
         objects: history.to_owned(),
         max_diff: inputs.suite.max_diff,
         // The verify command runs in a workspace of its own, never the agent's.
         fresh: FreshWorkspace {
-            provisioner: Arc::new(setup(layout::VERIFY_SETUP_LOG, layout::VERIFY_HOME)),
+            provisioner: Arc::new(places.setup(layout::VERIFY_SETUP_LOG, layout::VERIFY_HOME)),
             base: WorkspaceBase::new(
                 history.to_owned(),
                 commit.to_owned(),
@@ -309,33 +363,37 @@ fn wire<'a>(inputs: &'a TrialInputs, spec: &'a TrialSpec, commit: &str, dir: &Pa
             isolation: Isolation::Worktree,
         },
         mutation: mutation_plan(inputs, task, agent_spec).filter(|_| in_place.is_none()),
-        container_delta,
+        container_delta: container_capture(task, agent_confinement, protected),
         in_place,
-    });
-    let tape = super::gateway::Taping {
+    }
+}
+
+/// Under `delta: container`, what the probe reads of the agent's kept container.
+fn container_capture(
+    task: &Task,
+    agent_confinement: &Confinement,
+    protected: &std::io::Result<Protected>,
+) -> Option<ContainerCapture> {
+    match (agent_confinement.container(), protected) {
+        (Some(policy), Ok(protected)) => policy.keep.as_ref().map(|name| ContainerCapture {
+            runtime: policy.runtime.clone(),
+            container: name.clone(),
+            image: policy.image.clone(),
+            label: policy.label.clone(),
+            toolchain: Arc::new(toolchain(task, protected)),
+        }),
+        _ => None,
+    }
+}
+
+/// Where the trial's model calls are recorded to and replayed from, when the run says.
+fn taping(inputs: &TrialInputs, spec: &TrialSpec, dir: &Path) -> super::gateway::Taping {
+    let task = &inputs.suite.tasks[spec.task];
+    super::gateway::Taping {
         record: inputs.record.then(|| dir.join(layout::MODEL_CALLS)),
         replay: inputs.replay.as_deref().map(|run| {
             layout::trial_path(run, &task.id, &spec.agent, spec.trial).join(layout::MODEL_CALLS)
         }),
-    };
-    let lease = super::gateway::lease(
-        inputs.gateway.as_ref(),
-        agent_spec,
-        super::gateway::agent_network(task, agent_spec),
-        &inputs.endpoints,
-        tape,
-    );
-    Wired {
-        task,
-        factory: agent_factory(inputs, spec, dir, agent_confinement, lease.clone(), probe),
-        provisioner: setup(layout::SETUP_LOG, "home"),
-        metric: metric_for(task, &inputs.suite, dir),
-        secrets: Secrets::of_trial(agent_env, api_key),
-        base,
-        lease,
-        protected,
-        history,
-        verify_network,
     }
 }
 
@@ -435,6 +493,35 @@ impl<'a> Places<'a> {
             Confinement::Host => Confinement::Host,
         }
     }
+
+    /// The verify command's: no network unless the task declares its tests need one (a host
+    /// answering any address fails tests), and the task's verify mounts.
+    fn verify(&self, network: Network) -> Confinement {
+        match self.confinement(layout::VERIFY_HOME) {
+            Confinement::Container(policy) => Confinement::Container(
+                policy.network(network).workspace_mounts(
+                    self.task
+                        .environment
+                        .as_ref()
+                        .map_or(&[][..], |e| &e.verify_mounts),
+                ),
+            ),
+            confinement => confinement,
+        }
+    }
+
+    /// Provisions the workspace and runs the task's setup in it, logging to `log`, a
+    /// container's commands with their home at `home`.
+    fn setup(&self, log: &str, home: &str) -> SetupProvisioner {
+        SetupProvisioner {
+            inner: self.inputs.provisioner.clone(),
+            setup: self.task.setup.clone(),
+            timeout: self.task.timeout,
+            log: self.dir.join(log),
+            history: self.history.to_owned(),
+            container: self.container(home),
+        }
+    }
 }
 
 /// The factory of the trial's agent, confined where [`Places::agent`] says, its model calls
@@ -447,93 +534,134 @@ fn agent_factory<'a>(
     lease: Option<Arc<GatewayLease>>,
     probe: Arc<TaskProbe>,
 ) -> Box<dyn CodingAgentFactory + 'a> {
-    let task = &inputs.suite.tasks[spec.task];
-    let agent_spec = &inputs.agents[&spec.agent];
-    let agent_name = spec.agent.clone();
-    let scratch = dir.to_owned();
-    let trial_folder = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
-    let through = lease.map(|l| (l.url().to_owned(), l.stop(), l));
-    let gateway = move |workspace: &Path| {
-        through.as_ref().map(|(url, stop, lease)| {
-            lease.start_clock();
-            lease.set_places(places(workspace, &trial_folder));
-            (url.clone(), stop.clone())
-        })
+    let builder = AgentBuilder {
+        inputs,
+        task: &inputs.suite.tasks[spec.task],
+        spec: &inputs.agents[&spec.agent],
+        name: spec.agent.clone(),
+        scratch: dir.to_owned(),
+        trial_folder: std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned()),
+        confinement,
+        through: lease.map(|l| (l.url().to_owned(), l.stop(), l)),
     };
-    let build = move |ctx: &BuildContext| -> Result<Arc<dyn CodingAgent>, BuildError> {
-        let contain = |agent: CommandAgent| agent.confined(confinement.clone());
-        let command = |config: crate::agent::CommandAgentConfig| {
-            CommandAgent::new(&agent_name, config, ctx.workspace.clone(), scratch.clone())
-        };
-        Ok(match agent_spec {
-            AgentSpec::Noop => Arc::new(NoopAgent::named(&agent_name)),
-            // A script solution runs as an agent would: in the task's container or sandbox,
-            // from a copy of its folder in the agent's home (the suite's folder is hidden).
-            AgentSpec::Oracle if task.solution_script.is_some() => {
-                let script = task.solution_script.clone().unwrap_or_default();
-                let copy = scratch.join("home").join(".deltabench-solution");
-                let folder = script.parent().unwrap_or(Path::new("/"));
-                crate::support::copy_folder(folder, &copy).map_err(BuildError::CopySolution)?;
-                let name = script.file_name().unwrap_or_default();
-                // Where the task's container expects it (`solution_at`), so it runs as authored.
-                let (at, confinement) = match (&confinement, solution_at(task)) {
-                    (Confinement::Container(policy), Some(at)) => (
-                        at.to_owned(),
-                        Confinement::Container(policy.clone().bind(
-                            copy.clone(),
-                            at.to_owned(),
-                            false,
-                        )),
-                    ),
-                    _ => (copy.clone(), confinement.clone()),
-                };
-                Arc::new(
-                    command(crate::agent::CommandAgentConfig {
-                        run: format!(
-                            "bash {}",
-                            crate::support::shell_quote(&at.join(name).to_string_lossy())
-                        ),
-                        timeout: task.timeout,
-                        env: [(
-                            "DELTABENCH_SOLUTION".to_owned(),
-                            at.to_string_lossy().into_owned(),
-                        )]
-                        .into(),
-                        network: None,
-                        gateway: false,
-                        endpoint: None,
-                        budget: None,
-                    })
-                    .confined(confinement),
-                )
-            }
-            AgentSpec::Oracle => Arc::new(OracleAgent::new(
-                ctx.workspace.clone(),
-                ctx.base.clone(),
-                task.solution.clone(),
-            )),
+    Box::new(FnCodingAgentFactory::new(
+        move |ctx: &BuildContext| builder.build(ctx),
+        probe,
+    ))
+}
+
+/// What the trial's agent is built from once its workspace exists.
+struct AgentBuilder<'a> {
+    inputs: &'a TrialInputs,
+    task: &'a Task,
+    spec: &'a AgentSpec,
+    name: String,
+    /// The trial's folder, as given: the agent's scratch space and home.
+    scratch: PathBuf,
+    /// The trial's folder, absolute: a place a recording names.
+    trial_folder: PathBuf,
+    confinement: Confinement,
+    /// The gateway lease's URL and stop, when the agent's calls pass it.
+    through: Option<(String, BudgetStop, Arc<GatewayLease>)>,
+}
+
+impl AgentBuilder<'_> {
+    fn build(&self, ctx: &BuildContext) -> Result<Arc<dyn CodingAgent>, BuildError> {
+        let name = &self.name;
+        Ok(match self.spec {
+            AgentSpec::Noop => Arc::new(NoopAgent::named(name)),
+            AgentSpec::Oracle => match &self.task.solution_script {
+                Some(script) => Arc::new(self.solution_script(script, ctx)?),
+                None => Arc::new(OracleAgent::new(
+                    ctx.workspace.clone(),
+                    ctx.base.clone(),
+                    self.task.solution.clone(),
+                )),
+            },
             AgentSpec::Mock(config) => Arc::new(
                 MockAgent::new(config.clone())
-                    .named(&agent_name)
+                    .named(name)
                     .in_workspace(ctx.workspace.clone()),
             ),
             AgentSpec::Command(config) => {
-                let mut agent = command(config.clone());
-                if let Some((url, stop)) = gateway(&ctx.workspace) {
+                let mut agent = self.command(config.clone(), ctx);
+                if let Some((url, stop)) = self.gateway(&ctx.workspace) {
                     agent = agent.through_gateway(url, stop);
                 }
-                Arc::new(contain(agent))
+                Arc::new(agent.confined(self.confinement.clone()))
             }
             AgentSpec::Harness { kind, config } => {
-                let mut agent = harness_agent(inputs, &agent_name, *kind, config, ctx, &scratch)?;
-                if let Some((url, stop)) = gateway(&ctx.workspace) {
+                let mut agent =
+                    harness_agent(self.inputs, name, *kind, config, ctx, &self.scratch)?;
+                if let Some((url, stop)) = self.gateway(&ctx.workspace) {
                     agent = agent.through_gateway(url, stop);
                 }
-                Arc::new(agent.confined(confinement.clone()))
+                Arc::new(agent.confined(self.confinement.clone()))
             }
         })
-    };
-    Box::new(FnCodingAgentFactory::new(build, probe))
+    }
+
+    fn command(&self, config: CommandAgentConfig, ctx: &BuildContext) -> CommandAgent {
+        CommandAgent::new(
+            &self.name,
+            config,
+            ctx.workspace.clone(),
+            self.scratch.clone(),
+        )
+    }
+
+    /// The gateway's URL and stop for an agent in `workspace`, its clock started and the
+    /// trial's places set for the recording.
+    fn gateway(&self, workspace: &Path) -> Option<(String, BudgetStop)> {
+        self.through.as_ref().map(|(url, stop, lease)| {
+            lease.start_clock();
+            lease.set_places(places(workspace, &self.trial_folder));
+            (url.clone(), stop.clone())
+        })
+    }
+
+    /// A script solution runs as an agent would: in the task's container or sandbox, from a
+    /// copy of its folder in the agent's home (the suite's folder is hidden).
+    fn solution_script(
+        &self,
+        script: &Path,
+        ctx: &BuildContext,
+    ) -> Result<CommandAgent, BuildError> {
+        let copy = self.scratch.join("home").join(".deltabench-solution");
+        let folder = script.parent().unwrap_or(Path::new("/"));
+        crate::support::copy_folder(folder, &copy).map_err(BuildError::CopySolution)?;
+        let name = script.file_name().unwrap_or_default();
+        // Where the task's container expects it (`solution_at`), so it runs as authored.
+        let (at, confinement) = match (&self.confinement, solution_at(self.task)) {
+            (Confinement::Container(policy), Some(at)) => (
+                at.to_owned(),
+                Confinement::Container(policy.clone().bind(copy.clone(), at.to_owned(), false)),
+            ),
+            _ => (copy.clone(), self.confinement.clone()),
+        };
+        let config = solution_command(&at.join(name), &at, self.task.timeout);
+        Ok(self.command(config, ctx).confined(confinement))
+    }
+}
+
+/// The command that runs the solution `script` from its folder `at`, within `timeout`.
+fn solution_command(script: &Path, at: &Path, timeout: Option<Duration>) -> CommandAgentConfig {
+    CommandAgentConfig {
+        run: format!(
+            "bash {}",
+            crate::support::shell_quote(&script.to_string_lossy())
+        ),
+        timeout,
+        env: [(
+            "DELTABENCH_SOLUTION".to_owned(),
+            at.to_string_lossy().into_owned(),
+        )]
+        .into(),
+        network: None,
+        gateway: false,
+        endpoint: None,
+        budget: None,
+    }
 }
 
 /// A real CLI agent: its program found, its scripted endpoint's URL looked up.
@@ -758,8 +886,30 @@ fn places(workspace: &Path, folder: &Path) -> Vec<(String, String)> {
 
 /// `trajectory.json`: the run in ATIF, built from the events, the result and the gateway's
 /// count (before the trial folder's secrets are redacted, which covers it).
-fn write_trajectory(dir: &Path, input: &TrajectoryInput) {
-    let trajectory = crate::trajectory::trajectory(input);
+fn write_trajectory(
+    dir: &Path,
+    trial: &Wired<'_>,
+    name: &str,
+    record: &TrialRecord,
+    events: &[TimedEvent],
+    result: Option<&CodingResult>,
+) {
+    let counted = trial.lease.as_ref().map(|l| (l.calls(), l.usage()));
+    let trajectory = crate::trajectory::trajectory(&TrajectoryInput {
+        agent: name,
+        kind: trial.agent.kind(),
+        model: trial
+            .agent
+            .as_harness()
+            .and_then(|(_, c)| c.model.as_deref()),
+        instruction: &trial.task.instruction,
+        started_at: &record.started_at,
+        events,
+        result,
+        gateway: counted
+            .as_ref()
+            .map(|(calls, total)| Counted { calls, total }),
+    });
     let _ = write_json_atomic(&dir.join(layout::TRAJECTORY), &trajectory);
 }
 
@@ -928,5 +1078,23 @@ impl WorkspaceProvisioner for SetupProvisioner {
             workspace.rebase(tree);
             Ok(workspace)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_solution_script_runs_under_bash_quoted_and_knows_its_folder() {
+        let at = Path::new("/solution dir");
+        let config = solution_command(&at.join("solve.sh"), at, Some(Duration::from_secs(5)));
+        assert_eq!(config.run, "bash '/solution dir/solve.sh'");
+        assert_eq!(config.timeout, Some(Duration::from_secs(5)));
+        assert_eq!(
+            config.env.get("DELTABENCH_SOLUTION").map(String::as_str),
+            Some("/solution dir")
+        );
+        assert!(!config.gateway && config.network.is_none() && config.budget.is_none());
     }
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use super::diagnostics::{Source, SuiteError};
 use super::names::resolve_command;
-use super::raw::{RawAgent, RawBudget, loc};
+use super::raw::{RawAgent, RawBudget, RawCliOutput, loc};
 use super::types::AgentSpec;
 use crate::agent::harness::cli::{
     CliDefinition, CliDialect, OutputParser, PLACEHOLDERS, placeholders,
@@ -18,13 +18,10 @@ use strum::VariantNames;
 
 /// Agents that exist without being configured.
 pub const BUILTIN_AGENTS: [&str; 2] = ["oracle", "noop"];
-pub(super) fn agent_spec(
-    source: &Source,
-    name: &str,
-    agent: &RawAgent,
-) -> Result<AgentSpec, SuiteError> {
-    let kind = agent.kind.value.as_str();
-    let allowed: &[&str] = match kind {
+
+/// The keys a kind other than a real CLI takes; `None` for a real CLI or an unknown kind.
+fn plain_kind_keys(kind: &str) -> Option<&'static [&'static str]> {
+    Some(match kind {
         "noop" | "oracle" => &[],
         "mock" => &[
             "responses",
@@ -37,25 +34,52 @@ pub(super) fn agent_spec(
         "command" => &[
             "run", "timeout", "env", "network", "gateway", "endpoint", "budget",
         ],
-        other if HarnessKind::parse(other).is_some() => {
-            return harness_spec(
-                source,
-                name,
-                agent,
-                HarnessKind::parse(other).expect("parsed"),
-            );
-        }
-        other => {
-            return Err(source.at(
-                &agent.kind,
-                format!(
-                    "unknown agent kind '{other}' for agent '{name}'. Valid kinds: {}{}",
-                    AgentSpec::kinds().join(", "),
-                    crate::support::suggestion(other, AgentSpec::kinds().into_iter())
-                ),
-            ));
-        }
+        _ => return None,
+    })
+}
+
+pub(super) fn agent_spec(
+    source: &Source,
+    name: &str,
+    agent: &RawAgent,
+) -> Result<AgentSpec, SuiteError> {
+    let kind = agent.kind.value.as_str();
+    let Some(allowed) = plain_kind_keys(kind) else {
+        return match HarnessKind::parse(kind) {
+            Some(harness) => harness_spec(source, name, agent, harness),
+            None => Err(unknown_kind(source, name, agent)),
+        };
     };
+    check_plain_keys(source, name, agent, allowed)?;
+    Ok(match kind {
+        "noop" => AgentSpec::Noop,
+        "oracle" => AgentSpec::Oracle,
+        "mock" => AgentSpec::Mock(mock_config(source, agent)?),
+        _ => AgentSpec::Command(command_config(source, name, agent)?),
+    })
+}
+
+/// A `kind:` no agent has, with the valid kinds and the nearest one.
+fn unknown_kind(source: &Source, name: &str, agent: &RawAgent) -> SuiteError {
+    let other = agent.kind.value.as_str();
+    source.at(
+        &agent.kind,
+        format!(
+            "unknown agent kind '{other}' for agent '{name}'. Valid kinds: {}{}",
+            AgentSpec::kinds().join(", "),
+            crate::support::suggestion(other, AgentSpec::kinds().into_iter())
+        ),
+    )
+}
+
+/// Only the keys in `allowed` are set.
+fn check_plain_keys(
+    source: &Source,
+    name: &str,
+    agent: &RawAgent,
+    allowed: &[&str],
+) -> Result<(), SuiteError> {
+    let kind = agent.kind.value.as_str();
     for (key, location) in agent.keys_set() {
         if !allowed.contains(&key) {
             let valid = if allowed.is_empty() {
@@ -69,64 +93,79 @@ pub(super) fn agent_spec(
             ));
         }
     }
-    Ok(match kind {
-        "noop" => AgentSpec::Noop,
-        "oracle" => AgentSpec::Oracle,
-        "mock" => AgentSpec::Mock(MockConfig {
-            responses: agent.responses.clone().unwrap_or_default(),
-            artifacts: agent.artifacts.clone().unwrap_or_default(),
-            delay: agent
-                .delay
-                .as_ref()
-                .map(|d| source.duration(d))
-                .transpose()?,
-            simulate_error: agent.simulate_error.clone(),
-            simulate_panic: agent.simulate_panic,
-            apply_writes: agent.apply_writes.unwrap_or(false),
-        }),
-        _ => {
-            let Some(run) = &agent.run else {
-                return Err(source.at(
-                    &agent.kind,
-                    format!(
-                        "agent '{name}' of kind 'command' needs `run`: the shell command to start"
-                    ),
-                ));
-            };
-            let gateway = agent.gateway.as_ref().is_some_and(|g| g.value);
-            if !gateway {
-                let model_network = agent.network.as_ref().filter(|n| n.value == "model");
-                let needs = [
-                    ("endpoint", agent.endpoint.as_ref().map(loc)),
-                    ("budget", agent.budget.as_ref().map(loc)),
-                    ("network: model", model_network.map(loc)),
-                ];
-                if let Some((key, Some(at))) = needs.into_iter().find(|(_, at)| at.is_some()) {
-                    return Err(source.error(
-                        at,
-                        format!(
-                            "`{key}` on agent '{name}' of kind 'command' needs `gateway: true`: \
-                             only calls through deltabench's gateway are counted, limited and \
-                             let through `network: model`"
-                        ),
-                    ));
-                }
-            }
-            AgentSpec::Command(CommandAgentConfig {
-                run: resolve_command(source, run)?,
-                timeout: agent
-                    .timeout
-                    .as_ref()
-                    .map(|t| source.duration(t))
-                    .transpose()?,
-                env: agent.env.clone().unwrap_or_default(),
-                network: agent_network(source, agent)?,
-                gateway,
-                endpoint: agent_endpoint(source, agent)?,
-                budget: agent_budget(source, agent)?,
-            })
-        }
+    Ok(())
+}
+
+/// A `kind: mock` agent's configuration.
+fn mock_config(source: &Source, agent: &RawAgent) -> Result<MockConfig, SuiteError> {
+    Ok(MockConfig {
+        responses: agent.responses.clone().unwrap_or_default(),
+        artifacts: agent.artifacts.clone().unwrap_or_default(),
+        delay: agent
+            .delay
+            .as_ref()
+            .map(|d| source.duration(d))
+            .transpose()?,
+        simulate_error: agent.simulate_error.clone(),
+        simulate_panic: agent.simulate_panic,
+        apply_writes: agent.apply_writes.unwrap_or(false),
     })
+}
+
+/// A `kind: command` agent's configuration: `run` set, and the gateway on where its keys need it.
+fn command_config(
+    source: &Source,
+    name: &str,
+    agent: &RawAgent,
+) -> Result<CommandAgentConfig, SuiteError> {
+    let Some(run) = &agent.run else {
+        return Err(source.at(
+            &agent.kind,
+            format!("agent '{name}' of kind 'command' needs `run`: the shell command to start"),
+        ));
+    };
+    let gateway = agent.gateway.as_ref().is_some_and(|g| g.value);
+    if !gateway {
+        check_command_without_gateway(source, name, agent)?;
+    }
+    Ok(CommandAgentConfig {
+        run: resolve_command(source, run)?,
+        timeout: agent
+            .timeout
+            .as_ref()
+            .map(|t| source.duration(t))
+            .transpose()?,
+        env: agent.env.clone().unwrap_or_default(),
+        network: agent_network(source, agent)?,
+        gateway,
+        endpoint: agent_endpoint(source, agent)?,
+        budget: agent_budget(source, agent)?,
+    })
+}
+
+/// A command agent off the gateway sets none of the keys only the gateway can honour.
+fn check_command_without_gateway(
+    source: &Source,
+    name: &str,
+    agent: &RawAgent,
+) -> Result<(), SuiteError> {
+    let model_network = agent.network.as_ref().filter(|n| n.value == "model");
+    let needs = [
+        ("endpoint", agent.endpoint.as_ref().map(loc)),
+        ("budget", agent.budget.as_ref().map(loc)),
+        ("network: model", model_network.map(loc)),
+    ];
+    if let Some((key, Some(at))) = needs.into_iter().find(|(_, at)| at.is_some()) {
+        return Err(source.error(
+            at,
+            format!(
+                "`{key}` on agent '{name}' of kind 'command' needs `gateway: true`: \
+                 only calls through deltabench's gateway are counted, limited and \
+                 let through `network: model`"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The agent's `budget:`, each value checked to be above zero.
@@ -254,25 +293,59 @@ fn cli_definition(
     agent: &RawAgent,
     config: &HarnessConfig,
 ) -> Result<CliDefinition, SuiteError> {
-    let needs = |key: &str, what: &str| {
-        source.at(
-            &agent.kind,
-            format!("agent '{name}' of kind 'cli' needs `{key}:` ({what})"),
-        )
-    };
     if agent.command.is_none() {
-        return Err(needs(
+        return Err(cli_needs(
+            source,
+            name,
+            agent,
             "command",
             "the executable, a path relative to this file or a name on PATH",
         ));
     }
+    let dialect = cli_dialect(source, name, agent)?;
+    let (output, parser) = cli_output(source, name, agent)?;
+    let Some(args) = &agent.args else {
+        return Err(cli_needs(
+            source,
+            name,
+            agent,
+            "args",
+            "the arguments, with `{instruction}` where the task goes",
+        ));
+    };
+    check_cli_args(source, name, args, config)?;
+    check_cli_env(source, name, agent, config)?;
+    let path = |field: &Option<Spanned<String>>| field.as_ref().map(|f| f.value.clone());
+    Ok(CliDefinition {
+        args: args.value.iter().map(|a| a.value.clone()).collect(),
+        dialect,
+        parser,
+        result: path(&output.result),
+        session_id: path(&output.session_id),
+        usage: path(&output.usage),
+    })
+}
+
+/// A `kind: cli` agent lacks `key`, which is `what`.
+fn cli_needs(source: &Source, name: &str, agent: &RawAgent, key: &str, what: &str) -> SuiteError {
+    source.at(
+        &agent.kind,
+        format!("agent '{name}' of kind 'cli' needs `{key}:` ({what})"),
+    )
+}
+
+/// The `dialect:` of a `kind: cli` agent, set and known.
+fn cli_dialect(source: &Source, name: &str, agent: &RawAgent) -> Result<CliDialect, SuiteError> {
     let Some(dialect) = &agent.dialect else {
-        return Err(needs(
+        return Err(cli_needs(
+            source,
+            name,
+            agent,
             "dialect",
             "the API it speaks, which points it at the endpoint: anthropic, openai or gemini",
         ));
     };
-    let dialect = dialect.value.parse::<CliDialect>().map_err(|_| {
+    dialect.value.parse::<CliDialect>().map_err(|_| {
         source.at(
             dialect,
             format!(
@@ -281,9 +354,21 @@ fn cli_definition(
                 CliDialect::VARIANTS.join(", ")
             ),
         )
-    })?;
+    })
+}
+
+/// The `output:` of a `kind: cli` agent: set, a known parser, and the json-lines fields only
+/// with that parser.
+fn cli_output<'a>(
+    source: &Source,
+    name: &str,
+    agent: &'a RawAgent,
+) -> Result<(&'a RawCliOutput, OutputParser), SuiteError> {
     let Some(output) = &agent.output else {
-        return Err(needs(
+        return Err(cli_needs(
+            source,
+            name,
+            agent,
             "output",
             "how its stdout is read, e.g. `output: {parser: text}`",
         ));
@@ -315,17 +400,16 @@ fn cli_definition(
             ),
         ));
     }
-    let Some(args) = &agent.args else {
-        return Err(needs(
-            "args",
-            "the arguments, with `{instruction}` where the task goes",
-        ));
-    };
-    let set = |placeholder: &str| match placeholder {
-        "model" => config.model.is_some(),
-        "max_turns" => config.max_turns.is_some(),
-        _ => true,
-    };
+    Ok((output, parser))
+}
+
+/// Every placeholder in a `kind: cli` template exists and is set, and one passes the task.
+fn check_cli_args(
+    source: &Source,
+    name: &str,
+    args: &Spanned<Vec<Spanned<String>>>,
+    config: &HarnessConfig,
+) -> Result<(), SuiteError> {
     for arg in &args.value {
         for (_, placeholder) in placeholders(&arg.value) {
             if !PLACEHOLDERS.contains(&placeholder.as_str()) {
@@ -333,11 +417,11 @@ fn cli_definition(
                     arg,
                     format!(
                         "unknown placeholder {{{placeholder}}} in the args of agent '{name}'. Valid placeholders: {}",
-                        PLACEHOLDERS.map(|p| format!("{{{p}}}")).join(", ")
+                        valid_placeholders()
                     ),
                 ));
             }
-            if !set(&placeholder) {
+            if !placeholder_set(config, &placeholder) {
                 return Err(source.at(
                     arg,
                     format!(
@@ -359,6 +443,16 @@ fn cli_definition(
             ),
         ));
     }
+    Ok(())
+}
+
+/// Every placeholder in a `kind: cli` agent's `env:` exists.
+fn check_cli_env(
+    source: &Source,
+    name: &str,
+    agent: &RawAgent,
+    config: &HarnessConfig,
+) -> Result<(), SuiteError> {
     for (key, value) in config.env.iter() {
         if let Some((_, bad)) = placeholders(value)
             .into_iter()
@@ -368,21 +462,26 @@ fn cli_definition(
                 &agent.kind,
                 format!(
                     "unknown placeholder {{{bad}}} in `env.{key}` of agent '{name}'. Valid placeholders: {}",
-                    PLACEHOLDERS.map(|p| format!("{{{p}}}")).join(", ")
+                    valid_placeholders()
                 ),
             ));
         }
     }
-    let path =
-        |field: &Option<serde_saphyr::Spanned<String>>| field.as_ref().map(|f| f.value.clone());
-    Ok(CliDefinition {
-        args: args.value.iter().map(|a| a.value.clone()).collect(),
-        dialect,
-        parser,
-        result: path(&output.result),
-        session_id: path(&output.session_id),
-        usage: path(&output.usage),
-    })
+    Ok(())
+}
+
+/// The placeholders a template may name, as written in it.
+fn valid_placeholders() -> String {
+    PLACEHOLDERS.map(|p| format!("{{{p}}}")).join(", ")
+}
+
+/// Whether the agent sets the value `placeholder` stands for; the others are always there.
+fn placeholder_set(config: &HarnessConfig, placeholder: &str) -> bool {
+    match placeholder {
+        "model" => config.model.is_some(),
+        "max_turns" => config.max_turns.is_some(),
+        _ => true,
+    }
 }
 
 /// Validates a real CLI agent: only the keys its kind supports, a known permission mode, a
@@ -593,4 +692,36 @@ fn check_cost_budget(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_kinds_take_their_own_keys_and_real_clis_none() {
+        assert_eq!(plain_kind_keys("noop"), Some(&[][..]));
+        assert_eq!(plain_kind_keys("oracle"), Some(&[][..]));
+        assert!(plain_kind_keys("mock").is_some_and(|keys| keys.contains(&"delay")));
+        assert!(plain_kind_keys("command").is_some_and(|keys| keys.contains(&"run")));
+        assert_eq!(plain_kind_keys("nonsense"), None);
+        for kind in HarnessKind::ALL {
+            assert_eq!(plain_kind_keys(kind.as_str()), None, "{kind}");
+        }
+    }
+
+    #[test]
+    fn only_model_and_max_turns_can_be_unset() {
+        let unset = HarnessConfig::default();
+        assert!(!placeholder_set(&unset, "model"));
+        assert!(!placeholder_set(&unset, "max_turns"));
+        assert!(placeholder_set(&unset, "instruction"));
+        let set = HarnessConfig {
+            model: Some("m".to_owned()),
+            max_turns: Some(3),
+            ..HarnessConfig::default()
+        };
+        assert!(placeholder_set(&set, "model"));
+        assert!(placeholder_set(&set, "max_turns"));
+    }
 }
