@@ -171,7 +171,7 @@ pub(crate) enum Skip {
 
 /// An import that cannot go on.
 #[derive(Debug, thiserror::Error)]
-pub enum ImportError {
+pub(crate) enum ImportError {
     /// An option that does not fit the format, or a source of the wrong kind.
     #[error("{0}")]
     Usage(String),
@@ -228,7 +228,7 @@ pub enum ImportError {
 
 impl ImportError {
     /// True for errors in what the user gave (exit code 2), false for failures while writing.
-    pub fn is_usage(&self) -> bool {
+    pub(crate) fn is_usage(&self) -> bool {
         !matches!(
             self,
             Self::Write { .. } | Self::Git { .. } | Self::Unloadable { .. }

@@ -55,10 +55,13 @@ use redact::Secrets;
 
 /// What every trial of a run shares.
 pub struct TrialInputs {
+    /// The suite the run loaded (its tasks, by index in [`TrialSpec::task`]).
     pub suite: Arc<Suite>,
+    /// The run's agents, by the names trials use.
     pub agents: IndexMap<String, AgentSpec>,
     /// Root URLs of the run's scripted model endpoints, by script path.
     pub endpoints: HashMap<PathBuf, String>,
+    /// The suite's repository, ready to provision workspaces from.
     pub source: PreparedSource,
     /// Each task's base commit, by task index.
     pub commits: Vec<String>,
@@ -104,7 +107,7 @@ fn mutation_plan(inputs: &TrialInputs, task: &Task, agent: &AgentSpec) -> Option
 /// Runs one trial to a record: wire the seam types, run the lifecycle, write its artifacts,
 /// settle (the one place its outcome is decided, [`settle`]), write the record. Never fails:
 /// what went wrong is in the record.
-pub async fn run_trial(
+pub(crate) async fn run_trial(
     inputs: &TrialInputs,
     spec: &TrialSpec,
     commit: &str,
