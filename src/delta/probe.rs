@@ -144,7 +144,9 @@ impl DeltaProbe for TaskProbe {
         Box::pin(async move {
             let snapshot = match self.take_snapshot(ctx).await? {
                 Ok(snapshot) => snapshot,
-                Err(too_large) => return Ok(self.rejected(String::new(), too_large, None)),
+                Err(too_large) => {
+                    return Ok(self.rejected(String::new(), too_large.to_string(), None));
+                }
             };
             if let Some(dir) = &self.artifacts {
                 save_diff(dir, &snapshot.patch)?;
@@ -179,7 +181,7 @@ impl TaskProbe {
     async fn take_snapshot(
         &self,
         ctx: &ProbeContext<'_>,
-    ) -> Result<Result<Snapshot, String>, ProbeError> {
+    ) -> Result<Result<Snapshot, SnapshotError>, ProbeError> {
         let (objects, workspace, base) = (
             self.objects.clone(),
             ctx.workspace.to_owned(),
@@ -201,7 +203,7 @@ impl TaskProbe {
         .map_err(|e| diff_error(e.to_string()))?;
         match taken {
             Ok(snapshot) => Ok(Ok(snapshot)),
-            Err(too_large @ SnapshotError::TooLarge { .. }) => Ok(Err(too_large.to_string())),
+            Err(too_large @ SnapshotError::TooLarge { .. }) => Ok(Err(too_large)),
             Err(e) => Err(diff_error(e.to_string())),
         }
     }

@@ -332,7 +332,7 @@ pub(super) fn prepare(
         };
         built_ms.extend(ms.map(|ms| (i, ms)));
         if let Err(why) = once.start(&image) {
-            failed.insert(i, why);
+            failed.insert(i, why.to_string());
             continue;
         }
         if let Some(id) = runtime.image_id(&image) {
@@ -426,7 +426,7 @@ impl OncePerRun<'_> {
     }
 
     /// Starts `image` once (the runtime's preflight).
-    fn start(&mut self, image: &str) -> Result<(), String> {
+    fn start(&mut self, image: &str) -> Result<(), ImageError> {
         let (runtime, label) = (self.runtime, self.label);
         self.started
             .entry(image.to_owned())
@@ -436,7 +436,6 @@ impl OncePerRun<'_> {
                     .map_err(|ContainerError(message)| ImageError::Start { message })
             })
             .clone()
-            .map_err(|why| why.to_string())
     }
 }
 
