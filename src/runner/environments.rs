@@ -326,7 +326,7 @@ pub(super) fn prepare(
         let (image, ms) = match once.build(&environment.image, suite) {
             Ok(built) => built,
             Err(why) => {
-                failed.insert(i, why);
+                failed.insert(i, why.to_string());
                 continue;
             }
         };
@@ -405,9 +405,8 @@ impl OncePerRun<'_> {
         &mut self,
         source: &ImageSource,
         suite: &Suite,
-    ) -> Result<(String, Option<u64>), String> {
-        let (image, dockerfile) =
-            image_of(source, suite, self.cache).map_err(|(_, why)| why.to_string())?;
+    ) -> Result<(String, Option<u64>), ImageError> {
+        let (image, dockerfile) = image_of(source, suite, self.cache).map_err(|(_, why)| why)?;
         let Some(dockerfile) = dockerfile else {
             return Ok((image, None));
         };
@@ -420,8 +419,7 @@ impl OncePerRun<'_> {
                 made(runtime, &image, Some(&dockerfile), cache, &mut |_| {})
                     .map(|built| built.then(|| started.elapsed().as_millis() as u64))
             })
-            .clone()
-            .map_err(|why| why.to_string())?;
+            .clone()?;
         Ok((image, ms))
     }
 
