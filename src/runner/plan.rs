@@ -344,74 +344,92 @@ fn check_cli_agents(
         // With an environment the container is the sandbox (checked below).
         .any(|t| t.isolation == Isolation::Sandbox && t.environment.is_none());
     for (name, spec) in agents {
-        if let AgentSpec::Command(config) = spec
-            && config.gateway
-            && sandboxed
-            && config.network == Some(Network::None)
-        {
-            return Err(PlanError::new(
-                format!(
-                    "agent '{name}' (command, gateway: true) talks to deltabench's model gateway on this machine, which a sandboxed task (network `none`) cannot reach"
-                ),
-                Some(UNREACHABLE_GATEWAY_HINT.into()),
-            ));
+        check_command_gateway(name, spec, sandboxed)?;
+        if let Some((kind, config)) = spec.as_harness() {
+            check_harness_agent(suite, tasks, name, kind, config, sandboxed)?;
         }
-        let Some((kind, config)) = spec.as_harness() else {
-            continue;
-        };
-        if let Err(err) = find_program(kind, config.binary.as_deref()) {
-            return Err(PlanError::new(
-                format!("agent '{name}' ({kind}): {err}"),
-                Some(
-                    "docs/agents.md (\"Real agent CLIs\") lists the versions deltabench is tested with"
-                        .into(),
-                ),
-            ));
-        }
-        let local = match &config.endpoint {
-            Some(Endpoint::Scripted(_)) => Some("the scripted endpoint".to_owned()),
-            Some(Endpoint::Url(url)) if is_loopback(url) => Some(url.clone()),
-            _ => None,
-        };
-        if let Some(err) = missing_key(name, kind, config, local.is_some()) {
-            return Err(err);
-        }
-        // The gateway is on this machine too, whatever the endpoint.
-        let through_gateway = crate::gateway::uses_gateway(kind, config);
-        let local =
-            local.or_else(|| through_gateway.then(|| "deltabench's model gateway".to_owned()));
-        if sandboxed
-            && Network::for_agent(config.network, through_gateway).is_none()
-            && let Some(local) = local.clone()
-        {
-            return Err(PlanError::new(
-                format!(
-                    "agent '{name}' ({kind}) talks to {local} on this machine, which a sandboxed task (network `none`) cannot reach"
-                ),
-                Some(UNREACHABLE_GATEWAY_HINT.into()),
-            ));
-        }
-        // A container with network `none` has its own loopback only.
-        if let Some(local) = local
-            && let Some(task) = tasks.iter().map(|&i| &suite.tasks[i]).find(|t| {
-                t.environment.as_ref().is_some_and(|environment| {
-                    Network::in_container(environment.network, config.network, through_gateway)
-                        .is_none()
-                })
+    }
+    Ok(())
+}
+
+/// A command agent on the gateway cannot reach it from a sandbox without a network.
+fn check_command_gateway(name: &str, spec: &AgentSpec, sandboxed: bool) -> Result<(), PlanError> {
+    if let AgentSpec::Command(config) = spec
+        && config.gateway
+        && sandboxed
+        && config.network == Some(Network::None)
+    {
+        return Err(PlanError::new(
+            format!(
+                "agent '{name}' (command, gateway: true) talks to deltabench's model gateway on this machine, which a sandboxed task (network `none`) cannot reach"
+            ),
+            Some(UNREACHABLE_GATEWAY_HINT.into()),
+        ));
+    }
+    Ok(())
+}
+
+/// A CLI agent's program is installed, its key is set unless its model is local, and what it
+/// talks to on this machine is reachable from every task's sandbox or container.
+fn check_harness_agent(
+    suite: &Suite,
+    tasks: &[usize],
+    name: &str,
+    kind: HarnessKind,
+    config: &HarnessConfig,
+    sandboxed: bool,
+) -> Result<(), PlanError> {
+    if let Err(err) = find_program(kind, config.binary.as_deref()) {
+        return Err(PlanError::new(
+            format!("agent '{name}' ({kind}): {err}"),
+            Some(
+                "docs/agents.md (\"Real agent CLIs\") lists the versions deltabench is tested with"
+                    .into(),
+            ),
+        ));
+    }
+    let local = match &config.endpoint {
+        Some(Endpoint::Scripted(_)) => Some("the scripted endpoint".to_owned()),
+        Some(Endpoint::Url(url)) if is_loopback(url) => Some(url.clone()),
+        _ => None,
+    };
+    if let Some(err) = missing_key(name, kind, config, local.is_some()) {
+        return Err(err);
+    }
+    // The gateway is on this machine too, whatever the endpoint.
+    let through_gateway = crate::gateway::uses_gateway(kind, config);
+    let local = local.or_else(|| through_gateway.then(|| "deltabench's model gateway".to_owned()));
+    if sandboxed
+        && Network::for_agent(config.network, through_gateway).is_none()
+        && let Some(local) = local.clone()
+    {
+        return Err(PlanError::new(
+            format!(
+                "agent '{name}' ({kind}) talks to {local} on this machine, which a sandboxed task (network `none`) cannot reach"
+            ),
+            Some(UNREACHABLE_GATEWAY_HINT.into()),
+        ));
+    }
+    // A container with network `none` has its own loopback only.
+    if let Some(local) = local
+        && let Some(task) = tasks.iter().map(|&i| &suite.tasks[i]).find(|t| {
+            t.environment.as_ref().is_some_and(|environment| {
+                Network::in_container(environment.network, config.network, through_gateway)
+                    .is_none()
             })
-        {
-            return Err(PlanError::new(
-                format!(
-                    "{}: agent '{name}' ({kind}) talks to {local} on this machine, which task '{}' cannot reach from its container (its environment's network is `none`)",
-                    suite.path.display(),
-                    task.id
-                ),
-                Some(format!(
-                    "add `network: host` to the `environment:` of task '{}' (or set `network: host` on the agent)",
-                    task.id
-                )),
-            ));
-        }
+        })
+    {
+        return Err(PlanError::new(
+            format!(
+                "{}: agent '{name}' ({kind}) talks to {local} on this machine, which task '{}' cannot reach from its container (its environment's network is `none`)",
+                suite.path.display(),
+                task.id
+            ),
+            Some(format!(
+                "add `network: host` to the `environment:` of task '{}' (or set `network: host` on the agent)",
+                task.id
+            )),
+        ));
     }
     Ok(())
 }
