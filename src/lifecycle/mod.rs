@@ -242,7 +242,7 @@ pub struct RunCodingNode<'a> {
     pub provisioner: &'a dyn WorkspaceProvisioner,
     /// What the workspace starts from.
     pub base: &'a WorkspaceBase,
-    /// How the workspace is kept apart from others.
+    /// Which workspace to provision: the suite's tree, a clone, or a sandboxed clone.
     pub isolation: Isolation,
     /// The agent's task.
     pub task: CodingTask,

@@ -32,7 +32,7 @@ pub struct SimulatedError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MockArtifact {
-    /// The artifact's key in the JSON.
+    /// What the artifact is called in the output's list.
     pub name: String,
     /// Its text, handed back as is.
     pub content: String,
