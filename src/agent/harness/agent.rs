@@ -250,7 +250,7 @@ impl HarnessAgent {
         self
     }
 
-    /// The CLI's wall-clock limit: the configured one, else [`DEFAULT_TIMEOUT`].
+    /// The CLI's wall-clock limit: the configured one, else 30 minutes.
     pub fn timeout(&self) -> Duration {
         self.config.timeout.unwrap_or(DEFAULT_TIMEOUT)
     }

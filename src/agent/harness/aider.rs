@@ -78,7 +78,7 @@ const BANNER: [&str; 9] = [
     "Added ",
 ];
 
-/// A [`StreamParser`](super::StreamParser) for aider's plain-text stdout, read line by line; the failure of a run that exits 0 is read from its text.
+/// A [`StreamParser`] for aider's plain-text stdout, read line by line; the failure of a run that exits 0 is read from its text.
 #[derive(Debug, Default)]
 pub struct AiderParser {
     usage: Option<Usage>,

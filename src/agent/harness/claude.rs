@@ -73,7 +73,7 @@ const WRITE_TOOLS: [(&str, &str); 4] = [
     ("NotebookEdit", "notebook_path"),
 ];
 
-/// A [`StreamParser`](super::StreamParser) for Claude Code's `stream-json` stdout; the final `result` line decides usage, cost and status.
+/// A [`StreamParser`] for Claude Code's `stream-json` stdout; the final `result` line decides usage, cost and status.
 #[derive(Debug)]
 pub struct ClaudeParser {
     /// The CLI's name in messages, and the tools whose calls write the file their input names:

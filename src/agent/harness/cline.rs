@@ -87,7 +87,7 @@ const FACTS: Facts = Facts {
 /// Where the CLI keeps one folder per session, under its HOME.
 pub const SESSIONS_DIR: &str = ".cline/data/sessions";
 
-/// A [`StreamParser`](super::StreamParser) for Cline's `--json` stdout (hook and agent events).
+/// A [`StreamParser`] for Cline's `--json` stdout (hook and agent events).
 #[derive(Debug, Default)]
 pub struct ClineParser {
     usage: Option<Usage>,

@@ -60,7 +60,7 @@ const TOOL_ITEMS: [&str; 5] = [
     "collab_tool_call",
 ];
 
-/// A [`StreamParser`](super::StreamParser) for Codex's `exec --json` stdout; `turn.completed` usage is cumulative over the thread.
+/// A [`StreamParser`] for Codex's `exec --json` stdout; `turn.completed` usage is cumulative over the thread.
 #[derive(Debug, Default)]
 pub struct CodexParser {
     session_id: Option<String>,

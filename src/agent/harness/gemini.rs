@@ -68,7 +68,7 @@ const WRITE_TOOLS: [(&str, &str); 3] = [
     ("edit", "file_path"),
 ];
 
-/// A [`StreamParser`](super::StreamParser) for Gemini CLI's `stream-json` stdout.
+/// A [`StreamParser`] for Gemini CLI's `stream-json` stdout.
 #[derive(Debug, Default)]
 pub struct GeminiParser {
     session_id: Option<String>,

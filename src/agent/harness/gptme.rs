@@ -70,7 +70,7 @@ const WRITE_TOOLS: [&str; 3] = ["save", "append", "patch"];
 /// Where gptme keeps its conversations, under its HOME (`XDG_DATA_HOME/gptme/logs`).
 pub const LOGS_DIR: &str = ".local/share/gptme/logs";
 
-/// A [`StreamParser`](super::StreamParser) for gptme's `--output-format json` stdout, one message per line.
+/// A [`StreamParser`] for gptme's `--output-format json` stdout, one message per line.
 #[derive(Debug, Default)]
 pub struct GptmeParser {
     usage: Option<Usage>,

@@ -64,7 +64,7 @@ const ERROR_PREFIX: &str = "Sorry, I encountered an error: ";
 /// The last message of a run stopped by `--max-tool-rounds`.
 const MAX_ROUNDS: &str = "Maximum tool execution rounds reached.";
 
-/// A [`StreamParser`](super::StreamParser) for Grok CLI's stdout: the conversation as Chat Completions messages, printed at the end.
+/// A [`StreamParser`] for Grok CLI's stdout: the conversation as Chat Completions messages, printed at the end.
 #[derive(Debug, Default)]
 pub struct GrokParser {
     /// Tool calls by id: name and arguments.

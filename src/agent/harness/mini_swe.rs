@@ -57,7 +57,7 @@ const FACTS: Facts = Facts {
     prompt: Prompt::InFlag,
 };
 
-/// A [`StreamParser`](super::StreamParser) for mini-swe-agent: stdout stays unknown text, the
+/// A [`StreamParser`] for mini-swe-agent: stdout stays unknown text, the
 /// record comes from its trajectory file ([`MiniSweParser::trajectory`]).
 #[derive(Debug, Default)]
 pub struct MiniSweParser {

@@ -54,7 +54,7 @@ const FACTS: Facts = Facts {
 /// Tools whose completed call wrote the file named by `state.input.filePath`.
 const WRITE_TOOLS: [&str; 4] = ["write", "edit", "multiedit", "patch"];
 
-/// A [`StreamParser`](super::StreamParser) for opencode's `run --format json` stdout; one `step_finish` per model call.
+/// A [`StreamParser`] for opencode's `run --format json` stdout; one `step_finish` per model call.
 #[derive(Debug, Default)]
 pub struct OpencodeParser {
     session_id: Option<String>,

@@ -68,7 +68,7 @@ const FACTS: Facts = Facts {
 /// Tools whose successful call wrote the file named by their `path` argument.
 const WRITE_TOOLS: [&str; 2] = ["write", "edit"];
 
-/// A [`StreamParser`](super::StreamParser) for pi's `--mode json` stdout.
+/// A [`StreamParser`] for pi's `--mode json` stdout.
 #[derive(Debug, Default)]
 pub struct PiParser {
     session_id: Option<String>,
