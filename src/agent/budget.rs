@@ -93,6 +93,7 @@ pub struct BudgetStop {
 }
 
 impl BudgetStop {
+    /// A stop not yet tripped.
     pub fn new() -> Self {
         Self::default()
     }

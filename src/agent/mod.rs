@@ -37,8 +37,10 @@ pub use types::{
 
 /// A coding harness wearing deltabench's interface.
 pub trait CodingAgent: Send + Sync {
+    /// The agent's name: its tool name, and what results and logs call it.
     fn name(&self) -> &str;
 
+    /// One line on what the agent does, shown as its tool description.
     fn description(&self) -> &str;
 
     /// The tool form's input schema (`task`, optional `sessionId`).
@@ -76,15 +78,20 @@ pub trait CodingAgent: Send + Sync {
 /// Options for [`as_tool`]: only needed to rename or re-describe the tool form.
 #[derive(Debug, Clone, Default)]
 pub struct CodingToolOptions {
+    /// The tool's name; `None` keeps the agent's.
     pub name: Option<String>,
+    /// The tool's description; `None` keeps the agent's.
     pub description: Option<String>,
 }
 
 /// An agent in its tool form, possibly renamed.
 #[derive(Clone)]
 pub struct CodingTool {
+    /// The name the tool is called by (the agent's unless renamed).
     pub name: String,
+    /// What a model is told the tool does.
     pub description: String,
+    /// The JSON schema [`CodingTool::execute`] checks its arguments against.
     pub schema: Value,
     agent: Arc<dyn CodingAgent>,
 }

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 /// One unit of work for a coding agent.
 #[derive(Debug, Clone, Default)]
 pub struct CodingTask {
+    /// The brief: what the agent is asked to do, as its prompt.
     pub task: String,
     /// Resume a previous harness session.
     pub session_id: Option<String>,
@@ -42,12 +43,24 @@ impl From<String> for CodingTask {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum CodingInput {
-    Message { text: String },
-    ToolResponse { call_id: String, approved: bool },
+    /// A further user message for an agent that takes them mid-run.
+    Message {
+        /// The message's text.
+        text: String,
+    },
+    /// The answer to a tool call waiting for approval.
+    ToolResponse {
+        /// The id of the tool call answered.
+        call_id: String,
+        /// Whether the call may go ahead.
+        approved: bool,
+    },
+    /// Stop the run; it resolves `aborted`.
     Abort,
 }
 
 impl CodingInput {
+    /// The input's `type` as its JSON spells it.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Message { .. } => "message",
@@ -174,46 +187,68 @@ impl PartialEq<&str> for SystemSubtype {
 pub enum StreamEvent {
     /// Lifecycle and harness notices (start, exit, warnings).
     System {
+        /// What the notice is about ([`SystemSubtype`]).
         #[schemars(with = "String")]
         subtype: SystemSubtype,
+        /// The notice, for a human.
         message: String,
+        /// Details as the CLI or deltabench gave them; absent when there are none.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         data: Option<Value>,
     },
+    /// Text the agent wrote to the user.
     Assistant {
+        /// The text (one message or block, not a delta).
         text: String,
     },
+    /// The model's reasoning, where the CLI shows it.
     Thinking {
+        /// The reasoning text.
         text: String,
     },
+    /// The agent called a tool.
     ToolCall {
+        /// The call's id, which its [`StreamEvent::ToolResult`] repeats; absent when the CLI
+        /// gives none.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
+        /// The tool's name, as the CLI calls it.
         name: String,
+        /// The call's arguments, as the CLI gave them (`null` when none).
         #[serde(default)]
         args: Value,
     },
+    /// What a tool call returned.
     ToolResult {
+        /// The id of the call answered; absent when the CLI gives none.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
+        /// The tool's name, when the CLI repeats it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         name: Option<String>,
+        /// The tool's output, as the CLI gave it.
         #[serde(default)]
         result: Value,
+        /// Whether the tool failed.
         #[serde(default)]
         is_error: bool,
     },
+    /// The run's usage so far; the last one is the running total.
     Usage {
+        /// Totals since the run started.
         usage: Usage,
     },
     /// The agent's own closing message; the handle resolves the `CodingResult` separately.
     Result {
+        /// How the agent says the run ended.
         status: CodingStatus,
+        /// Its final text, when it has one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         text: Option<String>,
     },
     /// Anything an adapter could not map; kept verbatim.
     Unknown {
+        /// The line as JSON, or as a string when it was not JSON.
         raw: Value,
     },
 }
@@ -222,16 +257,22 @@ pub enum StreamEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CodingStatus {
+    /// The agent finished on its own.
     Completed,
+    /// The run failed; the result's `error` says why.
     Error,
+    /// The run was cancelled (abort, signal) before it finished.
     Aborted,
+    /// The run hit its `max_turns`.
     MaxTurns,
+    /// The run hit its wall-clock limit.
     MaxDuration,
-    // The gateway refused a model call past the agent's `budget:` and the run was stopped.
+    /// The gateway refused a model call past the agent's `budget:` and the run was stopped.
     BudgetExceeded,
 }
 
 impl CodingStatus {
+    /// The status as its JSON spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Completed => "completed",
@@ -254,15 +295,22 @@ impl fmt::Display for CodingStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
+    /// The model API refused for rate or quota; retry later (see `retry_after`).
     RateLimited,
+    /// The conversation outgrew the model's context window.
     ContextExhausted,
+    /// The agent or its API failed otherwise (a bad config, a crash, an HTTP error).
     SdkError,
+    /// The run was cancelled.
     Aborted,
+    /// The run passed its wall-clock limit.
     Timeout,
+    /// A failure deltabench could not classify.
     Unknown,
 }
 
 impl ErrorCode {
+    /// Every code, in declaration order.
     pub const ALL: [ErrorCode; 6] = [
         Self::RateLimited,
         Self::ContextExhausted,
@@ -272,6 +320,7 @@ impl ErrorCode {
         Self::Unknown,
     ];
 
+    /// The code as its JSON spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::RateLimited => "rate_limited",
@@ -294,7 +343,9 @@ impl fmt::Display for ErrorCode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
 #[error("{message} ({code})")]
 pub struct CodingError {
+    /// What went wrong, for a human.
     pub message: String,
+    /// The kind of failure, which decides the result's status.
     pub code: ErrorCode,
     /// Seconds to wait, when `code` is `rate_limited`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -302,6 +353,7 @@ pub struct CodingError {
 }
 
 impl CodingError {
+    /// An error with no `retry_after`.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
@@ -314,14 +366,20 @@ impl CodingError {
 /// Tokens, model calls and cost of one run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Usage {
+    /// Input tokens not read from the cache.
     pub input_tokens: u64,
+    /// Output tokens (reasoning included).
     pub output_tokens: u64,
+    /// Input tokens read from the prompt cache.
     #[serde(default)]
     pub cache_read_tokens: u64,
+    /// Input tokens written to the prompt cache.
     #[serde(default)]
     pub cache_write_tokens: u64,
+    /// Requests made to the model API.
     #[serde(default)]
     pub model_calls: u64,
+    /// The cost in USD; `None` when neither the agent reported one nor a price was known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
     /// True when the cost was priced by deltabench rather than reported by the agent.
@@ -333,7 +391,9 @@ pub struct Usage {
 /// used (one `model_calls`, priced when the model's price is known).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelCall {
+    /// When the gateway forwarded the request.
     pub started_at: chrono::DateTime<chrono::Utc>,
+    /// What its answer used.
     pub usage: Usage,
 }
 
@@ -345,6 +405,7 @@ pub struct CodingOutput {
     pub text: Option<String>,
     /// Provenance from the run's write/edit tool calls, not proof.
     pub modified_files: Vec<String>,
+    /// Anything else the agent reports, by name (the mock's `artifacts`, for one).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, Value>,
 }
@@ -352,19 +413,25 @@ pub struct CodingOutput {
 /// The verdict a run handle resolves to.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CodingResult {
+    /// How the run ended.
     pub status: CodingStatus,
     /// Always present: the resume handle.
     pub session_id: String,
+    /// What the run produced besides the workspace change.
     pub output: CodingOutput,
+    /// The run's totals; `None` when the agent reported none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// Why the run failed; `None` when it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<CodingError>,
+    /// Wall-clock time of the run in milliseconds, when the handle measured it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
 }
 
 impl CodingResult {
+    /// A completed result with empty output and no usage.
     pub fn completed(session_id: impl Into<String>) -> Self {
         Self {
             status: CodingStatus::Completed,
@@ -390,6 +457,7 @@ impl CodingResult {
         }
     }
 
+    /// A result aborted with the message `aborted`.
     pub fn aborted(session_id: impl Into<String>) -> Self {
         Self::failed(session_id, CodingError::new(ErrorCode::Aborted, "aborted"))
     }
@@ -404,7 +472,9 @@ pub fn new_session_id() -> String {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CodingToolInput {
+    /// The brief, as [`CodingTask::task`].
     pub task: String,
+    /// JSON `sessionId`: a session to resume.
     #[serde(default, rename = "sessionId", skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
 }

@@ -17,6 +17,7 @@ use crate::workspace::{Isolation, ProvisionError, WorkspaceBase, WorkspaceProvis
 /// What a build function gets: the workspace it binds the agent to.
 #[derive(Debug, Clone)]
 pub struct BuildContext {
+    /// The provisioned workspace the agent must work in.
     pub workspace: PathBuf,
     /// The tree-ish the workspace starts from (what the probe diffs against).
     pub base: String,
@@ -41,6 +42,8 @@ pub enum BuildError {
 
 /// Builds agents bound to a workspace. It never provisions: the workspace exists already.
 pub trait CodingAgentFactory: Send + Sync {
+    /// The node for `workspace`, which starts from `base`; `signal` cancels its runs unless a
+    /// task brings its own.
     fn create(
         &self,
         workspace: &Path,
@@ -59,6 +62,7 @@ impl<F> FnCodingAgentFactory<F>
 where
     F: Fn(&BuildContext) -> Result<Arc<dyn CodingAgent>, BuildError> + Send + Sync,
 {
+    /// A factory calling `build` for each node and probing its workspace with `probe`.
     pub fn new(build: F, probe: Arc<dyn DeltaProbe>) -> Self {
         Self { build, probe }
     }
@@ -103,18 +107,25 @@ pub struct CodingNode {
 /// What one node run produced. `delta` is the scoring surface; `summary` is display only.
 #[derive(Debug, Clone)]
 pub struct CodingNodeOutcome {
+    /// The workspace the agent ran in.
     pub workspace: PathBuf,
+    /// The brief the agent was given.
     pub task: String,
+    /// What changed in the workspace, as the probe saw it.
     pub delta: EnvironmentDelta,
+    /// The agent's final text; `None` when it gave none.
     pub summary: Option<String>,
+    /// The agent's own verdict.
     pub result: CodingResult,
 }
 
 impl CodingNode {
+    /// The workspace the agent is bound to.
     pub fn workspace(&self) -> &Path {
         &self.workspace
     }
 
+    /// The agent the node runs.
     pub fn agent(&self) -> &Arc<dyn CodingAgent> {
         &self.agent
     }
@@ -180,11 +191,17 @@ impl CodingNode {
 pub enum Phase {
     /// Making the template the workspace is a view of: shared by every trial on that base.
     Prepare,
+    /// Making the trial's own workspace.
     Provision,
+    /// Building the agent bound to it.
     Construct,
+    /// The agent's run, until its result resolves.
     Run,
+    /// Reading the workspace's change.
     Probe,
+    /// Removing the workspace.
     Dispose,
+    /// Scoring the change with the metric.
     Score,
 }
 
@@ -202,10 +219,12 @@ impl Lifecycle {
         self.steps.push((phase, took.as_micros() as u64));
     }
 
+    /// How many times `phase` ran.
     pub fn count(&self, phase: Phase) -> usize {
         self.steps.iter().filter(|(p, _)| *p == phase).count()
     }
 
+    /// The time spent in `phase`, summed over its runs, in microseconds.
     pub fn micros(&self, phase: Phase) -> u64 {
         self.steps
             .iter()
@@ -217,10 +236,15 @@ impl Lifecycle {
 
 /// Everything [`run_coding_node`] needs.
 pub struct RunCodingNode<'a> {
+    /// Builds the agent once the workspace exists.
     pub factory: &'a dyn CodingAgentFactory,
+    /// Makes (and later disposes) the workspace.
     pub provisioner: &'a dyn WorkspaceProvisioner,
+    /// What the workspace starts from.
     pub base: &'a WorkspaceBase,
+    /// Which workspace to provision: the suite's tree, a clone, or a sandboxed clone.
     pub isolation: Isolation,
+    /// The agent's task.
     pub task: CodingTask,
     /// Used when the task carries no signal of its own.
     pub signal: Option<CancellationToken>,
@@ -233,7 +257,9 @@ pub struct RunCodingNode<'a> {
 /// The scored outcome of one lifecycle.
 #[derive(Debug, Clone)]
 pub struct NodeReport {
+    /// What the run produced.
     pub outcome: CodingNodeOutcome,
+    /// The metric's score of its delta.
     pub score: Score,
 }
 
@@ -242,7 +268,9 @@ pub struct NodeReport {
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
 pub struct NodeProbeError {
+    /// Why the probe failed.
     pub error: ProbeError,
+    /// The agent's result from the run before it.
     pub result: Box<CodingResult>,
 }
 
@@ -252,12 +280,16 @@ pub enum RunNodeError {
     /// Unchanged from the provisioner; no agent was constructed.
     #[error(transparent)]
     Provision(#[from] ProvisionError),
+    /// The factory could not build the agent.
     #[error("cannot construct the agent: {0}")]
     Construct(BuildError),
+    /// The agent's run panicked; holds the panic's message.
     #[error("the agent panicked: {0}")]
     AgentPanicked(String),
+    /// The probe failed after the agent ran.
     #[error(transparent)]
     Probe(#[from] NodeProbeError),
+    /// The metric could not score the delta.
     #[error(transparent)]
     Metric(#[from] MetricError),
 }

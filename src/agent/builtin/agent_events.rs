@@ -30,7 +30,7 @@ use crate::agent::{StreamEvent, Usage};
 pub const AGENT_EVENTS: &str = "agent-events.jsonl";
 
 /// The most of the file that is read; the rest is reported as cut off.
-pub const MAX_BYTES: u64 = 4 * 1024 * 1024;
+pub(crate) const MAX_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Malformed lines reported one by one; past this, only their count.
 const MAX_REPORTED: usize = 20;
@@ -94,7 +94,7 @@ pub struct AgentEvents {
 }
 
 /// Reads the file at `path` (absent or empty: nothing).
-pub fn read(path: &Path) -> AgentEvents {
+pub(crate) fn read(path: &Path) -> AgentEvents {
     match read_bounded(path) {
         Ok((text, cut)) => {
             let mut parsed = parse(&String::from_utf8_lossy(&text));
@@ -149,7 +149,7 @@ fn read_bounded(path: &Path) -> Result<(Vec<u8>, bool), Option<String>> {
 }
 
 /// The events and usage of the file's text.
-pub fn parse(text: &str) -> AgentEvents {
+pub(crate) fn parse(text: &str) -> AgentEvents {
     let mut out = AgentEvents::default();
     let mut total: Option<Usage> = None;
     let mut malformed = 0usize;

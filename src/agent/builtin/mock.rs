@@ -20,8 +20,11 @@ pub type MockEvent = StreamEvent;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SimulatedError {
+    /// How many scripted events are emitted before the failure (0: fail at once).
     pub after: usize,
+    /// The error's message.
     pub message: String,
+    /// The error's code, which also decides the result's status.
     pub code: ErrorCode,
 }
 
@@ -29,7 +32,9 @@ pub struct SimulatedError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MockArtifact {
+    /// What the artifact is called in the output's list.
     pub name: String,
+    /// Its text, handed back as is.
     pub content: String,
 }
 
@@ -37,13 +42,16 @@ pub struct MockArtifact {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MockConfig {
+    /// The events to emit, in order; the last `assistant` text becomes the output.
     #[serde(default)]
     pub responses: Vec<MockEvent>,
+    /// Texts returned in the output's metadata.
     #[serde(default)]
     pub artifacts: Vec<MockArtifact>,
     /// Pause before each event.
     #[serde(default, with = "crate::support::duration_opt")]
     pub delay: Option<Duration>,
+    /// Fail the run instead of completing it; `None`: complete.
     #[serde(default)]
     pub simulate_error: Option<SimulatedError>,
     /// Panic after this many events (to test that the harness survives a crashing agent).
@@ -64,6 +72,7 @@ pub struct MockAgent {
 }
 
 impl MockAgent {
+    /// A mock named `mock` playing `config`.
     pub fn new(config: MockConfig) -> Self {
         Self {
             name: "mock".to_owned(),
@@ -72,6 +81,7 @@ impl MockAgent {
         }
     }
 
+    /// The same mock under another name (as results and logs show it).
     pub fn named(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
         self

@@ -1,7 +1,7 @@
 //! The agents deltabench ships: `noop`, `oracle`, `mock` and `command` (bring your own harness).
 
-pub mod agent_events;
-pub mod command;
-pub mod mock;
-pub mod noop;
-pub mod oracle;
+pub(crate) mod agent_events;
+pub(crate) mod command;
+pub(crate) mod mock;
+pub(crate) mod noop;
+pub(crate) mod oracle;

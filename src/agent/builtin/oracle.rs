@@ -17,6 +17,8 @@ pub struct OracleAgent {
 }
 
 impl OracleAgent {
+    /// An oracle writing `solution` over `workspace`; `base` is the commit a patch applies to.
+    /// With no solution the run fails.
     pub fn new(workspace: PathBuf, base: String, solution: Option<Overlay>) -> Self {
         Self {
             workspace,

@@ -14,6 +14,7 @@ use crate::agent::{StreamEvent, Usage};
 pub struct RunStart<'a> {
     /// The CLI's private HOME (kept between runs, so a resumed session finds its files).
     pub home: &'a Path,
+    /// The directory the CLI works in (the agent's change is made there).
     pub workspace: &'a Path,
     /// The session being continued, if any.
     pub resume: Option<&'a str>,
@@ -91,6 +92,7 @@ pub type AfterSession = Box<dyn FnOnce(&str) + Send>;
 
 /// What [`CliRun::finish`] returns: the parsed run, and what to do once its session is known.
 pub struct Finished {
+    /// The run as the parser (and any [`Then`] step) read it.
     pub parsed: ParsedRun,
     /// Called with the run's session id (Codex keeps its thread's cumulative usage).
     pub after: Option<AfterSession>,
@@ -117,6 +119,7 @@ pub struct Plain<P> {
 }
 
 impl<P: StreamParser + Send + 'static> Plain<P> {
+    /// Reads the stdout with `parser`, trusts the cost the CLI reports, and does nothing after.
     pub fn new(parser: P) -> Self {
         Self {
             parser,
@@ -125,6 +128,7 @@ impl<P: StreamParser + Send + 'static> Plain<P> {
         }
     }
 
+    /// [`Plain::new`], boxed as the [`CliRun`] an adapter returns.
     pub fn boxed(parser: P) -> Box<dyn CliRun> {
         Box::new(Self::new(parser))
     }
@@ -134,11 +138,14 @@ impl<P: StreamParser + Send + 'static> Plain<P> {
         Box::new(Self::new(parser).priced_locally())
     }
 
+    /// Marks a zero cost the CLI reports as the echo of the local config deltabench wrote, so
+    /// that deltabench prices the usage itself.
     pub fn priced_locally(mut self) -> Self {
         self.local_price = true;
         self
     }
 
+    /// Runs `then` on the parsed run once the CLI exited.
     pub fn then(mut self, then: impl FnOnce(ParsedRun) -> Finished + Send + 'static) -> Self {
         self.then = Some(Box::new(then));
         self

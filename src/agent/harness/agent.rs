@@ -30,7 +30,7 @@ use crate::workspace::{Confinement, ContainerPolicy, ImageNeed};
 
 /// The CLI's wall-clock limit when neither the agent nor the task sets one: a CLI that waits
 /// forever on an unreachable API must not hold the run forever.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// How often a CLI's side output (mini-swe-agent's trajectory file) is re-read while it runs.
 const TRAJECTORY_POLL: Duration = Duration::from_millis(500);
 
@@ -49,17 +49,24 @@ pub fn agent_tool_dir() -> Option<PathBuf> {
 /// Why a CLI's executable was not found: where deltabench looked, and how to install it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProgramError {
+    /// `binary:` is a path (the one given) that is missing or not executable: fix the path.
     #[error("`binary: {}` is not an executable file", .0.display())]
     NotExecutable(PathBuf),
+    /// `binary:` is a bare name (the one given) that no PATH directory holds.
     #[error("`binary: {}` is not on PATH", .0.display())]
     NotOnPath(PathBuf),
     #[error(
         "cannot find `{program}` on PATH{}; install it (`{install}`, or `bash .ci/install-agents` for every pinned CLI) or set `binary:`",
         tools.as_ref().map(|dir| format!(" or in {}", dir.display())).unwrap_or_default()
     )]
+    /// No `binary:`, and the CLI's default executable is neither on PATH nor in the tools
+    /// directory: install it.
     NotInstalled {
+        /// The executable looked for.
         program: &'static str,
+        /// The tools directory searched ([`agent_tool_dir`]), when there is one.
         tools: Option<PathBuf>,
+        /// The command that installs the pinned version.
         install: String,
     },
 }
@@ -243,7 +250,7 @@ impl HarnessAgent {
         self
     }
 
-    /// The CLI's wall-clock limit: the configured one, else [`DEFAULT_TIMEOUT`].
+    /// The CLI's wall-clock limit: the configured one, else 30 minutes.
     pub fn timeout(&self) -> Duration {
         self.config.timeout.unwrap_or(DEFAULT_TIMEOUT)
     }

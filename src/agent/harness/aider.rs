@@ -78,6 +78,7 @@ const BANNER: [&str; 9] = [
     "Added ",
 ];
 
+/// A [`StreamParser`] for aider's plain-text stdout, read line by line; the failure of a run that exits 0 is read from its text.
 #[derive(Debug, Default)]
 pub struct AiderParser {
     usage: Option<Usage>,
@@ -92,6 +93,7 @@ pub struct AiderParser {
 }
 
 impl AiderParser {
+    /// A parser that has seen no line yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -38,11 +38,13 @@ pub struct Facts {
     pub no_resume: Option<&'static str>,
     /// The valid `permission_mode` values, the default first; empty when the key does not apply.
     pub permission_modes: &'static [&'static str],
+    /// How `max_turns` reaches the CLI, if it can.
     pub turn_limit: TurnLimit,
     /// Whether `append_system_prompt` has somewhere to go.
     pub appends_system_prompt: bool,
     /// Flags `args:` may not pass, each with what to use instead.
     pub reserved_flags: &'static [(&'static str, &'static str)],
+    /// Where the task's text goes on the command line.
     pub prompt: Prompt,
 }
 
@@ -64,14 +66,17 @@ pub trait BuiltinCli: CliAdapter {
         self.facts().description
     }
 
+    /// What docs/agents.md's table of CLIs says of it beyond the other facts.
     fn doc(&self) -> Doc {
         self.facts().doc
     }
 
+    /// The package that ships it, at the version deltabench was checked against.
     fn package(&self) -> Package {
         self.facts().package
     }
 
+    /// The variable it reads its API key from when talking to its own provider.
     fn key_env(&self) -> &'static str {
         self.facts().key_env
     }
@@ -86,22 +91,27 @@ pub trait BuiltinCli: CliAdapter {
         self.facts().no_resume.unwrap_or(NO_SESSION)
     }
 
+    /// The valid `permission_mode` values, the default first; empty when the key does not apply.
     fn permission_modes(&self) -> &'static [&'static str] {
         self.facts().permission_modes
     }
 
+    /// How `max_turns` reaches the CLI, if it can.
     fn turn_limit(&self) -> TurnLimit {
         self.facts().turn_limit
     }
 
+    /// Whether `append_system_prompt` has somewhere to go.
     fn appends_system_prompt(&self) -> bool {
         self.facts().appends_system_prompt
     }
 
+    /// Flags `args:` may not pass, each with what to use instead.
     fn reserved_flags(&self) -> &'static [(&'static str, &'static str)] {
         self.facts().reserved_flags
     }
 
+    /// Where the task's text goes on the command line.
     fn prompt(&self) -> Prompt {
         self.facts().prompt
     }
@@ -192,7 +202,9 @@ pub fn docs_table() -> String {
 /// A CLI's own rule on its config: the key to point at, and what is wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConfigRule {
+    /// The config key the error names.
     pub key: &'static str,
+    /// What is wrong with it, as the error shows it.
     pub message: &'static str,
 }
 

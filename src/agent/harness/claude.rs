@@ -73,6 +73,7 @@ const WRITE_TOOLS: [(&str, &str); 4] = [
     ("NotebookEdit", "notebook_path"),
 ];
 
+/// A [`StreamParser`] for Claude Code's `stream-json` stdout; the final `result` line decides usage, cost and status.
 #[derive(Debug)]
 pub struct ClaudeParser {
     /// The CLI's name in messages, and the tools whose calls write the file their input names:
@@ -98,6 +99,7 @@ impl Default for ClaudeParser {
 }
 
 impl ClaudeParser {
+    /// A parser that has seen no line yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -113,13 +113,17 @@ pub enum OutputParser {
 pub struct CliDefinition {
     /// The arguments, placeholders and all.
     pub args: Vec<String>,
+    /// The API the CLI speaks: which variables point it at the endpoint.
     pub dialect: CliDialect,
+    /// How its stdout is read.
     pub parser: OutputParser,
     /// `json-lines`: dotted paths (`a.b`) to the final answer, the session id and the usage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    /// `json-lines`: the dotted path to the session id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// `json-lines`: the dotted path to the token counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<String>,
 }
@@ -170,9 +174,9 @@ pub(super) fn fill(text: &str, values: &[(&str, Option<String>)]) -> String {
 
 /// The adapter of a `kind: cli` agent without a definition, which the suite loader never
 /// builds: its output is read as plain text.
-pub struct NoDefinition;
+pub(crate) struct NoDefinition;
 
-pub const NO_DEFINITION: NoDefinition = NoDefinition;
+pub(crate) const NO_DEFINITION: NoDefinition = NoDefinition;
 
 impl CliAdapter for NoDefinition {
     fn begin(&self, _: &RunStart<'_>) -> Box<dyn CliRun> {

@@ -87,6 +87,7 @@ const FACTS: Facts = Facts {
 /// Where the CLI keeps one folder per session, under its HOME.
 pub const SESSIONS_DIR: &str = ".cline/data/sessions";
 
+/// A [`StreamParser`] for Cline's `--json` stdout (hook and agent events).
 #[derive(Debug, Default)]
 pub struct ClineParser {
     usage: Option<Usage>,
@@ -100,6 +101,7 @@ pub struct ClineParser {
 }
 
 impl ClineParser {
+    /// A parser that has seen no line yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -60,6 +60,7 @@ const TOOL_ITEMS: [&str; 5] = [
     "collab_tool_call",
 ];
 
+/// A [`StreamParser`] for Codex's `exec --json` stdout; `turn.completed` usage is cumulative over the thread.
 #[derive(Debug, Default)]
 pub struct CodexParser {
     session_id: Option<String>,
@@ -76,6 +77,7 @@ pub struct CodexParser {
 }
 
 impl CodexParser {
+    /// A parser that has seen no line yet.
     pub fn new() -> Self {
         Self::default()
     }

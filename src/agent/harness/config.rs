@@ -34,17 +34,29 @@ use crate::workspace::Network;
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum HarnessKind {
+    /// `claude-code`: Claude Code (`claude`).
     ClaudeCode,
+    /// `codex`: OpenAI's Codex CLI (`codex`).
     Codex,
+    /// `gemini-cli`: Google's Gemini CLI (`gemini`).
     GeminiCli,
+    /// `opencode`: opencode (`opencode`).
     Opencode,
+    /// `mini-swe-agent`: mini-swe-agent (`mini`).
     MiniSweAgent,
+    /// `aider`: aider (`aider`).
     Aider,
+    /// `qwen-code`: Qwen Code (`qwen`).
     QwenCode,
+    /// `continue-cli`: Continue's CLI (`cn`).
     ContinueCli,
+    /// `pi`: pi (`pi`).
     Pi,
+    /// `gptme`: gptme (`gptme`).
     Gptme,
+    /// `cline`: Cline's CLI (`cline`).
     Cline,
+    /// `grok-cli`: Grok CLI (`grok`).
     GrokCli,
     /// Any other CLI, described in the agents file ([`super::cli`]).
     Cli,
@@ -53,15 +65,20 @@ pub enum HarnessKind {
 /// Where a CLI's package comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Registry {
+    /// npm (`npm install -g`).
     Npm,
+    /// PyPI (`pip install`).
     PyPi,
 }
 
 /// A CLI's pinned package.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Package {
+    /// Where it is published.
     pub registry: Registry,
+    /// Its name there (`@anthropic-ai/claude-code`).
     pub name: &'static str,
+    /// The exact version deltabench was checked against.
     pub version: &'static str,
 }
 
@@ -98,6 +115,7 @@ impl HarnessKind {
         self.into()
     }
 
+    /// The kind a `kind:` value names; `None` for an unknown one.
     pub fn parse(kind: &str) -> Option<Self> {
         <Self as strum::VariantArray>::VARIANTS
             .iter()
@@ -275,23 +293,29 @@ impl Endpoint {
 /// An `endpoint:` that is neither a URL nor a scripted endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EndpointError {
+    /// `scripted:` with nothing after it.
     #[error("`scripted:` needs a script path, e.g. `scripted:model.yaml`")]
     NoScript,
     #[error(
         "endpoint '{0}' is neither a URL (http://HOST:PORT, the server root) nor `scripted:PATH`"
     )]
+    /// Neither form; holds the text given.
     Unknown(String),
 }
 
 /// Config shared by every real-CLI kind; keys a kind does not support are rejected at load.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HarnessConfig {
+    /// The model the CLI is told to use; `None`: the CLI's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The most turns (tool calls) a run may take, bounded as the kind's [`TurnLimit`] says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_turns: Option<u32>,
+    /// One of [`HarnessKind::permission_modes`]; `None`: the first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permission_mode: Option<String>,
+    /// Text added to the CLI's system prompt (kinds that have somewhere to put it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub append_system_prompt: Option<String>,
     /// Appended to the command line as given.
@@ -303,10 +327,14 @@ pub struct HarnessConfig {
     /// The executable; by default looked up on PATH, then in the agent tool dir.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binary: Option<PathBuf>,
+    /// The model API the CLI talks to; `None`: its own provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<Endpoint>,
+    /// The key passed to the CLI; `None`: its key variable from the environment (a dummy for
+    /// the gateway or a loopback endpoint).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key: Option<String>,
+    /// The run's wall-clock limit; `None`: 30 minutes.
     #[serde(default, with = "crate::support::duration_opt")]
     pub timeout: Option<Duration>,
     /// Unset: `model` when its calls pass the gateway, else `none` ([`Network::for_agent`]).

@@ -66,6 +66,7 @@ const WRITE_TOOLS: [&str; 3] = ["Write", "Edit", "MultiEdit"];
 /// Where the CLI keeps its sessions, under its HOME.
 pub const SESSIONS_DIR: &str = ".continue/sessions";
 
+/// A [`StreamParser`] for Continue's session file (its stdout holds only the final answer).
 #[derive(Debug, Default)]
 pub struct ContinueParser {
     /// History entries already turned into events.
@@ -84,6 +85,7 @@ pub struct ContinueParser {
 }
 
 impl ContinueParser {
+    /// A parser that has seen no line yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -68,6 +68,7 @@ const WRITE_TOOLS: [(&str, &str); 3] = [
     ("edit", "file_path"),
 ];
 
+/// A [`StreamParser`] for Gemini CLI's `stream-json` stdout.
 #[derive(Debug, Default)]
 pub struct GeminiParser {
     session_id: Option<String>,
@@ -83,6 +84,7 @@ pub struct GeminiParser {
 }
 
 impl GeminiParser {
+    /// A parser that has seen no line yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -70,6 +70,7 @@ const WRITE_TOOLS: [&str; 3] = ["save", "append", "patch"];
 /// Where gptme keeps its conversations, under its HOME (`XDG_DATA_HOME/gptme/logs`).
 pub const LOGS_DIR: &str = ".local/share/gptme/logs";
 
+/// A [`StreamParser`] for gptme's `--output-format json` stdout, one message per line.
 #[derive(Debug, Default)]
 pub struct GptmeParser {
     usage: Option<Usage>,
@@ -82,6 +83,7 @@ pub struct GptmeParser {
 }
 
 impl GptmeParser {
+    /// A parser that has seen no line yet.
     pub fn new() -> Self {
         Self::default()
     }

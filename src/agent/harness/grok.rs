@@ -64,6 +64,7 @@ const ERROR_PREFIX: &str = "Sorry, I encountered an error: ";
 /// The last message of a run stopped by `--max-tool-rounds`.
 const MAX_ROUNDS: &str = "Maximum tool execution rounds reached.";
 
+/// A [`StreamParser`] for Grok CLI's stdout: the conversation as Chat Completions messages, printed at the end.
 #[derive(Debug, Default)]
 pub struct GrokParser {
     /// Tool calls by id: name and arguments.
@@ -74,6 +75,7 @@ pub struct GrokParser {
 }
 
 impl GrokParser {
+    /// A parser that has seen no line yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -42,6 +42,7 @@ pub struct RunPaths<'a> {
     pub new_session: &'a str,
     /// The CLI's private HOME.
     pub home: &'a Path,
+    /// The directory the CLI works in (its current directory).
     pub workspace: &'a Path,
     /// Where deltabench's own files for this run go (outside the workspace).
     pub scratch: &'a Path,
@@ -54,6 +55,7 @@ pub struct RunPaths<'a> {
 /// How to start the CLI.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Invocation {
+    /// The command-line arguments, the program excluded.
     pub args: Vec<String>,
     /// The whole environment (the child's is cleared first).
     pub env: Vec<(String, String)>,

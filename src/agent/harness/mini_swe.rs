@@ -57,6 +57,8 @@ const FACTS: Facts = Facts {
     prompt: Prompt::InFlag,
 };
 
+/// A [`StreamParser`] for mini-swe-agent: stdout stays unknown text, the
+/// record comes from its trajectory file ([`MiniSweParser::trajectory`]).
 #[derive(Debug, Default)]
 pub struct MiniSweParser {
     /// Messages of the trajectory already turned into events.
@@ -69,6 +71,7 @@ pub struct MiniSweParser {
 }
 
 impl MiniSweParser {
+    /// A parser that has seen no line yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -90,12 +90,17 @@ pub trait StreamParser {
 /// What a CLI's run amounted to, as its own output tells it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParsedRun {
+    /// How the run ended.
     pub status: CodingStatus,
+    /// Why it failed; `None` when it did not.
     pub error: Option<CodingError>,
+    /// The run's total; `None` when the CLI reported none.
     pub usage: Option<Usage>,
+    /// The session to resume; `None` when the CLI showed none.
     pub session_id: Option<String>,
     /// The agent's final text, display only.
     pub text: Option<String>,
+    /// Paths of successful write/edit tool calls, as the CLI wrote them.
     pub modified_files: Vec<String>,
 }
 

@@ -54,6 +54,7 @@ const FACTS: Facts = Facts {
 /// Tools whose completed call wrote the file named by `state.input.filePath`.
 const WRITE_TOOLS: [&str; 4] = ["write", "edit", "multiedit", "patch"];
 
+/// A [`StreamParser`] for opencode's `run --format json` stdout; one `step_finish` per model call.
 #[derive(Debug, Default)]
 pub struct OpencodeParser {
     session_id: Option<String>,
@@ -65,6 +66,7 @@ pub struct OpencodeParser {
 }
 
 impl OpencodeParser {
+    /// A parser that has seen no line yet.
     pub fn new() -> Self {
         Self::default()
     }

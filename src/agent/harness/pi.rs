@@ -68,6 +68,7 @@ const FACTS: Facts = Facts {
 /// Tools whose successful call wrote the file named by their `path` argument.
 const WRITE_TOOLS: [&str; 2] = ["write", "edit"];
 
+/// A [`StreamParser`] for pi's `--mode json` stdout.
 #[derive(Debug, Default)]
 pub struct PiParser {
     session_id: Option<String>,
@@ -83,6 +84,7 @@ pub struct PiParser {
 }
 
 impl PiParser {
+    /// A parser that has seen no line yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -15,10 +15,14 @@ use crate::agent::Usage;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
+    /// Uncached input tokens.
     pub input: f64,
+    /// Output tokens.
     pub output: f64,
+    /// Tokens read from the cache; `None`: the input price.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_read: Option<f64>,
+    /// Tokens written to the cache; `None`: the input price.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_write: Option<f64>,
 }
@@ -40,11 +44,13 @@ impl Price {
     }
 }
 
+/// The models deltabench can price when a CLI reports no cost.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PriceTable {
     /// When the prices were read off the providers' pages.
     pub checked: String,
+    /// Each model's price, by bare model name (see [`PriceTable::lookup`]).
     pub models: BTreeMap<String, Price>,
 }
 

@@ -67,6 +67,7 @@ const WRITE_TOOLS: [(&str, &str); 2] = [("write_file", "file_path"), ("edit", "f
 /// The exit code of a run stopped by `--max-session-turns` (as Gemini CLI's, which it forks).
 const MAX_TURNS_EXIT: i32 = 53;
 
+/// A [`StreamParser`] for Qwen Code's `stream-json` stdout: Claude Code's format, with Qwen's write tools and exit codes.
 #[derive(Debug)]
 pub struct QwenParser {
     inner: ClaudeParser,
@@ -81,6 +82,7 @@ impl Default for QwenParser {
 }
 
 impl QwenParser {
+    /// A parser that has seen no line yet.
     pub fn new() -> Self {
         Self::default()
     }
