@@ -32,8 +32,10 @@ const SUMMARY_CHARS: usize = 2000;
 pub struct CommandAgentConfig {
     /// A shell command line.
     pub run: String,
+    /// How long the command may run before it is stopped; unset: no limit.
     #[serde(default, with = "crate::support::duration_opt")]
     pub timeout: Option<Duration>,
+    /// Variables set for the command, over the trial's own `DELTABENCH_*` ones.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// The network in the sandbox or the task's container (`host` there, `none` or `model`).
