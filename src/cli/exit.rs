@@ -102,12 +102,17 @@ pub fn after_help() -> String {
     for exit in Exit::ALL {
         let _ = writeln!(text, "  {:>3}  {}", exit.code(), exit.meaning());
     }
-    text.push_str(
+    let built_in = crate::agent::harness::HarnessKind::ALL
+        .iter()
+        .filter(|kind| kind.cli().is_some())
+        .count();
+    let _ = write!(
+        text,
         "\nStart with:
   deltabench init my-suite                         # a first suite of your own
   deltabench run suites/demo --workdir /dev/shm
   deltabench validate suites/demo
-  deltabench run suites/smoke --workdir /dev/shm   # the six real agent CLIs, offline",
+  deltabench run suites/smoke --workdir /dev/shm   # the {built_in} real agent CLIs, offline",
     );
     text
 }

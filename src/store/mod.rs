@@ -193,7 +193,7 @@ pub struct TrialRecord {
     /// Wall time of the agent's run.
     pub agent_duration_ms: Option<u64>,
     /// Microseconds per lifecycle phase, in the order they ran.
-    pub phases: Vec<(String, u64)>,
+    pub phases: Vec<(RecordedPhase, u64)>,
     /// When the trial started: RFC 3339, UTC, in milliseconds.
     pub started_at: String,
     /// Protected paths (the hidden tests by default) the agent's diff touched; non-empty fails
@@ -236,6 +236,30 @@ pub struct TrialRecord {
     /// against its exit code; every report says so.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unvalidated: bool,
+}
+
+/// A lifecycle step as a record names it (`lifecycle::Phase`'s names), or a name a run of an
+/// older deltabench wrote (`agent`), kept as it was so that its records still read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordedPhase {
+    /// Making the template the workspace is a view of.
+    Prepare,
+    /// Making the trial's own workspace.
+    Provision,
+    /// Building the agent.
+    Construct,
+    /// The agent's run.
+    Run,
+    /// Reading the workspace's change.
+    Probe,
+    /// Removing the workspace.
+    Dispose,
+    /// Scoring the change.
+    Score,
+    /// A name this version does not write.
+    #[serde(untagged)]
+    Other(String),
 }
 
 /// The metric that scored a trial, as its record writes it: `delta`, `delta-token`,
@@ -916,6 +940,24 @@ mod tests {
             assert_eq!(String::from(RecordedMetric::from(&spec)), spec.name());
         }
         assert!(serde_json::from_value::<RecordedMetric>("pass-rate".into()).is_err());
+    }
+
+    #[test]
+    fn phases_are_named_as_before_and_an_older_runs_names_still_read() {
+        let read: Vec<(RecordedPhase, u64)> =
+            serde_json::from_str(r#"[["provision", 1], ["agent", 2], ["probe", 3]]"#).unwrap();
+        assert_eq!(
+            read,
+            [
+                (RecordedPhase::Provision, 1),
+                (RecordedPhase::Other("agent".into()), 2),
+                (RecordedPhase::Probe, 3)
+            ]
+        );
+        assert_eq!(
+            serde_json::to_string(&read).unwrap(),
+            r#"[["provision",1],["agent",2],["probe",3]]"#
+        );
     }
 
     #[test]
