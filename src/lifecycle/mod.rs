@@ -186,7 +186,7 @@ impl CodingNode {
 }
 
 /// A lifecycle step, in the order they run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Making the template the workspace is a view of: shared by every trial on that base.

@@ -145,19 +145,6 @@ pub(crate) async fn run_trial(
     write_result(&trial.secrets, record, result_json, dir)
 }
 
-/// A lifecycle step as its record names it.
-fn recorded_phase(phase: Phase) -> RecordedPhase {
-    match phase {
-        Phase::Prepare => RecordedPhase::Prepare,
-        Phase::Provision => RecordedPhase::Provision,
-        Phase::Construct => RecordedPhase::Construct,
-        Phase::Run => RecordedPhase::Run,
-        Phase::Probe => RecordedPhase::Probe,
-        Phase::Dispose => RecordedPhase::Dispose,
-        Phase::Score => RecordedPhase::Score,
-    }
-}
-
 /// What the lifecycle did, into the record: its phases, the delta's observations and the
 /// agent's result; with the result and the lifecycle as `result.json` begins.
 fn record_outcome(
@@ -171,7 +158,7 @@ fn record_outcome(
     record.phases = lifecycle
         .steps
         .iter()
-        .map(|(phase, us)| (recorded_phase(*phase), *us))
+        .map(|(phase, us)| (RecordedPhase::Known(*phase), *us))
         .collect();
     record.verify_network = trial.verify_network == Network::Host;
     record.in_place = trial.task.verify.in_place;

@@ -238,27 +238,14 @@ pub struct TrialRecord {
     pub unvalidated: bool,
 }
 
-/// A lifecycle step as a record names it (`lifecycle::Phase`'s names), or a name a run of an
-/// older deltabench wrote (`agent`), kept as it was so that its records still read.
+/// A lifecycle step as a record names it, or a name a run of an older deltabench wrote
+/// (`agent`), kept as it was so that its records still read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(untagged)]
 pub enum RecordedPhase {
-    /// Making the template the workspace is a view of.
-    Prepare,
-    /// Making the trial's own workspace.
-    Provision,
-    /// Building the agent.
-    Construct,
-    /// The agent's run.
-    Run,
-    /// Reading the workspace's change.
-    Probe,
-    /// Removing the workspace.
-    Dispose,
-    /// Scoring the change.
-    Score,
+    /// A step this version runs.
+    Known(crate::lifecycle::Phase),
     /// A name this version does not write.
-    #[serde(untagged)]
     Other(String),
 }
 
@@ -949,9 +936,9 @@ mod tests {
         assert_eq!(
             read,
             [
-                (RecordedPhase::Provision, 1),
+                (RecordedPhase::Known(crate::lifecycle::Phase::Provision), 1),
                 (RecordedPhase::Other("agent".into()), 2),
-                (RecordedPhase::Probe, 3)
+                (RecordedPhase::Known(crate::lifecycle::Phase::Probe), 3)
             ]
         );
         assert_eq!(
