@@ -331,6 +331,20 @@ pub(super) struct GateArgs {
     pub(super) include_flaky: bool,
 }
 
+impl GateArgs {
+    /// A comparison that only reports (no gate), at `confidence`.
+    pub(super) fn report_only(confidence: f64, include_flaky: bool) -> Self {
+        Self {
+            gate: false,
+            max_drop: 0.0,
+            max_broken: 0,
+            require_power: false,
+            confidence,
+            include_flaky,
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 #[command(
     override_usage = "deltabench compare [OPTIONS] <BASE> <CANDIDATE>\n       \

@@ -139,14 +139,7 @@ fn baseline(
     run: &store::StoredRun,
     confidence: f64,
 ) -> Result<report::Baseline, CliError> {
-    let gate = GateArgs {
-        gate: false,
-        max_drop: 0.0,
-        max_broken: 0,
-        require_power: false,
-        confidence,
-        include_flaky: false,
-    };
+    let gate = GateArgs::report_only(confidence, false);
     let (text, _) = compare::against_baseline(&read_run_dir(path)?, run, &gate)?;
     Ok(report::Baseline {
         run_dir: path.display().to_string(),

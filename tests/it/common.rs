@@ -327,3 +327,15 @@ pub fn descendant_running(ancestor: u32, args: &[&str]) -> bool {
         false
     })
 }
+
+/// Every `.rs` file under `dir`, depth first, into `found`.
+pub fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, found);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            found.push(path);
+        }
+    }
+}

@@ -3,7 +3,9 @@
 //! one that points up or sideways, naming the file and line.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use crate::common::rust_files;
 
 /// Lowest first. Modules on one line are siblings: neither may name the other.
 const LAYERS: &[&[&str]] = &[
@@ -26,17 +28,6 @@ const LAYERS: &[&[&str]] = &[
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
-}
-
-fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, found);
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
-            found.push(path);
-        }
-    }
 }
 
 /// The top-level module a file under `src/` belongs to; `None` for the crate roots.

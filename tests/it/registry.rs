@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::common::{git_repo, temp_dir, write_files, write_suite};
+use crate::common::{git_repo, rust_files, temp_dir, write_files, write_suite};
 
 /// The agents of a manifest serialize as before the harness kinds became one variant: `kind`
 /// first, then the config's keys, for built-in CLIs, a `kind: cli` definition and the others.
@@ -63,17 +63,6 @@ agents:
 
 fn src() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
-}
-
-fn rust_files(dir: &Path, found: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, found);
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
-            found.push(path);
-        }
-    }
 }
 
 /// The module file of each built-in CLI, by its variant's name.

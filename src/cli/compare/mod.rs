@@ -335,14 +335,7 @@ pub(super) fn plain_text(
     confidence: f64,
     include_flaky: bool,
 ) -> Option<String> {
-    let gate = GateArgs {
-        gate: false,
-        max_drop: 0.0,
-        max_broken: 0,
-        require_power: false,
-        confidence,
-        include_flaky,
-    };
+    let gate = GateArgs::report_only(confidence, include_flaky);
     // Rounds are judged by the sequential gate alone.
     let outcome = compared((base_run, base_agent), (run, agent), &gate, None)?;
     let base_label = if same_run {
